@@ -1,0 +1,38 @@
+"""gzip as Kafka writes it (java.util.zip.GZIPOutputStream) and reads it (any gzip member)."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Optional
+
+from kstore_cli.errors import CodecError
+
+# The JDK's minimal RFC 1952 header: no name, mtime 0, XFL 0, OS 0xff (JDK 16+).
+_JDK_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+
+
+def decompress(data: "bytes | memoryview") -> bytes:
+    """Decompress one or more concatenated gzip members (GZIPInputStream accepts both)."""
+    out = []
+    remaining = bytes(data)
+    while True:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out.append(d.decompress(remaining))
+        if not d.eof:
+            raise CodecError("gzip stream ended prematurely (Unexpected end of ZLIB input stream)")
+        remaining = d.unused_data
+        # GZIPInputStream stops at anything that is not another gzip member.
+        if len(remaining) < 2 or remaining[:2] != b"\x1f\x8b":
+            return b"".join(out)
+
+
+def compress(data: "bytes | memoryview", level: Optional[int] = None) -> bytes:
+    """A gzip member framed like the JDK's GZIPOutputStream output."""
+    if level is None or level == -1:
+        level = 6
+    if not 1 <= level <= 9:
+        raise CodecError(f"gzip compression level must be 1..9 or -1, not {level}")
+    c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
+    body = c.compress(bytes(data)) + c.flush()
+    crc = zlib.crc32(data) & 0xFFFFFFFF
+    return _JDK_HEADER + body + crc.to_bytes(4, "little") + (len(data) & 0xFFFFFFFF).to_bytes(4, "little")

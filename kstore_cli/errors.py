@@ -1,0 +1,108 @@
+"""The one exception tree of kstore, and the exit codes the CLI maps it to.
+
+Every error raised by the core derives from :class:`KstoreError`. Errors about
+bytes on disk carry the file, the byte position, what was expected and what
+was found, so a message can point an operator at the exact spot.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Optional
+
+
+class ExitStatus(enum.IntEnum):
+    """Exit codes of every kstore command (documented in the README)."""
+
+    OK = 0
+    #: The data has problems (corruption, index mismatches, failed checks).
+    PROBLEMS = 1
+    #: The command line was wrong.
+    USAGE = 2
+    #: A file could not be opened or read at all.
+    UNREADABLE = 3
+
+
+class KstoreError(Exception):
+    """Base of every error kstore raises on purpose."""
+
+    exit_status: ExitStatus = ExitStatus.PROBLEMS
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: Optional[str] = None,
+        position: Optional[int] = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.position = position
+
+    def __str__(self) -> str:
+        where = ""
+        if self.path is not None:
+            where = str(self.path)
+            if self.position is not None:
+                where += f" at byte {self.position}"
+            where += ": "
+        return where + self.message
+
+
+class UsageError(KstoreError):
+    """Options that do not make sense together, or a bad argument value."""
+
+    exit_status = ExitStatus.USAGE
+
+
+class FileUnreadableError(KstoreError):
+    """A file is missing, is a directory, or cannot be opened or read."""
+
+    exit_status = ExitStatus.UNREADABLE
+
+
+class CorruptDataError(KstoreError):
+    """Bytes on disk do not follow Kafka's format."""
+
+
+class CorruptRecordError(CorruptDataError):
+    """A batch or record is damaged (Kafka's CorruptRecordException)."""
+
+
+class InvalidRecordError(CorruptDataError):
+    """A batch or record is structurally invalid (Kafka's InvalidRecordException)."""
+
+
+class CorruptIndexError(CorruptDataError):
+    """An offset, time or transaction index is damaged (Kafka's CorruptIndexException)."""
+
+
+class CorruptSnapshotError(CorruptDataError):
+    """A producer-state snapshot is damaged (Kafka's CorruptSnapshotException)."""
+
+
+class CorruptCheckpointError(CorruptDataError):
+    """A text checkpoint file does not parse."""
+
+
+class CodecError(CorruptDataError):
+    """Compressed bytes could not be decompressed."""
+
+
+class CodecUnavailableError(KstoreError):
+    """The library for a compression codec is not installed."""
+
+    exit_status = ExitStatus.UNREADABLE
+
+
+class RecordParseError(KstoreError):
+    """A record parser (offsets, transaction log, ...) met data it cannot handle.
+
+    Raised where Kafka's DumpLogSegments aborts with an exception instead of
+    printing a "skipping" line.
+    """
+
+
+class LogDirLockedError(KstoreError):
+    """A live process (a broker, or another kstore) holds the log dir's lock."""

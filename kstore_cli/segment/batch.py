@@ -1,0 +1,625 @@
+"""Record batches (magic 2) and legacy entries (magic 0/1), and their records.
+
+A magic v2 batch header (DefaultRecordBatch), all big-endian::
+
+    0  baseOffset            int64
+    8  batchLength           int32   bytes after this field (batch size - 12)
+    12 partitionLeaderEpoch  int32   not covered by the CRC
+    16 magic                 int8    2
+    17 crc                   uint32  CRC-32C of bytes [21, end of batch)
+    21 attributes            int16   codec 0-2, timestamp type 3, transactional 4,
+                                     control 5, delete horizon 6 (low byte only)
+    23 lastOffsetDelta       int32
+    27 baseTimestamp         int64   the delete horizon when attribute bit 6 is set
+    35 maxTimestamp          int64
+    43 producerId            int64
+    51 producerEpoch         int16
+    53 baseSequence          int32
+    57 recordsCount          int32
+    61 records
+
+A legacy entry (LegacyRecord) is ``offset int64, size int32`` and one message
+(see :mod:`kstore_cli.segment.decode`); a compressed legacy entry is a wrapper
+whose value is a compressed set of inner entries.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterator, List, Optional, Tuple
+
+from kstore_cli.codecs import CODEC_NAMES, get_codec
+from kstore_cli.errors import CorruptRecordError, InvalidRecordError, KstoreError
+from kstore_cli.segment import decode
+from kstore_cli.segment.crc import crc32, crc32c
+
+V2_HEADER = struct.Struct(">qiibIhiqqqhii")
+RECORD_BATCH_OVERHEAD = V2_HEADER.size  # 61
+_CRC_START = struct.calcsize(">qiibI")  # 21: the CRC covers attributes to the end
+LOG_OVERHEAD = 12
+HEADER_SIZE_UP_TO_MAGIC = 17
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_FLAG = 0x10
+CONTROL_FLAG = 0x20
+DELETE_HORIZON_FLAG = 0x40
+
+NO_TIMESTAMP_TYPE = -1
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+TIMESTAMP_TYPE_NAMES = {NO_TIMESTAMP_TYPE: "NoTimestampType", CREATE_TIME: "CreateTime", LOG_APPEND_TIME: "LogAppendTime"}
+
+MAX_INT32 = 0x7FFFFFFF
+
+# Control record types (ControlRecordType).
+CONTROL_TYPE_NAMES = {
+    0: "ABORT",
+    1: "COMMIT",
+    2: "LEADER_CHANGE",
+    3: "SNAPSHOT_HEADER",
+    4: "SNAPSHOT_FOOTER",
+    5: "KRAFT_VERSION",
+    6: "KRAFT_VOTERS",
+}
+_CONTROL_KEY = struct.Struct(">hh")  # version, type
+_END_TXN_MARKER = struct.Struct(">hi")  # version, coordinator epoch
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """Kafka's sequence arithmetic: wraps from Integer.MAX_VALUE to 0."""
+    if sequence > MAX_INT32 - increment:
+        return increment - (MAX_INT32 - sequence) - 1
+    return sequence + increment
+
+
+def decrement_sequence(sequence: int, decrement: int) -> int:
+    """Inverse of :func:`increment_sequence`."""
+    if sequence < decrement:
+        return MAX_INT32 - (decrement - sequence) + 1
+    return sequence - decrement
+
+
+class ControlRecord:
+    """The decoded key (and for transaction markers, value) of a control record."""
+
+    __slots__ = ("version", "type_id", "coordinator_epoch")
+
+    def __init__(self, version: int, type_id: int, coordinator_epoch: Optional[int]) -> None:
+        self.version = version
+        self.type_id = type_id
+        self.coordinator_epoch = coordinator_epoch
+
+    @property
+    def type_name(self) -> str:
+        """ABORT, COMMIT, LEADER_CHANGE, ... or UNKNOWN."""
+        return CONTROL_TYPE_NAMES.get(self.type_id, "UNKNOWN")
+
+    @property
+    def is_transaction_marker(self) -> bool:
+        return self.type_id in (0, 1)
+
+    def __repr__(self) -> str:
+        return f"ControlRecord({self.type_name}, version={self.version}, coordinator_epoch={self.coordinator_epoch})"
+
+
+def parse_control_key(key: Optional[bytes]) -> Tuple[int, int]:
+    """(version, type id) of a control record key, with Kafka's checks."""
+    if key is None or len(key) < 4:
+        n = 0 if key is None else len(key)
+        raise InvalidRecordError(
+            f"Invalid value size found for end control record key. Must have at least 4 bytes, but found only {n}"
+        )
+    version, type_id = _CONTROL_KEY.unpack_from(key, 0)
+    if version < 0:
+        raise InvalidRecordError(f"Invalid version found for control record: {version}. May indicate data corruption")
+    return version, type_id
+
+
+def parse_end_txn_marker(value: Optional[bytes]) -> int:
+    """The coordinator epoch of an EndTxnMarker value."""
+    n = 0 if value is None else len(value)
+    if value is None or n < 6:
+        raise InvalidRecordError(
+            f"Invalid value size found for end transaction marker. Must have at least 6 bytes, but found only {n}"
+        )
+    version, epoch = _END_TXN_MARKER.unpack_from(value, 0)
+    if version < 0:
+        raise InvalidRecordError(f"Invalid version found for end transaction marker: {version}. May indicate data corruption")
+    return epoch
+
+
+class Header:
+    """A record header: a UTF-8 key and a nullable value."""
+
+    __slots__ = ("key", "value")
+
+    def __init__(self, key: str, value: Optional[bytes]) -> None:
+        self.key = key
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Header) and (self.key, self.value) == (other.key, other.value)
+
+    def __repr__(self) -> str:
+        return f"Header({self.key!r}, {self.value!r})"
+
+
+class Record:
+    """One record. Key, value and headers are copied out of the batch only when asked for."""
+
+    __slots__ = (
+        "batch",
+        "offset",
+        "timestamp",
+        "sequence",
+        "size_in_bytes",
+        "_buf",
+        "_key_pos",
+        "_key_len",
+        "_value_pos",
+        "_value_len",
+        "_headers",
+        "crc",
+        "magic",
+        "attributes",
+        "_legacy_valid",
+    )
+
+    def __init__(self, batch: "Batch", buf, offset: int, timestamp: int, sequence: int, size_in_bytes: int,
+                 key_pos: int, key_len: int, value_pos: int, value_len: int, headers: tuple,
+                 crc: Optional[int] = None, magic: int = 2, attributes: int = 0, legacy_valid: Optional[bool] = None) -> None:
+        self.batch = batch
+        self._buf = buf
+        self.offset = offset
+        self.timestamp = timestamp
+        self.sequence = sequence
+        self.size_in_bytes = size_in_bytes
+        self._key_pos = key_pos
+        self._key_len = key_len
+        self._value_pos = value_pos
+        self._value_len = value_len
+        self._headers = headers
+        self.crc = crc
+        self.magic = magic
+        self.attributes = attributes
+        self._legacy_valid = legacy_valid
+
+    @property
+    def key_size(self) -> int:
+        """Key length, -1 for a null key."""
+        return self._key_len
+
+    @property
+    def value_size(self) -> int:
+        """Value length, -1 for a null value (a tombstone)."""
+        return self._value_len
+
+    @property
+    def key(self) -> Optional[bytes]:
+        if self._key_len < 0:
+            return None
+        return bytes(self._buf[self._key_pos : self._key_pos + self._key_len])
+
+    @property
+    def value(self) -> Optional[bytes]:
+        if self._value_len < 0:
+            return None
+        return bytes(self._buf[self._value_pos : self._value_pos + self._value_len])
+
+    def key_view(self) -> Optional[memoryview]:
+        """The key as a view into the batch (no copy), None when null."""
+        if self._key_len < 0:
+            return None
+        return memoryview(self._buf)[self._key_pos : self._key_pos + self._key_len]
+
+    def value_view(self) -> Optional[memoryview]:
+        """The value as a view into the batch (no copy), None when null."""
+        if self._value_len < 0:
+            return None
+        return memoryview(self._buf)[self._value_pos : self._value_pos + self._value_len]
+
+    @property
+    def header_keys(self) -> List[str]:
+        """Header keys decoded as UTF-8 (invalid bytes replaced, as Java does)."""
+        buf = self._buf
+        return [bytes(buf[kp : kp + kl]).decode("utf-8", "replace") for kp, kl, _vp, _vl in self._headers]
+
+    @property
+    def headers(self) -> List[Header]:
+        buf = self._buf
+        return [
+            Header(bytes(buf[kp : kp + kl]).decode("utf-8", "replace"), None if vl < 0 else bytes(buf[vp : vp + vl]))
+            for kp, kl, vp, vl in self._headers
+        ]
+
+    @property
+    def has_key(self) -> bool:
+        return self._key_len >= 0
+
+    @property
+    def has_value(self) -> bool:
+        return self._value_len >= 0
+
+    @property
+    def is_legacy(self) -> bool:
+        return self.magic < 2
+
+    @property
+    def is_valid(self) -> bool:
+        """Legacy records: their own CRC-32 check. v2 records have no CRC of their own."""
+        if self._legacy_valid is None:
+            return True
+        return self._legacy_valid
+
+    @property
+    def is_control(self) -> bool:
+        return self.batch.is_control
+
+    @property
+    def control(self) -> Optional[ControlRecord]:
+        """The decoded control key (and marker value) when this record is in a control batch."""
+        if not self.batch.is_control:
+            return None
+        version, type_id = parse_control_key(self.key)
+        epoch = parse_end_txn_marker(self.value) if type_id in (0, 1) else None
+        return ControlRecord(version, type_id, epoch)
+
+    def __repr__(self) -> str:
+        return f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, value={self.value!r})"
+
+
+class Batch:
+    """What every batch offers, v2 or legacy."""
+
+    __slots__ = ("path", "position", "size", "magic", "_buf", "_valid")
+
+    is_legacy = False
+
+    def _fail(self, exc: KstoreError) -> KstoreError:
+        if exc.path is None:
+            exc.path = self.path
+        if exc.position is None:
+            exc.position = self.position
+        return exc
+
+    @property
+    def compression_name(self) -> str:
+        return CODEC_NAMES.get(self.compression, f"unknown({self.compression})")
+
+    @property
+    def timestamp_type_name(self) -> str:
+        return TIMESTAMP_TYPE_NAMES[self.timestamp_type]
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def buffer(self) -> memoryview:
+        """The batch's bytes on disk, log overhead included (a view, not a copy)."""
+        return self._buf
+
+    def ensure_valid(self) -> None:
+        """Kafka's ensureValid: size and CRC; raises CorruptRecordError."""
+        raise NotImplementedError
+
+    def records(self) -> List[Record]:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.records())
+
+
+class RecordBatch(Batch):
+    """A magic v2 batch."""
+
+    __slots__ = (
+        "base_offset",
+        "partition_leader_epoch",
+        "crc",
+        "attributes",
+        "last_offset_delta",
+        "base_timestamp",
+        "max_timestamp",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "count",
+    )
+
+    def __init__(self, buf: memoryview, header: bytes, position: int, path: Optional[str]) -> None:
+        self.path = path
+        self.position = position
+        self._buf = buf
+        self._valid = None
+        (
+            self.base_offset,
+            batch_length,
+            self.partition_leader_epoch,
+            self.magic,
+            self.crc,
+            self.attributes,
+            self.last_offset_delta,
+            self.base_timestamp,
+            self.max_timestamp,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            self.count,
+        ) = V2_HEADER.unpack(header)
+        self.size = LOG_OVERHEAD + batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_FLAG)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_FLAG)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & DELETE_HORIZON_FLAG)
+
+    @property
+    def delete_horizon_ms(self) -> Optional[int]:
+        """The delete horizon (KIP-534) when attribute bit 6 is set, else None."""
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_FLAG else None
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == -1:
+            return -1
+        return increment_sequence(self.base_sequence, self.last_offset_delta)
+
+    def compute_crc(self) -> int:
+        """CRC-32C over attributes to the end of the batch."""
+        return crc32c(self._buf[_CRC_START:])
+
+    @property
+    def is_valid(self) -> bool:
+        if self._valid is None:
+            self._valid = (
+                self.size >= RECORD_BATCH_OVERHEAD
+                and len(self._buf) == self.size
+                and self.crc == self.compute_crc()
+            )
+        return self._valid
+
+    def ensure_valid(self) -> None:
+        if self.size < RECORD_BATCH_OVERHEAD:
+            raise self._fail(
+                CorruptRecordError(
+                    f"Record batch is corrupt (the size {self.size} is smaller than the minimum allowed overhead {RECORD_BATCH_OVERHEAD})"
+                )
+            )
+        if not self.is_valid:
+            raise self._fail(
+                CorruptRecordError(f"Record is corrupt (stored crc = {self.crc}, computed crc = {self.compute_crc()})")
+            )
+
+    def records(self) -> List[Record]:
+        """Decode the records (decompressing first when needed)."""
+        count = self.count
+        if count < 0:
+            raise self._fail(InvalidRecordError(f"Found invalid record count {count} in magic v2 batch"))
+        if count == 0:
+            return []
+        try:
+            if self.size < RECORD_BATCH_OVERHEAD:
+                raise InvalidRecordError(
+                    f"Record batch is corrupt (the size {self.size} is smaller than the minimum allowed overhead {RECORD_BATCH_OVERHEAD})"
+                )
+            codec_id = self.attributes & COMPRESSION_MASK
+            if codec_id == 0:
+                data = self._buf
+                start = RECORD_BATCH_OVERHEAD
+            else:
+                data = get_codec(codec_id).decompress(self._buf[RECORD_BATCH_OVERHEAD:], 2)
+                start = 0
+            raw = decode.decode_v2_records(data, start, len(data), count)
+        except KstoreError as exc:
+            raise self._fail(exc) from None
+        base_offset = self.base_offset
+        base_ts = self.base_timestamp
+        log_append = self.attributes & TIMESTAMP_TYPE_MASK
+        max_ts = self.max_timestamp
+        base_seq = self.base_sequence
+        out = []
+        for offset_delta, ts_delta, size, kp, kl, vp, vl, headers in raw:
+            if base_seq >= 0:
+                seq = increment_sequence(base_seq, offset_delta)
+            else:
+                seq = -1
+            out.append(
+                Record(self, data, base_offset + offset_delta, max_ts if log_append else base_ts + ts_delta,
+                       seq, size, kp, kl, vp, vl, headers)
+            )
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"RecordBatch(position={self.position}, base_offset={self.base_offset}, last_offset={self.last_offset}, "
+            f"count={self.count}, codec={self.compression_name}, size={self.size})"
+        )
+
+
+class LegacyBatch(Batch):
+    """A magic v0/v1 log entry: one message, or a compressed wrapper of inner messages."""
+
+    __slots__ = ("offset", "crc", "attributes", "timestamp", "_entry", "_inner")
+
+    is_legacy = True
+    count = None
+    producer_id = -1
+    producer_epoch = -1
+    base_sequence = -1
+    last_sequence = -1
+    partition_leader_epoch = -1
+    is_transactional = False
+    is_control = False
+    has_delete_horizon = False
+    delete_horizon_ms = None
+
+    def __init__(self, buf: memoryview, position: int, path: Optional[str]) -> None:
+        self.path = path
+        self.position = position
+        self._buf = buf
+        self._valid = None
+        self._inner = None
+        self.size = len(buf)
+        self.offset, _size, self.crc, self.magic, self.attributes = decode.LEGACY_ENTRY_HEADER.unpack_from(
+            _padded(buf, decode.LEGACY_ENTRY_HEADER.size), 0
+        )
+        self.timestamp = -1
+        if self.magic > 0:
+            self.timestamp = struct.unpack_from(">q", _padded(buf, 26), 18)[0]
+        self._entry = None
+
+    @property
+    def last_offset(self) -> int:
+        return self.offset
+
+    @property
+    def base_offset(self) -> int:
+        """First offset; for a compressed wrapper this decompresses it (Kafka does the same)."""
+        if self.compression == 0:
+            return self.offset
+        inner = self.records()
+        return inner[0].offset if inner else self.offset
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        if self.magic == 0:
+            return NO_TIMESTAMP_TYPE
+        return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME
+
+    @property
+    def max_timestamp(self) -> int:
+        return self.timestamp
+
+    def compute_crc(self) -> int:
+        """CRC-32 from the magic byte to the end of the message."""
+        return crc32(self._buf[LOG_OVERHEAD + 4 :])
+
+    @property
+    def is_valid(self) -> bool:
+        if self._valid is None:
+            self._valid = self.size - LOG_OVERHEAD >= decode.RECORD_OVERHEAD_V0 and self.crc == self.compute_crc()
+        return self._valid
+
+    def ensure_valid(self) -> None:
+        if self.size - LOG_OVERHEAD < decode.RECORD_OVERHEAD_V0:
+            raise self._fail(
+                CorruptRecordError(
+                    f"Record is corrupt (crc could not be retrieved as the record is too small, size = {self.size - LOG_OVERHEAD})"
+                )
+            )
+        if not self.is_valid:
+            raise self._fail(
+                CorruptRecordError(f"Record is corrupt (stored crc = {self.crc}, computed crc = {self.compute_crc()})")
+            )
+
+    def _outer_entry(self) -> tuple:
+        if self._entry is None:
+            try:
+                entry = decode.decode_legacy_message(self._buf, 0, len(self._buf))
+            except KstoreError as exc:
+                raise self._fail(exc) from None
+            if entry is None:
+                raise self._fail(InvalidRecordError("Found invalid record structure"))
+            self._entry = entry
+        return self._entry
+
+    def records(self) -> List[Record]:
+        """The message itself, or the inner messages of a compressed wrapper."""
+        if self._inner is not None:
+            return self._inner
+        (offset, size, crc, magic, attributes, timestamp, kp, kl, vp, vl, msg) = self._outer_entry()
+        codec_id = attributes & COMPRESSION_MASK
+        if codec_id == 0:
+            valid = self.is_valid
+            self._inner = [Record(self, self._buf, offset, timestamp, -1, size, kp, kl, vp, vl, (), crc, magic, attributes, valid)]
+            return self._inner
+        try:
+            self._inner = self._deep_records(codec_id, magic, vp, vl)
+        except KstoreError as exc:
+            raise self._fail(exc) from None
+        return self._inner
+
+    def _deep_records(self, codec_id: int, wrapper_magic: int, vp: int, vl: int) -> List[Record]:
+        if codec_id == 4:
+            raise InvalidRecordError(f"Invalid wrapper compressionType found in legacy deep record iterator {wrapper_magic}")
+        if wrapper_magic not in (0, 1):
+            raise InvalidRecordError(f"Invalid wrapper magic found in legacy deep record iterator {wrapper_magic}")
+        if vl < 0:
+            raise InvalidRecordError(f"Found invalid compressed record set with null value (magic = {wrapper_magic})")
+        data = get_codec(codec_id).decompress(self._buf[vp : vp + vl], wrapper_magic)
+        entries = []
+        pos = 0
+        end = len(data)
+        while True:
+            entry = decode.decode_legacy_message(data, pos, end)
+            if entry is None:
+                break  # a truncated trailing inner entry ends the iteration silently
+            if entry[4] & COMPRESSION_MASK:
+                raise InvalidRecordError("Inner messages must not be compressed")
+            entries.append(entry)
+            pos += entry[1]
+        if not entries:
+            raise InvalidRecordError("Found invalid compressed record set with no inner records")
+        wrapper_offset = self.offset
+        absolute_base = 0
+        if wrapper_magic > 0:
+            last_inner = entries[-1][0]
+            if wrapper_offset == 0:
+                absolute_base = 0  # some librdkafka versions send wrapper offset 0
+            elif wrapper_offset < last_inner:
+                raise InvalidRecordError(
+                    "Found invalid wrapper offset in compressed v1 message set, wrapper offset "
+                    f"'{wrapper_offset}' is less than the last inner message offset '{last_inner}' and it is not zero."
+                )
+            else:
+                absolute_base = wrapper_offset - last_inner
+        log_append = wrapper_magic > 0 and self.attributes & TIMESTAMP_TYPE_MASK
+        out = []
+        for (offset, size, crc, magic, attributes, timestamp, kp, kl, vp2, vl2, msg) in entries:
+            if wrapper_magic > 0:
+                offset = absolute_base + offset
+            if magic == 0:
+                timestamp = -1
+            elif log_append:
+                timestamp = self.timestamp
+            valid = size - LOG_OVERHEAD >= decode.RECORD_OVERHEAD_V0 and crc == crc32(memoryview(data)[msg + 4 : msg + size - LOG_OVERHEAD])
+            out.append(Record(self, data, offset, timestamp, -1, size, kp, kl, vp2, vl2, (), crc, magic, attributes, valid))
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"LegacyBatch(position={self.position}, offset={self.offset}, magic={self.magic}, "
+            f"codec={self.compression_name}, size={self.size})"
+        )
+
+
+def _padded(buf: memoryview, n: int) -> bytes:
+    head = bytes(buf[:n])
+    if len(head) < n:
+        head += b"\x00" * (n - len(head))
+    return head

@@ -1,0 +1,135 @@
+"""Reading a segment's batches the way Kafka's FileLogInputStream does.
+
+Framing shared by every magic: ``offset int64, size int32, (4 bytes), magic int8``.
+Fewer than 18 remaining bytes are never parsed; a size field below 14 is an
+error when at least 18 bytes remain; an entry that runs past the end is a
+partial tail and ends the iteration silently.
+
+Files are mapped with mmap and handed out as memoryview slices; pages already
+walked past are released from the process (MADV_DONTNEED) so memory stays flat
+however large the file is.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from typing import Iterator, Optional, Union
+
+from kstore_cli.errors import CorruptRecordError, FileUnreadableError
+from kstore_cli.segment.batch import (
+    HEADER_SIZE_UP_TO_MAGIC,
+    LOG_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
+    Batch,
+    LegacyBatch,
+    RecordBatch,
+)
+
+_PREFIX = struct.Struct(">qiib")  # offset, size, (leader epoch | crc), magic
+MIN_ENTRY_SIZE = 14  # LegacyRecord.RECORD_OVERHEAD_V0
+_RELEASE_EVERY = 64 * 1024 * 1024
+_PAGE = mmap.PAGESIZE
+
+Source = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
+
+
+def map_file(path: "str | os.PathLike[str]") -> memoryview:
+    """The whole file as a read-only memoryview over an mmap (empty files give an empty view)."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                return memoryview(b"")
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except FileNotFoundError:
+        raise FileUnreadableError("no such file", path=path) from None
+    except IsADirectoryError:
+        raise FileUnreadableError("is a directory, not a file", path=path) from None
+    except PermissionError:
+        raise FileUnreadableError("permission denied", path=path) from None
+    except OSError as exc:
+        raise FileUnreadableError(f"cannot be read: {exc.strerror or exc}", path=path) from None
+    try:
+        mm.madvise(mmap.MADV_SEQUENTIAL)
+    except (AttributeError, OSError):  # pragma: no cover - not every platform has madvise
+        pass
+    return memoryview(mm)
+
+
+def _release(buf: memoryview, start: int, end: int) -> None:
+    """Drop already-read pages of a file mapping from this process (they stay in the page cache)."""
+    obj = buf.obj
+    if not isinstance(obj, mmap.mmap):
+        return
+    start -= start % _PAGE
+    length = end - start
+    length -= length % _PAGE
+    if length <= 0:
+        return
+    try:
+        obj.madvise(mmap.MADV_DONTNEED, start, length)
+    except (AttributeError, OSError, ValueError):  # pragma: no cover
+        pass
+
+
+def read_batches(
+    source: Source,
+    *,
+    start: int = 0,
+    end: Optional[int] = None,
+    path: Optional[str] = None,
+) -> Iterator[Batch]:
+    """Iterate the batches of a segment file (or of a buffer) from byte `start` up to `end`.
+
+    Shallow: nothing is decompressed and no record is decoded until a batch's
+    ``records()`` is called. Raises CorruptRecordError for a size field below 14.
+    """
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        buf = memoryview(source)
+        if buf.ndim != 1 or buf.itemsize != 1:
+            buf = buf.cast("B")
+    else:
+        path = os.fspath(source) if path is None else path
+        buf = map_file(source)
+    return _iterate(buf, start, len(buf) if end is None else min(end, len(buf)), path)
+
+
+def _iterate(buf: memoryview, pos: int, end: int, path: Optional[str]) -> Iterator[Batch]:
+    released = pos
+    limit = end - HEADER_SIZE_UP_TO_MAGIC
+    unpack = _PREFIX.unpack_from
+    while pos < limit:
+        _offset, size, _x, magic = unpack(buf, pos)
+        if size < MIN_ENTRY_SIZE:
+            raise CorruptRecordError(
+                f"Found record size {size} smaller than minimum record overhead ({MIN_ENTRY_SIZE}) in file {path}.",
+                path=path,
+                position=pos,
+            )
+        entry_end = pos + LOG_OVERHEAD + size
+        if entry_end > end:
+            return  # a partial trailing entry is not returned
+        view = buf[pos:entry_end]
+        if magic >= 2:
+            # Kafka reads the 61-byte header from the file, even past a too-small batch.
+            header = bytes(buf[pos : pos + RECORD_BATCH_OVERHEAD])
+            if len(header) < RECORD_BATCH_OVERHEAD:
+                header += b"\x00" * (RECORD_BATCH_OVERHEAD - len(header))
+            yield RecordBatch(view, header, pos, path)
+        else:
+            yield LegacyBatch(view, pos, path)
+        pos = entry_end
+        if pos - released >= _RELEASE_EVERY:
+            _release(buf, released, pos)
+            released = pos
+
+
+def valid_bytes(source: Source, *, end: Optional[int] = None) -> int:
+    """Bytes covered by complete batches from the start (what FileLogInputStream can frame)."""
+    total = 0
+    for batch in read_batches(source, end=end):
+        total = batch.position + batch.size
+    return total

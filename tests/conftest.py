@@ -1,0 +1,35 @@
+"""Shared fixtures: where the Kafka-written reference data lives."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+CORPUS = FIXTURES / "kafka-corpus"
+GOLDEN = FIXTURES / "kafka-golden"
+
+settings.register_profile("ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=50, deadline=None)
+settings.register_profile("long", max_examples=20000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+_manifest_cache = {}
+
+
+def load_manifest() -> dict:
+    """The corpus MANIFEST.json (cached)."""
+    if "m" not in _manifest_cache:
+        _manifest_cache["m"] = json.loads((CORPUS / "MANIFEST.json").read_text())
+    return _manifest_cache["m"]
+
+
+@pytest.fixture(scope="session")
+def manifest() -> dict:
+    return load_manifest()
