@@ -107,3 +107,95 @@ def test_log_matches_manifest(name: str) -> None:
             shared = [k for k in got_record if k in want_record]
             assert len(shared) >= 7
             assert {k: got_record[k] for k in shared} == {k: want_record[k] for k in shared}, (batch.position, record.offset)
+
+
+# ----------------------------------------------------------------- indexes, snapshots, checkpoints
+
+from kstore_cli.segment.checkpoint import (  # noqa: E402
+    read_leader_epoch_checkpoint,
+    read_offset_checkpoint,
+    read_partition_metadata,
+)
+from kstore_cli.segment.index import OffsetIndex, TimeIndex, TransactionIndex  # noqa: E402
+from kstore_cli.segment.snapshot import read_snapshot  # noqa: E402
+
+
+def _files_of(*kinds: str):
+    return sorted(name for name, f in load_manifest()["files"].items() if f.get("kind") in kinds)
+
+
+@pytest.mark.parametrize("name", _files_of("offset-index", "time-index"))
+def test_index_matches_manifest(name: str) -> None:
+    want = load_manifest()["files"][name]
+    cls = OffsetIndex if want["kind"] == "offset-index" else TimeIndex
+    index = cls(CORPUS / name)
+    assert index.base_offset == want["baseOffset"]
+    assert index.entries == want["entriesAsReadByKafka"]
+    zero_slots = want.get("trailingZeroSlots", 0)
+    expected = [list(e) for e in want["entries"]]
+    if zero_slots:
+        expected += [list(want["trailingZeroSlotsReadAs"])] * zero_slots
+    assert [list(e) for e in index] == expected
+    if zero_slots:
+        assert index.entries - index.zero_tail_start() == zero_slots
+    if want["sanityCheck"] == "ok":
+        index.sanity_check()
+    else:
+        with pytest.raises(KstoreError) as info:
+            index.sanity_check()
+        relative = want["sanityCheck"]["message"]
+        assert info.value.message == relative.replace(name, str((CORPUS / name).resolve()))
+
+
+@pytest.mark.parametrize("name", _files_of("transaction-index"))
+def test_txnindex_matches_manifest(name: str) -> None:
+    want = load_manifest()["files"][name]
+    got = [
+        {
+            "version": t.version,
+            "producerId": t.producer_id,
+            "firstOffset": t.first_offset,
+            "lastOffset": t.last_offset,
+            "lastStableOffset": t.last_stable_offset,
+        }
+        for t in TransactionIndex(CORPUS / name)
+    ]
+    assert got == want["abortedTxns"]
+    TransactionIndex(CORPUS / name).sanity_check()
+
+
+@pytest.mark.parametrize("name", _files_of("producer-state-snapshot"))
+def test_snapshot_matches_manifest(name: str) -> None:
+    want = load_manifest()["files"][name]
+    snapshot = read_snapshot(CORPUS / name)
+    assert snapshot.version == want["version"]
+    assert snapshot.offset == want["snapshotOffset"]
+    got = [
+        {
+            "producerId": e.producer_id,
+            "producerEpoch": e.producer_epoch,
+            "coordinatorEpoch": e.coordinator_epoch,
+            "lastTimestamp": e.timestamp,
+            "currentTxnFirstOffset": e.open_transaction_first_offset,
+            "lastSequence": e.last_sequence,
+            "lastOffset": e.last_offset,
+            "offsetDelta": e.offset_delta,
+            "firstSequence": e.first_sequence,
+            "firstOffset": e.first_offset,
+        }
+        for e in snapshot.producers
+    ]
+    assert got == want["producers"]
+
+
+@pytest.mark.parametrize("name", _files_of("leader-epoch-checkpoint", "partition-metadata", "offset-checkpoint"))
+def test_text_files_match_manifest(name: str) -> None:
+    want = load_manifest()["files"][name]
+    path = CORPUS / name
+    if want["kind"] == "leader-epoch-checkpoint":
+        assert [{"epoch": e, "startOffset": o} for e, o in read_leader_epoch_checkpoint(path)] == want["entries"]
+    elif want["kind"] == "partition-metadata":
+        assert read_partition_metadata(path) == {"version": want["version"], "topicId": want["topicId"]}
+    else:
+        got = {f"{topic}-{partition}": offset for (topic, partition), offset in read_offset_checkpoint(path).items()}
+        assert got == want["entries"]

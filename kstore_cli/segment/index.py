@@ -1,0 +1,247 @@
+"""Offset index (``.index``) and time index (``.timeindex``) files.
+
+Entries, big-endian, no header and no count (the file length decides)::
+
+    .index      relativeOffset int32, position int32        (8 bytes)
+    .timeindex  timestamp int64, relativeOffset int32        (12 bytes)
+
+The base offset comes from the file name. An untrimmed (preallocated) file of
+the active segment counts every slot as an entry, zero slots included, exactly
+as Kafka's reader does; :attr:`IndexFile.zero_tail_start` tells where the
+unwritten zero slots begin.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Iterator, List, Optional, Tuple
+
+from kstore_cli.errors import CorruptIndexError
+from kstore_cli.segment.names import base_offset_from_name
+from kstore_cli.segment.reader import map_file
+
+OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
+TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
+MAX_INT32 = 0x7FFFFFFF
+_WARM_BYTES = 8192  # AbstractIndex: the hot tail searched first
+
+
+class IndexFile:
+    """Shared behaviour of the offset and time index: slots, length, lookups."""
+
+    entry_size = 0
+    _entry = OFFSET_ENTRY
+
+    def __init__(self, path: "str | os.PathLike[str]", base_offset: Optional[int] = None) -> None:
+        self.path = os.fspath(path)
+        self.base_offset = base_offset_from_name(self.path) if base_offset is None else base_offset
+        self._buf = map_file(self.path)
+        self.length = len(self._buf)
+
+    @property
+    def entries(self) -> int:
+        """Entries as Kafka counts them: floor(length / entry size), zero slots included."""
+        return self.length // self.entry_size
+
+    def __len__(self) -> int:
+        return self.entries
+
+    def raw_entry(self, n: int) -> Tuple[int, int]:
+        return self._entry.unpack_from(self._buf, n * self.entry_size)
+
+    def zero_tail_start(self) -> int:
+        """Index of the first trailing all-zero slot (== entries when there is none)."""
+        n = self.entries
+        zero = b"\x00" * self.entry_size
+        buf = self._buf
+        size = self.entry_size
+        while n > 0 and buf[(n - 1) * size : n * size] == zero:
+            n -= 1
+        return n
+
+
+class OffsetIndex(IndexFile):
+    """A ``.index`` file: (absolute offset, position) entries."""
+
+    entry_size = OFFSET_ENTRY.size
+
+    def entry(self, n: int) -> Tuple[int, int]:
+        """(absolute offset, position) of slot n."""
+        relative, position = OFFSET_ENTRY.unpack_from(self._buf, n * 8)
+        return self.base_offset + relative, position
+
+    def __iter__(self) -> Iterator[Tuple[int, int]]:
+        for n in range(self.entries):
+            yield self.entry(n)
+
+    def last_offset(self) -> int:
+        """Offset of the last slot (the base offset when empty), as Kafka's lastOffset."""
+        return self.entry(self.entries - 1)[0] if self.entries else self.base_offset
+
+    def sanity_check(self) -> None:
+        """Kafka's OffsetIndex.sanityCheck; raises CorruptIndexError."""
+        path = os.path.abspath(self.path)
+        if self.entries != 0 and self.last_offset() < self.base_offset:
+            raise CorruptIndexError(
+                f"Corrupt index found, index file {path} has non-zero size but the last offset "
+                f"is {self.last_offset()} which is less than the base offset {self.base_offset}",
+                path=self.path,
+            )
+        if self.length % 8 != 0:
+            raise CorruptIndexError(
+                f"Index file {path} is corrupt, found {self.length} bytes which is neither positive nor a multiple of 8",
+                path=self.path,
+            )
+
+    def lookup(self, target: int) -> Tuple[int, int]:
+        """Largest entry with offset <= target, or (base offset, 0): OffsetIndex.lookup."""
+        slot = largest_lower_bound_slot(self, target, lambda n: self.entry(n)[0])
+        if slot == -1:
+            return self.base_offset, 0
+        return self.entry(slot)
+
+
+class TimeIndex(IndexFile):
+    """A ``.timeindex`` file: (timestamp, absolute offset) entries."""
+
+    entry_size = TIME_ENTRY.size
+    _entry = TIME_ENTRY
+
+    def entry(self, n: int) -> Tuple[int, int]:
+        """(timestamp, absolute offset) of slot n."""
+        timestamp, relative = TIME_ENTRY.unpack_from(self._buf, n * 12)
+        return timestamp, self.base_offset + relative
+
+    def __iter__(self) -> Iterator[Tuple[int, int]]:
+        for n in range(self.entries):
+            yield self.entry(n)
+
+    def last_entry(self) -> Tuple[int, int]:
+        """The last slot, or (-1, base offset) when empty (TimeIndex.lastEntry)."""
+        return self.entry(self.entries - 1) if self.entries else (-1, self.base_offset)
+
+    def sanity_check(self) -> None:
+        """Kafka's TimeIndex.sanityCheck; raises CorruptIndexError."""
+        path = os.path.abspath(self.path)
+        if self.entries != 0:
+            last_ts, last_offset = self.last_entry()
+            first_ts = self.entry(0)[0]
+            if last_ts < first_ts:
+                raise CorruptIndexError(
+                    f"Corrupt time index found, time index file ({path}) has non-zero size but the last "
+                    f"timestamp is {last_ts} which is less than the first timestamp {first_ts}",
+                    path=self.path,
+                )
+            if last_offset < self.base_offset:
+                raise CorruptIndexError(
+                    f"Corrupt time index found, time index file ({path}) has non-zero size but the last "
+                    f"offset is {last_offset} which is less than the first offset {self.base_offset}",
+                    path=self.path,
+                )
+        if self.length % 12 != 0:
+            raise CorruptIndexError(
+                f"Time index file {path} is corrupt, found {self.length} bytes which is neither positive nor a multiple of 12",
+                path=self.path,
+            )
+
+    def lookup(self, target_timestamp: int) -> Tuple[int, int]:
+        """Largest entry with timestamp <= target, or (-1, base offset): TimeIndex.lookup."""
+        slot = largest_lower_bound_slot(self, target_timestamp, lambda n: self.entry(n)[0])
+        if slot == -1:
+            return -1, self.base_offset
+        return self.entry(slot)
+
+
+def largest_lower_bound_slot(index: IndexFile, target: int, key) -> int:
+    """AbstractIndex.largestLowerBoundSlotFor: searches the warm tail first."""
+    entries = index.entries
+    if entries == 0:
+        return -1
+
+    def bsearch(lo: int, hi: int) -> int:
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            k = key(mid)
+            if k > target:
+                hi = mid - 1
+            elif k < target:
+                lo = mid
+            else:
+                return mid
+        return lo
+
+    warm = _WARM_BYTES // index.entry_size
+    first_hot = max(0, entries - 1 - warm)
+    if key(first_hot) < target:
+        return bsearch(first_hot, entries - 1)
+    if key(0) > target:
+        return -1
+    return bsearch(0, first_hot)
+
+
+# --------------------------------------------------------------------------- txnindex
+
+ABORTED_TXN = struct.Struct(">hqqqq")  # version, producerId, firstOffset, lastOffset, lastStableOffset
+ABORTED_TXN_SIZE = ABORTED_TXN.size  # 34
+
+
+class AbortedTxn:
+    """One ``.txnindex`` entry."""
+
+    __slots__ = ("version", "producer_id", "first_offset", "last_offset", "last_stable_offset")
+
+    def __init__(self, version: int, producer_id: int, first_offset: int, last_offset: int, last_stable_offset: int) -> None:
+        self.version = version
+        self.producer_id = producer_id
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.last_stable_offset = last_stable_offset
+
+    def pack(self) -> bytes:
+        return ABORTED_TXN.pack(self.version, self.producer_id, self.first_offset, self.last_offset, self.last_stable_offset)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AbortedTxn) and self.pack() == other.pack()
+
+    def __repr__(self) -> str:
+        return (
+            f"AbortedTxn(version={self.version}, producerId={self.producer_id}, firstOffset={self.first_offset}, "
+            f"lastOffset={self.last_offset}, lastStableOffset={self.last_stable_offset})"
+        )
+
+
+class TransactionIndex:
+    """A ``.txnindex`` file: 34-byte aborted-transaction entries; a partial tail is ignored."""
+
+    def __init__(self, path: "str | os.PathLike[str]", base_offset: Optional[int] = None) -> None:
+        self.path = os.fspath(path)
+        self.base_offset = base_offset_from_name(self.path) if base_offset is None else base_offset
+        self._buf = map_file(self.path)
+        self.length = len(self._buf)
+
+    def __iter__(self) -> Iterator[AbortedTxn]:
+        buf = self._buf
+        for pos in range(0, self.length - ABORTED_TXN_SIZE + 1, ABORTED_TXN_SIZE):
+            _v, pid, first, last, lso = ABORTED_TXN.unpack_from(buf, pos)
+            # Kafka reads the version as one byte: the high byte of the int16 written.
+            version = buf[pos]
+            yield AbortedTxn(version, pid, first, last, lso)
+
+    def entries(self) -> List[AbortedTxn]:
+        return list(self)
+
+    def sanity_check(self) -> None:
+        """Kafka's TransactionIndex.sanityCheck; raises CorruptIndexError."""
+        path = os.path.abspath(self.path)
+        for txn in self:
+            if txn.version > 0:
+                raise CorruptIndexError(
+                    f"Unexpected aborted transaction version {txn.version} in transaction index {path}, current version is 0",
+                    path=self.path,
+                )
+            if txn.last_offset < self.base_offset:
+                raise CorruptIndexError(
+                    f"Last offset of aborted transaction {txn} in index {path} is less than start offset {self.base_offset}",
+                    path=self.path,
+                )

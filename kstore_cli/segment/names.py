@@ -1,0 +1,54 @@
+"""File and directory names of a Kafka log dir (LogFileUtils, LocalLog)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from kstore_cli.errors import UsageError
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+SNAPSHOT_SUFFIX = ".snapshot"
+DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+
+_TOPIC_PARTITION = re.compile(r"^(.+)-(\d+)$")
+
+
+def filename_prefix(offset: int) -> str:
+    """The 20-digit zero-padded offset that names segment and snapshot files."""
+    return f"{offset:020d}"
+
+
+def base_offset_from_name(path: "str | os.PathLike[str]") -> int:
+    """The offset in a segment/index/snapshot file name (text before the first '.')."""
+    name = os.path.basename(os.fspath(path))
+    head = name.split(".", 1)[0]
+    try:
+        return int(head)
+    except ValueError:
+        raise UsageError(f"file name {name!r} does not start with a base offset", path=os.fspath(path)) from None
+
+
+def sibling(path: "str | os.PathLike[str]", suffix: str) -> str:
+    """The file of the same segment with another suffix (e.g. the .log beside an .index)."""
+    path = os.fspath(path)
+    directory, name = os.path.split(path)
+    return os.path.join(directory, name.split(".", 1)[0] + suffix)
+
+
+def parse_partition_dir(name: str):
+    """(topic, partition) from a partition directory name, or None when it is not one."""
+    name = os.path.basename(os.path.normpath(name))
+    for suffix in ("-delete", "-future", "-stray"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)].rsplit(".", 1)[0]
+            break
+    match = _TOPIC_PARTITION.match(name)
+    if not match:
+        return None
+    return match.group(1), int(match.group(2))
