@@ -1,0 +1,221 @@
+"""Every file change kstore makes goes through here: atomic writes, renames, deletes,
+truncation, directory fsyncs, and the log dir lock.
+
+Keeping them in one module gives two guarantees a reviewer can check in one
+place: writes are temporary file -> fsync -> atomic rename -> directory fsync,
+and tests can arm a crash point (SIGKILL at the N-th operation, via the
+``KSTORE_CRASH_AT`` environment variable or :func:`arm_crash`) to prove that a
+kill at any step leaves a recoverable directory.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import signal
+from typing import Callable, Dict, List, Optional
+
+from kstore_cli.errors import FileUnreadableError, KstoreError, LogDirLockedError
+
+CRASH_ENV = "KSTORE_CRASH_AT"
+LOCK_FILE = ".lock"
+TMP_SUFFIX = ".kstore-tmp"
+
+_op_count = 0
+_crash_at: Optional[int] = None
+_crash_hook: Optional[Callable[[int, str, str], None]] = None
+_env_read = False
+#: Every operation performed, as (kind, path), for tests that audit what a command did.
+journal: List[tuple] = []
+
+
+def arm_crash(at: Optional[int], hook: Optional[Callable[[int, str, str], None]] = None) -> None:
+    """Kill the process (or call hook) just before the at-th file operation (1-based); None disarms."""
+    global _crash_at, _op_count, _crash_hook, _env_read
+    _crash_at = at
+    _crash_hook = hook
+    _op_count = 0
+    _env_read = True
+    journal.clear()
+
+
+def operation_count() -> int:
+    """File operations performed since the last arm_crash (or start)."""
+    return _op_count
+
+
+def _step(kind: str, path: str) -> None:
+    global _op_count, _crash_at, _env_read
+    if not _env_read:
+        _env_read = True
+        value = os.environ.get(CRASH_ENV)
+        if value:
+            _crash_at = int(value)
+    _op_count += 1
+    journal.append((kind, path))
+    if _crash_at is not None and _op_count == _crash_at:
+        if _crash_hook is not None:
+            _crash_hook(_op_count, kind, path)
+        else:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _fail(action: str, path: str, exc: OSError) -> KstoreError:
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.ENOSPC:
+        reason = "no space left on device"
+    return FileUnreadableError(f"could not {action}: {reason}; nothing was replaced", path=path)
+
+
+def fsync_dir(directory: str) -> None:
+    """fsync a directory so renames and deletes in it survive a power loss."""
+    _step("fsync-dir", directory)
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: "bytes | Callable[[object], None]") -> None:
+    """Replace path with data: temporary file, fsync, rename over path, fsync the directory.
+
+    data may be bytes or a function that writes to the open binary file.
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = path + TMP_SUFFIX
+    _step("write", tmp)
+    try:
+        with open(tmp, "wb") as f:
+            if callable(data):
+                data(f)
+            else:
+                f.write(data)
+            f.flush()
+            _step("fsync", tmp)
+            os.fsync(f.fileno())
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise _fail("write", tmp, exc) from None
+    rename(tmp, path)
+    fsync_dir(directory)
+
+
+def rename(src: str, dst: str) -> None:
+    """Atomic rename (the caller fsyncs the directory when the step must be durable)."""
+    _step("rename", f"{src} -> {dst}")
+    try:
+        os.replace(src, dst)
+    except OSError as exc:
+        raise _fail(f"rename to {dst}", src, exc) from None
+
+
+def unlink(path: str, missing_ok: bool = True) -> None:
+    _step("unlink", path)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise FileUnreadableError("no such file", path=path) from None
+    except OSError as exc:
+        raise _fail("delete", path, exc) from None
+
+
+def truncate(path: str, size: int) -> None:
+    """Cut a file to size bytes and fsync it."""
+    _step("truncate", path)
+    try:
+        with open(path, "r+b") as f:
+            f.truncate(size)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise _fail("truncate", path, exc) from None
+
+
+def copy_range(src: str, dst: str, start: int, end: int) -> None:
+    """Write bytes [start, end) of src to a new file dst (fsynced), e.g. to keep a cut tail aside."""
+    _step("write", dst)
+    try:
+        with open(src, "rb") as fin, open(dst, "xb") as fout:
+            fin.seek(start)
+            remaining = end - start
+            while remaining > 0:
+                chunk = fin.read(min(remaining, 1 << 20))
+                if not chunk:
+                    break
+                fout.write(chunk)
+                remaining -= len(chunk)
+            fout.flush()
+            os.fsync(fout.fileno())
+    except OSError as exc:
+        raise _fail("write", dst, exc) from None
+
+
+class LogDirLock:
+    """The data dir's ``.lock``, taken the way the broker takes it (an exclusive fcntl lock).
+
+    A broker (or another kstore) holding it makes acquisition fail with
+    LogDirLockedError, unless force=True, in which case the lock is skipped.
+    """
+
+    _held: Dict[str, int] = {}
+
+    def __init__(self, data_dir: str, force: bool = False) -> None:
+        self.data_dir = os.path.abspath(data_dir)
+        self.path = os.path.join(self.data_dir, LOCK_FILE)
+        self.force = force
+        self._fd: Optional[int] = None
+
+    def __enter__(self) -> "LogDirLock":
+        if self.force:
+            return self
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise FileUnreadableError(f"cannot open the log dir lock: {exc.strerror}", path=self.path) from None
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EACCES, errno.EAGAIN):
+                raise LogDirLockedError(
+                    "the log dir is locked by a running process (a Kafka broker or another kstore); "
+                    "stop it first, or pass --force if you are sure nothing is using this directory",
+                    path=self.path,
+                ) from None
+            raise FileUnreadableError(f"cannot lock: {exc.strerror}", path=self.path) from None
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._fd is not None:
+            try:
+                fcntl.lockf(self._fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self._fd)
+                self._fd = None
+
+
+def is_locked(data_dir: str) -> bool:
+    """Whether another process holds the data dir's lock (read-only probe)."""
+    path = os.path.join(data_dir, LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        # A shared probe lock is refused while someone holds the exclusive one.
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            return exc.errno in (errno.EACCES, errno.EAGAIN)
+        fcntl.lockf(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
