@@ -1,0 +1,3 @@
+from kstore_cli.cli import main
+
+main()

@@ -1,0 +1,21 @@
+"""One module per subcommand; each parses options, calls the core, renders.
+
+COMMANDS lists them in the order `kstore --help` shows them.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+import click
+
+
+def _load() -> List[click.Command]:
+    commands: List[click.Command] = []
+    from kstore_cli.commands import dump_segment
+
+    commands.append(dump_segment.command)
+    return commands
+
+
+COMMANDS = _load()
