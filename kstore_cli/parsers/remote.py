@@ -1,0 +1,68 @@
+"""``--remote-log-metadata-decoder``: ``__remote_log_metadata`` records (``RemoteLogMetadataSerde``).
+
+Same frame as cluster metadata (see ``metadata.py``); the payload is the Java ``toString()`` of the
+deserialized object. Only ``RemotePartitionDeleteMetadata`` has its ``toString`` reproduced so far; the
+other three record types raise :class:`RecordParseError` rather than print something Kafka would not.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+from kstore_cli.errors import RecordParseError
+from kstore_cli.parsers.metadata import read_frame
+from kstore_cli.parsers.schema import F, Message
+from kstore_cli.parsers.wire import JavaError
+
+_TOPIC_ID_PARTITION = F("TopicIdPartition", "TopicIdPartitionEntry", fields=[
+    F("Name", "string"), F("Id", "uuid"), F("Partition", "int32")])
+_SEGMENT_ID = F("RemoteLogSegmentId", "RemoteLogSegmentIdEntry", fields=[_TOPIC_ID_PARTITION, F("Id", "uuid")])
+_LEADER_EPOCHS = F("SegmentLeaderEpochs", "[]SegmentLeaderEpochEntry", fields=[
+    F("LeaderEpoch", "int32"), F("Offset", "int64")])
+
+#: api key -> (Java class the record becomes, message), as of the goldens' Kafka build (all v0).
+REMOTE_RECORDS: Dict[int, Tuple[str, Message]] = {
+    0: ("RemoteLogSegmentMetadata", Message("RemoteLogSegmentMetadataRecord", "0", "0+", [
+        _SEGMENT_ID, F("StartOffset", "int64"), F("EndOffset", "int64"), F("BrokerId", "int32"),
+        F("MaxTimestampMs", "int64"), F("EventTimestampMs", "int64"), _LEADER_EPOCHS,
+        F("SegmentSizeInBytes", "int32"), F("CustomMetadata", "bytes", nullable="0+", default="null"),
+        F("RemoteLogSegmentState", "int8"), F("TxnIndexEmpty", "bool", tagged="0+", tag=0)])),
+    1: ("RemoteLogSegmentMetadataUpdate", Message("RemoteLogSegmentMetadataUpdateRecord", "0", "0+", [
+        _SEGMENT_ID, F("BrokerId", "int32"), F("EventTimestampMs", "int64"),
+        F("CustomMetadata", "bytes", nullable="0+", default="null"), F("RemoteLogSegmentState", "int8")])),
+    2: ("RemotePartitionDeleteMetadata", Message("RemotePartitionDeleteMetadataRecord", "0", "0+", [
+        _TOPIC_ID_PARTITION, F("BrokerId", "int32"), F("EventTimestampMs", "int64"),
+        F("RemotePartitionDeleteState", "int8")])),
+    3: ("RemoteLogSegmentMetadataSnapshot", Message("RemoteLogSegmentMetadataSnapshotRecord", "0", "0+", [
+        F("SegmentId", "uuid"), F("StartOffset", "int64"), F("EndOffset", "int64"), F("BrokerId", "int32"),
+        F("MaxTimestampMs", "int64"), F("EventTimestampMs", "int64"), _LEADER_EPOCHS,
+        F("SegmentSizeInBytes", "int32"), F("CustomMetadata", "bytes", nullable="0+", default="null"),
+        F("RemoteLogSegmentState", "int8"), F("TxnIndexEmpty", "bool", tagged="0+", tag=0)])),
+}
+
+_DELETE_STATES = {0: "DELETE_PARTITION_MARKED", 1: "DELETE_PARTITION_STARTED", 2: "DELETE_PARTITION_FINISHED"}
+
+
+def _topic_id_partition(tip: dict) -> str:
+    """``TopicIdPartition.toString()``: ``<topic id>:<topic>-<partition>``."""
+    return f"{tip['Id']}:{tip['Name']}-{tip['Partition']}"
+
+
+class RemoteLogMetadataMessageParser:
+    """``--remote-log-metadata-decoder``: no key; payload = the object's ``toString()``."""
+
+    def parse(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> Tuple[Optional[str], Optional[str]]:
+        if value is None:
+            return None, (f"Error at offset {offset}, skipping. Cannot invoke \"java.nio.ByteBuffer.remaining()\" "
+                          "because the return value of \"org.apache.kafka.common.record.Record.value()\" is null")
+        try:
+            api_key, _, v = read_frame(REMOTE_RECORDS, value)
+        except JavaError as e:
+            return None, f"Error at offset {offset}, skipping. {e.text}"
+        java_class = REMOTE_RECORDS[api_key][0]
+        if api_key == 2:
+            state = _DELETE_STATES.get(v["RemotePartitionDeleteState"], "null")
+            return None, (f"RemotePartitionDeleteMetadata{{topicPartition={_topic_id_partition(v['TopicIdPartition'])}, "
+                          f"state={state}, eventTimestampMs={v['EventTimestampMs']}, brokerId={v['BrokerId']}}}")
+        raise RecordParseError(f"offset {offset}: kstore cannot yet print {java_class}.toString() "
+                               "(--remote-log-metadata-decoder supports RemotePartitionDeleteMetadata only)")
