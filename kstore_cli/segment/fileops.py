@@ -219,3 +219,43 @@ def is_locked(data_dir: str) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def make_dirs(directory: str) -> None:
+    """Create a directory and its parents (fsyncing each new one's parent)."""
+    directory = os.path.abspath(directory)
+    missing = []
+    d = directory
+    while not os.path.isdir(d):
+        missing.append(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    for d in reversed(missing):
+        _step("mkdir", d)
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise _fail("create directory", d, exc) from None
+        fsync_dir(os.path.dirname(d))
+
+
+def move_file(src: str, dst: str) -> None:
+    """Move src to dst (which must not exist): a rename on the same file system, else
+    copy (fsynced) then delete. The caller fsyncs the source directory."""
+    if os.path.exists(dst):
+        raise FileUnreadableError("destination already exists; nothing was moved", path=dst)
+    _step("rename", f"{src} -> {dst}")
+    try:
+        os.rename(src, dst)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise _fail(f"move to {dst}", src, exc) from None
+    size = os.path.getsize(src)
+    copy_range(src, dst, 0, size)
+    fsync_dir(os.path.dirname(os.path.abspath(dst)))
+    unlink(src)

@@ -245,3 +245,156 @@ class TransactionIndex:
                     f"Last offset of aborted transaction {txn} in index {path} is less than start offset {self.base_offset}",
                     path=self.path,
                 )
+
+
+# --------------------------------------------------------------------------- writing
+
+#: Kafka's default segment.index.bytes: the size a new (preallocated) index file gets.
+DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
+#: Kafka's default index.interval.bytes.
+DEFAULT_INDEX_INTERVAL_BYTES = 4096
+
+
+class IndexAppendError(CorruptIndexError):
+    """An entry cannot be appended (Kafka's InvalidOffsetException / IndexOffsetOverflowException)."""
+
+
+def pack_offset_entries(base_offset: int, entries: List[Tuple[int, int]]) -> bytes:
+    """``.index`` bytes for (absolute offset, position) entries."""
+    out = bytearray(len(entries) * OFFSET_ENTRY.size)
+    pack = OFFSET_ENTRY.pack_into
+    for n, (offset, position) in enumerate(entries):
+        pack(out, n * 8, offset - base_offset, position)
+    return bytes(out)
+
+
+def pack_time_entries(base_offset: int, entries: List[Tuple[int, int]]) -> bytes:
+    """``.timeindex`` bytes for (timestamp, absolute offset) entries."""
+    out = bytearray(len(entries) * TIME_ENTRY.size)
+    pack = TIME_ENTRY.pack_into
+    for n, (timestamp, offset) in enumerate(entries):
+        pack(out, n * 12, timestamp, offset - base_offset)
+    return bytes(out)
+
+
+def pack_aborted_txns(entries: List[AbortedTxn]) -> bytes:
+    """``.txnindex`` bytes for these entries, in order."""
+    return b"".join(txn.pack() for txn in entries)
+
+
+class SegmentIndexBuilder:
+    """The ``.index`` and ``.timeindex`` of one segment, built in memory with Kafka's rules.
+
+    Two feeding styles, matching the two places Kafka writes index entries:
+
+    * :meth:`recovered_batch` - ``LogSegment.recover``: one call per batch, an
+      offset entry (batch last offset, batch position) whenever the batch starts
+      more than ``index_interval_bytes`` past the previous entry (§6.1);
+    * :meth:`appended` - ``LogSegment.append``: one call per append (which may hold
+      several batches), an entry (largest offset of the append, position of its
+      start) when more than ``index_interval_bytes`` were appended since the last
+      entry, counted before this append (§4.3).
+
+    :meth:`finish` adds the time index's final entry (roll, close, end of recovery).
+    Entries follow ``OffsetIndex.append`` and ``TimeIndex.maybeAppend``: offsets
+    strictly increasing, timestamps appended only when strictly greater.
+    """
+
+    __slots__ = (
+        "base_offset",
+        "index_interval_bytes",
+        "path",
+        "offsets",
+        "times",
+        "max_timestamp",
+        "offset_of_max_timestamp",
+        "_last_entry_position",
+        "_bytes_since_last_entry",
+    )
+
+    def __init__(self, base_offset: int, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+                 path: Optional[str] = None) -> None:
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.path = path
+        self.offsets: List[Tuple[int, int]] = []
+        self.times: List[Tuple[int, int]] = []
+        # TimestampOffset read from an empty time index: (-1, base offset).
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self._last_entry_position = 0
+        self._bytes_since_last_entry = 0
+
+    # -- Kafka's two primitive appends
+    def append_offset(self, offset: int, position: int) -> None:
+        """OffsetIndex.append: offset must be larger than the last one and fit in an int32."""
+        relative = offset - self.base_offset
+        if relative < 0 or relative > MAX_INT32:
+            raise IndexAppendError(f"Integer overflow for offset: {offset} ({self.path})", path=self.path)
+        if self.offsets and offset <= self.offsets[-1][0]:
+            raise IndexAppendError(
+                f"Attempt to append an offset {offset} to position {len(self.offsets)} no larger than "
+                f"the last offset appended ({self.offsets[-1][0]}) to {self.path}.",
+                path=self.path,
+            )
+        self.offsets.append((offset, position))
+
+    def maybe_append_time(self, timestamp: int, offset: int) -> None:
+        """TimeIndex.maybeAppend: append only when timestamp > the last entry's."""
+        if self.times:
+            last_ts, last_offset = self.times[-1]
+            if offset < last_offset:
+                raise IndexAppendError(
+                    f"Attempt to append an offset ({offset}) to slot {len(self.times)} no larger than "
+                    f"the last offset appended ({last_offset}) to {self.path}.",
+                    path=self.path,
+                )
+            if timestamp < last_ts:
+                raise IndexAppendError(
+                    f"Attempt to append a timestamp ({timestamp}) to slot {len(self.times)} no larger than "
+                    f"the last timestamp appended ({last_ts}) to {self.path}.",
+                    path=self.path,
+                )
+        else:
+            last_ts = -1
+        if timestamp > last_ts:
+            relative = offset - self.base_offset
+            if relative < 0 or relative > MAX_INT32:
+                raise IndexAppendError(f"Integer overflow for offset: {offset} ({self.path})", path=self.path)
+            self.times.append((timestamp, offset))
+
+    # -- recovery (§6.1)
+    def recovered_batch(self, position: int, size: int, last_offset: int, max_timestamp: int) -> None:
+        """One batch read back by recovery, at `position` (its start), `size` bytes long."""
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = last_offset
+        if position - self._last_entry_position > self.index_interval_bytes:
+            self.append_offset(last_offset, position)
+            self.maybe_append_time(self.max_timestamp, self.offset_of_max_timestamp)
+            self._last_entry_position = position
+
+    # -- the append path (§4.3), for the segment writer
+    def appended(self, position: int, size: int, largest_offset: int, largest_timestamp: int,
+                 offset_of_largest_timestamp: int) -> None:
+        """One append call of `size` bytes starting at `position`."""
+        if size <= 0:
+            return
+        if largest_timestamp > self.max_timestamp:
+            self.max_timestamp = largest_timestamp
+            self.offset_of_max_timestamp = offset_of_largest_timestamp
+        if self._bytes_since_last_entry > self.index_interval_bytes:
+            self.append_offset(largest_offset, position)
+            self.maybe_append_time(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_last_entry = 0
+        self._bytes_since_last_entry += size
+
+    def finish(self) -> None:
+        """The final time-index entry (onBecomeInactiveSegment / close / end of recover)."""
+        self.maybe_append_time(self.max_timestamp, self.offset_of_max_timestamp)
+
+    def offset_index_bytes(self) -> bytes:
+        return pack_offset_entries(self.base_offset, self.offsets)
+
+    def time_index_bytes(self) -> bytes:
+        return pack_time_entries(self.base_offset, self.times)

@@ -1,0 +1,224 @@
+"""Finding segments: a PATH given on the command line as a ``.log`` file, a partition
+directory or a data directory (a ``log.dirs`` entry), resolved to partitions and
+their segments in base-offset order.
+
+What counts as a partition directory (LocalLog.parseTopicPartitionName):
+``<topic>-<partition>``. In a data directory, ``-delete``, ``-future`` and
+``-stray`` directories are skipped (a replica being deleted, moved in, or left
+over; the broker does not serve them) and listed in :attr:`DataDir.skipped`,
+as are directories that are not partitions at all (``remote-log-index-cache``).
+``__cluster_metadata-0`` is a normal log (KafkaMetadataLog wraps the same
+UnifiedLog), so it is included. A skipped directory can still be named
+explicitly as a PATH.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from kstore_cli.errors import FileUnreadableError, UsageError
+from kstore_cli.segment import names
+from kstore_cli.segment.fileops import LOCK_FILE, TMP_SUFFIX
+
+_INDEX_SUFFIXES = (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX)
+_LEFTOVER_SUFFIXES = (names.DELETED_SUFFIX, names.CLEANED_SUFFIX, names.SWAP_SUFFIX, TMP_SUFFIX, ".tmp")
+_SKIPPED_DIR_SUFFIXES = ("-delete", "-future", "-stray")
+
+
+def _offset_of(name: str) -> Optional[int]:
+    head = name.split(".", 1)[0]
+    if len(head) < 20 or not head.isdigit():
+        return None
+    return int(head)
+
+
+class Segment:
+    """One segment's files. Paths are None when the file does not exist."""
+
+    __slots__ = ("base_offset", "log", "index", "timeindex", "txnindex")
+
+    def __init__(self, base_offset: int, directory: str) -> None:
+        self.base_offset = base_offset
+        prefix = os.path.join(directory, names.filename_prefix(base_offset))
+        self.log = prefix + names.LOG_SUFFIX
+        self.index: Optional[str] = None
+        self.timeindex: Optional[str] = None
+        self.txnindex: Optional[str] = None
+
+    def path(self, suffix: str) -> str:
+        """The path this segment's file with `suffix` has (or would have)."""
+        return names.sibling(self.log, suffix)
+
+    @property
+    def log_size(self) -> int:
+        return os.path.getsize(self.log)
+
+    def __repr__(self) -> str:
+        return f"Segment({self.base_offset})"
+
+
+class Partition:
+    """A partition directory: its segments, snapshots, and files a broker would not load."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+        parsed = names.parse_partition_dir(self.path)
+        self.topic, self.partition = parsed if parsed else (os.path.basename(self.path), -1)
+        self.segments: List[Segment] = []
+        #: {offset: path} of <offset>.snapshot files.
+        self.snapshots: Dict[int, str] = {}
+        #: .deleted / .cleaned / .swap / temporary files left by an interrupted operation.
+        self.leftovers: List[str] = []
+        #: Index files whose .log does not exist (LogLoader deletes them as "orphaned").
+        self.orphan_indexes: List[str] = []
+        #: Other regular files (checkpoints, partition.metadata, unknown files).
+        self.other_files: List[str] = []
+        self._scan()
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def data_dir(self) -> str:
+        """The data directory holding this partition (where ``.lock`` and the checkpoints are)."""
+        return os.path.dirname(self.path)
+
+    def _scan(self) -> None:
+        try:
+            entries = sorted(os.listdir(self.path))
+        except FileNotFoundError:
+            raise FileUnreadableError("no such directory", path=self.path) from None
+        except NotADirectoryError:
+            raise FileUnreadableError("not a directory", path=self.path) from None
+        except OSError as exc:
+            raise FileUnreadableError(f"cannot be listed: {exc.strerror}", path=self.path) from None
+        by_offset: Dict[int, Segment] = {}
+        indexes: List[Tuple[int, str, str]] = []
+        for name in entries:
+            full = os.path.join(self.path, name)
+            if not os.path.isfile(full):
+                continue
+            if name.endswith(_LEFTOVER_SUFFIXES):
+                self.leftovers.append(full)
+                continue
+            offset = _offset_of(name)
+            suffix = "." + name.split(".", 1)[1] if "." in name else ""
+            if offset is None:
+                self.other_files.append(full)
+            elif suffix == names.LOG_SUFFIX:
+                by_offset[offset] = Segment(offset, self.path)
+            elif suffix in _INDEX_SUFFIXES:
+                indexes.append((offset, suffix, full))
+            elif suffix == names.SNAPSHOT_SUFFIX:
+                self.snapshots[offset] = full
+            else:
+                self.other_files.append(full)
+        for offset, suffix, full in indexes:
+            segment = by_offset.get(offset)
+            if segment is None:
+                self.orphan_indexes.append(full)
+            elif suffix == names.INDEX_SUFFIX:
+                segment.index = full
+            elif suffix == names.TIME_INDEX_SUFFIX:
+                segment.timeindex = full
+            else:
+                segment.txnindex = full
+        self.segments = [by_offset[o] for o in sorted(by_offset)]
+
+    def segment(self, base_offset: int) -> Segment:
+        for segment in self.segments:
+            if segment.base_offset == base_offset:
+                return segment
+        raise UsageError(f"no segment with base offset {base_offset}", path=self.path)
+
+    def snapshot_at(self, offset: int) -> Optional[str]:
+        return self.snapshots.get(offset)
+
+    def __repr__(self) -> str:
+        return f"Partition({self.path!r}, segments={len(self.segments)})"
+
+
+class Target:
+    """What one PATH argument resolved to: a partition, and optionally a single segment of it."""
+
+    __slots__ = ("partition", "only")
+
+    def __init__(self, partition: Partition, only: Optional[int] = None) -> None:
+        self.partition = partition
+        #: Base offset of the one segment named by a ``.log`` PATH; None means every segment.
+        self.only = only
+
+    @property
+    def segments(self) -> List[Segment]:
+        if self.only is None:
+            return self.partition.segments
+        return [self.partition.segment(self.only)]
+
+
+class DataDir:
+    """A data directory's partitions, and the directories that were skipped."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+        self.partitions: List[Partition] = []
+        #: (path, why) of child directories that are not loaded.
+        self.skipped: List[Tuple[str, str]] = []
+        for name in sorted(os.listdir(self.path)):
+            full = os.path.join(self.path, name)
+            if not os.path.isdir(full):
+                continue
+            if name.endswith(_SKIPPED_DIR_SUFFIXES):
+                self.skipped.append((full, f"{name.rsplit('-', 1)[1]} replica directory"))
+            elif names.parse_partition_dir(name) is None:
+                self.skipped.append((full, "not a partition directory"))
+            else:
+                self.partitions.append(Partition(full))
+
+
+def is_partition_dir(path: str) -> bool:
+    """A directory that holds segment files, or is named like a partition and holds no partitions."""
+    try:
+        entries = os.listdir(path)
+    except OSError:
+        return False
+    if any(_offset_of(n) is not None for n in entries):
+        return True
+    if names.parse_partition_dir(path) is None:
+        return False
+    return not any(
+        os.path.isdir(os.path.join(path, n)) and names.parse_partition_dir(n) is not None for n in entries
+    )
+
+
+def resolve(paths: Iterable[str]) -> List[Target]:
+    """Each PATH as targets: a ``.log`` -> one segment; a partition dir -> it; a data dir -> its partitions."""
+    targets: List[Target] = []
+    for raw in paths:
+        path = os.path.abspath(raw)
+        if os.path.isfile(path):
+            if not path.endswith(names.LOG_SUFFIX):
+                raise UsageError("expected a .log file, a partition directory or a data directory", path=raw)
+            partition = Partition(os.path.dirname(path))
+            targets.append(Target(partition, names.base_offset_from_name(path)))
+        elif os.path.isdir(path):
+            if is_partition_dir(path):
+                targets.append(Target(Partition(path)))
+            else:
+                targets.extend(Target(p) for p in DataDir(path).partitions)
+        else:
+            raise FileUnreadableError("no such file or directory", path=raw)
+    return targets
+
+
+def group_by_data_dir(targets: Iterable[Target]) -> Dict[str, List[Target]]:
+    """Targets keyed by their data directory (one lock per data dir)."""
+    out: Dict[str, List[Target]] = {}
+    for target in targets:
+        out.setdefault(target.partition.data_dir, []).append(target)
+    return out
+
+
+def lock_path(data_dir: str) -> str:
+    return os.path.join(data_dir, LOCK_FILE)

@@ -1,0 +1,697 @@
+"""Kafka's segment recovery (``LogSegment.recover``), offline.
+
+One pass over a segment's batches, as recovery walks them:
+
+* every batch is checked with ``ensure_valid`` (size and CRC, nothing decompressed)
+  and its last offset must fit the segment's int32 relative range;
+* the offset and time indexes are rebuilt by recovery's per-batch rule (§6.1),
+  with :class:`~kstore_cli.segment.index.SegmentIndexBuilder`;
+* producer state is tracked (only what transactions need) so every ABORT marker
+  adds an ``AbortedTxn`` with the last stable offset Kafka computes;
+* the pass stops at the first batch that fails, and what lies from there to the
+  end of the file is classified: a partial batch, a CRC mismatch, a size field
+  below 14, an invalid control record, or a zero-filled (preallocated) tail,
+  which is reported as such and not as corruption.
+
+Nothing here writes: :func:`recover_segment` returns the bytes Kafka would
+leave; :func:`plan_partition` runs it over a partition the way LogLoader's
+recovery does (producer state carried from segment to segment, everything after
+a truncated segment dropped), and :func:`apply_plan` performs a plan through
+:mod:`~kstore_cli.segment.fileops`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from typing import Callable, Dict, List, Optional, Tuple
+
+from kstore_cli.errors import (
+    CorruptDataError,
+    CorruptRecordError,
+    CorruptSnapshotError,
+    InvalidRecordError,
+    KstoreError,
+    UsageError,
+)
+from kstore_cli.segment import fileops, names
+from kstore_cli.segment.batch import (
+    HEADER_SIZE_UP_TO_MAGIC,
+    LOG_OVERHEAD,
+    MAX_INT32,
+    parse_control_key,
+    parse_end_txn_marker,
+)
+from kstore_cli.segment.checkpoint import (
+    LEADER_EPOCH_CHECKPOINT,
+    format_leader_epoch_checkpoint,
+    read_leader_epoch_checkpoint,
+)
+from kstore_cli.segment.index import (
+    DEFAULT_INDEX_INTERVAL_BYTES,
+    AbortedTxn,
+    IndexAppendError,
+    SegmentIndexBuilder,
+    pack_aborted_txns,
+)
+from kstore_cli.segment.logdir import Partition, Segment
+from kstore_cli.segment.reader import map_file, read_batches
+from kstore_cli.segment.snapshot import read_snapshot
+
+# Kinds of trouble found where the valid data of a segment ends.
+ZERO_TAIL = "zero-filled-tail"  # preallocated (or sparse) zeros: not corruption
+PARTIAL_BATCH = "partial-batch"  # the last batch runs past the end of the file
+SHORT_TAIL = "short-tail"  # fewer bytes than a batch header
+BAD_SIZE = "bad-size"  # a size field below 14 (LegacyRecord.RECORD_OVERHEAD_V0)
+CORRUPT_BATCH = "corrupt-batch"  # ensureValid failed: CRC mismatch or a too-small batch
+INVALID_CONTROL = "invalid-control-record"  # a transaction marker that does not parse
+# Not cut by Kafka's recovery (it raises instead), so never cut by kstore either.
+OFFSET_OVERFLOW = "offset-overflow"  # LogSegmentOffsetOverflowException: Kafka splits the segment
+OFFSETS_NOT_INCREASING = "offsets-not-increasing"  # InvalidOffsetException: Kafka empties the segment
+
+#: Kinds Kafka's recovery fixes by truncating the .log.
+TRUNCATABLE = frozenset({ZERO_TAIL, PARTIAL_BATCH, SHORT_TAIL, BAD_SIZE, CORRUPT_BATCH, INVALID_CONTROL})
+
+_ZERO_CHUNK = bytes(1 << 20)
+
+
+def is_zero(buf: memoryview, start: int, end: int) -> bool:
+    """Whether bytes [start, end) of buf are all zero."""
+    pos = start
+    while pos < end:
+        n = min(end - pos, len(_ZERO_CHUNK))
+        if buf[pos : pos + n] != _ZERO_CHUNK[:n]:
+            return False
+        pos += n
+    return True
+
+
+# --------------------------------------------------------------------------- producer state
+
+
+class TxnState:
+    """The part of ProducerStateManager that transactions need.
+
+    ``current``: producer id -> first offset of its open transaction;
+    ``ongoing``: first offset -> producer id, for the last stable offset
+    (ProducerStateManager keeps it in a TreeMap, ordered by first offset).
+    """
+
+    __slots__ = ("current", "ongoing", "end_offset", "source")
+
+    def __init__(self, source: str = "empty") -> None:
+        self.current: Dict[int, int] = {}
+        self.ongoing: Dict[int, int] = {}
+        #: The offset the state is known up to (exclusive), Kafka's mapEndOffset.
+        self.end_offset = -1
+        #: Where the state came from: "empty", "snapshot <path>", "replay from <offset>".
+        self.source = source
+
+    def copy(self) -> "TxnState":
+        out = TxnState(self.source)
+        out.current = dict(self.current)
+        out.ongoing = dict(self.ongoing)
+        out.end_offset = self.end_offset
+        return out
+
+    @classmethod
+    def from_snapshot(cls, path: str) -> "TxnState":
+        """State loaded from a ``.snapshot`` (raises CorruptSnapshotError)."""
+        snapshot = read_snapshot(path)
+        state = cls(f"snapshot {os.path.basename(path)}")
+        for entry in snapshot.producers:
+            first = entry.open_transaction_first_offset
+            if first is not None:
+                state.current[entry.producer_id] = first
+                state.ongoing[first] = entry.producer_id
+        state.end_offset = names.base_offset_from_name(path)
+        return state
+
+    def open_transactions(self) -> List[Tuple[int, int]]:
+        """(producer id, first offset) of open transactions, by first offset."""
+        return [(self.ongoing[first], first) for first in sorted(self.ongoing)]
+
+    def last_stable_offset(self, producer_id: int, marker_offset: int) -> int:
+        """ProducerStateManager.lastStableOffset: the earliest open transaction of another producer."""
+        for first in sorted(self.ongoing):
+            if self.ongoing[first] != producer_id:
+                return first
+        return marker_offset + 1
+
+    def update(self, batch) -> Optional[AbortedTxn]:
+        """Apply one v2 batch with a producer id (REPLICATION origin, no validation).
+
+        Returns the AbortedTxn to index when the batch is an ABORT marker that
+        completes a non-empty transaction. Raises InvalidRecordError for a marker
+        that does not parse.
+        """
+        pid = batch.producer_id
+        aborted = None
+        if batch.is_control:
+            records = batch.records()
+            if records:
+                record = records[0]
+                _version, type_id = parse_control_key(record.key)
+                if type_id not in (0, 1):
+                    raise InvalidRecordError(
+                        f"Invalid record type for end transaction marker: control type {type_id}"
+                    )
+                parse_end_txn_marker(record.value)
+                first = self.current.get(pid)
+                if first is not None:
+                    if type_id == 0:
+                        aborted = AbortedTxn(0, pid, first, batch.base_offset,
+                                             self.last_stable_offset(pid, batch.base_offset))
+                    del self.current[pid]
+                    self.ongoing.pop(first, None)
+        elif batch.is_transactional and pid not in self.current:
+            first = batch.base_offset
+            self.current[pid] = first
+            self.ongoing[first] = pid
+        self.end_offset = batch.last_offset + 1
+        return aborted
+
+
+# --------------------------------------------------------------------------- one segment
+
+
+class TailProblem:
+    """Where a segment's valid data ends and what was found there."""
+
+    __slots__ = ("kind", "position", "message", "tail_bytes")
+
+    def __init__(self, kind: str, position: int, message: str, tail_bytes: int) -> None:
+        self.kind = kind
+        self.position = position
+        self.message = message
+        self.tail_bytes = tail_bytes
+
+    @property
+    def truncatable(self) -> bool:
+        """Whether Kafka's recovery fixes this by cutting the .log at `position`."""
+        return self.kind in TRUNCATABLE
+
+    @property
+    def is_corruption(self) -> bool:
+        return self.kind != ZERO_TAIL
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "position": self.position, "tailBytes": self.tail_bytes, "message": self.message}
+
+    def __repr__(self) -> str:
+        return f"TailProblem({self.kind}, position={self.position}, tail_bytes={self.tail_bytes})"
+
+
+class BatchInfo:
+    """What verification needs of one batch (kept only when asked for)."""
+
+    __slots__ = ("position", "size", "base_offset", "last_offset", "max_timestamp")
+
+    def __init__(self, position: int, size: int, base_offset: Optional[int], last_offset: int, max_timestamp: int) -> None:
+        self.position = position
+        self.size = size
+        self.base_offset = base_offset
+        self.last_offset = last_offset
+        self.max_timestamp = max_timestamp
+
+
+class RecoveryResult:
+    """What LogSegment.recover would leave for one segment."""
+
+    def __init__(self, base_offset: int, path: Optional[str], log_size: int) -> None:
+        self.base_offset = base_offset
+        self.path = path
+        self.log_size = log_size
+        self.valid_bytes = 0
+        self.problem: Optional[TailProblem] = None
+        self.batches = 0
+        self.records_known = 0  # v2 record counts (legacy counts need decompression)
+        self.first_offset: Optional[int] = None
+        self.last_offset: Optional[int] = None
+        self.max_timestamp = -1
+        self.min_timestamp: Optional[int] = None
+        self.magics: set = set()
+        self.codecs: set = set()
+        self.producer_ids: set = set()
+        self.aborted: List[AbortedTxn] = []
+        self.index_bytes = b""
+        self.timeindex_bytes = b""
+        self.batch_infos: Optional[List[BatchInfo]] = None
+        self.offset_of_max_timestamp = base_offset
+
+    @property
+    def truncated_bytes(self) -> int:
+        """Bytes Kafka's recovery would cut from the .log (0 when the problem is not cut)."""
+        if self.problem is not None and not self.problem.truncatable:
+            return 0
+        return self.log_size - self.valid_bytes
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset if self.last_offset is None else self.last_offset + 1
+
+    @property
+    def txnindex_bytes(self) -> bytes:
+        return pack_aborted_txns(self.aborted)
+
+    def __repr__(self) -> str:
+        return (
+            f"RecoveryResult(base_offset={self.base_offset}, valid_bytes={self.valid_bytes}, "
+            f"truncated_bytes={self.truncated_bytes}, problem={self.problem})"
+        )
+
+
+def _classify_tail(buf: memoryview, valid: int, size: int, exc: Optional[KstoreError], kind: Optional[str]) -> TailProblem:
+    tail = size - valid
+    if kind in (OFFSET_OVERFLOW, OFFSETS_NOT_INCREASING):
+        return TailProblem(kind, valid, str(exc.message if exc else ""), tail)
+    if is_zero(buf, valid, size):
+        return TailProblem(
+            ZERO_TAIL, valid,
+            f"{tail} zero bytes from byte {valid} to the end: a preallocated (or never written) tail, not corruption",
+            tail,
+        )
+    if kind is not None:
+        return TailProblem(kind, valid, exc.message if exc is not None else kind, tail)
+    if tail <= HEADER_SIZE_UP_TO_MAGIC:
+        return TailProblem(SHORT_TAIL, valid, f"{tail} trailing bytes, too few for a batch header", tail)
+    declared = int.from_bytes(buf[valid + 8 : valid + 12], "big", signed=True)
+    return TailProblem(
+        PARTIAL_BATCH, valid,
+        f"partial batch: the entry at byte {valid} declares {declared + LOG_OVERHEAD} bytes but only {tail} remain",
+        tail,
+    )
+
+
+def recover_segment(
+    source,
+    base_offset: int,
+    *,
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+    txn_state: Optional[Callable[[], TxnState]] = None,
+    path: Optional[str] = None,
+    keep_batches: bool = False,
+) -> Tuple[RecoveryResult, Optional[TxnState]]:
+    """Run LogSegment.recover over one segment (a path or a buffer), in memory.
+
+    `txn_state` is called (at most once, at the first transactional or control
+    batch with a producer id) for the producer state at the segment's base
+    offset; it may also be omitted when there are no transactions. Returns the
+    result and the producer state at the end of the valid data (None when the
+    segment never needed it).
+    """
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        buf = memoryview(source)
+    else:
+        path = os.fspath(source) if path is None else path
+        buf = map_file(source)
+    size = len(buf)
+    result = RecoveryResult(base_offset, path, size)
+    builder = SegmentIndexBuilder(base_offset, index_interval_bytes, path)
+    infos: Optional[List[BatchInfo]] = [] if keep_batches else None
+    state: Optional[TxnState] = None
+    valid = 0
+    exc: Optional[KstoreError] = None
+    kind: Optional[str] = None
+    magics = result.magics
+    codecs = result.codecs
+    pids = result.producer_ids
+    recovered_batch = builder.recovered_batch
+    first_offset = None
+    last_offset = None
+    min_ts = None
+    n = 0
+    records = 0
+    try:
+        for batch in read_batches(buf, path=path):
+            try:
+                batch.ensure_valid()
+            except CorruptRecordError as e:
+                exc, kind = e, CORRUPT_BATCH
+                break
+            last = batch.last_offset
+            if last - base_offset < 0 or last - base_offset > MAX_INT32:
+                kind = OFFSET_OVERFLOW
+                exc = CorruptDataError(
+                    f"Detected offset overflow at offset {last} in segment with base offset {base_offset}: "
+                    "Kafka splits such a segment (LogSegmentOffsetOverflowException); kstore does not",
+                    path=path, position=batch.position,
+                )
+                break
+            position = batch.position
+            max_ts = batch.max_timestamp
+            try:
+                recovered_batch(position, batch.size, last, max_ts)
+            except IndexAppendError as e:
+                exc, kind = e, OFFSETS_NOT_INCREASING
+                break
+            valid = position + batch.size
+            magic = batch.magic
+            magics.add(magic)
+            codecs.add(batch.compression)
+            if first_offset is None:
+                try:
+                    first_offset = batch.base_offset  # a legacy wrapper decompresses here, once
+                except KstoreError:
+                    first_offset = last
+            last_offset = last
+            if max_ts >= 0 and (min_ts is None or max_ts < min_ts):
+                min_ts = max_ts
+            n += 1
+            if infos is not None:
+                infos.append(BatchInfo(position, batch.size, batch.base_offset if magic >= 2 else None, last, max_ts))
+            if magic >= 2:
+                records += batch.count
+                pid = batch.producer_id
+                if pid >= 0:
+                    pids.add(pid)
+                    if state is None and (batch.is_transactional or batch.is_control):
+                        state = txn_state() if txn_state is not None else TxnState()
+                    if state is not None:
+                        try:
+                            aborted = state.update(batch)
+                        except (InvalidRecordError, CorruptDataError) as e:
+                            # Kafka counted the batch as valid before updating producer state.
+                            exc, kind = e, INVALID_CONTROL
+                            break
+                        if aborted is not None:
+                            result.aborted.append(aborted)
+    except CorruptRecordError as e:  # a size field below 14
+        exc, kind = e, BAD_SIZE
+    result.valid_bytes = valid
+    result.batches = n
+    result.records_known = records
+    result.first_offset = first_offset
+    result.last_offset = last_offset
+    result.min_timestamp = min_ts
+    result.batch_infos = infos
+    if valid < size or kind in (OFFSET_OVERFLOW, OFFSETS_NOT_INCREASING):
+        result.problem = _classify_tail(buf, valid, size, exc, kind)
+    builder.finish()
+    result.max_timestamp = builder.max_timestamp
+    result.offset_of_max_timestamp = builder.offset_of_max_timestamp
+    result.index_bytes = builder.offset_index_bytes()
+    result.timeindex_bytes = builder.time_index_bytes()
+    return result, state
+
+
+def replay_txn_state(partition: Partition, upto_base_offset: int) -> TxnState:
+    """Producer (transaction) state at a segment's base offset, by replaying earlier segments.
+
+    Starts from the snapshot at the first segment's base offset when there is one,
+    then applies every v2 batch with a producer id up to `upto_base_offset`
+    (headers and markers only; CRCs are not checked, a damaged segment ends the replay).
+    """
+    segments = [s for s in partition.segments if s.base_offset < upto_base_offset]
+    state = TxnState()
+    if segments:
+        snap = partition.snapshot_at(segments[0].base_offset)
+        if snap is not None:
+            try:
+                state = TxnState.from_snapshot(snap)
+            except CorruptSnapshotError:
+                state = TxnState()
+    state.source = f"replay from offset {segments[0].base_offset}" if segments else "empty"
+    for segment in segments:
+        try:
+            for batch in read_batches(segment.log):
+                if batch.magic >= 2 and batch.producer_id >= 0 and (batch.is_transactional or batch.is_control):
+                    state.update(batch)
+        except KstoreError:
+            break
+    return state
+
+
+def state_at_segment(partition: Partition, segment: Segment) -> TxnState:
+    """The snapshot at the segment's base offset when it is readable, else a replay."""
+    snap = partition.snapshot_at(segment.base_offset)
+    if snap is not None:
+        try:
+            return TxnState.from_snapshot(snap)
+        except CorruptSnapshotError:
+            pass
+    return replay_txn_state(partition, segment.base_offset)
+
+
+# --------------------------------------------------------------------------- a partition
+
+
+class FileChange:
+    """One file a rebuild writes (or would write)."""
+
+    __slots__ = ("path", "action", "data")
+
+    def __init__(self, path: str, action: str, data: bytes) -> None:
+        self.path = path
+        #: "create", "rewrite" or "unchanged".
+        self.action = action
+        self.data = data
+
+
+class SegmentPlan:
+    """The outcome of recovering one segment, and the index files that differ."""
+
+    def __init__(self, segment: Segment, result: Optional[RecoveryResult], is_last: bool) -> None:
+        self.segment = segment
+        self.result = result
+        self.is_last = is_last
+        self.changes: List[FileChange] = []
+        #: Why nothing was done for this segment (e.g. it lies after a damaged one).
+        self.skipped: Optional[str] = None
+        self.error: Optional[KstoreError] = None
+
+    @property
+    def status(self) -> str:
+        if self.error is not None:
+            return "unreadable"
+        if self.skipped is not None:
+            return "skipped"
+        problem = self.result.problem
+        if problem is not None:
+            return "zero-tail" if problem.kind == ZERO_TAIL else "damaged"
+        if any(c.action != "unchanged" for c in self.changes):
+            return "rebuilt"
+        return "unchanged"
+
+    @property
+    def changed_files(self) -> List[FileChange]:
+        return [c for c in self.changes if c.action != "unchanged"]
+
+
+class PartitionPlan:
+    """Recovery of a partition's segments (LogLoader.recoverLog with recovery point 0)."""
+
+    def __init__(self, partition: Partition) -> None:
+        self.partition = partition
+        self.segments: List[SegmentPlan] = []
+        #: The segment whose tail is cut (Kafka deletes every later segment).
+        self.damaged: Optional[SegmentPlan] = None
+        #: Files of later segments, and snapshots past the new log end, that Kafka would delete.
+        self.dropped_files: List[str] = []
+
+    @property
+    def has_problems(self) -> bool:
+        return any(s.error is not None or (s.result is not None and s.result.problem is not None) for s in self.segments)
+
+
+def _read_or_none(path: Optional[str]) -> Optional[bytes]:
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return None
+
+
+def _changes_for(segment: Segment, result: RecoveryResult) -> List[FileChange]:
+    changes = []
+    for suffix, data, current_path in (
+        (names.INDEX_SUFFIX, result.index_bytes, segment.index),
+        (names.TIME_INDEX_SUFFIX, result.timeindex_bytes, segment.timeindex),
+        (names.TXN_INDEX_SUFFIX, result.txnindex_bytes, segment.txnindex),
+    ):
+        target = segment.path(suffix)
+        current = _read_or_none(current_path)
+        if current is None:
+            # recover() creates .index/.timeindex; a .txnindex only once an entry is written.
+            if suffix == names.TXN_INDEX_SUFFIX and not data:
+                continue
+            changes.append(FileChange(target, "create", data))
+        elif current != data:
+            changes.append(FileChange(target, "rewrite", data))
+        else:
+            changes.append(FileChange(target, "unchanged", data))
+    return changes
+
+
+def plan_partition(
+    partition: Partition,
+    *,
+    only: Optional[int] = None,
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+    keep_batches: bool = False,
+    progress: Optional[Callable[[int], None]] = None,
+) -> PartitionPlan:
+    """Recover (in memory) every segment of a partition, or only the one at base offset `only`.
+
+    Producer state is carried from segment to segment; a segment processed on its
+    own takes it from the snapshot at its base offset or from a replay of the
+    earlier segments. After a segment whose tail Kafka would cut, later segments
+    are not recovered: their files (and snapshots past the new log end) are listed
+    in ``dropped_files``, as LogLoader deletes them.
+    """
+    plan = PartitionPlan(partition)
+    segments = partition.segments
+    carried: Optional[TxnState] = None
+    carried_upto: Optional[int] = None  # base offset of the segment the carried state is valid for
+    for i, segment in enumerate(segments):
+        if only is not None and segment.base_offset != only:
+            continue
+        is_last = i == len(segments) - 1
+        splan = SegmentPlan(segment, None, is_last)
+        plan.segments.append(splan)
+        if plan.damaged is not None:
+            splan.skipped = f"after the damaged segment {plan.damaged.segment.base_offset}, which Kafka's recovery cuts"
+            continue
+        if carried is not None and carried_upto == segment.base_offset:
+            start_state = carried
+            factory = lambda s=start_state: s  # noqa: E731
+        else:
+            factory = lambda seg=segment: state_at_segment(partition, seg)  # noqa: E731
+        try:
+            result, state = recover_segment(
+                segment.log, segment.base_offset, index_interval_bytes=index_interval_bytes,
+                txn_state=factory, keep_batches=keep_batches,
+            )
+        except KstoreError as exc:
+            splan.error = exc
+            carried = None
+            continue
+        if progress is not None:
+            progress(result.log_size)
+        splan.result = result
+        if state is None and carried is not None and carried_upto == segment.base_offset:
+            state = carried  # unchanged: no transactional batch in this segment
+        if state is not None and i + 1 < len(segments):
+            carried, carried_upto = state, segments[i + 1].base_offset
+        else:
+            carried, carried_upto = None, None
+        splan.changes = _changes_for(segment, result)
+        if result.problem is not None and result.truncated_bytes > 0:
+            plan.damaged = splan
+    if plan.damaged is not None:
+        new_end = plan.damaged.result.next_offset
+        later = [s for s in segments if s.base_offset > plan.damaged.segment.base_offset]
+        for s in later:
+            for p in (s.log, s.index, s.timeindex, s.txnindex):
+                if p is not None:
+                    plan.dropped_files.append(p)
+        for offset, snap in sorted(partition.snapshots.items()):
+            if offset > new_end:
+                plan.dropped_files.append(snap)
+    return plan
+
+
+# --------------------------------------------------------------------------- applying a plan
+
+
+def default_quarantine_root(partition: Partition) -> str:
+    """``<data dir>/../kstore-quarantine``: beside the data dir, never inside it (the broker
+    refuses a data dir holding a directory that is not a partition)."""
+    return os.path.join(os.path.dirname(partition.data_dir), "kstore-quarantine")
+
+
+def _utc_stamp() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+
+
+class ApplyReport:
+    """What :func:`apply_plan` did."""
+
+    def __init__(self) -> None:
+        self.written: List[str] = []
+        self.truncated: List[Tuple[str, int, int]] = []  # (path, old size, new size)
+        self.quarantined: List[Tuple[str, str]] = []  # (source, destination)
+        self.quarantine_dir: Optional[str] = None
+
+
+def apply_plan(plan: PartitionPlan, *, truncate: bool = False, quarantine_root: Optional[str] = None) -> ApplyReport:
+    """Write the index files that differ; with `truncate`, also cut a damaged tail the way
+    Kafka's recovery does, moving the cut bytes (and any later segments and stale
+    snapshots) into ``<quarantine root>/<partition>/<UTC time>/``.
+
+    Order, so that a crash at any step leaves a state a rerun completes: later
+    segments are moved out (newest first), then the tail is copied out, then the
+    .log is truncated, then the indexes are written.
+    """
+    report = ApplyReport()
+    damaged = plan.damaged
+    if damaged is not None and truncate:
+        result = damaged.result
+        problem = result.problem
+        root = quarantine_root or default_quarantine_root(plan.partition)
+        qdir = os.path.join(os.path.abspath(root), plan.partition.name, _utc_stamp())
+        fileops.make_dirs(qdir)
+        report.quarantine_dir = qdir
+        manifest = {
+            "partition": plan.partition.path,
+            "segment": damaged.segment.log,
+            "validBytes": result.valid_bytes,
+            "logSizeBefore": result.log_size,
+            "problem": problem.to_dict(),
+            "tailFile": None,
+            "movedFiles": [],
+        }
+        for path in sorted(plan.dropped_files, reverse=True):
+            dst = os.path.join(qdir, os.path.basename(path))
+            fileops.move_file(path, dst)
+            report.quarantined.append((path, dst))
+            manifest["movedFiles"].append({"from": path, "to": dst})
+        if problem.kind != ZERO_TAIL:
+            tail = os.path.join(qdir, os.path.basename(damaged.segment.log) + ".tail")
+            fileops.copy_range(damaged.segment.log, tail, result.valid_bytes, result.log_size)
+            report.quarantined.append((f"{damaged.segment.log}[{result.valid_bytes}:{result.log_size}]", tail))
+            manifest["tailFile"] = tail
+        fileops.atomic_write(os.path.join(qdir, "kstore-quarantine.json"),
+                             (json.dumps(manifest, indent=2) + "\n").encode())
+        fileops.fsync_dir(qdir)
+        if plan.dropped_files:
+            fileops.fsync_dir(plan.partition.path)
+        fileops.truncate(damaged.segment.log, result.valid_bytes)
+        report.truncated.append((damaged.segment.log, result.log_size, result.valid_bytes))
+        _truncate_leader_epochs(plan.partition, result.next_offset)
+    for splan in plan.segments:
+        if splan.result is None or splan.skipped is not None:
+            continue
+        if splan.result.problem is not None and splan.result.truncated_bytes > 0 and not (truncate and splan is damaged):
+            continue  # a damaged segment's indexes are only rebuilt together with the cut
+        if splan.result.problem is not None and not splan.result.problem.truncatable:
+            continue
+        for change in splan.changed_files:
+            fileops.atomic_write(change.path, change.data)
+            report.written.append(change.path)
+    return report
+
+
+def _truncate_leader_epochs(partition: Partition, end_offset: int) -> None:
+    """LeaderEpochFileCache.truncateFromEnd: drop entries starting at or after the new log end."""
+    path = os.path.join(partition.path, LEADER_EPOCH_CHECKPOINT)
+    if not os.path.exists(path):
+        return
+    try:
+        entries = read_leader_epoch_checkpoint(path)
+    except KstoreError:
+        return
+    kept = [(epoch, start) for epoch, start in entries if start < end_offset]
+    if kept != entries:
+        fileops.atomic_write(path, format_leader_epoch_checkpoint(kept).encode())
+
+
+def check_interval(value: int) -> int:
+    if value < 0:
+        raise UsageError(f"index interval must be >= 0, got {value}")
+    return value
