@@ -66,18 +66,26 @@ _CONTROL_KEY = struct.Struct(">hh")  # version, type
 _END_TXN_MARKER = struct.Struct(">hi")  # version, coordinator epoch
 
 
+def _int32(value: int) -> int:
+    """Java int arithmetic: wrap to a signed 32-bit value."""
+    return ((value + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+
+
 def increment_sequence(sequence: int, increment: int) -> int:
-    """Kafka's sequence arithmetic: wraps from Integer.MAX_VALUE to 0."""
-    if sequence > MAX_INT32 - increment:
-        return increment - (MAX_INT32 - sequence) - 1
-    return sequence + increment
+    """Kafka's sequence arithmetic: wraps from Integer.MAX_VALUE to 0.
+
+    Every step wraps like Java's int, so damaged headers give the numbers Kafka prints.
+    """
+    if sequence > _int32(MAX_INT32 - increment):
+        return _int32(_int32(increment - _int32(MAX_INT32 - sequence)) - 1)
+    return _int32(sequence + increment)
 
 
 def decrement_sequence(sequence: int, decrement: int) -> int:
-    """Inverse of :func:`increment_sequence`."""
+    """Inverse of :func:`increment_sequence` (Java int arithmetic as well)."""
     if sequence < decrement:
-        return MAX_INT32 - (decrement - sequence) + 1
-    return sequence - decrement
+        return _int32(_int32(MAX_INT32 - _int32(decrement - sequence)) + 1)
+    return _int32(sequence - decrement)
 
 
 class ControlRecord:
@@ -224,6 +232,11 @@ class Record:
         """Header keys decoded as UTF-8 (invalid bytes replaced, as Java does)."""
         buf = self._buf
         return [bytes(buf[kp : kp + kl]).decode("utf-8", "replace") for kp, kl, _vp, _vl in self._headers]
+
+    def header_key_bytes(self) -> List[bytes]:
+        """Header keys as raw bytes, for callers that must decode them their own way."""
+        buf = self._buf
+        return [bytes(buf[kp : kp + kl]) for kp, kl, _vp, _vl in self._headers]
 
     @property
     def headers(self) -> List[Header]:
