@@ -535,6 +535,7 @@ def plan_partition(
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
     keep_batches: bool = False,
     progress: Optional[Callable[[int], None]] = None,
+    stop_at_damage: bool = True,
 ) -> PartitionPlan:
     """Recover (in memory) every segment of a partition, or only the one at base offset `only`.
 
@@ -554,7 +555,7 @@ def plan_partition(
         is_last = i == len(segments) - 1
         splan = SegmentPlan(segment, None, is_last)
         plan.segments.append(splan)
-        if plan.damaged is not None:
+        if plan.damaged is not None and stop_at_damage:
             splan.skipped = f"after the damaged segment {plan.damaged.segment.base_offset}, which Kafka's recovery cuts"
             continue
         if carried is not None and carried_upto == segment.base_offset:
@@ -581,7 +582,7 @@ def plan_partition(
         else:
             carried, carried_upto = None, None
         splan.changes = _changes_for(segment, result)
-        if result.problem is not None and result.truncated_bytes > 0:
+        if result.problem is not None and result.truncated_bytes > 0 and plan.damaged is None:
             plan.damaged = splan
     if plan.damaged is not None:
         new_end = plan.damaged.result.next_offset
@@ -695,3 +696,258 @@ def check_interval(value: int) -> int:
     if value < 0:
         raise UsageError(f"index interval must be >= 0, got {value}")
     return value
+
+
+# --------------------------------------------------------------------------- verification
+
+ERROR = "error"
+NOTE = "note"
+
+
+class Finding:
+    """One thing verify found: an error (the partition is not healthy) or a note."""
+
+    __slots__ = ("partition", "segment", "file", "severity", "check", "message")
+
+    def __init__(self, partition: str, segment: Optional[int], file: Optional[str], severity: str,
+                 check: str, message: str) -> None:
+        self.partition = partition
+        self.segment = segment
+        self.file = file
+        self.severity = severity
+        self.check = check
+        self.message = message
+
+    def to_dict(self) -> dict:
+        return {
+            "partition": self.partition,
+            "segment": self.segment,
+            "file": self.file,
+            "severity": self.severity,
+            "check": self.check,
+            "message": self.message,
+        }
+
+    def __repr__(self) -> str:
+        return f"Finding({self.severity}, {self.check}, {self.file}: {self.message})"
+
+
+def looks_preallocated(index_length: Optional[int], timeindex_length: Optional[int]) -> bool:
+    """Whether the two lengths come from one ``segment.index.bytes`` value M, as a new active
+    segment's files do: ``.index`` = floor(M/8)*8 and ``.timeindex`` = floor(M/12)*12."""
+    if index_length is None or timeindex_length is None:
+        return True
+    return any((m // 12) * 12 == timeindex_length for m in range(index_length, index_length + 8))
+
+
+def _length(path: Optional[str]) -> Optional[int]:
+    try:
+        return os.path.getsize(path) if path is not None else None
+    except OSError:
+        return None
+
+
+def verify_partition(partition: Partition, *, only: Optional[int] = None,
+                     progress: Optional[Callable[[int], None]] = None) -> Tuple[List[Finding], PartitionPlan]:
+    """Check every index of a partition against its .log, changing nothing.
+
+    Offset index: Kafka's sanity checks, entry size, offsets and positions strictly
+    increasing, each entry (o, p) at a batch start p with every earlier batch below o
+    and o not past the segment (an entry of a multi-batch append carries the last
+    offset of the append, which is fine). Time index: sanity checks, timestamps
+    strictly increasing, each entry (t, o) naming a batch whose max timestamp is t
+    and is the running maximum, the final entry of a rolled segment equal to the
+    segment's max timestamp. Transaction index: equal to what recovery rebuilds.
+    Zero slots at the end of the active segment's preallocated indexes are notes.
+    """
+    from kstore_cli.segment.index import OffsetIndex, TimeIndex, TransactionIndex
+
+    name = partition.name
+    findings: List[Finding] = []
+
+    def add(segment, file, severity, check, message):
+        findings.append(Finding(name, segment, file, severity, check, message))
+
+    if only is None:
+        for orphan in partition.orphan_indexes:
+            add(names.base_offset_from_name(orphan), orphan, ERROR, "orphan-index",
+                "index file without a .log (Kafka deletes it at startup)")
+        for leftover in partition.leftovers:
+            add(None, leftover, NOTE, "leftover-file", "left by an interrupted delete, clean or swap")
+    plan = plan_partition(partition, only=only, keep_batches=True, progress=progress, stop_at_damage=False)
+    for splan in plan.segments:
+        seg = splan.segment
+        base = seg.base_offset
+        if splan.error is not None:
+            add(base, seg.log, ERROR, "log-unreadable", str(splan.error.message))
+            continue
+        result = splan.result
+        problem = result.problem
+        if problem is not None:
+            if problem.kind == ZERO_TAIL and splan.is_last:
+                add(base, seg.log, NOTE, "log-zero-tail",
+                    f"{problem.tail_bytes} zero bytes after byte {problem.position} (preallocated active segment; "
+                    "a broker's recovery trims them)")
+            else:
+                add(base, seg.log, ERROR, "log-" + problem.kind,
+                    f"valid data ends at byte {problem.position}: {problem.message}")
+        batches = result.batch_infos or []
+        by_position = {b.position: i for i, b in enumerate(batches)}
+        prealloc = splan.is_last and looks_preallocated(_length(seg.index), _length(seg.timeindex))
+        # ---- .index
+        if seg.index is None:
+            add(base, seg.path(names.INDEX_SUFFIX), ERROR, "missing-index",
+                "no .index (Kafka recovers the segment at startup to rebuild it)")
+        else:
+            try:
+                idx = OffsetIndex(seg.index, base)
+                _verify_offset_index(idx, result, batches, by_position, prealloc, add)
+            except KstoreError as exc:
+                add(base, seg.index, ERROR, "index-unreadable", str(exc.message))
+        # ---- .timeindex
+        if seg.timeindex is None:
+            add(base, seg.path(names.TIME_INDEX_SUFFIX), ERROR, "missing-timeindex",
+                "no .timeindex (Kafka creates an empty one at startup and does not rebuild it)")
+        else:
+            try:
+                tidx = TimeIndex(seg.timeindex, base)
+                _verify_time_index(tidx, result, batches, prealloc, splan.is_last, add)
+            except KstoreError as exc:
+                add(base, seg.timeindex, ERROR, "timeindex-unreadable", str(exc.message))
+        # ---- .txnindex
+        expected = result.aborted
+        if seg.txnindex is None:
+            if expected:
+                add(base, seg.path(names.TXN_INDEX_SUFFIX), ERROR, "missing-txnindex",
+                    f"no .txnindex, but the segment holds {len(expected)} ABORT marker(s) of non-empty transactions")
+        else:
+            try:
+                txn = TransactionIndex(seg.txnindex, base)
+                if txn.length % 34:
+                    add(base, seg.txnindex, ERROR, "txnindex-size",
+                        f"{txn.length} bytes is not a multiple of 34 (a partial trailing entry is ignored)")
+                try:
+                    txn.sanity_check()
+                except KstoreError as exc:
+                    add(base, seg.txnindex, ERROR, "txnindex-sanity", str(exc.message))
+                got = txn.entries()
+                if got != expected:
+                    first = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+                    detail = (f"entry {first}: found {got[first] if first < len(got) else 'nothing'}, "
+                              f"expected {expected[first] if first < len(expected) else 'nothing'}")
+                    add(base, seg.txnindex, ERROR, "txnindex-entries",
+                        f"{len(got)} entries, the ABORT markers give {len(expected)}; {detail}")
+            except KstoreError as exc:
+                add(base, seg.txnindex, ERROR, "txnindex-unreadable", str(exc.message))
+    return findings, plan
+
+
+def _zero_tail(index, prealloc: bool, add, base: int, kind: str) -> int:
+    """Entries to check: all of them, or those before a preallocated zero tail."""
+    entries = index.entries
+    start = index.zero_tail_start()
+    if start == entries:
+        return entries
+    zeros = entries - start
+    if prealloc:
+        add(base, index.path, NOTE, f"{kind}-preallocated",
+            f"{zeros} zero slot(s) after {start} entries: preallocated active-segment index (trimmed at roll/close)")
+    else:
+        add(base, index.path, ERROR, f"{kind}-zero-padding",
+            f"{zeros} all-zero slot(s) after {start} entries, in a file that is not a preallocated active index")
+    return start
+
+
+def _verify_offset_index(idx, result: RecoveryResult, batches: List[BatchInfo], by_position: Dict[int, int],
+                         prealloc: bool, add) -> None:
+    base = idx.base_offset
+    path = idx.path
+    if idx.length % 8:
+        add(base, path, ERROR, "index-size",
+            f"Index file {os.path.abspath(path)} is corrupt, found {idx.length} bytes which is neither positive nor a multiple of 8")
+    else:
+        try:
+            idx.sanity_check()
+        except KstoreError as exc:
+            explained = prealloc and idx.zero_tail_start() < idx.entries
+            add(base, path, NOTE if explained else ERROR, "index-sanity",
+                str(exc.message) + (" (because of the preallocated zero slots)" if explained else ""))
+    n = _zero_tail(idx, prealloc, add, base, "index")
+    last_offset = result.last_offset
+    prev = None
+    for i in range(n):
+        offset, position = idx.entry(i)
+        where = f"entry {i} (offset {offset}, position {position})"
+        if prev is not None:
+            if offset <= prev[0]:
+                add(base, path, ERROR, "index-order", f"{where}: offset not above the previous entry's {prev[0]}")
+            if position <= prev[1]:
+                add(base, path, ERROR, "index-order", f"{where}: position not above the previous entry's {prev[1]}")
+        prev = (offset, position)
+        if position >= result.valid_bytes:
+            add(base, path, ERROR, "index-position", f"{where}: position is past the valid data ({result.valid_bytes} bytes)")
+            continue
+        k = by_position.get(position)
+        if k is None:
+            add(base, path, ERROR, "index-position", f"{where}: position is not the start of a batch")
+            continue
+        batch = batches[k]
+        lower = batches[k - 1].last_offset if k > 0 else base - 1
+        if offset <= lower:
+            add(base, path, ERROR, "index-offset",
+                f"{where}: the batches before this position already reach offset {lower}")
+        elif batch.base_offset is not None and offset < batch.base_offset:
+            add(base, path, ERROR, "index-offset", f"{where}: the batch there starts at offset {batch.base_offset}")
+        elif last_offset is not None and offset > last_offset:
+            add(base, path, ERROR, "index-offset", f"{where}: past the segment's last offset {last_offset}")
+
+
+def _verify_time_index(tidx, result: RecoveryResult, batches: List[BatchInfo], prealloc: bool, is_last: bool,
+                       add) -> None:
+    base = tidx.base_offset
+    path = tidx.path
+    if tidx.length % 12:
+        add(base, path, ERROR, "timeindex-size",
+            f"Time index file {os.path.abspath(path)} is corrupt, found {tidx.length} bytes which is neither positive nor a multiple of 12")
+    else:
+        try:
+            tidx.sanity_check()
+        except KstoreError as exc:
+            explained = prealloc and tidx.zero_tail_start() < tidx.entries
+            add(base, path, NOTE if explained else ERROR, "timeindex-sanity",
+                str(exc.message) + (" (because of the preallocated zero slots)" if explained else ""))
+    n = _zero_tail(tidx, prealloc, add, base, "timeindex")
+    # running max timestamp through each batch, keyed by the batch's last offset
+    running: Dict[int, Tuple[int, int]] = {}
+    current = -1
+    for b in batches:
+        if b.max_timestamp > current:
+            current = b.max_timestamp
+        running[b.last_offset] = (b.max_timestamp, current)
+    prev = None
+    for i in range(n):
+        ts, offset = tidx.entry(i)
+        where = f"entry {i} (timestamp {ts}, offset {offset})"
+        if prev is not None:
+            if ts <= prev[0]:
+                add(base, path, ERROR, "timeindex-order", f"{where}: timestamp not above the previous entry's {prev[0]}")
+            if offset < prev[1]:
+                add(base, path, ERROR, "timeindex-order", f"{where}: offset below the previous entry's {prev[1]}")
+        prev = (ts, offset)
+        found = running.get(offset)
+        if found is None:
+            add(base, path, ERROR, "timeindex-offset", f"{where}: no batch of the segment ends at this offset")
+        elif found[0] != ts or found[1] != ts:
+            add(base, path, ERROR, "timeindex-timestamp",
+                f"{where}: the batch ending there has max timestamp {found[0]}, running maximum {found[1]}")
+    if result.max_timestamp >= 0:
+        want = (result.max_timestamp, result.offset_of_max_timestamp)
+        last = tidx.entry(n - 1) if n else None
+        if last != want:
+            message = (f"last entry is {last if last else 'missing'}, expected {want}: the segment's max timestamp "
+                       "and the last offset of the first batch that holds it")
+            if is_last and (last is None or last[0] < want[0]):
+                add(base, path, NOTE, "timeindex-final-entry",
+                    message + " (active segment: written at roll or close)")
+            else:
+                add(base, path, ERROR, "timeindex-final-entry", message)
