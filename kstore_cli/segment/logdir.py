@@ -222,3 +222,171 @@ def group_by_data_dir(targets: Iterable[Target]) -> Dict[str, List[Target]]:
 
 def lock_path(data_dir: str) -> str:
     return os.path.join(data_dir, LOCK_FILE)
+
+
+# --------------------------------------------------------------------------- lookups
+
+
+class LookupStats:
+    """What a lookup read: index bytes, log bytes, and whether indexes were used."""
+
+    __slots__ = ("index_bytes", "log_bytes", "batches_scanned", "segments_scanned", "notes")
+
+    def __init__(self) -> None:
+        self.index_bytes = 0
+        self.log_bytes = 0
+        self.batches_scanned = 0
+        #: Segments read from their first byte because an index was missing or unusable.
+        self.segments_scanned: List[int] = []
+        self.notes: List[str] = []
+
+    @property
+    def used_index(self) -> bool:
+        return not self.segments_scanned
+
+    @property
+    def bytes_read(self) -> int:
+        return self.index_bytes + self.log_bytes
+
+    def to_dict(self) -> dict:
+        return {
+            "bytesRead": self.bytes_read,
+            "indexBytesRead": self.index_bytes,
+            "logBytesRead": self.log_bytes,
+            "batchesScanned": self.batches_scanned,
+            "usedIndex": self.used_index,
+            "scannedSegments": self.segments_scanned,
+            "notes": self.notes,
+        }
+
+
+def _open_index(cls, path: Optional[str], base: int, stats: LookupStats):
+    """An index usable for lookups (its zero tail excluded), or None."""
+    if path is None:
+        return None, 0
+    try:
+        index = cls(path, base)
+    except Exception:  # noqa: BLE001 - any unreadable index means "scan instead"
+        return None, 0
+    if index.length % index.entry_size:
+        return None, 0
+    entries = index.entries
+    if entries and index._buf[(entries - 1) * index.entry_size : entries * index.entry_size] == bytes(index.entry_size):
+        # A preallocated (crash-state) index: the zero slots would break the binary search.
+        entries = index.zero_tail_start()
+        stats.index_bytes += (index.entries - entries) * index.entry_size
+        stats.notes.append(f"{os.path.basename(path)}: ignoring {index.entries - entries} preallocated zero slots")
+    return index, entries
+
+
+def _lower_bound_slot(index, entries: int, target: int, key, stats: LookupStats) -> int:
+    """AbstractIndex.largestLowerBoundSlotFor over the first `entries` slots, counting reads."""
+    from kstore_cli.segment.index import largest_lower_bound_slot
+
+    class _View:
+        entry_size = index.entry_size
+
+    view = _View()
+    view.entries = entries  # type: ignore[attr-defined]
+
+    def counted(n: int) -> int:
+        stats.index_bytes += index.entry_size
+        return key(n)
+
+    return largest_lower_bound_slot(view, target, counted)  # type: ignore[arg-type]
+
+
+def _offset_position(segment: Segment, target: int, stats: LookupStats) -> int:
+    """OffsetIndex.lookup(target).position, or 0 (scan the segment) with no usable index."""
+    from kstore_cli.segment.index import OffsetIndex
+
+    index, entries = _open_index(OffsetIndex, segment.index, segment.base_offset, stats)
+    if index is None:
+        if segment.base_offset not in stats.segments_scanned:
+            stats.segments_scanned.append(segment.base_offset)
+        return 0
+    slot = _lower_bound_slot(index, entries, target, lambda n: index.entry(n)[0], stats)
+    return 0 if slot < 0 else index.entry(slot)[1]
+
+
+def _records_from(partition: Partition, seg_idx: int, position: int, stats: LookupStats,
+                  accept_batch, accept_record):
+    """Records (segment, batch, record) from `position` of segment `seg_idx` onward, in log order,
+    starting at the first record of an accepted batch that is accepted."""
+    from kstore_cli.segment.reader import read_batches
+
+    started = False
+    for i in range(seg_idx, len(partition.segments)):
+        segment = partition.segments[i]
+        start = position if i == seg_idx else 0
+        for batch in read_batches(segment.log, start=start):
+            stats.log_bytes += batch.size
+            if not started:
+                stats.batches_scanned += 1
+                if not accept_batch(batch):
+                    continue
+            for record in batch.records():
+                if not started:
+                    if not accept_record(record):
+                        continue
+                    started = True
+                yield segment, batch, record
+
+
+def find_offset(partition: Partition, target: int, stats: Optional[LookupStats] = None):
+    """Records from the first one with offset >= target (the segment by base offset, then the
+    sparse offset index, then a forward scan: LogSegment.translateOffset)."""
+    import bisect
+
+    stats = stats if stats is not None else LookupStats()
+    bases = [s.base_offset for s in partition.segments]
+    if not bases:
+        return iter(())
+    i = max(0, bisect.bisect_right(bases, target) - 1)
+    position = _offset_position(partition.segments[i], target, stats)
+    return _records_from(partition, i, position, stats,
+                         lambda b: b.last_offset >= target, lambda r: r.offset >= target)
+
+
+def _largest_timestamp(segment: Segment, stats: LookupStats) -> int:
+    """LogSegment.largestTimestamp: the time index's last entry, or a scan of the batch headers."""
+    from kstore_cli.segment.index import TimeIndex
+    from kstore_cli.segment.reader import read_batches
+
+    index, entries = _open_index(TimeIndex, segment.timeindex, segment.base_offset, stats)
+    if index is not None and entries:
+        stats.index_bytes += index.entry_size
+        return index.entry(entries - 1)[0]
+    if index is not None and not entries and os.path.getsize(segment.log) == 0:
+        return -1
+    if segment.base_offset not in stats.segments_scanned:
+        stats.segments_scanned.append(segment.base_offset)
+    largest = -1
+    for batch in read_batches(segment.log):
+        stats.log_bytes += batch.size
+        stats.batches_scanned += 1
+        largest = max(largest, batch.max_timestamp)
+    return largest
+
+
+def find_timestamp(partition: Partition, timestamp: int, stats: Optional[LookupStats] = None):
+    """Records from the first one with timestamp >= `timestamp` (fetchOffsetByTimestamp: the first
+    segment whose largest timestamp reaches it, its time index, its offset index, a scan)."""
+    from kstore_cli.segment.index import TimeIndex
+
+    stats = stats if stats is not None else LookupStats()
+    for i, segment in enumerate(partition.segments):
+        if _largest_timestamp(segment, stats) < timestamp:
+            continue
+        index, entries = _open_index(TimeIndex, segment.timeindex, segment.base_offset, stats)
+        offset = segment.base_offset
+        if index is not None and entries:
+            slot = _lower_bound_slot(index, entries, timestamp, lambda n: index.entry(n)[0], stats)
+            if slot >= 0:
+                offset = index.entry(slot)[1]
+        elif segment.base_offset not in stats.segments_scanned:
+            stats.segments_scanned.append(segment.base_offset)
+        position = _offset_position(segment, offset, stats)
+        return _records_from(partition, i, position, stats,
+                             lambda b: b.max_timestamp >= timestamp, lambda r: r.timestamp >= timestamp)
+    return iter(())

@@ -489,6 +489,8 @@ class PartitionPlan:
         self.damaged: Optional[SegmentPlan] = None
         #: Files of later segments, and snapshots past the new log end, that Kafka would delete.
         self.dropped_files: List[str] = []
+        #: Producer (transaction) state after the last recovered segment, when any was needed.
+        self.final_state: Optional[TxnState] = None
 
     @property
     def has_problems(self) -> bool:
@@ -577,6 +579,8 @@ def plan_partition(
         splan.result = result
         if state is None and carried is not None and carried_upto == segment.base_offset:
             state = carried  # unchanged: no transactional batch in this segment
+        if state is not None:
+            plan.final_state = state
         if state is not None and i + 1 < len(segments):
             carried, carried_upto = state, segments[i + 1].base_offset
         else:

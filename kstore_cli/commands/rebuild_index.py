@@ -1,0 +1,211 @@
+"""``kstore rebuild-index``: regenerate .index/.timeindex/.txnindex the way Kafka's recovery does."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import List, Optional
+
+import click
+
+from kstore_cli.errors import ExitStatus, UsageError
+from kstore_cli.segment import fileops
+from kstore_cli.segment.index import DEFAULT_INDEX_INTERVAL_BYTES
+from kstore_cli.segment.logdir import group_by_data_dir, resolve
+from kstore_cli.segment.recovery import (
+    ZERO_TAIL,
+    ApplyReport,
+    PartitionPlan,
+    apply_plan,
+    default_quarantine_root,
+    plan_partition,
+)
+
+
+def _is_tty() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _segment_rows(plan: PartitionPlan, applied: Optional[ApplyReport], truncate: bool, dry_run: bool) -> List[dict]:
+    rows = []
+    for splan in plan.segments:
+        seg = splan.segment
+        row = {
+            "type": "segment",
+            "partition": plan.partition.path,
+            "segment": seg.base_offset,
+            "log": seg.log,
+            "status": splan.status,
+            "files": {os.path.basename(c.path).split(".", 1)[1]: c.action for c in splan.changes},
+        }
+        if splan.error is not None:
+            row["message"] = str(splan.error)
+        if splan.skipped is not None:
+            row["message"] = splan.skipped
+        result = splan.result
+        if result is not None:
+            row.update(logSize=result.log_size, validBytes=result.valid_bytes, nextOffset=result.next_offset,
+                       abortedTransactions=len(result.aborted))
+            if result.problem is not None:
+                row["problem"] = result.problem.to_dict()
+                row["truncatedBytes"] = result.truncated_bytes
+                if not result.problem.truncatable:
+                    row["message"] = "Kafka's recovery does not cut this (it raises); kstore leaves it alone"
+                elif truncate and not dry_run and splan is plan.damaged:
+                    row["status"] = "truncated"
+                elif dry_run and truncate:
+                    row["message"] = f"would cut {result.truncated_bytes} bytes at byte {result.valid_bytes}"
+                else:
+                    row["message"] = (f"valid data ends at byte {result.valid_bytes}; rerun with --truncate to cut "
+                                      f"{result.truncated_bytes} bytes as Kafka's recovery would")
+        if dry_run and row["status"] == "rebuilt":
+            row["status"] = "would rebuild"
+        rows.append(row)
+    if plan.dropped_files:
+        rows.append({
+            "type": "dropped",
+            "partition": plan.partition.path,
+            "files": plan.dropped_files,
+            "status": "quarantined" if (applied and applied.quarantined) else "would be dropped",
+            "message": "files after the cut: Kafka's recovery deletes them; kstore moves them to the quarantine dir",
+        })
+    if applied is not None and applied.quarantine_dir:
+        rows.append({"type": "quarantine", "partition": plan.partition.path, "dir": applied.quarantine_dir,
+                     "moved": [{"from": a, "to": b} for a, b in applied.quarantined]})
+    return rows
+
+
+def _render_text(rows: List[dict], tty: bool) -> None:
+    if tty:
+        from rich.console import Console
+        from rich.table import Table
+
+        console = Console()
+        by_partition: dict = {}
+        for row in rows:
+            by_partition.setdefault(row["partition"], []).append(row)
+        for partition, prows in by_partition.items():
+            table = Table(title=partition, title_justify="left")
+            for col in ("segment", "status", "files", "detail"):
+                table.add_column(col)
+            for row in prows:
+                if row["type"] == "segment":
+                    files = " ".join(f"{k}:{v}" for k, v in row["files"].items() if v != "unchanged") or "-"
+                    detail = row.get("message", "")
+                    if "problem" in row:
+                        detail = row["problem"]["message"] + ("; " + detail if detail else "")
+                    style = {"damaged": "red", "zero-tail": "yellow", "truncated": "yellow", "rebuilt": "green"}.get(
+                        row["status"], "")
+                    table.add_row(str(row["segment"]), f"[{style}]{row['status']}[/]" if style else row["status"],
+                                  files, detail)
+                elif row["type"] == "dropped":
+                    table.add_row("later", row["status"], f"{len(row['files'])} files", row["message"])
+                else:
+                    table.add_row("", "quarantine", "", row["dir"])
+            console.print(table)
+        return
+    for row in rows:
+        if row["type"] == "segment":
+            files = ", ".join(f"{k} {v}" for k, v in row["files"].items() if v != "unchanged")
+            line = f"{row['log']}: {row['status']}"
+            if files:
+                line += f" ({files})"
+            if "problem" in row:
+                line += f": {row['problem']['kind']} at byte {row['problem']['position']}: {row['problem']['message']}"
+            if row.get("message"):
+                line += f"; {row['message']}"
+            click.echo(line)
+        elif row["type"] == "dropped":
+            click.echo(f"{row['partition']}: {len(row['files'])} later files {row['status']}: " + ", ".join(
+                os.path.basename(f) for f in row["files"]))
+        else:
+            click.echo(f"{row['partition']}: quarantined into {row['dir']}")
+
+
+@click.command(name="rebuild-index")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--index-interval-bytes", type=click.IntRange(min=0), default=DEFAULT_INDEX_INTERVAL_BYTES,
+              show_default=True, help="The topic's index.interval.bytes (topics often override it).")
+@click.option("--truncate", is_flag=True,
+              help="Cut a damaged tail where Kafka's recovery would, keeping the cut bytes in the quarantine dir.")
+@click.option("--quarantine-dir", type=click.Path(file_okay=False),
+              help="Where cut bytes and dropped segments go [default: <data dir>/../kstore-quarantine].")
+@click.option("--dry-run", is_flag=True, help="Report what would change; write nothing.")
+@click.option("--force", is_flag=True, help="Proceed even when the data dir's .lock is held by a running process.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.pass_context
+def command(ctx: click.Context, paths, index_interval_bytes: int, truncate: bool, quarantine_dir: Optional[str],
+            dry_run: bool, force: bool, as_json: bool) -> None:
+    """Regenerate .index, .timeindex and .txnindex exactly as Kafka's LogSegment.recover writes them.
+
+    PATH is a .log file, a partition directory or a data directory (every partition in it;
+    -delete/-future/-stray directories are skipped). Indexes that are already right are left
+    untouched ("unchanged"); the others are replaced atomically. The data dir's .lock is taken
+    first, so a running broker makes this refuse (unless --force).
+
+    A segment whose tail is damaged (partial batch, CRC mismatch, size field < 14, invalid
+    marker) or zero-filled (preallocated) is reported and nothing in its partition changes
+    (exit 1). With --truncate the .log is cut where Kafka's recovery cuts it; the cut bytes go
+    to <quarantine dir>/<partition>/<UTC time>/<segment>.log.tail (a zero-filled tail is just
+    dropped), later segments and snapshots past the new end (which Kafka deletes) are moved
+    there too, with a kstore-quarantine.json describing it all.
+
+    \b
+    Exit status: 0 done (or nothing to do), 1 damage left in place, 2 usage, 3 unreadable.
+
+    \b
+    Example:
+      kstore rebuild-index --index-interval-bytes 4096 /var/lib/kafka/data/orders-0
+      kstore rebuild-index --dry-run /var/lib/kafka/data
+      kstore rebuild-index --truncate --quarantine-dir /srv/quarantine /var/lib/kafka/data/orders-0
+    """
+    targets = resolve(paths)
+    if not targets:
+        raise UsageError("no partitions found in " + ", ".join(paths))
+    tty = _is_tty() and not as_json
+    problems = False
+    for data_dir, dir_targets in group_by_data_dir(targets).items():
+        lock = fileops.LogDirLock(data_dir, force=force)
+        if dry_run:
+            lock = None
+        if lock is not None:
+            lock.__enter__()
+        try:
+            for target in dir_targets:
+                plan = plan_partition(target.partition, only=target.only, index_interval_bytes=index_interval_bytes)
+                damaged = plan.damaged
+                unfixable = any(s.error is not None or (s.result is not None and s.result.problem is not None
+                                                        and not s.result.problem.truncatable) for s in plan.segments)
+                applied = None
+                if damaged is not None and not truncate:
+                    problems = True
+                elif not dry_run:
+                    if damaged is not None and quarantine_dir is None:
+                        root = default_quarantine_root(target.partition)
+                    else:
+                        root = quarantine_dir
+                    applied = apply_plan(plan, truncate=truncate, quarantine_root=root)
+                elif damaged is not None:
+                    problems = True
+                if unfixable:
+                    problems = True
+                rows = _segment_rows(plan, applied, truncate, dry_run)
+                if damaged is not None and damaged.result.problem.kind == ZERO_TAIL and not truncate:
+                    for row in rows:
+                        if row.get("segment") == damaged.segment.base_offset:
+                            row["message"] = ("zero-filled preallocated tail (not corruption); rerun with --truncate "
+                                              "to trim it as Kafka's recovery does")
+                if as_json:
+                    for row in rows:
+                        click.echo(json.dumps(row, sort_keys=True))
+                else:
+                    _render_text(rows, tty)
+        finally:
+            if lock is not None:
+                lock.__exit__(None, None, None)
+    if problems:
+        ctx.exit(int(ExitStatus.PROBLEMS))
