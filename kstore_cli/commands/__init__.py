@@ -15,6 +15,12 @@ def _load() -> List[click.Command]:
     from kstore_cli.commands import dump_segment
 
     commands.append(dump_segment.command)
+    from kstore_cli.commands import find, inspect, rebuild_index, verify_index
+
+    commands.append(rebuild_index.command)
+    commands.append(verify_index.command)
+    commands.append(find.command)
+    commands.append(inspect.command)
     return commands
 
 
