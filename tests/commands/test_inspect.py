@@ -1,0 +1,57 @@
+"""kstore inspect: per-partition summary from the corpus."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from kstore_cli.cli import _register_commands, cli
+from kstore_cli.segment.index import TransactionIndex
+from tests.conftest import CORPUS
+
+_register_commands()
+
+
+def rows_of(output: str) -> list:
+    return [json.loads(line) for line in output.splitlines()]
+
+
+def test_transactional_partition_summary() -> None:
+    result = CliRunner().invoke(cli, ["inspect", "--json", str(CORPUS / "logs" / "transactional-0")])
+    assert result.exit_code == 0, result.output
+    (row,) = rows_of(result.output)
+    part = CORPUS / "logs" / "transactional-0"
+    aborted = sum(len(TransactionIndex(str(p)).entries()) for p in part.glob("*.txnindex"))
+    assert row["abortedTransactions"] == aborted > 0
+    assert row["openTransactions"] == [{"producerId": 5002, "firstOffset": 405}]  # pid 5002's txn left open
+    assert {5000, 5001, 5002, 6000} <= set(row["producerIds"])
+    assert row["logEndOffset"] == 481 and row["segments"] == 8
+    assert row["sizeBytes"] == sum(p.stat().st_size for p in part.glob("*.log"))
+    assert row["indexHealth"] == "ok"
+    assert row["logStartOffsetSource"] == "checkpoint"
+
+
+def test_data_dir_formats_codecs_leftovers_and_skipped(tmp_path: Path) -> None:
+    shutil.copytree(CORPUS / "logs", tmp_path / "logs")
+    (tmp_path / "logs" / "v2-none-0" / "00000000000000000000.log.deleted").write_bytes(b"x")
+    (tmp_path / "logs" / "orders-0.0123456789abcdef0123456789abcdef-delete").mkdir()
+    result = CliRunner().invoke(cli, ["inspect", "--json", str(tmp_path / "logs")])
+    assert result.exit_code == 0, result.output
+    rows = rows_of(result.output)
+    by_name = {os.path.basename(r.get("partition", r.get("path", ""))): r for r in rows}
+    assert by_name["v2-none-0"]["leftoverFiles"] == ["00000000000000000000.log.deleted"]
+    assert by_name["mixed-magic-0"]["magics"] == [0, 1, 2]
+    assert set(by_name["v2-zstd-0"]["codecs"]) == {"zstd"}
+    assert by_name["orders-0.0123456789abcdef0123456789abcdef-delete"]["type"] == "skipped"
+
+
+def test_text_output_in_a_pipe_is_one_line_per_partition() -> None:
+    result = CliRunner().invoke(cli, ["inspect", str(CORPUS / "logs-crashed")])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("partition\tsegs")
+    assert len(lines) == 4 and all("\t" in line for line in lines)
