@@ -151,7 +151,7 @@ def read_clean_shutdown(path: "str | os.PathLike[str]") -> Optional[dict]:
         return {}
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # deeply nested arrays exhaust json's recursion limit
         raise CorruptCheckpointError("clean-shutdown marker is not JSON", path=path) from None
 
 
