@@ -142,7 +142,9 @@ def decompress(data: "bytes | memoryview", verify_header_checksum: bool = True) 
             out.append(block)
         else:
             try:
-                out.append(lz4.block.decompress(block, uncompressed_size=max_block))
+                # LZ4 expands at most 255x, so a damaged block-size id (up to 4 MiB) cannot size the buffer.
+                capacity = min(max_block, 255 * size + 64)
+                out.append(lz4.block.decompress(block, uncompressed_size=capacity))
             except lz4.block.LZ4BlockError as exc:
                 raise CodecError(f"lz4 block at byte {pos - size} is corrupt: {exc}") from None
 
