@@ -346,3 +346,10 @@ def test_arbitrary_bytes_raise_only_kstore_errors(data: bytes) -> None:
                 r.key, r.value, r.headers
     except KstoreError:
         pass
+
+
+@pytest.mark.parametrize("size", [65536, 4 * 1024 * 1024])
+def test_lz4_maximally_compressed_blocks_still_decompress(size: int) -> None:
+    """The decompression buffer is capped at 255x the block (LZ4's ceiling): all-zero blocks reach it."""
+    packed = lz4.frame.compress(b"\x00" * size, block_size=lz4.frame.BLOCKSIZE_MAX4MB, block_linked=False)
+    assert get_codec(3).decompress(packed, 2) == b"\x00" * size
