@@ -212,9 +212,20 @@ def format_batch_line(batch: Batch, position: Optional[int] = None) -> str:
     return format_batch_head(batch) + format_batch_tail(batch, batch.position if position is None else position)
 
 
+def java_utf8(data: bytes) -> str:
+    """``new String(data, UTF_8)``: invalid bytes become U+FFFD the way Java replaces them."""
+    try:
+        return data.decode("utf-8")  # valid UTF-8 decodes the same in both
+    except UnicodeDecodeError:
+        return decode_utf8_java(data)
+
+
 def header_keys_text(record: Record) -> str:
     """``[k1,k2,...]``: header keys decoded the way Java's ``new String(bytes, UTF_8)`` does."""
-    return "[" + ",".join(decode_utf8_java(k) for k in record.header_key_bytes()) + "]"
+    keys = record.header_key_bytes()
+    if not keys:
+        return "[]"
+    return "[" + ",".join(java_utf8(k) for k in keys) + "]"
 
 
 def format_record_metadata(batch: Batch, record: Record) -> str:
@@ -993,7 +1004,7 @@ def record_json(batch: Batch, record: Record, *, print_data: bool = False) -> Di
         "keySize": record.key_size,
         "valueSize": record.value_size,
         "sequence": record.sequence,
-        "headerKeys": [decode_utf8_java(k) for k in record.header_key_bytes()],
+        "headerKeys": [java_utf8(k) for k in record.header_key_bytes()],
     }
     if record.is_legacy:
         obj["crc"] = record.crc
@@ -1001,7 +1012,10 @@ def record_json(batch: Batch, record: Record, *, print_data: bool = False) -> Di
     if print_data:
         obj["key"] = _b64(record.key)
         obj["value"] = _b64(record.value)
-        obj["headers"] = [{"key": h.key, "value": _b64(h.value)} for h in record.headers]
+        obj["headers"] = [
+            {"key": java_utf8(key), "value": _b64(h.value)}
+            for key, h in zip(record.header_key_bytes(), record.headers)
+        ]
     if batch.is_control:
         obj["control"] = control_json(record)
     return obj
