@@ -259,3 +259,73 @@ def move_file(src: str, dst: str) -> None:
     copy_range(src, dst, 0, size)
     fsync_dir(os.path.dirname(os.path.abspath(dst)))
     unlink(src)
+
+
+class NewFile:
+    """A file being created by a writer: opened exclusively, written in pieces, then fsynced.
+
+    Creating and finishing are file operations (crash points); the writes between them
+    are not, so a crash test's step count does not grow with the data.
+    """
+
+    __slots__ = ("path", "_f", "size")
+
+    def __init__(self, path: str) -> None:
+        self.path = os.fspath(path)
+        _step("create", self.path)
+        try:
+            self._f = open(self.path, "xb")
+        except FileExistsError:
+            raise FileUnreadableError("already exists; remove the leftover first", path=self.path) from None
+        except OSError as exc:
+            raise _fail("create", self.path, exc) from None
+        self.size = 0
+
+    def write(self, data: "bytes | memoryview") -> None:
+        try:
+            self._f.write(data)
+        except OSError as exc:
+            raise _fail("write", self.path, exc) from None
+        self.size += len(data)
+
+    def finish(self) -> None:
+        """Flush, fsync and close (the directory entry is fsynced by the caller)."""
+        _step("fsync", self.path)
+        try:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+        except OSError as exc:
+            raise _fail("write", self.path, exc) from None
+
+    def abort(self) -> None:
+        """Close and delete the unfinished file."""
+        try:
+            self._f.close()
+        except OSError:
+            pass
+        unlink(self.path)
+
+
+def create_file(path: str) -> NewFile:
+    """A new file (which must not exist yet) to write to; see :class:`NewFile`."""
+    return NewFile(path)
+
+
+def set_mtime(path: str, mtime: float) -> None:
+    """Set a file's modification time (Kafka's time retention falls back to a segment's mtime)."""
+    _step("utime", path)
+    try:
+        os.utime(path, (mtime, mtime))
+    except OSError as exc:
+        raise _fail("set the time of", path, exc) from None
+
+
+def copy_file(src: str, dst: str) -> None:
+    """Replace dst with a copy of src (atomically, as :func:`atomic_write`)."""
+    try:
+        with open(src, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise FileUnreadableError(f"cannot be read: {exc.strerror or exc}", path=src) from None
+    atomic_write(dst, data)
