@@ -1,0 +1,205 @@
+"""``kstore retain``: Kafka's time/size/log-start-offset retention, offline and cron-safe."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from typing import Dict, List, Optional
+
+import click
+
+from kstore_cli.errors import ExitStatus, UsageError
+from kstore_cli.segment import fileops
+from kstore_cli.segment.config import ConfigResolver, retention_flags
+from kstore_cli.segment.logdir import Partition, group_by_data_dir, resolve
+from kstore_cli.segment.retention import (
+    DataDirState,
+    RetentionPlan,
+    apply_retention,
+    bytes_freed,
+    now_ms,
+    plan_partition,
+)
+
+
+def _is_tty() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _row(plan: RetentionPlan, delete_delay_ms: int, dry_run: bool) -> dict:
+    row = plan.to_dict()
+    row["bytesFreed"] = bytes_freed(plan, delete_delay_ms) if plan.active else 0
+    row["dryRun"] = dry_run
+    return row
+
+
+def _status(row: dict, dry_run: bool) -> str:
+    if row["problem"]:
+        return f"not handled: {row['problem']}"
+    if row["skipped"]:
+        return f"skipped: {row['skipped']}"
+    n = row["segmentsDeleted"]
+    verb = "would delete" if dry_run else "deleted"
+    text = f"{verb} {n} segment(s), {row['bytesFreed']} bytes {'to free' if dry_run else 'freed'}" if n else "nothing to delete"
+    if row["logStartOffset"] != row["newLogStartOffset"]:
+        text += f"; log start offset {row['logStartOffset']} -> {row['newLogStartOffset']}"
+    else:
+        text += f"; log start offset {row['logStartOffset']}"
+    if row["rolledSegment"] is not None:
+        text += f"; {'would roll' if dry_run else 'rolled'} an empty segment at {row['rolledSegment']}"
+    return text
+
+
+def _render_text(rows: List[dict], dry_run: bool) -> None:
+    for row in rows:
+        click.echo(f"{row['partition']}: {_status(row, dry_run)}")
+        if row["problem"] or row["skipped"]:
+            continue
+        for d in row["deleted"]:
+            click.echo(f"  {'would delete' if dry_run else 'deleted'} segment {d['segment']} ({d['rule']}: "
+                       f"{d['reason']}): " + ", ".join(os.path.basename(f) for f in d["files"])
+                       + f" ({d['bytes']} bytes)")
+        for f in row["interruptedDeletionFiles"]:
+            click.echo(f"  {'would finish' if dry_run else 'finished'} an interrupted deletion: {os.path.basename(f)}")
+        for f in row["leftoversRemoved"]:
+            click.echo(f"  {'would remove' if dry_run else 'removed'} leftover {os.path.basename(f)}")
+        for note in row["notes"]:
+            click.echo(f"  note: {note}")
+
+
+def _render_table(rows: List[dict], dry_run: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="kstore retain" + (" (dry run: nothing changed)" if dry_run else ""), title_justify="left")
+    for col in ("partition", "policy", "segments deleted", "bytes freed", "log start offset", "note"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        policy = ""
+        if "config" in row:
+            c = row["config"]
+            policy = f"{c['cleanup.policy']['value']} ms={c['retention.ms']['value']} bytes={c['retention.bytes']['value']}"
+        if row["problem"] or row["skipped"]:
+            table.add_row(os.path.basename(row["partition"]), policy, "-", "-", "-",
+                          f"[red]{row['problem']}[/]" if row["problem"] else row["skipped"])
+            continue
+        lso = str(row["logStartOffset"])
+        if row["newLogStartOffset"] != row["logStartOffset"]:
+            lso += f" -> {row['newLogStartOffset']}"
+        note = "; ".join(row["notes"])
+        if row["rolledSegment"] is not None:
+            note = f"rolled empty segment at {row['rolledSegment']}" + ("; " + note if note else "")
+        table.add_row(os.path.basename(row["partition"]), policy, str(row["segmentsDeleted"]), str(row["bytesFreed"]),
+                      lso, note)
+    Console().print(table)
+
+
+@click.command(name="retain")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--retention-ms", type=int, help="retention.ms for every topic (-1: unlimited).")
+@click.option("--retention-minutes", type=int, help="The same in minutes.")
+@click.option("--retention-hours", type=int, help="The same in hours.")
+@click.option("--retention-bytes", type=int, help="retention.bytes for every partition (-1: unlimited).")
+@click.option("--log-start-offset", type=click.IntRange(min=0),
+              help="Move the log start offset up to this offset first (like DeleteRecords; not past the high watermark).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="A broker server.properties: log.retention.{ms,minutes,hours}, log.retention.bytes, "
+                   "log.cleanup.policy, ...")
+@click.option("--topic-config", type=click.Path(dir_okay=False),
+              help="Per-topic overrides: INI sections named by topic or glob with topic-level keys "
+                   "(retention.ms, retention.bytes, cleanup.policy, ...); JSON also accepted.")
+@click.option("--now", "now", type=int, help="The current time in epoch ms [default: the clock].")
+@click.option("--delete-delay-ms", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Keep the renamed .deleted files this long; a later run removes them.")
+@click.option("--dry-run", is_flag=True, help="Print what would be deleted and the bytes freed; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="A JSON summary on stdout.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing on success (for cron); problems still go to stderr.")
+@click.option("--force", is_flag=True, help="Proceed even when the data dir's .lock is held by a running process.")
+@click.pass_context
+def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_minutes: Optional[int],
+            retention_hours: Optional[int], retention_bytes: Optional[int], log_start_offset: Optional[int],
+            config_file: Optional[str], topic_config: Optional[str], now: Optional[int], delete_delay_ms: int,
+            dry_run: bool, as_json: bool, quiet: bool, force: bool) -> None:
+    """Delete old segments exactly as Kafka's retention does (UnifiedLog.deleteOldSegments).
+
+    PATH is a partition directory or a data directory (every partition in it; -delete, -future
+    and -stray directories are skipped). Per partition, in Kafka's order: segments entirely
+    below the log start offset, then segments while the log exceeds retention.bytes (never
+    going below it), then segments whose largest timestamp is more than retention.ms before
+    --now (from the time index, else the batches, else the .log mtime). Only a prefix of the
+    log goes, never at or above the high watermark (replication-offset-checkpoint, when
+    present), never an empty last segment; when every segment goes, an empty segment is rolled
+    at the log end offset first. Topics with cleanup.policy=compact only get the log start
+    offset rule (__consumer_offsets and __transaction_state are compact unless overridden).
+
+    Files are renamed *.deleted, then removed (or kept --delete-delay-ms for a later run);
+    producer snapshots of deleted segments go too; log-start-offset-checkpoint and
+    leader-epoch-checkpoint are updated atomically. The data dir's .lock is held throughout,
+    so a running broker or another kstore makes this refuse (unless --force). A crash at any
+    point leaves a directory that the broker loads and a rerun finishes.
+
+    Policy: flags, then --topic-config, then --config, then Kafka's defaults (7 days, no size limit).
+
+    \b
+    Exit status: 0 done (including nothing to do), 1 a partition could not be handled,
+    2 usage, 3 unreadable.
+
+    \b
+    Example:
+      kstore retain --retention-hours 72 /var/lib/kafka/data
+      kstore retain --dry-run --config /etc/kafka/server.properties --topic-config topics.ini /var/lib/kafka/data
+      kstore retain --quiet --retention-bytes 10737418240 /srv/standby/kafka-data
+    """
+    flags = retention_flags(ms=retention_ms, minutes=retention_minutes, hours=retention_hours,
+                            retention_bytes=retention_bytes)
+    resolver = ConfigResolver.from_files(config_file, topic_config, flags)
+    targets = resolve(paths)
+    if not targets:
+        raise UsageError("no partitions found in " + ", ".join(paths))
+    if any(t.only is not None for t in targets):
+        raise UsageError("retain works on whole partitions: give a partition or data directory, not a .log file")
+    now = now_ms() if now is None else now
+    groups = group_by_data_dir(targets)
+    rows: List[dict] = []
+    with contextlib.ExitStack() as stack:
+        if not dry_run:
+            for data_dir in sorted(groups):  # every lock first: nothing changes unless all are ours
+                stack.enter_context(fileops.LogDirLock(data_dir, force=force))
+        planned: Dict[str, tuple] = {}
+        for data_dir in sorted(groups):  # plan everything before changing anything
+            state = DataDirState(data_dir)
+            seen: Dict[str, Partition] = {}
+            for target in groups[data_dir]:
+                seen.setdefault(target.partition.path, target.partition)
+            plans = [plan_partition(p, resolver.for_topic(p.topic), state, now=now, log_start_offset=log_start_offset,
+                                    delete_delay_ms=delete_delay_ms) for p in seen.values()]
+            planned[data_dir] = (state, plans)
+        for data_dir, (state, plans) in planned.items():
+            if not dry_run:
+                apply_retention(state, plans, delete_delay_ms=delete_delay_ms)
+            rows.extend(_row(p, delete_delay_ms, dry_run) for p in plans)
+    problems = [r for r in rows if r["problem"]]
+    if as_json:
+        active = [r for r in rows if not r["problem"] and not r["skipped"]]
+        click.echo(json.dumps({
+            "dryRun": dry_run,
+            "now": now,
+            "partitions": rows,
+            "segmentsDeleted": sum(r["segmentsDeleted"] for r in active),
+            "bytesFreed": sum(r["bytesFreed"] for r in active),
+            "problems": len(problems),
+        }, sort_keys=True))
+    elif not quiet:
+        if _is_tty():
+            _render_table(rows, dry_run)
+        else:
+            _render_text(rows, dry_run)
+    if problems:
+        for row in problems:
+            click.echo(f"kstore: {row['partition']}: {row['problem']}", err=True)
+        ctx.exit(int(ExitStatus.PROBLEMS))

@@ -1,0 +1,399 @@
+"""Topic configuration for offline maintenance (retain now, compact later): Kafka's
+``LogConfig`` defaults, the broker-level synonyms of a ``server.properties``, per-topic
+overrides from a file, and command-line flags.
+
+Resolution, per key, highest first (Kafka's own order, with flags on top)::
+
+    1. flags                      (--retention-ms ..., given to ConfigResolver as topic-level keys)
+    2. --topic-config FILE        a section naming the topic exactly, then glob sections in file order
+    3. internal-topic overrides   what Kafka sets when it creates __consumer_offsets and
+                                  __transaction_state (cleanup.policy=compact)
+    4. --config server.properties broker synonyms: log.retention.ms > log.retention.minutes >
+                                  log.retention.hours, log.retention.bytes, log.cleanup.policy, ...
+    5. Kafka's defaults           retention.ms 7 days, retention.bytes -1 (unlimited), ...
+
+The topic-config file is INI, one section per topic name or glob (``fnmatch``: ``*``, ``?``,
+``[seq]``; topic names cannot contain these characters, so a section is a glob exactly when
+it has one), keys being Kafka's topic-level config names::
+
+    # kstore topic overrides
+    [orders]
+    retention.ms = 86400000
+
+    [logs.*]
+    retention.bytes = 1073741824
+    cleanup.policy = delete
+
+    [*-changelog]
+    cleanup.policy = compact
+
+A JSON object of the same shape (``{"orders": {"retention.ms": 86400000}, ...}``) is accepted
+too. Unknown keys and bad values are errors (Kafka rejects them as well), so a typo cannot
+silently leave a topic on the defaults.
+"""
+
+from __future__ import annotations
+
+import configparser
+import fnmatch
+import json
+import os
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from kstore_cli.errors import FileUnreadableError, UsageError
+from kstore_cli.segment.checkpoint import read_properties
+
+MS_PER_MINUTE = 60 * 1000
+MS_PER_HOUR = 60 * MS_PER_MINUTE
+LONG_MAX = (1 << 63) - 1
+
+# Value kinds.
+LONG = "long"
+INT = "int"
+DOUBLE = "double"
+BOOLEAN = "boolean"
+LIST = "list"
+STRING = "string"
+
+#: Kafka's topic-level configs (LogConfig / TopicConfig): kind and default.
+TOPIC_CONFIGS: Dict[str, Tuple[str, Any]] = {
+    "cleanup.policy": (LIST, ("delete",)),
+    "compression.type": (STRING, "producer"),
+    "compression.gzip.level": (INT, -1),
+    "compression.lz4.level": (INT, 9),
+    "compression.zstd.level": (INT, 3),
+    "delete.retention.ms": (LONG, 86400000),
+    "file.delete.delay.ms": (LONG, 60000),
+    "flush.messages": (LONG, LONG_MAX),
+    "flush.ms": (LONG, LONG_MAX),
+    "follower.replication.throttled.replicas": (STRING, ""),
+    "index.interval.bytes": (INT, 4096),
+    "leader.replication.throttled.replicas": (STRING, ""),
+    "local.retention.bytes": (LONG, -2),
+    "local.retention.ms": (LONG, -2),
+    "max.compaction.lag.ms": (LONG, LONG_MAX),
+    "max.message.bytes": (INT, 1048588),
+    "message.downconversion.enable": (BOOLEAN, True),
+    "message.format.version": (STRING, "3.0-IV1"),
+    "message.timestamp.after.max.ms": (LONG, LONG_MAX),
+    "message.timestamp.before.max.ms": (LONG, LONG_MAX),
+    "message.timestamp.difference.max.ms": (LONG, LONG_MAX),
+    "message.timestamp.type": (STRING, "CreateTime"),
+    "min.cleanable.dirty.ratio": (DOUBLE, 0.5),
+    "min.compaction.lag.ms": (LONG, 0),
+    "min.insync.replicas": (INT, 1),
+    "preallocate": (BOOLEAN, False),
+    "remote.log.copy.disable": (BOOLEAN, False),
+    "remote.log.delete.on.disable": (BOOLEAN, False),
+    "remote.storage.enable": (BOOLEAN, False),
+    "retention.bytes": (LONG, -1),
+    "retention.ms": (LONG, 7 * 24 * MS_PER_HOUR),
+    "segment.bytes": (INT, 1024 * 1024 * 1024),
+    "segment.index.bytes": (INT, 10 * 1024 * 1024),
+    "segment.jitter.ms": (LONG, 0),
+    "segment.ms": (LONG, 7 * 24 * MS_PER_HOUR),
+    "unclean.leader.election.enable": (BOOLEAN, False),
+}
+
+#: Broker-level synonyms (ServerTopicConfigSynonyms): topic key -> [(broker key, multiplier)],
+#: highest precedence first.
+BROKER_SYNONYMS: Dict[str, List[Tuple[str, int]]] = {
+    "segment.bytes": [("log.segment.bytes", 1)],
+    "segment.ms": [("log.roll.ms", 1), ("log.roll.hours", MS_PER_HOUR)],
+    "segment.jitter.ms": [("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", MS_PER_HOUR)],
+    "segment.index.bytes": [("log.index.size.max.bytes", 1)],
+    "flush.messages": [("log.flush.interval.messages", 1)],
+    "flush.ms": [("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1)],
+    "retention.bytes": [("log.retention.bytes", 1)],
+    "retention.ms": [("log.retention.ms", 1), ("log.retention.minutes", MS_PER_MINUTE),
+                     ("log.retention.hours", MS_PER_HOUR)],
+    "max.message.bytes": [("message.max.bytes", 1)],
+    "index.interval.bytes": [("log.index.interval.bytes", 1)],
+    "delete.retention.ms": [("log.cleaner.delete.retention.ms", 1)],
+    "min.compaction.lag.ms": [("log.cleaner.min.compaction.lag.ms", 1)],
+    "max.compaction.lag.ms": [("log.cleaner.max.compaction.lag.ms", 1)],
+    "file.delete.delay.ms": [("log.segment.delete.delay.ms", 1)],
+    "min.cleanable.dirty.ratio": [("log.cleaner.min.cleanable.ratio", 1)],
+    "cleanup.policy": [("log.cleanup.policy", 1)],
+    "unclean.leader.election.enable": [("unclean.leader.election.enable", 1)],
+    "min.insync.replicas": [("min.insync.replicas", 1)],
+    "compression.type": [("compression.type", 1)],
+    "compression.gzip.level": [("compression.gzip.level", 1)],
+    "compression.lz4.level": [("compression.lz4.level", 1)],
+    "compression.zstd.level": [("compression.zstd.level", 1)],
+    "preallocate": [("log.preallocate", 1)],
+    "message.format.version": [("log.message.format.version", 1)],
+    "message.timestamp.type": [("log.message.timestamp.type", 1)],
+    "message.timestamp.difference.max.ms": [("log.message.timestamp.difference.max.ms", 1)],
+    "message.timestamp.before.max.ms": [("log.message.timestamp.before.max.ms", 1)],
+    "message.timestamp.after.max.ms": [("log.message.timestamp.after.max.ms", 1)],
+    "message.downconversion.enable": [("log.message.downconversion.enable", 1)],
+    "local.retention.ms": [("log.local.retention.ms", 1)],
+    "local.retention.bytes": [("log.local.retention.bytes", 1)],
+}
+
+#: Topic configs Kafka sets when it creates its internal topics.
+INTERNAL_TOPIC_OVERRIDES: Dict[str, Dict[str, Any]] = {
+    "__consumer_offsets": {"cleanup.policy": ("compact",)},
+    "__transaction_state": {"cleanup.policy": ("compact",)},
+}
+
+CLEANUP_POLICIES = ("compact", "delete")
+DEFAULT_SOURCE = "Kafka default"
+
+
+def parse_value(key: str, raw: Any, where: str, multiplier: int = 1) -> Any:
+    """A config value of Kafka's kind for `key` (strings as in properties files; JSON scalars too)."""
+    if key not in TOPIC_CONFIGS:
+        raise UsageError(f"unknown topic config {key!r} ({where})")
+    kind = TOPIC_CONFIGS[key][0]
+    text = raw.strip() if isinstance(raw, str) else raw
+    try:
+        if kind in (LONG, INT):
+            if isinstance(text, bool) or not isinstance(text, (int, str)):
+                raise ValueError
+            value = int(text) * multiplier
+            if not -(1 << 63) <= value <= LONG_MAX:
+                raise ValueError
+        elif kind == DOUBLE:
+            if isinstance(text, bool):
+                raise ValueError
+            value = float(text)
+        elif kind == BOOLEAN:
+            if isinstance(text, bool):
+                value = text
+            elif isinstance(text, str) and text.lower() in ("true", "false"):
+                value = text.lower() == "true"
+            else:
+                raise ValueError
+        elif kind == LIST:
+            items = text if isinstance(text, list) else str(text).strip("[]").split(",")
+            value = tuple(str(item).strip().lower() for item in items if str(item).strip())
+        else:
+            value = str(text)
+    except ValueError:
+        raise UsageError(f"{key}: {raw!r} is not a valid {kind} ({where})") from None
+    _validate(key, value, raw, where)
+    return value
+
+
+def _validate(key: str, value: Any, raw: Any, where: str) -> None:
+    if key == "cleanup.policy":
+        bad = [p for p in value if p not in CLEANUP_POLICIES]
+        if bad:
+            raise UsageError(f"cleanup.policy: {raw!r}: expected a list of compact and/or delete ({where})")
+    elif key == "retention.ms" and value < -1:
+        raise UsageError(f"retention.ms: {raw!r} must be -1 (unlimited) or more ({where})")
+
+
+def broker_settings(props: Mapping[str, str], source: str = "server.properties") -> Dict[str, Tuple[Any, str]]:
+    """Topic-level values implied by broker properties: {topic key: (value, where it came from)}.
+
+    For each key the first synonym present wins (log.retention.ms before .minutes before .hours,
+    as KafkaConfig.logRetentionTimeMillis). A negative retention time means unlimited (-1).
+    """
+    out: Dict[str, Tuple[Any, str]] = {}
+    for key, synonyms in BROKER_SYNONYMS.items():
+        for name, multiplier in synonyms:
+            raw = props.get(name)
+            if raw is None or not raw.strip():
+                continue
+            where = f"{source}: {name}"
+            if key == "retention.ms":
+                try:
+                    value = int(raw.strip()) * multiplier
+                except ValueError:
+                    raise UsageError(f"{name}: {raw!r} is not a valid long ({where})") from None
+                value = -1 if value < 0 else value  # any negative retention means unlimited
+            else:
+                value = parse_value(key, raw, where, multiplier)
+            out[key] = (value, where)
+            break
+    return out
+
+
+def load_broker_config(path: "str | os.PathLike[str]") -> Dict[str, Tuple[Any, str]]:
+    """:func:`broker_settings` of a server.properties file."""
+    path = os.fspath(path)
+    return broker_settings(read_properties(path), os.path.basename(path))
+
+
+class TopicOverrides:
+    """Per-topic overrides: exact names and globs, each a {topic key: value} mapping."""
+
+    def __init__(self, sections: List[Tuple[str, Dict[str, Any]]], source: str = "topic config") -> None:
+        self.source = source
+        self.exact: Dict[str, Dict[str, Any]] = {}
+        self.globs: List[Tuple[str, Dict[str, Any]]] = []
+        for name, values in sections:
+            if is_glob(name):
+                self.globs.append((name, values))
+            else:
+                self.exact.setdefault(name, {}).update(values)
+
+    def lookup(self, topic: str) -> Dict[str, Tuple[Any, str]]:
+        """{key: (value, where)} for a topic: its exact section first, then matching globs in order."""
+        out: Dict[str, Tuple[Any, str]] = {}
+        for key, value in self.exact.get(topic, {}).items():
+            out[key] = (value, f"{self.source} [{topic}]")
+        for pattern, values in self.globs:
+            if fnmatch.fnmatchcase(topic, pattern):
+                for key, value in values.items():
+                    out.setdefault(key, (value, f"{self.source} [{pattern}]"))
+        return out
+
+
+def is_glob(name: str) -> bool:
+    return any(c in name for c in "*?[")
+
+
+def parse_topic_overrides(text: str, source: str = "topic config") -> TopicOverrides:
+    """Overrides from INI text (or a JSON object); raises UsageError on unknown keys or bad values."""
+    sections: List[Tuple[str, Dict[str, Any]]] = []
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise UsageError(f"not valid JSON: {exc}", path=source) from None
+        if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+            raise UsageError("expected a JSON object of topic name or glob -> {config: value}", path=source)
+        for name, values in data.items():
+            sections.append((name, {k: parse_value(k, v, f"{source} [{name}]") for k, v in values.items()}))
+        return TopicOverrides(sections, source)
+    parser = configparser.ConfigParser(interpolation=None, delimiters=("=", ":"),
+                                       comment_prefixes=("#", ";"), inline_comment_prefixes=None,
+                                       default_section="\x00kstore-no-default")
+    parser.optionxform = str  # type: ignore[assignment, method-assign]  # keep keys as written
+    try:
+        parser.read_string(text, source=source)
+    except configparser.Error as exc:
+        message = str(exc).splitlines()[0]
+        raise UsageError(f"not a valid topic config file: {message}", path=source) from None
+    for name in parser.sections():
+        values = {}
+        for key, raw in parser.items(name):
+            values[key] = parse_value(key, raw, f"{source} [{name}]")
+        sections.append((name, values))
+    return TopicOverrides(sections, source)
+
+
+def load_topic_overrides(path: "str | os.PathLike[str]") -> TopicOverrides:
+    path = os.fspath(path)
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise FileUnreadableError("no such file", path=path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FileUnreadableError(f"cannot be read: {exc}", path=path) from None
+    return parse_topic_overrides(text, os.path.basename(path))
+
+
+class TopicConfig:
+    """The resolved configuration of one topic, by Kafka's topic-level names."""
+
+    __slots__ = ("topic", "_values", "_sources")
+
+    def __init__(self, topic: str, values: Dict[str, Any], sources: Dict[str, str]) -> None:
+        self.topic = topic
+        self._values = values
+        self._sources = sources
+
+    def get(self, key: str) -> Any:
+        if key not in TOPIC_CONFIGS:
+            raise KeyError(key)
+        return self._values.get(key, TOPIC_CONFIGS[key][1])
+
+    def source(self, key: str) -> str:
+        """Where the value of `key` came from (a flag, a file and section, or Kafka's default)."""
+        return self._sources.get(key, DEFAULT_SOURCE)
+
+    @property
+    def retention_ms(self) -> int:
+        return self.get("retention.ms")
+
+    @property
+    def retention_bytes(self) -> int:
+        return self.get("retention.bytes")
+
+    @property
+    def cleanup_policy(self) -> Tuple[str, ...]:
+        return self.get("cleanup.policy")
+
+    @property
+    def delete(self) -> bool:
+        """LogConfig.delete: the policy includes delete (time and size retention apply)."""
+        return "delete" in self.cleanup_policy
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def remote_storage_enable(self) -> bool:
+        return bool(self.get("remote.storage.enable"))
+
+    def to_dict(self, keys: Optional[List[str]] = None) -> Dict[str, Any]:
+        keys = keys if keys is not None else sorted(TOPIC_CONFIGS)
+        out: Dict[str, Any] = {}
+        for key in keys:
+            value = self.get(key)
+            out[key] = ",".join(value) if isinstance(value, tuple) else value
+        return out
+
+    def __repr__(self) -> str:
+        return (f"TopicConfig({self.topic!r}, retention.ms={self.retention_ms}, "
+                f"retention.bytes={self.retention_bytes}, cleanup.policy={','.join(self.cleanup_policy)})")
+
+
+class ConfigResolver:
+    """Resolves a topic's configuration from flags, overrides, internal-topic settings, broker
+    settings and defaults (see the module docstring for the order)."""
+
+    def __init__(self, *, broker: Optional[Mapping[str, Tuple[Any, str]]] = None,
+                 overrides: Optional[TopicOverrides] = None,
+                 flags: Optional[Mapping[str, Tuple[Any, str]]] = None) -> None:
+        self.broker = dict(broker or {})
+        self.overrides = overrides
+        self.flags = dict(flags or {})
+
+    @classmethod
+    def from_files(cls, config: Optional[str] = None, topic_config: Optional[str] = None,
+                   flags: Optional[Mapping[str, Tuple[Any, str]]] = None) -> "ConfigResolver":
+        return cls(broker=load_broker_config(config) if config else None,
+                   overrides=load_topic_overrides(topic_config) if topic_config else None,
+                   flags=flags)
+
+    def for_topic(self, topic: str) -> TopicConfig:
+        layers: List[Callable[[], Mapping[str, Tuple[Any, str]]]] = [
+            lambda: self.flags,
+            lambda: self.overrides.lookup(topic) if self.overrides else {},
+            lambda: {k: (v, "Kafka's internal topic setting") for k, v in INTERNAL_TOPIC_OVERRIDES.get(topic, {}).items()},
+            lambda: self.broker,
+        ]
+        values: Dict[str, Any] = {}
+        sources: Dict[str, str] = {}
+        for layer in layers:
+            for key, (value, where) in layer().items():
+                if key not in values:
+                    values[key] = value
+                    sources[key] = where
+        return TopicConfig(topic, values, sources)
+
+
+def retention_flags(*, ms: Optional[int] = None, minutes: Optional[int] = None, hours: Optional[int] = None,
+                    retention_bytes: Optional[int] = None) -> Dict[str, Tuple[Any, str]]:
+    """Flag values as topic-level keys; at most one of ms/minutes/hours may be given."""
+    given = [(name, v) for name, v in (("ms", ms), ("minutes", minutes), ("hours", hours)) if v is not None]
+    if len(given) > 1:
+        raise UsageError("give only one of --retention-ms, --retention-minutes and --retention-hours")
+    out: Dict[str, Tuple[Any, str]] = {}
+    if given:
+        name, value = given[0]
+        multiplier = {"ms": 1, "minutes": MS_PER_MINUTE, "hours": MS_PER_HOUR}[name]
+        if value < -1:
+            raise UsageError(f"--retention-{name} must be -1 (unlimited) or more, not {value}")
+        out["retention.ms"] = (-1 if value < 0 else value * multiplier, f"--retention-{name}")
+    if retention_bytes is not None:
+        out["retention.bytes"] = (retention_bytes, "--retention-bytes")
+    return out

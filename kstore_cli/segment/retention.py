@@ -1,0 +1,572 @@
+"""Retention offline: Kafka's ``UnifiedLog.deleteOldSegments`` over partition directories.
+
+Planning (read-only) reproduces the broker's decision on the segments as the broker would
+load them (spec §7)::
+
+    deleteOldSegments():
+        if cleanup.policy has "delete": startOffsetBreach + sizeBreach + timeBreach   (in order)
+        else:                           startOffsetBreach
+
+Each rule walks the segments from the oldest and stops at the first one that is not
+deletable; a segment is deletable iff ``highWatermark >= upperBound`` (the next segment's
+base offset, or the log end offset for the last one), the rule's predicate holds, and it is
+not an empty last segment. Predicates: the next segment starts at or below the log start
+offset; the segment fits in what the log exceeds ``retention.bytes`` by (``diff - size >= 0``,
+so the log never drops below ``retention.bytes``); ``now - largestTimestamp > retention.ms``.
+When a rule selects every segment, a new empty segment is rolled at the log end offset
+first. The log start offset becomes the base offset of the segment after the last deleted.
+
+Applying keeps an order in which a SIGKILL at any file operation leaves a directory that a
+broker loads and a rerun finishes, with the log-start-offset checkpoint never ahead of the
+files::
+
+    1. finish interrupted deletions: for each <X>.log.deleted whose <X>.log is gone, rename the
+       segment's remaining files (.index, .timeindex, .txnindex, <X>.snapshot) to .deleted
+    2. roll, when every segment goes: <LEO>.index, <LEO>.timeindex, then <LEO>.log (all empty)
+    3. per deleted segment, oldest first: <X>.log -> .deleted first (the commit point: from then
+       on the segment is gone for a broker and for a rerun), then its indexes and <X>.snapshot;
+       then fsync the partition directory
+    4. log-start-offset-checkpoint, once per data dir (atomic)
+    5. leader-epoch-checkpoint truncated from the start to the new log start offset (atomic)
+    6. remove .deleted files (now, or once older than the delete delay): a segment's other files
+       before its .log.deleted, so the marker outlives them
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Dict, List, Optional, Tuple
+
+from kstore_cli.errors import KstoreError, UsageError
+from kstore_cli.segment import fileops, names
+from kstore_cli.segment.checkpoint import (
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    format_leader_epoch_checkpoint,
+    format_offset_checkpoint,
+    read_leader_epoch_checkpoint,
+    read_offset_checkpoint,
+)
+from kstore_cli.segment.config import TopicConfig
+from kstore_cli.segment.index import TimeIndex
+from kstore_cli.segment.logdir import Partition, Segment
+from kstore_cli.segment.reader import read_batches
+
+RULE_LOG_START_OFFSET = "log-start-offset"
+RULE_RETENTION_BYTES = "retention.bytes"
+RULE_RETENTION_MS = "retention.ms"
+
+TS_TIMEINDEX = "timeindex"
+TS_BATCHES = "batches"
+TS_MTIME = "mtime"
+TS_NEW_SEGMENT = "new segment"
+
+#: Partitions retention never touches, and why.
+METADATA_LOG_TOPIC = "__cluster_metadata"
+
+_SEGMENT_SUFFIXES = (names.LOG_SUFFIX, names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX)
+_DELETED_LOG = names.LOG_SUFFIX + names.DELETED_SUFFIX
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def mtime_ms(path: str) -> int:
+    """File.lastModified: milliseconds, truncated."""
+    return os.stat(path).st_mtime_ns // 1_000_000
+
+
+# --------------------------------------------------------------------------- segment facts
+
+
+def scan_max_timestamp(log: str) -> int:
+    """The largest batch max timestamp of a .log (-1 when none), reading only batch headers.
+    Stops quietly at a damaged or partial tail, where Kafka's recovery would cut."""
+    largest = -1
+    try:
+        for batch in read_batches(log):
+            ts = batch.max_timestamp
+            if ts > largest:
+                largest = ts
+    except KstoreError:
+        pass
+    return largest
+
+
+def largest_timestamp(segment: Segment) -> Tuple[int, str]:
+    """``LogSegment.largestTimestamp`` as a broker has it after loading this directory, and its source.
+
+    * no ``.index``: the loader recovers the segment, rebuilding the time index -> the largest
+      batch max timestamp (``batches``);
+    * an untrimmed ``.timeindex`` (trailing zero slots: an unclean shutdown, which recovery
+      rebuilds) or an unreadable one -> ``batches`` too;
+    * otherwise the time index's last entry (a missing ``.timeindex`` is created empty);
+    * a result below 0 (v0 data, pre-0.10.1 segments, empty indexes) -> the ``.log`` mtime.
+    """
+    ts = -1
+    source = TS_TIMEINDEX
+    if segment.index is None:
+        ts, source = scan_max_timestamp(segment.log), TS_BATCHES
+    elif segment.timeindex is not None:
+        try:
+            index = TimeIndex(segment.timeindex, segment.base_offset)
+            usable = index.length % index.entry_size == 0 and index.zero_tail_start() == index.entries
+        except KstoreError:
+            usable = False
+        if usable:
+            ts = index.last_entry()[0]
+        else:
+            ts, source = scan_max_timestamp(segment.log), TS_BATCHES
+    if ts >= 0:
+        return ts, source
+    return mtime_ms(segment.log), TS_MTIME
+
+
+def next_offset(segment: Segment) -> int:
+    """The offset after the segment's last complete batch (its base offset when it has none)."""
+    last = None
+    try:
+        for batch in read_batches(segment.log):
+            last = batch.last_offset
+    except KstoreError:
+        pass
+    return segment.base_offset if last is None else max(segment.base_offset, last + 1)
+
+
+def truncate_epochs_from_start(entries: List[Tuple[int, int]], start_offset: int) -> List[Tuple[int, int]]:
+    """LeaderEpochFileCache.truncateFromStart: drop entries starting at or below start_offset,
+    keeping the last of them re-based to start_offset."""
+    i = 0
+    while i < len(entries) and entries[i][1] <= start_offset:
+        i += 1
+    if i == 0:
+        return list(entries)
+    return [(entries[i - 1][0], start_offset)] + list(entries[i:])
+
+
+class SegmentState:
+    """One segment as the rules see it: base offset, .log size, largest timestamp (lazy)."""
+
+    __slots__ = ("segment", "base_offset", "size", "rolled", "_largest")
+
+    def __init__(self, segment: Optional[Segment], base_offset: int, size: int, rolled: bool = False,
+                 largest: Optional[Tuple[int, str]] = None) -> None:
+        self.segment = segment
+        self.base_offset = base_offset
+        self.size = size
+        self.rolled = rolled
+        self._largest = largest
+
+    @property
+    def largest(self) -> Tuple[int, str]:
+        if self._largest is None:
+            # Only a rolled state has no files, and it is created with its timestamp.
+            self._largest = largest_timestamp(self.segment) if self.segment is not None else (-1, TS_NEW_SEGMENT)
+        return self._largest
+
+
+# --------------------------------------------------------------------------- plans
+
+
+class DataDirState:
+    """The data dir's offset checkpoints, read once (under the lock) for all its partitions."""
+
+    def __init__(self, data_dir: str) -> None:
+        self.path = os.path.abspath(data_dir)
+        lso_path = os.path.join(self.path, LOG_START_OFFSET_CHECKPOINT)
+        hw_path = os.path.join(self.path, REPLICATION_OFFSET_CHECKPOINT)
+        self.log_start_offsets: Dict[Tuple[str, int], int] = (
+            read_offset_checkpoint(lso_path) if os.path.exists(lso_path) else {})
+        #: None when there is no replication-offset-checkpoint at all (a copy, an archive).
+        self.high_watermarks: Optional[Dict[Tuple[str, int], int]] = (
+            read_offset_checkpoint(hw_path) if os.path.exists(hw_path) else None)
+
+
+class Deletion:
+    """A segment to delete: which rule selected it and why, and its files."""
+
+    __slots__ = ("base_offset", "rule", "reason", "log_size", "files", "bytes")
+
+    def __init__(self, base_offset: int, rule: str, reason: str, log_size: int, files: List[str]) -> None:
+        self.base_offset = base_offset
+        self.rule = rule
+        self.reason = reason
+        self.log_size = log_size
+        #: Existing files, in rename order: the .log first, then indexes, then the snapshot.
+        self.files = files
+        #: Their total size when planned.
+        self.bytes = sum(_size(f) for f in files)
+
+    def to_dict(self) -> dict:
+        return {"segment": self.base_offset, "rule": self.rule, "reason": self.reason,
+                "logBytes": self.log_size, "bytes": self.bytes, "files": self.files}
+
+
+class RetentionPlan:
+    """What retention does to one partition."""
+
+    def __init__(self, partition: Partition, config: Optional[TopicConfig]) -> None:
+        self.partition = partition
+        self.config = config
+        #: Why the partition is left alone by design (exit 0).
+        self.skipped: Optional[str] = None
+        #: Why the partition could not be handled (exit 1).
+        self.problem: Optional[str] = None
+        self.log_start_offset = 0
+        self.new_log_start_offset = 0
+        self.log_end_offset = 0
+        self.high_watermark = 0
+        self.high_watermark_source = ""
+        self.log_bytes = 0
+        self.deletions: List[Deletion] = []
+        #: Base offset of the empty segment rolled first (every segment is deleted), or None.
+        self.roll_offset: Optional[int] = None
+        #: New log-start-offset-checkpoint entry, or None to leave the file alone.
+        self.checkpoint_offset: Optional[int] = None
+        self.epochs_before: Optional[List[Tuple[int, int]]] = None
+        self.epochs_after: Optional[List[Tuple[int, int]]] = None
+        #: Live files of an interrupted deletion (their .log is already .deleted).
+        self.pending: List[str] = []
+        #: .deleted files old enough to remove now, and those kept for the delete delay.
+        self.leftovers: List[str] = []
+        self.leftovers_kept: List[str] = []
+        #: Sizes of pending and leftover files when planned.
+        self.pending_bytes = 0
+        self.leftover_bytes = 0
+        self.notes: List[str] = []
+
+    @property
+    def key(self) -> Tuple[str, int]:
+        return (self.partition.topic, self.partition.partition)
+
+    @property
+    def active(self) -> bool:
+        return self.skipped is None and self.problem is None
+
+    @property
+    def bytes_deleted(self) -> int:
+        """Bytes of the files of deleted segments (and of interrupted deletions)."""
+        return sum(d.bytes for d in self.deletions) + self.pending_bytes
+
+    @property
+    def changes_anything(self) -> bool:
+        return self.active and bool(
+            self.deletions or self.pending or self.leftovers or self.roll_offset is not None
+            or self.checkpoint_offset is not None or self.epochs_after != self.epochs_before)
+
+    def renamed_files(self) -> List[str]:
+        return list(self.pending) + [f for d in self.deletions for f in d.files]
+
+    def to_dict(self) -> dict:
+        out = {
+            "partition": self.partition.path,
+            "topic": self.partition.topic,
+            "partitionId": self.partition.partition,
+            "skipped": self.skipped,
+            "problem": self.problem,
+            "notes": self.notes,
+        }
+        if self.config is not None:
+            out["config"] = {k: {"value": self.config.to_dict([k])[k], "source": self.config.source(k)}
+                             for k in ("cleanup.policy", "retention.ms", "retention.bytes")}
+        if self.active:
+            out.update({
+                "logStartOffset": self.log_start_offset,
+                "newLogStartOffset": self.new_log_start_offset,
+                "logEndOffset": self.log_end_offset,
+                "highWatermark": self.high_watermark,
+                "highWatermarkSource": self.high_watermark_source,
+                "logBytes": self.log_bytes,
+                "segmentsDeleted": len(self.deletions),
+                "deleted": [d.to_dict() for d in self.deletions],
+                "rolledSegment": self.roll_offset,
+                "interruptedDeletionFiles": self.pending,
+                "leftoversRemoved": self.leftovers,
+                "leftoversKept": self.leftovers_kept,
+                "logStartOffsetCheckpoint": self.checkpoint_offset,
+                "leaderEpochs": None if self.epochs_after == self.epochs_before else self.epochs_after,
+            })
+        return out
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _ctime_ms(path: str) -> int:
+    """When a file was last renamed (or changed): its ctime, in milliseconds."""
+    return os.stat(path).st_ctime_ns // 1_000_000
+
+
+def _segment_files(segment: Segment, partition: Partition) -> List[str]:
+    files = [segment.log]
+    files += [p for p in (segment.index, segment.timeindex, segment.txnindex) if p is not None]
+    snapshot = partition.snapshot_at(segment.base_offset)
+    if snapshot is not None:
+        files.append(snapshot)
+    return files
+
+
+def _scan_leftovers(plan: RetentionPlan, delete_delay_ms: int, wall_ms: int) -> None:
+    """Interrupted deletions to finish, and .deleted files to remove (broker's rule: every
+    ``*.deleted`` except KRaft's ``.checkpoint.deleted``), satellites before markers."""
+    partition = plan.partition
+    live = {s.base_offset for s in partition.segments}
+    deleted = [f for f in partition.leftovers
+               if f.endswith(names.DELETED_SUFFIX) and not f.endswith(".checkpoint.deleted")]
+    markers = {o for o in (_marker_offset(f) for f in deleted) if o is not None}
+    for base in sorted(markers - live):
+        for path in partition.orphan_indexes:
+            if names.base_offset_from_name(path) == base:
+                plan.pending.append(path)
+        snapshot = partition.snapshot_at(base)
+        if snapshot is not None:
+            plan.pending.append(snapshot)
+    plan.pending.sort()
+    plan.pending_bytes = sum(_size(f) for f in plan.pending)
+    for path in sorted(deleted, key=lambda f: (f.endswith(_DELETED_LOG), f)):
+        if delete_delay_ms <= 0 or wall_ms - _ctime_ms(path) >= delete_delay_ms:
+            plan.leftovers.append(path)
+        else:
+            plan.leftovers_kept.append(path)
+    plan.leftover_bytes = sum(_size(f) for f in plan.leftovers)
+
+
+def _marker_offset(path: str) -> Optional[int]:
+    """The base offset of a ``<offset>.log.deleted`` file, else None."""
+    name = os.path.basename(path)
+    head = name.split(".", 1)[0]
+    if name.endswith(_DELETED_LOG) and len(head) >= 20 and head.isdigit():
+        return int(head)
+    return None
+
+
+def plan_partition(
+    partition: Partition,
+    config: TopicConfig,
+    state: DataDirState,
+    *,
+    now: int,
+    log_start_offset: Optional[int] = None,
+    delete_delay_ms: int = 0,
+    wall_clock_ms: Optional[int] = None,
+) -> RetentionPlan:
+    """Decide what Kafka's retention deletes from one partition at time `now` (ms), touching nothing.
+
+    `log_start_offset` moves the log start offset up first (as DeleteRecords does; it may not
+    pass the high watermark). Raises UsageError for such a request and KstoreError for
+    unreadable checkpoints.
+    """
+    plan = RetentionPlan(partition, config)
+    wall = now_ms() if wall_clock_ms is None else wall_clock_ms
+    name = partition.name
+    if partition.topic == METADATA_LOG_TOPIC:
+        plan.skipped = "the KRaft metadata log is trimmed by the controller through snapshots, not by retention"
+        return plan
+    if name.endswith(("-delete", "-future", "-stray")):
+        plan.skipped = "not a live replica (a -delete, -future or -stray directory)"
+        return plan
+    if partition.partition < 0:
+        plan.problem = "not a <topic>-<partition> directory"
+        return plan
+    if config.remote_storage_enable:
+        plan.skipped = ("remote.storage.enable=true: local retention depends on what was uploaded to remote "
+                        "storage, which kstore cannot see")
+        return plan
+    swaps = [f for f in partition.leftovers if f.endswith(names.SWAP_SUFFIX)]
+    if swaps:
+        plan.problem = (f"{len(swaps)} .swap file(s) from an interrupted compaction or split: the broker completes "
+                        "that swap when it loads the partition; start it (or finish the swap) before retain")
+        return plan
+    if not partition.segments:
+        plan.skipped = "no segments"
+        return plan
+
+    _scan_leftovers(plan, delete_delay_ms, wall)
+    segments = partition.segments
+    first_base = segments[0].base_offset
+    leo = next_offset(segments[-1])
+    checkpointed = state.log_start_offsets.get(plan.key)
+    lso = max(first_base, checkpointed if checkpointed is not None else first_base)
+    plan.log_start_offset = lso
+    plan.log_end_offset = leo
+    if state.high_watermarks is None:
+        hw, plan.high_watermark_source = leo, "no replication-offset-checkpoint: the log end offset"
+    else:
+        raw = state.high_watermarks.get(plan.key)
+        if raw is None:
+            raw = 0
+            plan.high_watermark_source = "not in replication-offset-checkpoint: 0, raised to the log start offset"
+        else:
+            plan.high_watermark_source = "replication-offset-checkpoint"
+        hw = min(max(raw, lso), leo)
+    plan.high_watermark = hw
+
+    if log_start_offset is not None and log_start_offset > lso:
+        if log_start_offset > hw:
+            raise UsageError(
+                f"cannot move the log start offset of {name} to {log_start_offset}: above its high watermark "
+                f"{hw} ({plan.high_watermark_source}); Kafka refuses that too",
+                path=partition.path)
+        lso = log_start_offset
+
+    live = [SegmentState(s, s.base_offset, os.path.getsize(s.log)) for s in segments]
+    plan.log_bytes = sum(s.size for s in live)
+    if live[-1].size > 0 and leo == live[-1].base_offset:
+        plan.notes.append("the last segment holds no complete batch; it is kept")
+    deleted: List[Tuple[SegmentState, str, str]] = []
+
+    def walk(rule: str, predicate) -> None:
+        nonlocal live, lso
+        count = 0
+        reasons = []
+        for i, seg in enumerate(live):
+            nxt = live[i + 1] if i + 1 < len(live) else None
+            upper = nxt.base_offset if nxt is not None else leo
+            if not hw >= upper:
+                break
+            reason = predicate(seg, nxt)
+            if reason is None:
+                break
+            if nxt is None and (seg.size == 0 or seg.base_offset == leo):
+                break  # an empty last segment is never deleted (nor one Kafka could not roll past)
+            reasons.append(reason)
+            count += 1
+        if count == 0:
+            return
+        if count == len(live):
+            # Every segment goes: roll a new empty active segment at the log end offset first.
+            plan.roll_offset = leo
+            live.append(SegmentState(None, leo, 0, rolled=True, largest=(now, TS_NEW_SEGMENT)))
+        for seg, reason in zip(live[:count], reasons):
+            deleted.append((seg, rule, reason))
+        live = live[count:]
+        lso = max(lso, live[0].base_offset)
+
+    # 1. log start offset breach (every cleanup policy).
+    walk(RULE_LOG_START_OFFSET, lambda seg, nxt: (
+        f"entirely below the log start offset {lso} (the next segment starts at {nxt.base_offset})"
+        if nxt is not None and nxt.base_offset <= lso else None))
+
+    if config.delete:
+        # 2. size breach.
+        retention_bytes = config.retention_bytes
+        total = sum(s.size for s in live)
+        if retention_bytes >= 0 and total >= retention_bytes:
+            diff = total - retention_bytes
+
+            def size_rule(seg: SegmentState, nxt) -> Optional[str]:
+                nonlocal diff
+                if diff - seg.size >= 0:
+                    diff -= seg.size
+                    return (f"the log is {total} bytes, {total - retention_bytes} over retention.bytes "
+                            f"{retention_bytes}; this segment's {seg.size} bytes fit in the excess")
+                return None
+
+            walk(RULE_RETENTION_BYTES, size_rule)
+        # 3. time breach.
+        retention_ms = config.retention_ms
+        if retention_ms >= 0:
+            def time_rule(seg: SegmentState, nxt) -> Optional[str]:
+                ts, source = seg.largest
+                if now - ts > retention_ms:
+                    return (f"largest timestamp {ts} (from the {source}) is {now - ts} ms before now {now}, "
+                            f"over retention.ms {retention_ms}")
+                return None
+
+            walk(RULE_RETENTION_MS, time_rule)
+    else:
+        plan.notes.append(f"cleanup.policy={','.join(config.cleanup_policy) or '(none)'}: only the log start "
+                          "offset rule applies")
+
+    for seg, rule, reason in deleted:
+        if seg.rolled or seg.segment is None:
+            continue
+        plan.deletions.append(Deletion(seg.base_offset, rule, reason, seg.size, _segment_files(seg.segment, partition)))
+    plan.new_log_start_offset = lso
+
+    # The checkpoint names the new log start offset when it moved, when its entry is stale, or when
+    # an interrupted run (its .log.deleted markers below the first segment remain) did not get to write it.
+    interrupted = any(o is not None and o < first_base
+                      for o in map(_marker_offset, plan.leftovers + plan.leftovers_kept))
+    if lso > plan.log_start_offset or (checkpointed is not None and checkpointed != lso) or (
+            checkpointed is None and interrupted):
+        plan.checkpoint_offset = lso
+
+    epoch_path = os.path.join(partition.path, LEADER_EPOCH_CHECKPOINT)
+    if os.path.exists(epoch_path):
+        plan.epochs_before = read_leader_epoch_checkpoint(epoch_path)
+        plan.epochs_after = truncate_epochs_from_start(plan.epochs_before, lso)
+    return plan
+
+
+# --------------------------------------------------------------------------- applying
+
+
+def _roll(partition: Partition, base_offset: int) -> None:
+    """LocalLog.roll for an empty new segment: files with the new base name are replaced; the
+    indexes are written before the .log, so a crash leaves at most orphan indexes (which the
+    broker deletes and a rerun rewrites)."""
+    prefix = os.path.join(partition.path, names.filename_prefix(base_offset))
+    if os.path.exists(prefix + names.TXN_INDEX_SUFFIX):
+        fileops.unlink(prefix + names.TXN_INDEX_SUFFIX)
+    fileops.atomic_write(prefix + names.INDEX_SUFFIX, b"")
+    fileops.atomic_write(prefix + names.TIME_INDEX_SUFFIX, b"")
+    fileops.atomic_write(prefix + names.LOG_SUFFIX, b"")
+
+
+def apply_retention(state: DataDirState, plans: List[RetentionPlan], *, delete_delay_ms: int = 0) -> None:
+    """Carry out the plans of one data dir's partitions (the caller holds the data dir lock).
+
+    See the module docstring for the order and why a crash anywhere is safe.
+    """
+    active = [p for p in plans if p.active]
+    for plan in active:  # 1. interrupted deletions
+        if plan.pending:
+            for path in plan.pending:
+                fileops.rename(path, path + names.DELETED_SUFFIX)
+            fileops.fsync_dir(plan.partition.path)
+    for plan in active:  # 2 and 3. roll, then rename (the .log first)
+        if plan.roll_offset is not None:
+            _roll(plan.partition, plan.roll_offset)
+        for deletion in plan.deletions:
+            for path in deletion.files:
+                fileops.rename(path, path + names.DELETED_SUFFIX)
+        if plan.deletions:
+            fileops.fsync_dir(plan.partition.path)
+    updates = {p.key: p.checkpoint_offset for p in active if p.checkpoint_offset is not None}
+    if updates:  # 4. only once the renames are durable
+        entries = dict(state.log_start_offsets)
+        entries.update(updates)
+        fileops.atomic_write(os.path.join(state.path, LOG_START_OFFSET_CHECKPOINT),
+                             format_offset_checkpoint(entries).encode())
+        state.log_start_offsets = entries
+    for plan in active:  # 5. leader epochs
+        if plan.epochs_after is not None and plan.epochs_after != plan.epochs_before:
+            fileops.atomic_write(os.path.join(plan.partition.path, LEADER_EPOCH_CHECKPOINT),
+                                 format_leader_epoch_checkpoint(plan.epochs_after).encode())
+    for plan in active:  # 6. physical deletion
+        doomed = list(plan.leftovers)
+        if delete_delay_ms <= 0:
+            doomed += [f + names.DELETED_SUFFIX for f in plan.renamed_files()]
+        else:
+            plan.leftovers_kept += [f + names.DELETED_SUFFIX for f in plan.renamed_files()]
+        doomed.sort(key=lambda f: (f.endswith(_DELETED_LOG), f))
+        for path in doomed:
+            fileops.unlink(path)
+        if doomed:
+            fileops.fsync_dir(plan.partition.path)
+
+
+def bytes_freed(plan: RetentionPlan, delete_delay_ms: int) -> int:
+    """Bytes removed from the disk by this run (deleted files kept for the delay do not count)."""
+    freed = plan.leftover_bytes
+    if delete_delay_ms <= 0:
+        freed += plan.bytes_deleted
+    return freed
