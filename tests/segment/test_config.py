@@ -1,0 +1,169 @@
+"""Topic config resolution: Kafka's defaults, server.properties synonyms and their precedence,
+the per-topic override file (exact names, globs, JSON), flags on top."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kstore_cli.errors import FileUnreadableError, UsageError
+from kstore_cli.segment.config import (
+    DEFAULT_SOURCE,
+    ConfigResolver,
+    broker_settings,
+    load_broker_config,
+    load_topic_overrides,
+    parse_topic_overrides,
+    retention_flags,
+)
+
+WEEK_MS = 7 * 24 * 3600 * 1000
+
+
+def test_kafka_defaults() -> None:
+    config = ConfigResolver().for_topic("orders")
+    assert config.retention_ms == WEEK_MS
+    assert config.retention_bytes == -1
+    assert config.cleanup_policy == ("delete",)
+    assert config.delete and not config.compact
+    assert config.get("file.delete.delay.ms") == 60000
+    assert config.get("segment.bytes") == 1 << 30
+    assert config.source("retention.ms") == DEFAULT_SOURCE
+
+
+@pytest.mark.parametrize("props, expected", [
+    ({"log.retention.hours": "48"}, 48 * 3600_000),
+    ({"log.retention.hours": "48", "log.retention.minutes": "30"}, 30 * 60_000),
+    ({"log.retention.hours": "48", "log.retention.minutes": "30", "log.retention.ms": "1234"}, 1234),
+    ({"log.retention.ms": "-5"}, -1),
+    ({"log.retention.hours": "-1"}, -1),
+    ({}, WEEK_MS),
+])
+def test_broker_retention_time_precedence(props: dict, expected: int) -> None:
+    config = ConfigResolver(broker=broker_settings(props)).for_topic("t")
+    assert config.retention_ms == expected
+
+
+def test_broker_file_synonyms(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text(
+        "# a broker\n"
+        "broker.id=1\n"
+        "log.dirs=/var/lib/kafka\n"
+        "log.retention.hours=168\n"
+        "log.retention.bytes = 1073741824\n"
+        "log.cleanup.policy=compact, delete\n"
+        "log.segment.delete.delay.ms=1000\n"
+        "log.roll.hours=1\n"
+        "log.cleaner.min.cleanable.ratio=0.25\n"
+    )
+    config = ConfigResolver(broker=load_broker_config(path)).for_topic("t")
+    assert config.retention_bytes == 1073741824
+    assert config.cleanup_policy == ("compact", "delete") and config.delete and config.compact
+    assert config.get("file.delete.delay.ms") == 1000
+    assert config.get("segment.ms") == 3600_000
+    assert config.get("min.cleanable.dirty.ratio") == 0.25
+    assert config.source("retention.bytes") == "server.properties: log.retention.bytes"
+
+
+def test_bad_broker_value_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="log.retention.bytes"):
+        broker_settings({"log.retention.bytes": "lots"})
+    with pytest.raises(UsageError, match="cleanup.policy"):
+        broker_settings({"log.cleanup.policy": "delete,shred"})
+
+
+TOPICS_INI = """
+# per-topic overrides
+[orders]
+retention.ms = 1000
+
+[ord*]
+retention.ms = 2000
+retention.bytes = 300
+
+[*]
+retention.bytes = 400
+cleanup.policy = compact
+"""
+
+
+def test_exact_section_then_globs_in_file_order() -> None:
+    overrides = parse_topic_overrides(TOPICS_INI, "topics.ini")
+    resolver = ConfigResolver(overrides=overrides, broker=broker_settings({"log.retention.ms": "5"}))
+    orders = resolver.for_topic("orders")
+    assert (orders.retention_ms, orders.retention_bytes, orders.cleanup_policy) == (1000, 300, ("compact",))
+    assert orders.source("retention.ms") == "topics.ini [orders]"
+    assert orders.source("retention.bytes") == "topics.ini [ord*]"
+    ordinal = resolver.for_topic("ordinal")
+    assert (ordinal.retention_ms, ordinal.retention_bytes) == (2000, 300)
+    other = resolver.for_topic("payments")
+    assert (other.retention_ms, other.retention_bytes) == (5, 400)
+    assert other.source("retention.ms") == "server.properties: log.retention.ms"
+
+
+def test_flags_win_over_everything() -> None:
+    flags = retention_flags(minutes=3, retention_bytes=7)
+    resolver = ConfigResolver(overrides=parse_topic_overrides(TOPICS_INI), flags=flags,
+                              broker=broker_settings({"log.retention.ms": "5"}))
+    config = resolver.for_topic("orders")
+    assert (config.retention_ms, config.retention_bytes) == (180_000, 7)
+    assert config.source("retention.ms") == "--retention-minutes"
+    assert config.cleanup_policy == ("compact",)  # no flag for the policy
+
+
+def test_flag_forms() -> None:
+    assert retention_flags(hours=2)["retention.ms"][0] == 7_200_000
+    assert retention_flags(ms=-1)["retention.ms"][0] == -1
+    assert retention_flags() == {}
+    with pytest.raises(UsageError, match="only one"):
+        retention_flags(ms=1, hours=1)
+    with pytest.raises(UsageError):
+        retention_flags(ms=-2)
+
+
+def test_internal_topics_are_compacted_unless_overridden() -> None:
+    resolver = ConfigResolver(broker=broker_settings({"log.cleanup.policy": "delete"}))
+    assert resolver.for_topic("__consumer_offsets").cleanup_policy == ("compact",)
+    assert resolver.for_topic("__transaction_state").compact
+    overridden = ConfigResolver(overrides=parse_topic_overrides("[__consumer_offsets]\ncleanup.policy=delete\n"))
+    assert overridden.for_topic("__consumer_offsets").cleanup_policy == ("delete",)
+
+
+def test_json_overrides() -> None:
+    overrides = parse_topic_overrides('{"orders": {"retention.ms": 10, "cleanup.policy": ["compact", "delete"]},'
+                                      ' "logs.*": {"retention.bytes": "20", "preallocate": true}}')
+    resolver = ConfigResolver(overrides=overrides)
+    assert resolver.for_topic("orders").retention_ms == 10
+    assert resolver.for_topic("orders").cleanup_policy == ("compact", "delete")
+    assert resolver.for_topic("logs.app").retention_bytes == 20
+    assert resolver.for_topic("logs.app").get("preallocate") is True
+    assert resolver.for_topic("logsXapp").retention_bytes == -1  # '.' is literal in a glob
+
+
+@pytest.mark.parametrize("text, match", [
+    ("[orders]\nretention.msec = 5\n", "unknown topic config 'retention.msec'"),
+    ("[orders]\nretention.ms = soon\n", "not a valid long"),
+    ("[orders]\nretention.ms = -2\n", "-1 \\(unlimited\\) or more"),
+    ("[orders]\ncleanup.policy = shred\n", "compact and/or delete"),
+    ("[orders]\npreallocate = maybe\n", "not a valid boolean"),
+    ("retention.ms = 5\n", "not a valid topic config file"),
+    ("[orders]\nretention.ms = 1\n[orders]\nretention.ms = 2\n", "not a valid topic config file"),
+    ('{"orders": 5}', "expected a JSON object"),
+    ('{"orders": {"retention.ms": 1.5}}', "not a valid long"),
+    ("{nope", "not valid JSON"),
+])
+def test_bad_override_files_are_usage_errors(text: str, match: str) -> None:
+    with pytest.raises(UsageError, match=match):
+        parse_topic_overrides(text, "topics.ini")
+
+
+def test_missing_files_are_unreadable(tmp_path: Path) -> None:
+    with pytest.raises(FileUnreadableError):
+        load_topic_overrides(tmp_path / "nope.ini")
+    with pytest.raises(FileUnreadableError):
+        load_broker_config(tmp_path / "server.properties")
+    path = tmp_path / "topics.ini"
+    path.write_text("[a-topic]\nretention.bytes=1\n")
+    assert ConfigResolver.from_files(topic_config=str(path)).for_topic("a-topic").retention_bytes == 1
