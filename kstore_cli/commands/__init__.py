@@ -21,6 +21,7 @@ def _load() -> List[click.Command]:
     commands.append(verify_index.command)
     commands.append(find.command)
     commands.append(inspect.command)
+    from kstore_cli.commands import convert_format; commands.append(convert_format.command)  # noqa: E702
     from kstore_cli.commands import retain; commands.append(retain.command)  # noqa: E702
     return commands
 

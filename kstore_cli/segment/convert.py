@@ -1,0 +1,662 @@
+"""Message format conversion: rewrite a partition's batches into another magic and/or codec,
+keeping every offset and timestamp.
+
+Per source batch, with ``t`` the target magic and ``c'`` the target codec (the batch's own codec
+unless one is given):
+
+* **unchanged** -- same magic and codec (and no regrouping asked): the batch's bytes are copied
+  byte for byte. v2 control batches and empty batches are always copied to a v2 target (Kafka
+  never compresses markers; an empty batch has no records to compress).
+* **v2 -> v2, new codec** -- re-encoded with every header field kept: base offset, last offset
+  delta, max timestamp, timestamp type, partition leader epoch, producer id/epoch, base sequence,
+  transactional flag, delete horizon.
+* **v0/v1 -> v2** (``LogValidator``'s up-conversion) -- records of consecutive legacy entries are
+  grouped into v2 batches of up to ``batch_bytes`` (16 KiB by default) of records; the timestamp
+  type is carried (v0 -> CreateTime with timestamps -1); a LogAppendTime group only holds records
+  of one append time; offsets are kept as deltas, so gaps survive. Leader epoch and producer
+  fields are unknown for legacy data: -1.
+* **v2 -> v0/v1** (``RecordsUtil.downConvert``) -- control batches and empty batches are dropped,
+  headers, producer id/epoch/sequence, transactional flag, leader epoch and delete horizon are
+  dropped; v0 loses timestamps; uncompressed batches become one entry per record, compressed ones
+  one wrapper (offset = last record, inner offsets relative for v1 and absolute for v0). zstd
+  cannot be written as v0/v1.
+* **v0 <-> v1** -- v1 -> v0 loses timestamps; v0 -> v1 gets CreateTime with timestamp -1.
+
+Every loss is counted in :class:`ConvertStats.losses`; ``strict`` raises
+:class:`LossyConversionError` at the first one. With ``batch_bytes`` given, batches are regrouped
+up to that size: legacy records freely, v2 batches only whole and only "plain" ones (no producer
+id, not transactional, not control, no delete horizon), so sequences and ranges survive.
+
+A partition is converted into new ``.cleaned`` segments (:class:`~.writer.PartitionWriter`),
+swapped in with Kafka's protocol (:mod:`.swap`) in place, or installed in a mirror directory.
+Segment boundaries and names follow the source unless ``segment_bytes`` re-rolls; the first
+segment keeps the source's first base offset, and when dropped control batches would pull the
+log end offset back, an empty segment at the old log end offset keeps it (as after a roll).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+
+from kstore_cli.codecs import CODEC_NAMES, GZIP, LZ4, NONE, SNAPPY, ZSTD
+from kstore_cli.errors import ExitStatus, KstoreError, UsageError
+from kstore_cli.segment import fileops, names
+from kstore_cli.segment.batch import CREATE_TIME, LOG_APPEND_TIME, MAX_INT32, Batch
+from kstore_cli.segment.builder import RecordSpec, build_legacy_batch, build_v2_batch
+from kstore_cli.segment.logdir import Partition, Segment, Target
+from kstore_cli.segment.reader import read_batches
+from kstore_cli.segment.snapshot import build_snapshot, read_snapshot
+from kstore_cli.segment.writer import PartitionWriter
+
+DEFAULT_BATCH_BYTES = 16 * 1024
+_V2_OVERHEAD = 61
+_V2_RECORD_OVERHEAD = 21  # DefaultRecord.MAX_RECORD_OVERHEAD
+_LEGACY_OVERHEAD = 34  # log overhead + RECORD_OVERHEAD_V1
+
+#: Loss counters, with what each one counts.
+LOSS_DESCRIPTIONS = {
+    "controlBatches": "control batches dropped (transaction markers and other control records)",
+    "abortMarkers": "ABORT markers among them (aborted data becomes ordinary messages)",
+    "emptyBatches": "empty batches dropped (legacy formats cannot hold them)",
+    "headers": "records whose headers were dropped",
+    "producerFields": "batches whose producer id/epoch/sequence were dropped",
+    "transactional": "batches whose transactional flag was dropped",
+    "leaderEpochs": "batches whose partition leader epoch was dropped",
+    "deleteHorizons": "batches whose delete horizon was dropped",
+    "timestamps": "records whose timestamp was dropped (magic 0 has none)",
+    "timestampTypes": "batches whose timestamp type was dropped (magic 0 has none)",
+    "offsetRanges": "batches whose offset range was wider than their records (compacted v2 batches)",
+    "producerSnapshots": "producer-state snapshots emptied (legacy data has no producer state)",
+}
+
+_CODEC_LEVELS = {GZIP: (1, 9, (-1,)), LZ4: (1, 17, ()), ZSTD: (-131072, 22, ())}
+
+
+class LossyConversionError(KstoreError):
+    """``--strict`` and the conversion would drop information."""
+
+    exit_status = ExitStatus.PROBLEMS
+
+
+class ConvertOptions:
+    """What to convert to. `codec` None keeps each batch's codec."""
+
+    __slots__ = ("to_magic", "codec", "level", "batch_bytes", "strict", "segment_bytes", "index_interval_bytes")
+
+    def __init__(self, to_magic: int, codec: Optional[int] = None, level: Optional[int] = None,
+                 batch_bytes: Optional[int] = None, strict: bool = False, segment_bytes: Optional[int] = None,
+                 index_interval_bytes: int = 4096) -> None:
+        if to_magic not in (0, 1, 2):
+            raise UsageError(f"the target magic must be 0, 1 or 2, not {to_magic}")
+        if codec is not None and codec not in CODEC_NAMES:
+            raise UsageError(f"unknown codec id {codec}")
+        if codec == ZSTD and to_magic < 2:
+            raise UsageError("zstd needs message format v2 (magic 2); v0/v1 cannot hold it")
+        if level is not None:
+            if codec is None:
+                raise UsageError("--compression-level needs --compression")
+            if codec not in _CODEC_LEVELS:
+                raise UsageError(f"{CODEC_NAMES[codec]} has no compression level")
+            lo, hi, extra = _CODEC_LEVELS[codec]
+            if not (lo <= level <= hi or level in extra):
+                raise UsageError(f"{CODEC_NAMES[codec]} compression level must be in {lo}..{hi}, not {level}")
+        if batch_bytes is not None and batch_bytes < 1:
+            raise UsageError(f"batch bytes must be positive, not {batch_bytes}")
+        if segment_bytes is not None and segment_bytes < 1:
+            raise UsageError(f"segment bytes must be positive, not {segment_bytes}")
+        self.to_magic = to_magic
+        self.codec = codec
+        self.level = level
+        self.batch_bytes = batch_bytes
+        self.strict = strict
+        self.segment_bytes = segment_bytes
+        self.index_interval_bytes = index_interval_bytes
+
+    @property
+    def regroup(self) -> bool:
+        return self.batch_bytes is not None
+
+    @property
+    def group_bytes(self) -> int:
+        return DEFAULT_BATCH_BYTES if self.batch_bytes is None else self.batch_bytes
+
+
+class ConvertStats:
+    """Counts of one conversion (addable across partitions)."""
+
+    _FIELDS = ("segments_in", "segments_out", "batches_in", "batches_out", "records_in", "records_out",
+               "bytes_in", "bytes_out", "unchanged_batches")
+
+    def __init__(self) -> None:
+        for f in self._FIELDS:
+            setattr(self, f, 0)
+        self.losses: Counter = Counter()
+
+    def add(self, other: "ConvertStats") -> None:
+        for f in self._FIELDS:
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+        self.losses.update(other.losses)
+
+    @property
+    def ratio(self) -> Optional[float]:
+        """bytes out / bytes in."""
+        return None if not self.bytes_in else self.bytes_out / self.bytes_in
+
+    @property
+    def lossy(self) -> bool:
+        return any(self.losses.values())
+
+    def to_dict(self) -> dict:
+        out = {
+            "segmentsIn": self.segments_in, "segmentsOut": self.segments_out,
+            "batchesIn": self.batches_in, "batchesOut": self.batches_out,
+            "recordsIn": self.records_in, "recordsOut": self.records_out,
+            "bytesIn": self.bytes_in, "bytesOut": self.bytes_out,
+            "ratio": None if self.ratio is None else round(self.ratio, 4),
+            "unchangedBatches": self.unchanged_batches,
+            "losses": {k: v for k, v in sorted(self.losses.items()) if v},
+        }
+        return out
+
+
+# --------------------------------------------------------------------------- batch conversion
+
+#: An output: (bytes of one or more batches or a source batch, first offset if known, source batch to copy).
+Output = Tuple[Optional[bytes], Optional[int], Optional[Batch]]
+
+
+class _Group:
+    """Records waiting to become one output batch."""
+
+    __slots__ = ("key", "records", "size", "base", "last", "max_ts", "fields")
+
+    def __init__(self, key: tuple, base: int, fields: dict) -> None:
+        self.key = key
+        self.records: List[RecordSpec] = []
+        self.size = 0
+        self.base = base
+        self.last = base
+        self.max_ts: Optional[int] = None
+        self.fields = fields
+
+
+def _record_size(r: RecordSpec, to_magic: int) -> int:
+    size = (0 if r.key is None else len(r.key)) + (0 if r.value is None else len(r.value))
+    if to_magic < 2:
+        return size + _LEGACY_OVERHEAD
+    for k, v in r.headers:
+        size += len(k) + (0 if v is None else len(v)) + 10
+    return size + _V2_RECORD_OVERHEAD
+
+
+def _is_plain_v2(batch: Batch) -> bool:
+    return (batch.producer_id < 0 and batch.producer_epoch < 0 and batch.base_sequence < 0 and not batch.is_transactional
+            and not batch.is_control and not batch.has_delete_horizon and batch.count > 0)
+
+
+class BatchConverter:
+    """Turns source batches into target batches (a builder: ``feed`` each batch, then ``flush``).
+
+    Yields outputs for :meth:`PartitionWriter.append`/``append_bytes``; counts into `stats`.
+    """
+
+    def __init__(self, opts: ConvertOptions, stats: ConvertStats) -> None:
+        self.opts = opts
+        self.stats = stats
+        self._group: Optional[_Group] = None
+
+    # ---------------------------------------------------------------- losses
+    def _lose(self, kind: str, n: int = 1, where: Optional[Batch] = None) -> None:
+        if n <= 0:
+            return
+        self.stats.losses[kind] += n
+        if self.opts.strict:
+            raise LossyConversionError(
+                f"--strict: converting to magic {self.opts.to_magic} would lose information: "
+                f"{LOSS_DESCRIPTIONS[kind]}",
+                path=None if where is None else where.path, position=None if where is None else where.position,
+            )
+
+    # ---------------------------------------------------------------- feeding
+    def feed(self, batch: Batch) -> Iterator[Output]:
+        opts = self.opts
+        t = opts.to_magic
+        stats = self.stats
+        stats.batches_in += 1
+        stats.bytes_in += batch.size
+        codec = batch.compression
+        out_codec = codec if opts.codec is None else opts.codec
+        if batch.magic >= 2:
+            count = batch.count
+            stats.records_in += max(count, 0)
+            if t == 2:
+                if batch.is_control or count <= 0 or (out_codec == codec and not (opts.regroup and _is_plain_v2(batch))):
+                    yield from self._copy(batch, count)
+                    return
+                yield from self._v2_to_v2(batch, out_codec)
+                return
+            # down-conversion (RecordsUtil.downConvert)
+            if batch.is_control:
+                self._lose("controlBatches", 1, batch)
+                try:
+                    if any(r.control is not None and r.control.type_id == 0 for r in batch.records()):
+                        self._lose("abortMarkers", 1, batch)
+                except KstoreError:
+                    pass
+                return
+            if count <= 0:
+                self._lose("emptyBatches", 1, batch)
+                return
+            if out_codec == ZSTD:
+                raise UsageError(
+                    "zstd-compressed batches cannot be written as magic v0/v1; choose a codec with --compression",
+                    path=batch.path, position=batch.position)
+            yield from self._v2_to_legacy(batch, out_codec)
+            return
+        # legacy source
+        if t == batch.magic and out_codec == codec and not opts.regroup:
+            records = 1 if codec == NONE else len(batch.records())
+            stats.records_in += records
+            yield from self._copy(batch, records)
+            return
+        records = batch.records()
+        stats.records_in += len(records)
+        yield from self._legacy_to(batch, records, out_codec)
+
+    def _copy(self, batch: Batch, records: int) -> Iterator[Output]:
+        yield from self.flush()
+        self.stats.batches_out += 1
+        self.stats.unchanged_batches += 1
+        self.stats.records_out += max(records, 0)
+        yield None, None, batch
+
+    def _v2_to_v2(self, batch: Batch, out_codec: int) -> Iterator[Output]:
+        records = [RecordSpec.of(r) for r in batch.records()]
+        fields = dict(
+            timestamp_type=batch.timestamp_type,
+            log_append_time=batch.max_timestamp if batch.timestamp_type == LOG_APPEND_TIME else None,
+            partition_leader_epoch=batch.partition_leader_epoch,
+            producer_id=batch.producer_id, producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
+            is_transactional=batch.is_transactional, delete_horizon_ms=batch.delete_horizon_ms,
+        )
+        if self.opts.regroup and _is_plain_v2(batch):
+            key = (2, out_codec, batch.timestamp_type, fields["log_append_time"], batch.partition_leader_epoch)
+            yield from self._add_whole(key, fields, records, batch.base_offset, batch.last_offset, batch.max_timestamp)
+            return
+        yield from self.flush()
+        yield self._emit_v2(records, out_codec, fields, batch.base_offset, batch.last_offset, batch.max_timestamp)
+
+    def _v2_to_legacy(self, batch: Batch, out_codec: int) -> Iterator[Output]:
+        t = self.opts.to_magic
+        src = batch.records()
+        with_headers = sum(1 for r in src if r.headers)
+        self._lose("headers", with_headers, batch)
+        if batch.producer_id >= 0 or batch.producer_epoch >= 0 or batch.base_sequence >= 0:
+            self._lose("producerFields", 1, batch)
+        if batch.is_transactional:
+            self._lose("transactional", 1, batch)
+        if batch.partition_leader_epoch >= 0:
+            self._lose("leaderEpochs", 1, batch)
+        if batch.has_delete_horizon:
+            self._lose("deleteHorizons", 1, batch)
+        if src[0].offset != batch.base_offset or src[-1].offset != batch.last_offset:
+            self._lose("offsetRanges", 1, batch)
+        records = [RecordSpec(r.offset, r.timestamp, r.key, r.value) for r in src]
+        if t == 0:
+            self._lose("timestamps", sum(1 for r in records if r.timestamp >= 0), batch)
+            if batch.timestamp_type == LOG_APPEND_TIME:
+                self._lose("timestampTypes", 1, batch)
+        ts_type = batch.timestamp_type
+        lat = batch.max_timestamp if ts_type == LOG_APPEND_TIME else None
+        if out_codec != NONE and self.opts.regroup:
+            key = (t, out_codec, ts_type if t else None, lat if t else None)
+            yield from self._add_whole(key, dict(timestamp_type=ts_type, log_append_time=lat), records,
+                                       records[0].offset, records[-1].offset, None)
+            return
+        yield from self.flush()
+        yield self._emit_legacy(records, out_codec, ts_type, lat)
+
+    def _legacy_to(self, batch: Batch, src, out_codec: int) -> Iterator[Output]:
+        t = self.opts.to_magic
+        records = [RecordSpec(r.offset, r.timestamp, r.key, r.value) for r in src]
+        if batch.magic == 0:
+            ts_type, lat = CREATE_TIME, None
+        else:
+            ts_type = batch.timestamp_type
+            lat = batch.max_timestamp if ts_type == LOG_APPEND_TIME else None
+            if t == 0:
+                self._lose("timestamps", sum(1 for r in records if r.timestamp >= 0), batch)
+                if ts_type == LOG_APPEND_TIME:
+                    self._lose("timestampTypes", 1, batch)
+        if t == 2:
+            key = (2, out_codec, ts_type, lat, -1)
+            yield from self._add_records(key, dict(timestamp_type=ts_type, log_append_time=lat,
+                                                   partition_leader_epoch=-1), records)
+            return
+        if out_codec != NONE and self.opts.regroup:
+            key = (t, out_codec, ts_type if t else None, lat if t else None)
+            yield from self._add_records(key, dict(timestamp_type=ts_type, log_append_time=lat), records)
+            return
+        yield from self.flush()
+        yield self._emit_legacy(records, out_codec, ts_type, lat)
+
+    # ---------------------------------------------------------------- grouping
+    def _add_records(self, key: tuple, fields: dict, records: Sequence[RecordSpec]) -> Iterator[Output]:
+        """Add records one by one (legacy sources: no batch range to keep)."""
+        limit = self.opts.group_bytes
+        t = self.opts.to_magic
+        for r in records:
+            size = _record_size(r, t)
+            g = self._group
+            if g is not None and (g.key != key or g.size + size > limit or r.offset - g.base > MAX_INT32):
+                yield from self.flush()
+                g = None
+            if g is None:
+                g = self._group = _Group(key, r.offset, fields)
+                g.size = _V2_OVERHEAD if t == 2 else 0
+            g.records.append(r)
+            g.size += size
+            g.last = r.offset
+
+    def _add_whole(self, key: tuple, fields: dict, records: List[RecordSpec], base: int, last: int,
+                   max_ts: Optional[int]) -> Iterator[Output]:
+        """Add a whole batch's records, keeping its offset range and max timestamp."""
+        t = self.opts.to_magic
+        size = sum(_record_size(r, t) for r in records)
+        g = self._group
+        if g is not None and (g.key != key or g.size + size > self.opts.group_bytes or last - g.base > MAX_INT32):
+            yield from self.flush()
+            g = None
+        if g is None:
+            g = self._group = _Group(key, base, fields)
+            g.size = _V2_OVERHEAD if t == 2 else 0
+        g.records.extend(records)
+        g.size += size
+        g.last = last
+        if max_ts is not None:
+            g.max_ts = max_ts if g.max_ts is None else max(g.max_ts, max_ts)
+
+    def flush(self) -> Iterator[Output]:
+        """Emit the pending group (call at the end of every source segment)."""
+        g = self._group
+        if g is None:
+            return
+        self._group = None
+        codec = g.key[1]
+        if self.opts.to_magic == 2:
+            yield self._emit_v2(g.records, codec, g.fields, g.base, g.last, g.max_ts)
+        else:
+            yield self._emit_legacy(g.records, codec, g.fields["timestamp_type"], g.fields["log_append_time"])
+
+    # ---------------------------------------------------------------- building
+    def _emit_v2(self, records: List[RecordSpec], codec: int, fields: dict, base: int, last: int,
+                 max_ts: Optional[int]) -> Output:
+        data = build_v2_batch(records, base_offset=base, last_offset_delta=last - base, codec=codec,
+                              compression_level=self.opts.level, max_timestamp=max_ts, **fields)
+        self.stats.batches_out += 1
+        self.stats.records_out += len(records)
+        return data, base, None
+
+    def _emit_legacy(self, records: List[RecordSpec], codec: int, ts_type: int, lat: Optional[int]) -> Output:
+        t = self.opts.to_magic
+        data = build_legacy_batch(records, magic=t, codec=codec, compression_level=self.opts.level,
+                                  timestamp_type=ts_type if t == 1 else CREATE_TIME,
+                                  log_append_time=lat if t == 1 else None)
+        self.stats.batches_out += len(records) if codec == NONE else 1
+        self.stats.records_out += len(records)
+        return data, records[0].offset, None
+
+
+def convert_batches(batches, opts: ConvertOptions, stats: Optional[ConvertStats] = None) -> Iterator[Output]:
+    """Convert an iterable of batches (one segment's worth: the pending group is flushed at the end)."""
+    conv = BatchConverter(opts, stats if stats is not None else ConvertStats())
+    for batch in batches:
+        yield from conv.feed(batch)
+    yield from conv.flush()
+
+
+# --------------------------------------------------------------------------- partitions
+
+
+def needs_conversion(segments: Sequence[Segment], opts: ConvertOptions) -> bool:
+    """Whether any batch differs from the target (headers only; regrouping always counts)."""
+    if opts.regroup or opts.segment_bytes is not None:
+        return True
+    for seg in segments:
+        for batch in read_batches(seg.log):
+            if batch.magic != opts.to_magic:
+                return True
+            if opts.codec is not None and batch.compression != opts.codec:
+                if batch.magic >= 2 and (batch.is_control or batch.count <= 0):
+                    continue
+                return True
+    return False
+
+
+def _next_offset_of(segment: Segment) -> Tuple[int, int]:
+    """(next offset, bytes) of a segment: the last batch's next offset, or the base offset when empty."""
+    nxt = segment.base_offset
+    size = 0
+    for batch in read_batches(segment.log):
+        nxt = batch.last_offset + 1
+        size = batch.position + batch.size
+    return nxt, size
+
+
+class PartitionResult:
+    """What converting one partition (or one segment of it) did."""
+
+    def __init__(self, partition: Partition, destination: Optional[str]) -> None:
+        self.partition = partition
+        self.destination = destination
+        self.stats = ConvertStats()
+        #: "converted", "unchanged" (already in the target format), "would convert" (dry run).
+        self.status = "converted"
+        self.leftovers = None  # swap.LeftoverReport when leftovers were resolved first
+        self.new_segments: List[int] = []
+        self.empty_tail_segment: Optional[int] = None
+
+    def to_dict(self) -> dict:
+        out = {"type": "partition", "partition": self.partition.path, "destination": self.destination,
+               "status": self.status, "newSegments": self.new_segments}
+        out.update(self.stats.to_dict())
+        if self.empty_tail_segment is not None:
+            out["emptySegmentAtLogEnd"] = self.empty_tail_segment
+        if self.leftovers is not None and self.leftovers.outcome is not None:
+            out["leftovers"] = self.leftovers.to_dict()
+        return out
+
+
+def _empty_snapshots(snapshots: Sequence[str], stats: ConvertStats) -> List[Tuple[str, bytes]]:
+    """Snapshots that hold producers (which legacy data cannot have): replaced by empty ones."""
+    out = []
+    empty = build_snapshot([])
+    for path in snapshots:
+        try:
+            has = bool(read_snapshot(path).producers)
+        except KstoreError:
+            has = True
+        if has:
+            out.append((path, empty))
+    if out:
+        stats.losses["producerSnapshots"] += len(out)
+    return out
+
+
+def convert_partition(
+    target: Target,
+    opts: ConvertOptions,
+    *,
+    output_root: Optional[str] = None,
+    dry_run: bool = False,
+    progress: Optional[Callable[[int], None]] = None,
+) -> PartitionResult:
+    """Convert one partition (or the one segment a ``.log`` PATH named).
+
+    In place (`output_root` None): leftovers of an interrupted run are resolved first (LogLoader's
+    rules), new segments are written as ``.cleaned`` and swapped in. With `output_root`: the
+    partition is written to ``<output_root>/<partition name>/`` (which must hold no segments), with
+    its snapshots, leader-epoch checkpoint and partition.metadata. `dry_run` writes nothing.
+    """
+    from kstore_cli.segment import swap
+    from kstore_cli.segment.recovery import state_at_segment
+
+    partition = target.partition
+    in_place = output_root is None
+    if in_place:
+        report = swap.resolve_leftovers(partition.path, dry_run=dry_run)
+        if report.changed and not dry_run:
+            partition = Partition(partition.path)
+            target = Target(partition, target.only)
+    else:
+        report = None
+        if any(p.endswith(names.SWAP_SUFFIX) for p in partition.leftovers):
+            raise UsageError("the partition holds .swap files of an interrupted replacement; let a broker (or "
+                             "kstore convert-format --in-place) resolve them first", path=partition.path)
+    segments = target.segments
+    dest = partition.path if in_place else os.path.join(os.path.abspath(output_root), partition.name)
+    result = PartitionResult(partition, dest)
+    result.leftovers = report
+    stats = result.stats
+    stats.segments_in = len(segments)
+    is_whole = target.only is None
+    last_of_partition = bool(segments) and segments[-1] is partition.segments[-1]
+
+    if opts.strict and opts.to_magic < 2 and is_whole:
+        for path in sorted(partition.snapshots.values()):
+            try:
+                has = bool(read_snapshot(path).producers)
+            except KstoreError:
+                has = True
+            if has:
+                raise LossyConversionError(
+                    f"--strict: converting to magic {opts.to_magic} would lose information: "
+                    f"{LOSS_DESCRIPTIONS['producerSnapshots']}", path=path)
+
+    if in_place and not dry_run and not needs_conversion(segments, opts):
+        result.status = "unchanged"
+        for seg in segments:
+            for batch in read_batches(seg.log):
+                stats.batches_in += 1
+                stats.batches_out += 1
+                stats.unchanged_batches += 1
+                stats.bytes_in += batch.size
+                n = batch.count if batch.magic >= 2 else (1 if not batch.compression else len(batch.records()))
+                stats.records_in += n
+                stats.records_out += n
+        stats.bytes_out = stats.bytes_in
+        stats.segments_out = len(segments)
+        if opts.to_magic < 2 and is_whole:
+            for path, data in _empty_snapshots(sorted(partition.snapshots.values()), stats):
+                fileops.atomic_write(path, data)
+        if progress is not None:
+            progress(sum(os.path.getsize(s.log) for s in segments))
+        return result
+
+    if not in_place and not dry_run:
+        fileops.make_dirs(dest)
+        swap.resolve_leftovers(dest)  # our own .cleaned files of an earlier, interrupted run
+        existing = Partition(dest)
+        if existing.segments:
+            raise UsageError("the output partition directory already holds segments; remove it first", path=dest)
+
+    writer = PartitionWriter(
+        None if dry_run else dest,
+        segment_bytes=opts.segment_bytes,
+        index_interval_bytes=opts.index_interval_bytes,
+        txn_state=(lambda: state_at_segment(partition, segments[0])) if segments else None,
+    )
+    converter = BatchConverter(opts, stats)
+    old_next = None
+    # The first new segment keeps the first old base offset (an interrupted swap resolves only then).
+    pending_start = segments[0].base_offset if segments else None
+    try:
+        for i, seg in enumerate(segments):
+            mtime = os.path.getmtime(seg.log)
+            if opts.segment_bytes is None and writer.current_base_offset is not None:
+                pending_start = seg.base_offset
+            seg_next = seg.base_offset
+            reported = 0
+
+            def emit(outputs):
+                nonlocal pending_start
+                for data, first, batch in outputs:
+                    if pending_start is not None:
+                        writer.start_segment(pending_start, mtime=mtime)
+                        pending_start = None
+                    if batch is not None:
+                        writer.append(batch, first)
+                    else:
+                        writer.append_bytes(data, first)
+
+            writer.set_mtime(mtime)
+            for batch in read_batches(seg.log):
+                seg_next = batch.last_offset + 1
+                emit(converter.feed(batch))
+                if progress is not None and batch.position + batch.size - reported >= (4 << 20):
+                    progress(batch.position + batch.size - reported)
+                    reported = batch.position + batch.size
+            emit(converter.flush())
+            if pending_start is not None and i == len(segments) - 1:
+                writer.start_segment(pending_start, mtime=mtime)  # keep an empty last segment
+                pending_start = None
+            old_next = seg_next
+            if progress is not None:
+                progress(os.path.getsize(seg.log) - reported)
+        if segments and last_of_partition and old_next is not None:
+            nxt = writer.next_offset
+            if nxt is None or nxt < old_next:
+                if writer.current_base_offset is None or writer.current_base_offset < old_next:
+                    writer.start_segment(old_next, mtime=os.path.getmtime(segments[-1].log))
+                    result.empty_tail_segment = old_next
+        new = writer.close()
+    except BaseException:
+        if not dry_run:
+            writer.abort()
+        raise
+    stats.segments_out = len(new)
+    stats.bytes_out = writer.bytes_written
+    result.new_segments = [s.base_offset for s in new]
+    if dry_run:
+        result.status = "would convert"
+        return result
+    snapshots = sorted(partition.snapshots.values()) if is_whole else []
+    if in_place:
+        if not new:
+            result.status = "unchanged"
+            return result
+        swap.replace_segments(dest, result.new_segments, segments,
+                              old_next_offset=old_next if last_of_partition else None,
+                              new_next_offset=new[-1].next_offset if last_of_partition else None)
+        if opts.to_magic < 2:
+            for path, data in _empty_snapshots(snapshots, stats):
+                fileops.atomic_write(path, data)
+    else:
+        if new:
+            swap.replace_segments(dest, result.new_segments, [])
+        emptied = dict(_empty_snapshots(snapshots, stats)) if opts.to_magic < 2 else {}
+        for path in snapshots:
+            dst = os.path.join(dest, os.path.basename(path))
+            if path in emptied:
+                fileops.atomic_write(dst, emptied[path])
+            else:
+                fileops.copy_file(path, dst)
+        for path in partition.other_files:
+            fileops.copy_file(path, os.path.join(dest, os.path.basename(path)))
+    return result
+
+
+def copy_data_dir_files(data_dir: str, output_root: str) -> List[str]:
+    """The data dir's own files (checkpoints, meta.properties, clean-shutdown marker), not its lock."""
+    copied = []
+    fileops.make_dirs(output_root)
+    for name in sorted(os.listdir(data_dir)):
+        src = os.path.join(data_dir, name)
+        if name == fileops.LOCK_FILE or not os.path.isfile(src):
+            continue
+        dst = os.path.join(output_root, name)
+        fileops.copy_file(src, dst)
+        copied.append(dst)
+    return copied
