@@ -28,8 +28,9 @@ files::
        then fsync the partition directory
     4. log-start-offset-checkpoint, once per data dir (atomic)
     5. leader-epoch-checkpoint truncated from the start to the new log start offset (atomic)
-    6. remove .deleted files (now, or once older than the delete delay): a segment's other files
-       before its .log.deleted, so the marker outlives them
+    6. remove .deleted files (now, or once older than the delete delay); by then every live file
+       of a deleted segment has been renamed, so removal order does not matter (a segment's
+       other files go before its .log.deleted, the reverse of the renames)
 """
 
 from __future__ import annotations
