@@ -1,0 +1,241 @@
+"""The export job: Kafka log directories to Parquet through the ``kstore`` data source.
+
+:func:`run_export` starts a session (``local[*]`` by default), ships kstore to the
+executors, registers the source and writes Parquet; :func:`export_with` does the same
+with a session the caller owns (tests, notebooks). Both return an :class:`ExportSummary`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Dict, List, Optional, Sequence
+
+from kstore_cli.errors import KstoreError, UsageError
+from kstore_cli.spark.options import ReadOptions
+from kstore_cli.spark.plan import Plan, plan_read
+
+PARTITION_BY = {"topic,partition": ["topic", "partition"], "date": ["date"], "none": []}
+PARQUET_COMPRESSION = ("snappy", "zstd", "gzip", "none")
+MODES = {"error": "errorifexists", "overwrite": "overwrite", "append": "append"}
+
+#: Session settings the export needs (a --spark-conf of the same key wins).
+DEFAULT_CONF = {
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.python.worker.reuse": "true",
+    "spark.ui.enabled": "false",
+}
+
+
+class SparkJobError(KstoreError):
+    """The Spark job failed (the first line of Spark's error, and kstore's own error when it is one)."""
+
+
+class ExportRequest:
+    """What to export, where, and how."""
+
+    def __init__(self, paths: Sequence[str], output: str, *, master: str = "local[*]", topics: Optional[str] = None,
+                 starting_offsets: Optional[str] = None, ending_offsets: Optional[str] = None,
+                 starting_timestamp: Optional[int] = None, ending_timestamp: Optional[int] = None,
+                 isolation_level: str = "read_uncommitted", include_headers: bool = False,
+                 include_metadata: bool = False, partition_by: str = "topic,partition",
+                 parquet_compression: str = "snappy", mode: str = "error",
+                 spark_conf: Optional[Dict[str, str]] = None, max_bytes_per_partition: Optional[int] = None,
+                 extra_options: Optional[Dict[str, str]] = None, progress: bool = False) -> None:
+        if partition_by not in PARTITION_BY:
+            raise UsageError(f"--partition-by must be one of {', '.join(PARTITION_BY)}, not {partition_by!r}")
+        if parquet_compression not in PARQUET_COMPRESSION:
+            raise UsageError(f"--parquet-compression must be one of {', '.join(PARQUET_COMPRESSION)}")
+        if mode not in MODES:
+            raise UsageError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
+        self.paths = [os.path.abspath(p) if "://" not in p else p for p in paths]
+        self.output = output
+        self.master = master
+        self.topics = topics
+        self.starting_offsets = starting_offsets
+        self.ending_offsets = ending_offsets
+        self.starting_timestamp = starting_timestamp
+        self.ending_timestamp = ending_timestamp
+        self.isolation_level = isolation_level
+        self.include_headers = include_headers
+        self.include_metadata = include_metadata
+        self.partition_by = partition_by
+        self.parquet_compression = parquet_compression
+        self.mode = mode
+        self.spark_conf = dict(spark_conf or {})
+        self.max_bytes_per_partition = max_bytes_per_partition
+        self.extra_options = dict(extra_options or {})
+        self.progress = progress
+
+    def reader_options(self, min_partitions: Optional[int] = None) -> Dict[str, str]:
+        """The data source options (Spark's Kafka-source names where they exist)."""
+        import json
+
+        opts: Dict[str, str] = {"paths": json.dumps(self.paths), "kafka.isolation.level": self.isolation_level,
+                                "includeHeaders": str(self.include_headers).lower(),
+                                "includeMetadata": str(self.include_metadata).lower()}
+        if self.topics:
+            opts["topics"] = self.topics
+        if self.starting_offsets:
+            opts["startingOffsets"] = self.starting_offsets
+        if self.ending_offsets:
+            opts["endingOffsets"] = self.ending_offsets
+        if self.starting_timestamp is not None:
+            opts["startingTimestamp"] = str(self.starting_timestamp)
+        if self.ending_timestamp is not None:
+            opts["endingTimestamp"] = str(self.ending_timestamp)
+        if min_partitions:
+            opts["minPartitions"] = str(min_partitions)
+        if self.max_bytes_per_partition:
+            opts["maxBytesPerPartition"] = str(self.max_bytes_per_partition)
+        opts.update(self.extra_options)
+        return opts
+
+    def validate(self) -> Plan:
+        """Parse the options and plan the read in this process (UsageError before Spark starts)."""
+        return plan_read(ReadOptions(self.reader_options()))
+
+
+class ExportSummary:
+    """What an export did."""
+
+    def __init__(self) -> None:
+        self.kafka_partitions = 0
+        self.tasks = 0
+        self.records = 0
+        self.bytes_in = 0
+        self.parquet_files = 0
+        self.parquet_bytes = 0
+        self.seconds = 0.0
+        self.output = ""
+
+    def to_dict(self) -> dict:
+        return {"kafkaPartitions": self.kafka_partitions, "sparkPartitions": self.tasks, "records": self.records,
+                "bytesIn": self.bytes_in, "parquetFiles": self.parquet_files, "parquetBytes": self.parquet_bytes,
+                "seconds": round(self.seconds, 3), "output": self.output}
+
+    def text(self) -> str:
+        rate = self.records / self.seconds if self.seconds else 0.0
+        return (f"exported {self.records} records from {self.kafka_partitions} Kafka partitions "
+                f"({self.tasks} Spark partitions): {self.bytes_in} bytes in, {self.parquet_bytes} Parquet bytes out "
+                f"in {self.parquet_files} files, {self.seconds:.1f} s ({rate:,.0f} records/s) -> {self.output}")
+
+
+def _parquet_files(output: str) -> Dict[str, int]:
+    """{path: size} of the Parquet files under `output` (any pyarrow filesystem URI)."""
+    import pyarrow.fs as pafs
+
+    try:
+        if "://" in output:
+            fs, root = pafs.FileSystem.from_uri(output)
+        else:
+            fs, root = pafs.LocalFileSystem(), os.path.abspath(output)
+        infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+    except (OSError, ValueError):
+        return {}
+    return {i.path: i.size for i in infos
+            if i.type == pafs.FileType.File and i.base_name.endswith(".parquet") and not i.base_name.startswith(("_", "."))}
+
+
+def _count_rows(output: str, files: List[str]) -> int:
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    fs = pafs.FileSystem.from_uri(output)[0] if "://" in output else pafs.LocalFileSystem()
+    total = 0
+    for path in files:
+        with fs.open_input_file(path) as f:
+            total += pq.ParquetFile(f).metadata.num_rows
+    return total
+
+
+def _spark_error(exc: BaseException) -> SparkJobError:
+    text = str(exc).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    ours = [line for line in lines if line.startswith("kstore_cli.") and "Error" in line.split(":")[0]]
+    first = lines[0] if lines else type(exc).__name__
+    message = ours[-1] if ours else first
+    return SparkJobError(f"Spark job failed: {message}")
+
+
+def build_session(master: str = "local[*]", conf: Optional[Dict[str, str]] = None, progress: bool = False):
+    """A session for the export: this interpreter for the Python workers, the export's defaults."""
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON") or sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = os.environ.get("PYSPARK_DRIVER_PYTHON") or sys.executable
+    settings = dict(DEFAULT_CONF)
+    settings["spark.ui.showConsoleProgress"] = "true" if progress else "false"
+    if master.startswith("local"):
+        # Embedded mode needs no network beyond loopback (and no slow hostname lookups).
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        settings["spark.driver.host"] = "127.0.0.1"
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
+    settings.update(conf or {})
+    builder = SparkSession.builder.master(master).appName("kstore spark-export")
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN" if progress else "ERROR")
+    return spark
+
+
+def export_with(spark, request: ExportRequest) -> ExportSummary:
+    """Run the export on an existing session (registers the source and ships kstore first)."""
+    from pyspark.sql import functions as F
+
+    from kstore_cli.spark import register
+
+    started = time.perf_counter()
+    parallelism = spark.sparkContext.defaultParallelism
+    options = request.reader_options(min_partitions=parallelism)
+    # The same plan the source makes inside Spark (validates the options before Spark runs).
+    plan = plan_read(ReadOptions(options))
+    summary = ExportSummary()
+    summary.output = request.output
+    summary.kafka_partitions = len(plan.scans)
+    summary.tasks = max(1, len(plan.tasks))
+    summary.bytes_in = plan.bytes_in
+    register(spark)
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    before = _parquet_files(request.output)
+    try:
+        df = spark.read.format("kstore").options(**options).load()
+        columns = PARTITION_BY[request.partition_by]
+        if request.partition_by == "date":
+            df = df.withColumn("date", F.to_date(F.col("timestamp")))
+        writer = df.write.mode(MODES[request.mode]).option("compression", request.parquet_compression)
+        if columns:
+            writer = writer.partitionBy(*columns)
+        writer.parquet(request.output)
+    except KstoreError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Py4J/PySpark errors become one KstoreError
+        from py4j.protocol import Py4JError
+        from pyspark.errors import PySparkException
+
+        if isinstance(exc, (Py4JError, PySparkException)):
+            raise _spark_error(exc) from None
+        raise
+    after = _parquet_files(request.output)
+    new = [p for p in after if p not in before]
+    summary.parquet_files = len(new)
+    summary.parquet_bytes = sum(after[p] for p in new)
+    summary.records = _count_rows(request.output, new)
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def run_export(request: ExportRequest) -> ExportSummary:
+    """Validate, start a session, export, stop the session."""
+    started = time.perf_counter()
+    request.validate()
+    spark = build_session(request.master, request.spark_conf, request.progress)
+    try:
+        summary = export_with(spark, request)
+    finally:
+        spark.stop()
+    summary.seconds = time.perf_counter() - started
+    return summary
