@@ -1,0 +1,208 @@
+"""The ``kstore`` data source and the export on a real local[2] Spark session."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.dataset as pads  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+from pyspark.sql.types import (  # noqa: E402
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from kstore_cli.segment.logdir import Partition, resolve  # noqa: E402
+from kstore_cli.spark.export import ExportRequest, SparkJobError, export_with  # noqa: E402
+
+from tests.spark.conftest import (  # noqa: E402
+    CORPUS_LOGS,
+    TXN_PARTITION,
+    arrow_rows,
+    by_key,
+    core_rows,
+    transaction_outcomes,
+)
+
+# Spark's Kafka source schema (KafkaRecordToRowConverter), written out independently.
+KAFKA_SCHEMA = StructType([
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()),
+    StructField("timestampType", IntegerType()),
+])
+HEADERS_FIELD = StructField("headers", ArrayType(StructType([StructField("key", StringType()),
+                                                             StructField("value", BinaryType())])))
+
+
+def load(spark, path, **options):
+    reader = spark.read.format("kstore")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load(str(path))
+
+
+def spark_rows(df, headers=False):
+    return arrow_rows(df.toArrow(), headers=headers)
+
+
+def read_parquet(out, partitioning="hive"):
+    return pads.dataset(str(out), format="parquet", partitioning=partitioning).to_table()
+
+
+def test_schema_is_sparks_kafka_source_schema(spark):
+    assert load(spark, CORPUS_LOGS).schema == KAFKA_SCHEMA
+    assert load(spark, CORPUS_LOGS, includeHeaders="true").schema == StructType(KAFKA_SCHEMA.fields + [HEADERS_FIELD])
+    meta = load(spark, TXN_PARTITION, includeMetadata="true").schema
+    assert meta.fields[:7] == KAFKA_SCHEMA.fields
+    assert [(f.name, f.dataType) for f in meta.fields[7:]] == [
+        ("leaderEpoch", IntegerType()), ("producerId", LongType()), ("producerEpoch", ShortType()),
+        ("sequence", IntegerType()), ("isTransactional", BooleanType()), ("batchBaseOffset", LongType()),
+        ("compression", StringType())]
+
+
+def test_corpus_export_to_parquet_matches_the_core_row_for_row(spark, tmp_path):
+    out = tmp_path / "corpus"
+    summary = export_with(spark, ExportRequest([str(CORPUS_LOGS)], str(out), include_headers=True))
+    expected = by_key(core_rows([CORPUS_LOGS], headers=True))
+    assert summary.records == len(expected) > 6000
+    assert summary.kafka_partitions == len(resolve([str(CORPUS_LOGS)])) == 20
+    table = read_parquet(out)
+    assert table.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
+    assert table.schema.field("key").type == pa.binary()
+    assert by_key(arrow_rows(table, headers=True)) == expected
+    # and read back by Spark
+    back = spark.read.parquet(str(out))
+    assert by_key(spark_rows(back, headers=True)) == expected
+
+
+def test_generated_multi_topic_dir_with_byte_range_splits(spark, gen_dir):
+    expected = by_key(core_rows([gen_dir], headers=True))
+    whole = load(spark, gen_dir, includeHeaders="true")
+    split = load(spark, gen_dir, includeHeaders="true", maxBytesPerPartition="4096")
+    assert split.rdd.getNumPartitions() > 3 * whole.rdd.getNumPartitions()
+    assert by_key(spark_rows(whole, headers=True)) == expected
+    assert by_key(spark_rows(split, headers=True)) == expected
+
+
+def test_one_segment_as_byte_ranges_gives_the_rows_of_one_split(spark, gen_dir):
+    log = sorted(glob.glob(str(gen_dir / "orders-1" / "*.log")))[1]
+    one = load(spark, log)
+    many = load(spark, log, maxBytesPerPartition="2048")
+    assert one.rdd.getNumPartitions() == 1 and many.rdd.getNumPartitions() >= 5
+    assert spark_rows(many) == spark_rows(one) == core_rows([log])
+
+
+def test_read_committed_differs_exactly_by_aborted_and_open_transactions(spark):
+    outcome = transaction_outcomes(str(TXN_PARTITION))
+    uncommitted = spark_rows(load(spark, TXN_PARTITION))
+    committed = spark_rows(load(spark, TXN_PARTITION, **{"kafka.isolation.level": "read_committed"}))
+    assert by_key(uncommitted) == by_key(core_rows([TXN_PARTITION]))
+    dropped = {r["offset"] for r in uncommitted} - {r["offset"] for r in committed}
+    assert dropped == outcome["aborted"] | outcome["open"]
+    assert len(outcome["aborted"]) > 20
+    assert by_key(committed) == by_key([r for r in uncommitted if r["offset"] not in dropped])
+
+
+def _trace(path):
+    out = []
+    for name in glob.glob(os.path.join(path, "*.jsonl")):
+        with open(name) as f:
+            out.extend(json.loads(line) for line in f)
+    return out
+
+
+def test_offset_range_reads_only_segments_inside_it(spark, gen_dir, tmp_path):
+    part = Partition(str(gen_dir / "orders-0"))
+    lo, hi = part.segments[1].base_offset + 137, part.segments[3].base_offset + 20
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    df = load(spark, part.path, startingOffsets=json.dumps({"orders": {"0": lo}}),
+              endingOffsets=json.dumps({"orders": {"0": hi}}), traceDir=str(trace))
+    assert [r["offset"] for r in spark_rows(df)] == list(range(lo, hi))
+    touched = _trace(str(trace))
+    logs = {t["log"] for t in touched}
+    assert logs == {s.log for s in part.segments[1:4]}
+    read = sum(t["bytesRead"] for t in touched)
+    assert read < sum(os.path.getsize(s.log) for s in part.segments[1:4])
+
+
+def test_timestamp_options_select_from_kafkas_offset_for_time(spark, gen_dir):
+    rows = core_rows([gen_dir / "clicks-0"])
+    t0, t1 = rows[300]["timestamp"] // 1000, rows[1200]["timestamp"] // 1000
+    df = load(spark, gen_dir, topics="clicks", startingTimestamp=str(t0), endingTimestamp=str(t1))
+    got = spark_rows(df)
+    for p in range(3):
+        mine = core_rows([gen_dir / f"clicks-{p}"])
+        start = next(r["offset"] for r in mine if r["timestamp"] >= t0 * 1000)
+        end = next((r["offset"] for r in mine if r["timestamp"] >= t1 * 1000), mine[-1]["offset"] + 1)
+        assert [r["offset"] for r in got if r["partition"] == p] == list(range(start, end))
+
+
+def test_filter_pushdown_prunes_partitions_and_segments(spark, gen_dir, tmp_path):
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    df = load(spark, gen_dir, filterPushdown="true", traceDir=str(trace))
+    got = spark_rows(df.where("topic = 'clicks' AND partition = 1 AND offset >= 1000 AND offset < 1100"))
+    assert [(r["topic"], r["partition"], r["offset"]) for r in got] == [("clicks", 1, o) for o in range(1000, 1100)]
+    logs = {t["log"] for t in _trace(str(trace))}
+    part = Partition(str(gen_dir / "clicks-1"))
+    holding = [s.log for s, nxt in zip(part.segments, part.segments[1:] + [None])
+               if s.base_offset < 1100 and (nxt is None or nxt.base_offset > 1000)]
+    assert logs == set(holding) and len(holding) < len(part.segments)
+
+
+def test_timestamp_filter_pushdown_is_exact(spark, gen_dir):
+    rows = core_rows([gen_dir / "orders-1"])
+    lo_us, hi_us = rows[500]["timestamp"] + 1, rows[2000]["timestamp"]
+    df = load(spark, gen_dir / "orders-1", filterPushdown="true")
+    cond = (f"timestamp > timestamp_micros({lo_us}) AND timestamp <= timestamp_micros({hi_us})")
+    got = spark_rows(df.where(cond))
+    assert got == [r for r in rows if lo_us < r["timestamp"] <= hi_us]
+
+
+def test_metadata_columns(spark):
+    df = load(spark, TXN_PARTITION, includeMetadata="true")
+    table = df.toArrow()
+    codecs = set(table.column("compression").to_pylist())
+    assert {"gzip", "lz4", "zstd", "snappy", "none"} <= codecs
+    pids = set(table.column("producerId").to_pylist())
+    assert {5000, 5001, 5002, 6000} <= pids
+    offsets = table.column("offset").to_pylist()
+    bases = table.column("batchBaseOffset").to_pylist()
+    assert all(b <= o for b, o in zip(bases, offsets))
+
+
+def test_parquet_options_partitioning_and_modes(spark, tmp_path):
+    out = tmp_path / "by-date"
+    req = ExportRequest([str(TXN_PARTITION)], str(out), partition_by="date", parquet_compression="zstd")
+    first = export_with(spark, req)
+    assert [os.path.basename(d) for d in glob.glob(str(out / "date=*"))] == ["date=2023-11-14"]
+    files = glob.glob(str(out / "**" / "*.parquet"), recursive=True)
+    assert pq.ParquetFile(files[0]).metadata.row_group(0).column(0).compression == "ZSTD"
+    with pytest.raises(SparkJobError, match="already exists"):
+        export_with(spark, req)
+    export_with(spark, ExportRequest([str(TXN_PARTITION)], str(out), partition_by="date", mode="append"))
+    assert read_parquet(out).num_rows == 2 * first.records
+    flat = tmp_path / "flat"
+    export_with(spark, ExportRequest([str(TXN_PARTITION)], str(flat), partition_by="none"))
+    table = read_parquet(flat, partitioning=None)
+    assert table.schema.names == [f.name for f in KAFKA_SCHEMA.fields]
+    assert by_key(arrow_rows(table)) == by_key(core_rows([TXN_PARTITION]))
