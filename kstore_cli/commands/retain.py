@@ -34,6 +34,8 @@ def _is_tty() -> bool:
 def _row(plan: RetentionPlan, delete_delay_ms: int, dry_run: bool) -> dict:
     row = plan.to_dict()
     row["bytesFreed"] = bytes_freed(plan, delete_delay_ms) if plan.active else 0
+    # Renamed .deleted now, removed by a later run once --delete-delay-ms has passed.
+    row["bytesDeferred"] = plan.bytes_deleted if plan.active and delete_delay_ms > 0 else 0
     row["dryRun"] = dry_run
     return row
 
@@ -50,6 +52,8 @@ def _status(row: dict, dry_run: bool) -> str:
         text += f"; log start offset {row['logStartOffset']} -> {row['newLogStartOffset']}"
     else:
         text += f"; log start offset {row['logStartOffset']}"
+    if row["bytesDeferred"]:
+        text += f"; {row['bytesDeferred']} bytes kept as .deleted for the delete delay"
     if row["rolledSegment"] is not None:
         text += f"; {'would roll' if dry_run else 'rolled'} an empty segment at {row['rolledSegment']}"
     return text
@@ -106,7 +110,8 @@ def _render_table(rows: List[dict], dry_run: bool) -> None:
 @click.option("--retention-hours", type=int, help="The same in hours.")
 @click.option("--retention-bytes", type=int, help="retention.bytes for every partition (-1: unlimited).")
 @click.option("--log-start-offset", type=click.IntRange(min=0),
-              help="Move the log start offset up to this offset first (like DeleteRecords; not past the high watermark).")
+              help="Move the log start offset of every partition named up to this offset first (like "
+                   "DeleteRecords; never past a partition's high watermark).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="A broker server.properties: log.retention.{ms,minutes,hours}, log.retention.bytes, "
                    "log.cleanup.policy, ...")
@@ -173,11 +178,15 @@ def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_mi
         planned: Dict[str, tuple] = {}
         for data_dir in sorted(groups):  # plan everything before changing anything
             state = DataDirState(data_dir)
+            in_use = dry_run and not force and fileops.is_locked(data_dir)
             seen: Dict[str, Partition] = {}
             for target in groups[data_dir]:
                 seen.setdefault(target.partition.path, target.partition)
             plans = [plan_partition(p, resolver.for_topic(p.topic), state, now=now, log_start_offset=log_start_offset,
                                     delete_delay_ms=delete_delay_ms) for p in seen.values()]
+            if in_use:
+                for plan in plans:
+                    plan.notes.append("the data dir is locked by a running process: a real run would refuse")
             planned[data_dir] = (state, plans)
         for data_dir, (state, plans) in planned.items():
             if not dry_run:
@@ -192,6 +201,7 @@ def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_mi
             "partitions": rows,
             "segmentsDeleted": sum(r["segmentsDeleted"] for r in active),
             "bytesFreed": sum(r["bytesFreed"] for r in active),
+            "bytesDeferred": sum(r["bytesDeferred"] for r in active),
             "problems": len(problems),
         }, sort_keys=True))
     elif not quiet:

@@ -343,3 +343,28 @@ def test_crash_mid_run_with_a_delete_delay_still_converges(tmp_path: Path, delay
     assert proc.returncode == -9
     assert run(*POLICY, "--delete-delay-ms", str(delay), str(d)).exit_code == 0
     assert tree_state(d) == tree_state(reference)
+
+
+def test_terminal_gets_a_table_and_dry_run_notes_a_running_broker(tmp_path: Path, monkeypatch) -> None:
+    from kstore_cli.commands import retain
+
+    data = tmp_path / "data"
+    two_partitions(data)
+    monkeypatch.setattr(retain, "_is_tty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "400")  # no folding inside the table's cells
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(data / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        result = run("--dry-run", "--delete-delay-ms", "1000", *POLICY, str(data))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.exit_code == 0, result.output
+    assert "kstore retain (dry run" in result.output and "orders-0" in result.output
+    assert "a real run would refuse" in result.output
+    summary = json.loads(run("--dry-run", "--json", "--delete-delay-ms", "1000", *POLICY, str(data)).output)
+    # Nothing is freed now: the renamed files and the young leftover wait for the delay.
+    assert summary["bytesFreed"] == 0
+    orders = next(p for p in summary["partitions"] if p["topic"] == "orders")
+    assert [os.path.basename(f) for f in orders["leftoversKept"]] == ["00000000000000000099.log.deleted"]
+    assert summary["bytesDeferred"] == sum(d["bytes"] for p in summary["partitions"] for d in p["deleted"]) > 0
