@@ -252,12 +252,6 @@ class RetentionPlan:
         """Bytes of the files of deleted segments (and of interrupted deletions)."""
         return sum(d.bytes for d in self.deletions) + self.pending_bytes
 
-    @property
-    def changes_anything(self) -> bool:
-        return self.active and bool(
-            self.deletions or self.pending or self.leftovers or self.roll_offset is not None
-            or self.checkpoint_offset is not None or self.epochs_after != self.epochs_before)
-
     def renamed_files(self) -> List[str]:
         return list(self.pending) + [f for d in self.deletions for f in d.files]
 
