@@ -71,8 +71,12 @@ def report_error(exc: KstoreError) -> int:
 def main(argv: Optional[List[str]] = None) -> None:
     """Entry point of the ``kstore`` script."""
     _register_commands()
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        rv = cli.main(args=argv, prog_name="kstore", standalone_mode=False)
+        # Not cli.main(): Click's own handler would turn a closed pipe into exit 1.
+        with cli.make_context("kstore", args) as ctx:
+            rv = cli.invoke(ctx)
+        sys.stdout.flush()
     except KstoreError as exc:
         if os.environ.get(TRACEBACK_ENV):
             raise
@@ -87,10 +91,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(ExitStatus.USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
     except BrokenPipeError:
         # A pager or `head` closed the pipe: stop quietly, as Unix tools do.
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         sys.exit(ExitStatus.OK)
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)

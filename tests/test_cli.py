@@ -51,3 +51,17 @@ def test_unknown_command_is_a_usage_error() -> None:
     out = subprocess.run([sys.executable, "-m", "kstore_cli", "no-such-command"], capture_output=True, text=True)
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
+
+
+def test_closed_pipe_exits_quietly_with_zero(tmp_path) -> None:
+    from tests.conftest import GOLDEN
+
+    log = str(GOLDEN / "inputs" / "multiseg-0" / "00000000000000000000.log")
+    script = (
+        f"{sys.executable} -m kstore_cli dump-segment --deep-iteration --print-data-log "
+        + " ".join([log] * 300)
+        + " | head -1; echo rc=${PIPESTATUS[0]}"
+    )
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert out.stdout.splitlines()[-1] == "rc=0"
+    assert out.stderr == ""

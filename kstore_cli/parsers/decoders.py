@@ -73,6 +73,20 @@ codecs.register_error("kstore-java-utf8", _java_replace)
 
 def decode_utf8_java(data: bytes) -> str:
     """``new String(data, StandardCharsets.UTF_8)``."""
+    data = bytes(data)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    if b"\xed" not in data:
+        # Java and Python's "replace" only disagree on encoded surrogates (lead byte 0xED);
+        # without one, the C-speed handler gives Java's text (tests/parsers check both agree).
+        return data.decode("utf-8", "replace")
+    return data.decode("utf-8", "kstore-java-utf8")
+
+
+def decode_utf8_java_slow(data: bytes) -> str:
+    """The reference: every malformed sequence through the Java-rules handler."""
     return bytes(data).decode("utf-8", "kstore-java-utf8")
 
 
