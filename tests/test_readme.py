@@ -1,0 +1,35 @@
+"""The README's first command (dump a bundled segment) works as written, once installed."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+
+def _readme_commands() -> list:
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```sh\n(.*?)```", text, re.S).group(1)
+    return [line for line in block.splitlines() if line and not line.startswith("#")]
+
+
+def test_readme_opens_with_install_and_test_commands() -> None:
+    first, second = _readme_commands()[:2]
+    assert first.startswith("python3 -m pip install . && kstore ")
+    assert "pytest" in second and "pip install" in second
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert second in ci  # CI runs exactly the README's test command
+
+
+def test_readme_dump_command_runs_on_bundled_data() -> None:
+    first = _readme_commands()[0]
+    kstore_part = first.split(" && ", 1)[1]
+    argv = shlex.split(kstore_part)
+    assert argv[0] == "kstore"
+    out = subprocess.run([sys.executable, "-m", "kstore_cli", *argv[1:]], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("Dumping fixtures/")
+    assert "| offset: 0 " in out.stdout and "payload: " in out.stdout
