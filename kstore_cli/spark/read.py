@@ -41,14 +41,16 @@ class SliceTrace:
 
     def to_dict(self) -> dict:
         return {"log": self.log, "start": self.start, "end": self.end, "bytesRead": self.bytes_read,
-                "batches": self.batches, "rows": self.rows}
+                "batches": self.batches, "rows": self.rows, "module": __file__}
 
 
-def _read_slice(sl: Slice, builder: ColumnBuilder, read_committed: bool, trace: SliceTrace) -> Iterator[pa.RecordBatch]:
+def _read_slice(sl: Slice, builder: ColumnBuilder, trace: SliceTrace) -> Iterator[pa.RecordBatch]:
     scan = sl.scan
     start, end = scan.start, scan.end
     ts_lo, ts_hi, offsets_in = scan.ts_lo, scan.ts_hi, scan.offsets_in
     topic, partition = scan.topic, scan.partition
+    # The planner gives a partition transaction facts only for read_committed.
+    read_committed = scan.aborted is not None or scan.open_txns is not None
     for batch in read_batches(sl.log, start=sl.start, end=sl.end):
         trace.bytes_read += batch.size
         trace.batches += 1
@@ -80,7 +82,7 @@ def _read_slice(sl: Slice, builder: ColumnBuilder, read_committed: bool, trace: 
             yield builder.finish()
 
 
-def read_task(task: Task, *, read_committed: bool = False, include_headers: bool = False,
+def read_task(task: Task, *, include_headers: bool = False,
               include_metadata: bool = False, trace_dir: Optional[str] = None) -> Iterator[pa.RecordBatch]:
     """The rows of a task as Arrow record batches of the source schema."""
     builder = ColumnBuilder(include_headers, include_metadata)
@@ -88,7 +90,7 @@ def read_task(task: Task, *, read_committed: bool = False, include_headers: bool
     for sl in task.slices:
         trace = SliceTrace(sl)
         traces.append(trace)
-        yield from _read_slice(sl, builder, read_committed, trace)
+        yield from _read_slice(sl, builder, trace)
     if builder.rows:
         yield builder.finish()
     if trace_dir:

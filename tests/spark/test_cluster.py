@@ -1,0 +1,106 @@
+"""``kstore spark-export --master spark://127.0.0.1:PORT`` on a standalone cluster started here.
+
+A master and a worker from the pyspark installation (``bin/spark-class``), loopback only;
+the CLI runs as a real subprocess; kstore reaches the executors only as the zip the
+launcher ships (the worker's Python has no kstore on its path). Both JVMs are stopped by
+PID whatever happens.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+from tests.spark.conftest import CORPUS_LOGS, arrow_rows, by_key, core_rows  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"{proc.args[2]} exited with {proc.returncode}:\n{path.read_text(errors='replace')}")
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {text!r} in {path}:\n{path.read_text(errors='replace')}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_export_on_a_standalone_cluster_matches_local(tmp_path, spark):
+    from kstore_cli.spark.export import ExportRequest, export_with
+
+    spark_home = os.path.dirname(pyspark.__file__)
+    spark_class = os.path.join(spark_home, "bin", "spark-class")
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_HOME=spark_home, PYSPARK_PYTHON=sys.executable)
+    env.pop("PYTHONPATH", None)
+    port, ui, worker_ui = _free_port(), _free_port(), _free_port()
+    master_log, worker_log = tmp_path / "master.log", tmp_path / "worker.log"
+    procs = []
+    try:
+        with open(master_log, "w") as log:
+            procs.append(subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                 "--webui-port", str(ui)], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path))
+        _wait_for(master_log, "I have been elected leader", procs[0])
+        with open(worker_log, "w") as log:
+            procs.append(subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "2",
+                 "--memory", "2g", "--webui-port", str(worker_ui), "--work-dir", str(tmp_path / "work"),
+                 f"spark://127.0.0.1:{port}"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path))
+        _wait_for(worker_log, "Successfully registered with master", procs[1])
+
+        out = tmp_path / "cluster-out"
+        cmd = [sys.executable, "-m", "kstore_cli", "spark-export", str(CORPUS_LOGS), "--output", str(out),
+               "--include-headers", "--master", f"spark://127.0.0.1:{port}", "--json",
+               "--spark-conf", "spark.driver.host=127.0.0.1", "--spark-conf", "spark.executor.memory=1g",
+               "--spark-conf", "spark.cores.max=2"]
+        done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+        summary = __import__("json").loads(done.stdout.strip().splitlines()[-1])
+        # Executors really ran on the worker, where kstore is importable only from the shipped zip.
+        executor_dirs = [p for p in (tmp_path / "work").glob("app-*/*") if p.is_dir()]
+        assert executor_dirs
+        probe = subprocess.run([sys.executable, "-c", "import kstore_cli"], env=env, cwd=executor_dirs[0],
+                               capture_output=True, text=True)
+        assert probe.returncode != 0 and "No module named 'kstore_cli'" in probe.stderr
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+    assert all(p.poll() is not None for p in procs)
+
+    local = tmp_path / "local-out"
+    export_with(spark, ExportRequest([str(CORPUS_LOGS)], str(local), include_headers=True))
+    import pyarrow.dataset as pads
+
+    def rows(path):
+        return by_key(arrow_rows(pads.dataset(str(path), format="parquet", partitioning="hive").to_table(),
+                                 headers=True))
+
+    expected = by_key(core_rows([CORPUS_LOGS], headers=True))
+    assert summary["records"] == len(expected)
+    assert rows(out) == rows(local) == expected
