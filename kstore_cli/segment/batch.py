@@ -91,12 +91,21 @@ def decrement_sequence(sequence: int, decrement: int) -> int:
 class ControlRecord:
     """The decoded key (and for transaction markers, value) of a control record."""
 
-    __slots__ = ("version", "type_id", "coordinator_epoch")
+    __slots__ = ("version", "type_id", "coordinator_epoch", "_value")
 
-    def __init__(self, version: int, type_id: int, coordinator_epoch: Optional[int]) -> None:
+    def __init__(self, version: int, type_id: int, coordinator_epoch: Optional[int], value: Optional[bytes] = None) -> None:
         self.version = version
         self.type_id = type_id
         self.coordinator_epoch = coordinator_epoch
+        self._value = value
+
+    @property
+    def data(self) -> Optional[dict]:
+        """The control value decoded into its fields (EndTxnMarker, LeaderChange, SnapshotHeader,
+        SnapshotFooter, KRaftVersion, KRaftVoters), None for unknown types."""
+        from kstore_cli.parsers.control import decode_control
+
+        return decode_control(self.type_id, self._value)
 
     @property
     def type_name(self) -> str:
@@ -275,8 +284,9 @@ class Record:
         if not self.batch.is_control:
             return None
         version, type_id = parse_control_key(self.key)
-        epoch = parse_end_txn_marker(self.value) if type_id in (0, 1) else None
-        return ControlRecord(version, type_id, epoch)
+        value = self.value
+        epoch = parse_end_txn_marker(value) if type_id in (0, 1) else None
+        return ControlRecord(version, type_id, epoch, value)
 
     def __repr__(self) -> str:
         return f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, value={self.value!r})"

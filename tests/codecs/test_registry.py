@@ -1,0 +1,50 @@
+"""The codec registry: Kafka's ids and names, and a missing library failing only when met."""
+
+from __future__ import annotations
+
+import builtins
+
+import pytest
+
+from kstore_cli.codecs import CODEC_NAMES, get_codec
+from kstore_cli.errors import CodecError, CodecUnavailableError
+from kstore_cli.segment import read_batches
+from kstore_cli.segment.builder import RecordSpec, build_v2_batch
+
+
+def test_ids_and_names_are_kafkas() -> None:
+    assert CODEC_NAMES == {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+    for codec_id in (5, 6, 7):
+        with pytest.raises(CodecError, match=f"Unknown compression type id: {codec_id}"):
+            get_codec(codec_id)
+
+
+@pytest.mark.parametrize("codec_id,module,package", [(2, "snappy", "python-snappy"), (3, "lz4", "lz4"), (4, "zstandard", "zstandard")])
+def test_missing_library_fails_only_when_that_codec_is_met(monkeypatch, codec_id, module, package) -> None:
+    data = build_v2_batch([RecordSpec(0, 0, b"k", b"v")], codec=codec_id)
+    data += build_v2_batch([RecordSpec(1, 0, b"k", b"v")])
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == module or name.startswith(module + "."):
+            raise ImportError(f"No module named '{module}'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    compressed, plain = list(read_batches(data))  # shallow iteration never needs the codec
+    assert plain.records()[0].value == b"v"
+    with pytest.raises(CodecUnavailableError) as info:
+        compressed.records()
+    assert f"pip install {package}" in str(info.value)
+    assert info.value.position == 0
+
+
+def test_kraft_control_record_data_is_decoded() -> None:
+    from tests.conftest import GOLDEN
+
+    log = GOLDEN / "inputs" / "__cluster_metadata-0" / "00000000000000000000.log"
+    controls = [r.control for b in read_batches(log) if b.is_control for r in b.records()]
+    names = [c.type_name for c in controls]
+    assert "KRAFT_VERSION" in names
+    kraft = controls[names.index("KRAFT_VERSION")]
+    assert kraft.data["kRaftVersion"] == 1
