@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import List, Optional
 
 import click
 
+from kstore_cli.commands._console import human_bytes as _human
+from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.codecs import CODEC_IDS
 from kstore_cli.errors import UsageError
 from kstore_cli.segment import fileops
@@ -22,22 +23,6 @@ from kstore_cli.segment.convert import (
 )
 from kstore_cli.segment.index import DEFAULT_INDEX_INTERVAL_BYTES
 from kstore_cli.segment.logdir import group_by_data_dir, is_partition_dir, resolve
-
-
-def _is_tty() -> bool:
-    try:
-        return sys.stdout.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def _human(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
 
 
 def _summary_line(stats: ConvertStats) -> str:

@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import Dict, List, Optional
 
 import click
 
+from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.codecs import CODEC_NAMES
 from kstore_cli.errors import KstoreError, UsageError
 from kstore_cli.segment.checkpoint import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint
 from kstore_cli.segment.logdir import DataDir, Partition, is_partition_dir, resolve
 from kstore_cli.segment.recovery import ERROR, verify_partition
-
-
-def _is_tty() -> bool:
-    try:
-        return sys.stdout.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 def _log_start_offsets(data_dir: str, cache: Dict[str, Optional[dict]]) -> Optional[dict]:

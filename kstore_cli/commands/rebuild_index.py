@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import List, Optional
 
 import click
 
+from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import fileops
 from kstore_cli.segment.index import DEFAULT_INDEX_INTERVAL_BYTES
@@ -21,13 +21,6 @@ from kstore_cli.segment.recovery import (
     default_quarantine_root,
     plan_partition,
 )
-
-
-def _is_tty() -> bool:
-    try:
-        return sys.stdout.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 def _segment_rows(plan: PartitionPlan, applied: Optional[ApplyReport], truncate: bool, dry_run: bool) -> List[dict]:

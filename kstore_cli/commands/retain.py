@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 from typing import Dict, List, Optional
 
 import click
 
+from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import fileops
 from kstore_cli.segment.config import ConfigResolver, retention_flags
@@ -22,13 +22,6 @@ from kstore_cli.segment.retention import (
     now_ms,
     plan_partition,
 )
-
-
-def _is_tty() -> bool:
-    try:
-        return sys.stdout.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 def _row(plan: RetentionPlan, delete_delay_ms: int, dry_run: bool) -> dict:

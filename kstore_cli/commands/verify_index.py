@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import click
 
+from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment.logdir import resolve
 from kstore_cli.segment.recovery import ERROR, verify_partition
-
-
-def _is_tty() -> bool:
-    try:
-        return sys.stdout.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 @click.command(name="verify-index")

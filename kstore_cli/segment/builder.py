@@ -8,7 +8,7 @@ included), with correct CRCs. Layouts are documented in :mod:`.batch` and
 from __future__ import annotations
 
 import struct
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 from kstore_cli.codecs import get_codec
 from kstore_cli.errors import UsageError

@@ -40,7 +40,7 @@ import os
 from collections import Counter
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
-from kstore_cli.codecs import CODEC_NAMES, GZIP, LZ4, NONE, SNAPPY, ZSTD
+from kstore_cli.codecs import CODEC_NAMES, GZIP, LZ4, NONE, ZSTD
 from kstore_cli.errors import ExitStatus, KstoreError, UsageError
 from kstore_cli.segment import fileops, names
 from kstore_cli.segment.batch import CREATE_TIME, LOG_APPEND_TIME, MAX_INT32, Batch

@@ -11,7 +11,6 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from kstore_cli.cli import _register_commands, cli

@@ -8,7 +8,7 @@ import os
 import shutil
 import struct
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import pytest
 

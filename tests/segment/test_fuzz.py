@@ -26,18 +26,16 @@ real decoding cost.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import struct
-import sys
 import time
 import tracemalloc
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Tuple
 
 import pytest
 

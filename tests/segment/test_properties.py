@@ -10,14 +10,14 @@ import gzip as std_gzip
 import importlib.util
 import struct
 import zlib
-from typing import List, Optional, Tuple
+from typing import List
 
 import lz4.frame
 import pytest
 import snappy
 import zstandard
 from crc32c import crc32c
-from hypothesis import assume, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from kafka import codec as kp_codec
