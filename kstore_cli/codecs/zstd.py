@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, Optional
+
+_compressors: Dict[int, object] = {}
+_decompressor = None
 
 
 def decompress(data: "bytes | memoryview") -> bytes:
     """Decompress one or more zstd frames (frames need not carry their content size)."""
-    import zstandard
+    global _decompressor
+    if _decompressor is None:
+        import zstandard
 
-    reader = zstandard.ZstdDecompressor().stream_reader(bytes(data), read_across_frames=True)
+        _decompressor = zstandard.ZstdDecompressor()
+    reader = _decompressor.stream_reader(bytes(data), read_across_frames=True)
     chunks = []
     while True:
         chunk = reader.read(1 << 20)
@@ -20,6 +26,11 @@ def decompress(data: "bytes | memoryview") -> bytes:
 
 def compress(data: "bytes | memoryview", level: Optional[int] = None) -> bytes:
     """One zstd frame at Kafka's default level 3 unless told otherwise."""
-    import zstandard
+    level = 3 if level is None else level
+    compressor = _compressors.get(level)
+    if compressor is None:
+        import zstandard
 
-    return zstandard.ZstdCompressor(level=3 if level is None else level).compress(bytes(data))
+        # Built once per level: making a compressor per batch dominated conversion time.
+        compressor = _compressors[level] = zstandard.ZstdCompressor(level=level)
+    return compressor.compress(bytes(data))
