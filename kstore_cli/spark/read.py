@@ -26,8 +26,12 @@ from kstore_cli.spark.columns import ColumnBuilder
 from kstore_cli.spark.plan import Slice, Task
 
 
+#: Also turns tracing on (for executors whose options a test cannot reach, e.g. on a cluster).
+TRACE_ENV = "KSTORE_SPARK_TRACE"
+
+
 class SliceTrace:
-    """What reading one slice touched (a test hook: written when ``traceDir`` is set)."""
+    """What reading one slice touched (a test hook: written when ``traceDir`` or $KSTORE_SPARK_TRACE is set)."""
 
     __slots__ = ("log", "start", "end", "bytes_read", "batches", "rows")
 
@@ -86,6 +90,7 @@ def read_task(task: Task, *, include_headers: bool = False,
               include_metadata: bool = False, trace_dir: Optional[str] = None) -> Iterator[pa.RecordBatch]:
     """The rows of a task as Arrow record batches of the source schema."""
     builder = ColumnBuilder(include_headers, include_metadata)
+    trace_dir = trace_dir or os.environ.get(TRACE_ENV) or None
     traces = []
     for sl in task.slices:
         trace = SliceTrace(sl)

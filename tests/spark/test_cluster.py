@@ -1,13 +1,14 @@
 """``kstore spark-export --master spark://127.0.0.1:PORT`` on a standalone cluster started here.
 
 A master and a worker from the pyspark installation (``bin/spark-class``), loopback only;
-the CLI runs as a real subprocess; kstore reaches the executors only as the zip the
-launcher ships (the worker's Python has no kstore on its path). Both JVMs are stopped by
-PID whatever happens.
+the CLI runs as a real subprocess; the executors' trace shows they ran kstore from the
+zip the launcher ships (not from this tree or any installed copy). Both JVMs are stopped
+by PID whatever happens.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -18,6 +19,8 @@ from pathlib import Path
 import pytest
 
 pyspark = pytest.importorskip("pyspark")
+
+from kstore_cli.segment.logdir import resolve  # noqa: E402
 
 from tests.spark.conftest import CORPUS_LOGS, arrow_rows, by_key, core_rows  # noqa: E402
 
@@ -56,8 +59,12 @@ def test_export_on_a_standalone_cluster_matches_local(tmp_path, spark):
 
     spark_home = os.path.dirname(pyspark.__file__)
     spark_class = os.path.join(spark_home, "bin", "spark-class")
+    trace = tmp_path / "trace"
+    trace.mkdir()
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_HOME=spark_home, PYSPARK_PYTHON=sys.executable)
     env.pop("PYTHONPATH", None)
+    # Only the worker (and so its executors) traces what it reads, and which kstore module read it.
+    worker_env = dict(env, KSTORE_SPARK_TRACE=str(trace))
     port, ui, worker_ui = _free_port(), _free_port(), _free_port()
     master_log, worker_log = tmp_path / "master.log", tmp_path / "worker.log"
     procs = []
@@ -71,7 +78,7 @@ def test_export_on_a_standalone_cluster_matches_local(tmp_path, spark):
             procs.append(subprocess.Popen(
                 [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "2",
                  "--memory", "2g", "--webui-port", str(worker_ui), "--work-dir", str(tmp_path / "work"),
-                 f"spark://127.0.0.1:{port}"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path))
+                 f"spark://127.0.0.1:{port}"], env=worker_env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path))
         _wait_for(worker_log, "Successfully registered with master", procs[1])
 
         out = tmp_path / "cluster-out"
@@ -81,13 +88,13 @@ def test_export_on_a_standalone_cluster_matches_local(tmp_path, spark):
                "--spark-conf", "spark.cores.max=2"]
         done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
         assert done.returncode == 0, done.stderr[-3000:]
-        summary = __import__("json").loads(done.stdout.strip().splitlines()[-1])
-        # Executors really ran on the worker, where kstore is importable only from the shipped zip.
-        executor_dirs = [p for p in (tmp_path / "work").glob("app-*/*") if p.is_dir()]
-        assert executor_dirs
-        probe = subprocess.run([sys.executable, "-c", "import kstore_cli"], env=env, cwd=executor_dirs[0],
-                               capture_output=True, text=True)
-        assert probe.returncode != 0 and "No module named 'kstore_cli'" in probe.stderr
+        summary = json.loads(done.stdout.strip().splitlines()[-1])
+        # Executors on the worker read every segment, with kstore from the zip the launcher shipped.
+        traces = [json.loads(line) for f in trace.glob("*.jsonl") for line in f.read_text().splitlines()]
+        assert traces and {t["log"] for t in traces} == {s.log for t in resolve([str(CORPUS_LOGS)]) for s in t.segments
+                                                         if os.path.getsize(s.log)}
+        modules = {t["module"] for t in traces}
+        assert all(m.startswith("./kstore_cli.zip/") for m in modules), modules  # relative to the executor dir
     finally:
         for proc in reversed(procs):
             _stop(proc)
