@@ -160,7 +160,7 @@ class KstoreReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator:
         opts = self.options
-        return read_task(partition.task, read_committed=opts.read_committed, include_headers=opts.include_headers,
+        return read_task(partition.task, include_headers=opts.include_headers,
                          include_metadata=opts.include_metadata, trace_dir=opts.trace_dir)
 
 
