@@ -178,7 +178,9 @@ def build_session(master: str = "local[*]", conf: Optional[Dict[str, str]] = Non
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN" if progress else "ERROR")
+    # Task failures are reported by kstore as one line with the cause; Spark's own ERROR logs
+    # would print Java stack traces for the same failure. KSTORE_SPARK_LOG_LEVEL brings them back.
+    spark.sparkContext.setLogLevel(os.environ.get("KSTORE_SPARK_LOG_LEVEL", "FATAL"))
     return spark
 
 
