@@ -50,6 +50,18 @@ class IndexFile:
     def raw_entry(self, n: int) -> Tuple[int, int]:
         return self._entry.unpack_from(self._buf, n * self.entry_size)
 
+    #: How Kafka's sanity check names the file kind in its size message.
+    size_label = "Index file"
+
+    def size_problem(self) -> Optional[str]:
+        """Kafka's message when the length is not a whole number of entries, else None."""
+        if self.length % self.entry_size == 0:
+            return None
+        return (
+            f"{self.size_label} {os.path.abspath(self.path)} is corrupt, found {self.length} bytes "
+            f"which is neither positive nor a multiple of {self.entry_size}"
+        )
+
     def zero_tail_start(self) -> int:
         """Index of the first trailing all-zero slot (== entries when there is none)."""
         n = self.entries
@@ -88,11 +100,8 @@ class OffsetIndex(IndexFile):
                 f"is {self.last_offset()} which is less than the base offset {self.base_offset}",
                 path=self.path,
             )
-        if self.length % 8 != 0:
-            raise CorruptIndexError(
-                f"Index file {path} is corrupt, found {self.length} bytes which is neither positive nor a multiple of 8",
-                path=self.path,
-            )
+        if self.size_problem():
+            raise CorruptIndexError(self.size_problem(), path=self.path)
 
     def lookup(self, target: int) -> Tuple[int, int]:
         """Largest entry with offset <= target, or (base offset, 0): OffsetIndex.lookup."""
@@ -107,6 +116,7 @@ class TimeIndex(IndexFile):
 
     entry_size = TIME_ENTRY.size
     _entry = TIME_ENTRY
+    size_label = "Time index file"
 
     def entry(self, n: int) -> Tuple[int, int]:
         """(timestamp, absolute offset) of slot n."""
@@ -139,11 +149,8 @@ class TimeIndex(IndexFile):
                     f"offset is {last_offset} which is less than the first offset {self.base_offset}",
                     path=self.path,
                 )
-        if self.length % 12 != 0:
-            raise CorruptIndexError(
-                f"Time index file {path} is corrupt, found {self.length} bytes which is neither positive nor a multiple of 12",
-                path=self.path,
-            )
+        if self.size_problem():
+            raise CorruptIndexError(self.size_problem(), path=self.path)
 
     def lookup(self, target_timestamp: int) -> Tuple[int, int]:
         """Largest entry with timestamp <= target, or (-1, base offset): TimeIndex.lookup."""

@@ -862,20 +862,25 @@ def _zero_tail(index, prealloc: bool, add, base: int, kind: str) -> int:
     return start
 
 
+def _check_sanity(index, kind: str, prealloc: bool, add) -> None:
+    """Kafka's sanity check, size first; zero slots of a preallocated active index only make it a note."""
+    problem = index.size_problem()
+    if problem:
+        add(index.base_offset, index.path, ERROR, f"{kind}-size", problem)
+        return
+    try:
+        index.sanity_check()
+    except KstoreError as exc:
+        explained = prealloc and index.zero_tail_start() < index.entries
+        add(index.base_offset, index.path, NOTE if explained else ERROR, f"{kind}-sanity",
+            str(exc.message) + (" (because of the preallocated zero slots)" if explained else ""))
+
+
 def _verify_offset_index(idx, result: RecoveryResult, batches: List[BatchInfo], by_position: Dict[int, int],
                          prealloc: bool, add) -> None:
     base = idx.base_offset
     path = idx.path
-    if idx.length % 8:
-        add(base, path, ERROR, "index-size",
-            f"Index file {os.path.abspath(path)} is corrupt, found {idx.length} bytes which is neither positive nor a multiple of 8")
-    else:
-        try:
-            idx.sanity_check()
-        except KstoreError as exc:
-            explained = prealloc and idx.zero_tail_start() < idx.entries
-            add(base, path, NOTE if explained else ERROR, "index-sanity",
-                str(exc.message) + (" (because of the preallocated zero slots)" if explained else ""))
+    _check_sanity(idx, "index", prealloc, add)
     n = _zero_tail(idx, prealloc, add, base, "index")
     last_offset = result.last_offset
     prev = None
@@ -910,16 +915,7 @@ def _verify_time_index(tidx, result: RecoveryResult, batches: List[BatchInfo], p
                        add) -> None:
     base = tidx.base_offset
     path = tidx.path
-    if tidx.length % 12:
-        add(base, path, ERROR, "timeindex-size",
-            f"Time index file {os.path.abspath(path)} is corrupt, found {tidx.length} bytes which is neither positive nor a multiple of 12")
-    else:
-        try:
-            tidx.sanity_check()
-        except KstoreError as exc:
-            explained = prealloc and tidx.zero_tail_start() < tidx.entries
-            add(base, path, NOTE if explained else ERROR, "timeindex-sanity",
-                str(exc.message) + (" (because of the preallocated zero slots)" if explained else ""))
+    _check_sanity(tidx, "timeindex", prealloc, add)
     n = _zero_tail(tidx, prealloc, add, base, "timeindex")
     # running max timestamp through each batch, keyed by the batch's last offset
     running: Dict[int, Tuple[int, int]] = {}
