@@ -39,7 +39,7 @@ from kstore_cli.errors import (
     UsageError,
 )
 from kstore_cli.parsers import decode_control, make_parser, render_control
-from kstore_cli.parsers.decoders import decode_utf8_java
+from kstore_cli.segment.text import java_utf8
 from kstore_cli.segment import read_batches
 from kstore_cli.segment.batch import (
     CONTROL_TYPE_NAMES,
@@ -210,14 +210,6 @@ def format_batch_line(batch: Batch, position: Optional[int] = None) -> str:
     `position` defaults to the batch's byte position in its file.
     """
     return format_batch_head(batch) + format_batch_tail(batch, batch.position if position is None else position)
-
-
-def java_utf8(data: bytes) -> str:
-    """``new String(data, UTF_8)``: invalid bytes become U+FFFD the way Java replaces them."""
-    try:
-        return data.decode("utf-8")  # valid UTF-8 decodes the same in both
-    except UnicodeDecodeError:
-        return decode_utf8_java(data)
 
 
 def header_keys_text(record: Record) -> str:

@@ -8,7 +8,6 @@ int32/int64 from the start of the bytes (extra bytes ignored, too few bytes fail
 from __future__ import annotations
 
 import base64
-import codecs
 import struct
 from typing import Callable, Dict, Optional
 
@@ -18,76 +17,7 @@ _INT32 = struct.Struct(">i")  # IntegerDecoder: ByteBuffer.wrap(bytes).getInt()
 _INT64 = struct.Struct(">q")  # LongDecoder: ByteBuffer.wrap(bytes).getLong()
 
 
-def _cont(b: int) -> bool:
-    return (b & 0xC0) == 0x80
-
-
-def _java_malformed_length(data: bytes, start: int) -> int:
-    """How many bytes Java's ``String`` UTF-8 decoder replaces with one U+FFFD at ``start``.
-
-    Follows ``String.decodeUTF8_UTF16`` (JDK 17+): like Python's "maximal subpart" rule except that an
-    encoded surrogate (``ED A0..BF ..``) and a truncated one at the end count as ONE replacement.
-    """
-    b1 = data[start]
-    n = len(data) - start
-    if 0xE0 <= b1 <= 0xEF:
-        if n >= 3:
-            b2, b3 = data[start + 1], data[start + 2]
-            malformed3 = (b1 == 0xE0 and (b2 & 0xE0) == 0x80) or not _cont(b2) or not _cont(b3)
-            if not malformed3:
-                return 3  # a well-formed encoding of a surrogate: one replacement for all three
-            return 1 if (b1 == 0xE0 and (b2 & 0xE0) == 0x80) or not _cont(b2) else 2
-        if n == 2:
-            b2 = data[start + 1]
-            if (b1 == 0xE0 and (b2 & 0xE0) == 0x80) or not _cont(b2):
-                return 1
-            return 2  # truncated at the end: one replacement, decoding stops
-        return 1
-    if 0xF0 <= b1 <= 0xF7:
-        if n >= 4:
-            b2 = data[start + 1]
-            if b1 > 0xF4 or (b1 == 0xF0 and not 0x90 <= b2 <= 0xBF) or \
-                    (b1 == 0xF4 and (b2 & 0xF0) != 0x80) or not _cont(b2):
-                return 1
-            return 2 if not _cont(data[start + 2]) else 3
-        if b1 > 0xF4:
-            return 1
-        if n >= 2:
-            b2 = data[start + 1]
-            if (b1 == 0xF0 and not 0x90 <= b2 <= 0xBF) or (b1 == 0xF4 and (b2 & 0xF0) != 0x80) or not _cont(b2):
-                return 1
-            if n >= 3 and not _cont(data[start + 2]):
-                return 2
-        return n  # truncated at the end
-    return 1
-
-
-def _java_replace(exc: UnicodeError):
-    if not isinstance(exc, UnicodeDecodeError):
-        raise exc
-    return "\ufffd", exc.start + _java_malformed_length(exc.object, exc.start)
-
-
-codecs.register_error("kstore-java-utf8", _java_replace)
-
-
-def decode_utf8_java(data: bytes) -> str:
-    """``new String(data, StandardCharsets.UTF_8)``."""
-    data = bytes(data)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        pass
-    if b"\xed" not in data:
-        # Java and Python's "replace" only disagree on encoded surrogates (lead byte 0xED);
-        # without one, the C-speed handler gives Java's text (tests/parsers check both agree).
-        return data.decode("utf-8", "replace")
-    return data.decode("utf-8", "kstore-java-utf8")
-
-
-def decode_utf8_java_slow(data: bytes) -> str:
-    """The reference: every malformed sequence through the Java-rules handler."""
-    return bytes(data).decode("utf-8", "kstore-java-utf8")
+from kstore_cli.segment.text import java_utf8 as decode_utf8_java  # noqa: E402
 
 
 def _string(data: bytes) -> str:

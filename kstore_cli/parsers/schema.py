@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+from kstore_cli.segment.text import java_utf8
 from kstore_cli.parsers.wire import JavaError, WireReader
 
 ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
@@ -218,13 +219,6 @@ def _read_field(f: Field, r: WireReader, version: int, flexible: bool) -> Any:
             raise JavaError(f"non-nullable field {f.json_name} was serialized as null")
         return r.byte_array(length)
     return _read_fixed(t, r)
-
-
-def java_utf8(data: bytes) -> str:
-    """``new String(bytes, UTF_8)``: malformed input becomes U+FFFD exactly as Java's decoder does."""
-    from kstore_cli.parsers.decoders import decode_utf8_java
-
-    return decode_utf8_java(data)
 
 
 # --------------------------------------------------------------------------------------------

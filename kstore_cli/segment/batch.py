@@ -32,6 +32,7 @@ from kstore_cli.codecs import CODEC_NAMES, get_codec
 from kstore_cli.errors import CorruptRecordError, InvalidRecordError, KstoreError
 from kstore_cli.segment import decode
 from kstore_cli.segment.crc import crc32, crc32c
+from kstore_cli.segment.text import java_utf8
 
 V2_HEADER = struct.Struct(">qiibIhiqqqhii")
 RECORD_BATCH_OVERHEAD = V2_HEADER.size  # 61
@@ -238,9 +239,9 @@ class Record:
 
     @property
     def header_keys(self) -> List[str]:
-        """Header keys decoded as UTF-8 (invalid bytes replaced, as Java does)."""
+        """Header keys decoded as UTF-8, invalid bytes replaced the way Java does."""
         buf = self._buf
-        return [bytes(buf[kp : kp + kl]).decode("utf-8", "replace") for kp, kl, _vp, _vl in self._headers]
+        return [java_utf8(buf[kp : kp + kl]) for kp, kl, _vp, _vl in self._headers]
 
     def header_key_bytes(self) -> List[bytes]:
         """Header keys as raw bytes, for callers that must decode them their own way."""
@@ -251,7 +252,7 @@ class Record:
     def headers(self) -> List[Header]:
         buf = self._buf
         return [
-            Header(bytes(buf[kp : kp + kl]).decode("utf-8", "replace"), None if vl < 0 else bytes(buf[vp : vp + vl]))
+            Header(java_utf8(buf[kp : kp + kl]), None if vl < 0 else bytes(buf[vp : vp + vl]))
             for kp, kl, vp, vl in self._headers
         ]
 

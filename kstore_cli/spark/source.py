@@ -35,7 +35,6 @@ from pyspark.sql.datasource import (
     InputPartition,
     LessThan,
     LessThanOrEqual,
-    StringStartsWith,
 )
 
 from kstore_cli.spark.columns import spark_ddl

@@ -3,7 +3,8 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kstore_cli.parsers.decoders import decode_utf8_java, decode_utf8_java_slow
+from kstore_cli.segment.text import java_utf8 as decode_utf8_java
+from kstore_cli.segment.text import java_utf8_reference as decode_utf8_java_slow
 
 _interesting = st.sampled_from(list(range(0x00, 0x80, 17)) + list(range(0x80, 0xC0, 5)) + list(range(0xC0, 0x100)))
 
