@@ -73,34 +73,29 @@ def write_varlong(n: int, out: bytearray) -> None:
     _uvarint(_zigzag64(n), out)
 
 
+def _write_nullable(data: Optional[bytes], out: bytearray) -> None:
+    """A varint length (-1 for null) followed by the bytes."""
+    if data is None:
+        write_varint(-1, out)
+    else:
+        write_varint(len(data), out)
+        out += data
+
+
 def encode_v2_record(offset_delta: int, timestamp_delta: int, key: Optional[bytes], value: Optional[bytes],
                      headers: Sequence[HeaderSpec] = ()) -> bytes:
     """One DefaultRecord, length prefix included."""
     body = bytearray(b"\x00")  # attributes
     write_varlong(timestamp_delta, body)
     write_varint(offset_delta, body)
-    if key is None:
-        write_varint(-1, body)
-    else:
-        write_varint(len(key), body)
-        body += key
-    if value is None:
-        write_varint(-1, body)
-    else:
-        write_varint(len(value), body)
-        body += value
+    _write_nullable(key, body)
+    _write_nullable(value, body)
     write_varint(len(headers), body)
     for hkey, hvalue in headers:
         if hkey is None:
             raise UsageError("record header keys must not be null")
-        encoded = hkey.encode("utf-8")
-        write_varint(len(encoded), body)
-        body += encoded
-        if hvalue is None:
-            write_varint(-1, body)
-        else:
-            write_varint(len(hvalue), body)
-            body += hvalue
+        _write_nullable(hkey.encode("utf-8"), body)
+        _write_nullable(hvalue, body)
     out = bytearray()
     write_varint(len(body), out)
     out += body
