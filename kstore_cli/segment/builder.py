@@ -25,7 +25,8 @@ from kstore_cli.segment.batch import (
 )
 from kstore_cli.segment.crc import crc32, crc32c
 
-HeaderSpec = Tuple[str, Optional[bytes]]
+#: A header: its key (text, or raw bytes written as they are) and its nullable value.
+HeaderSpec = Tuple["str | bytes", Optional[bytes]]
 
 
 class RecordSpec:
@@ -94,7 +95,7 @@ def encode_v2_record(offset_delta: int, timestamp_delta: int, key: Optional[byte
     for hkey, hvalue in headers:
         if hkey is None:
             raise UsageError("record header keys must not be null")
-        _write_nullable(hkey.encode("utf-8"), body)
+        _write_nullable(hkey if isinstance(hkey, (bytes, bytearray)) else hkey.encode("utf-8"), body)
         _write_nullable(hvalue, body)
     out = bytearray()
     write_varint(len(body), out)

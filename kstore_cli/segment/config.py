@@ -397,3 +397,111 @@ def retention_flags(*, ms: Optional[int] = None, minutes: Optional[int] = None, 
     if retention_bytes is not None:
         out["retention.bytes"] = (retention_bytes, "--retention-bytes")
     return out
+
+
+def compaction_flags(*, delete_retention_ms: Optional[int] = None, min_compaction_lag_ms: Optional[int] = None,
+                     max_compaction_lag_ms: Optional[int] = None, min_cleanable_dirty_ratio: Optional[float] = None,
+                     segment_bytes: Optional[int] = None, max_index_bytes: Optional[int] = None
+                     ) -> Dict[str, Tuple[Any, str]]:
+    """``kstore compact`` flags as topic-level keys (for :class:`ConfigResolver`)."""
+    given = [
+        ("delete.retention.ms", delete_retention_ms, "--delete-retention-ms"),
+        ("min.compaction.lag.ms", min_compaction_lag_ms, "--min-compaction-lag-ms"),
+        ("max.compaction.lag.ms", max_compaction_lag_ms, "--max-compaction-lag-ms"),
+        ("min.cleanable.dirty.ratio", min_cleanable_dirty_ratio, "--min-cleanable-dirty-ratio"),
+        ("segment.bytes", segment_bytes, "--segment-bytes"),
+        ("segment.index.bytes", max_index_bytes, "--max-index-bytes"),
+    ]
+    out: Dict[str, Tuple[Any, str]] = {}
+    for key, value, flag in given:
+        if value is None:
+            continue
+        if key == "min.cleanable.dirty.ratio" and not 0.0 <= value <= 1.0:
+            raise UsageError(f"{flag} must be between 0 and 1, not {value}")
+        if key in ("segment.bytes", "segment.index.bytes") and value < 1:
+            raise UsageError(f"{flag} must be positive, not {value}")
+        if key in ("delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms") and value < 0:
+            raise UsageError(f"{flag} must be 0 or more, not {value}")
+        out[key] = (value, flag)
+    return out
+
+
+#: Broker-level cleaner settings (CleanerConfig) kstore's compaction reads from a server.properties,
+#: with Kafka's defaults.
+CLEANER_DEFAULTS: Dict[str, Any] = {
+    "log.cleaner.threads": 1,
+    "log.cleaner.dedupe.buffer.size": 128 * 1024 * 1024,
+    "log.cleaner.io.buffer.load.factor": 0.9,
+    "log.cleaner.io.buffer.size": 512 * 1024,
+    "message.max.bytes": 1048588,
+    "producer.id.expiration.ms": 86400000,
+}
+
+
+class CleanerSettings:
+    """The broker side of a cleaner pass: how big its buffers are (LogCleaner / Cleaner arguments).
+
+    ``dedupe_buffer_bytes`` is per cleaner thread (``log.cleaner.dedupe.buffer.size / threads``);
+    the read chunk is ``log.cleaner.io.buffer.size / threads / 2`` (256 KiB by default), doubled
+    when one batch does not fit, up to ``max(max.message.bytes, message.max.bytes)``.
+    """
+
+    __slots__ = ("dedupe_buffer_bytes", "load_factor", "io_buffer_bytes", "max_io_buffer_bytes",
+                 "producer_id_expiration_ms", "sources")
+
+    def __init__(self, *, dedupe_buffer_bytes: int = CLEANER_DEFAULTS["log.cleaner.dedupe.buffer.size"],
+                 load_factor: float = CLEANER_DEFAULTS["log.cleaner.io.buffer.load.factor"],
+                 io_buffer_bytes: int = CLEANER_DEFAULTS["log.cleaner.io.buffer.size"] // 2,
+                 max_io_buffer_bytes: int = CLEANER_DEFAULTS["message.max.bytes"],
+                 producer_id_expiration_ms: int = CLEANER_DEFAULTS["producer.id.expiration.ms"],
+                 sources: Optional[Dict[str, str]] = None) -> None:
+        if dedupe_buffer_bytes < 1 or io_buffer_bytes < 1 or max_io_buffer_bytes < 1:
+            raise UsageError("cleaner buffer sizes must be positive")
+        if not 0.0 < load_factor <= 1.0:
+            raise UsageError(f"log.cleaner.io.buffer.load.factor must be in (0, 1], not {load_factor}")
+        self.dedupe_buffer_bytes = dedupe_buffer_bytes
+        self.load_factor = load_factor
+        self.io_buffer_bytes = io_buffer_bytes
+        self.max_io_buffer_bytes = max_io_buffer_bytes
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.sources = dict(sources or {})
+
+    @classmethod
+    def from_properties(cls, props: Optional[Mapping[str, str]] = None, *, dedupe_buffer_bytes: Optional[int] = None,
+                        source: str = "server.properties") -> "CleanerSettings":
+        """Settings from broker properties (Kafka's defaults for what is missing); a flag wins."""
+        props = props or {}
+        sources: Dict[str, str] = {}
+
+        def get(key: str, kind):
+            raw = props.get(key)
+            if raw is None or not str(raw).strip():
+                return CLEANER_DEFAULTS[key]
+            try:
+                value = kind(str(raw).strip())
+            except ValueError:
+                raise UsageError(f"{key}: {raw!r} is not a valid {kind.__name__} ({source})") from None
+            sources[key] = f"{source}: {key}"
+            return value
+
+        threads = max(1, get("log.cleaner.threads", int))
+        dedupe = get("log.cleaner.dedupe.buffer.size", int) // threads
+        if dedupe_buffer_bytes is not None:
+            dedupe = dedupe_buffer_bytes
+            sources["log.cleaner.dedupe.buffer.size"] = "--dedupe-buffer-bytes"
+        return cls(dedupe_buffer_bytes=dedupe,
+                   load_factor=get("log.cleaner.io.buffer.load.factor", float),
+                   io_buffer_bytes=max(1, get("log.cleaner.io.buffer.size", int) // threads // 2),
+                   max_io_buffer_bytes=get("message.max.bytes", int),
+                   producer_id_expiration_ms=get("producer.id.expiration.ms", int),
+                   sources=sources)
+
+    @classmethod
+    def from_files(cls, config: Optional[str] = None, *, dedupe_buffer_bytes: Optional[int] = None) -> "CleanerSettings":
+        props = read_properties(config) if config else {}
+        return cls.from_properties(props, dedupe_buffer_bytes=dedupe_buffer_bytes,
+                                   source=os.path.basename(config) if config else "server.properties")
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"dedupeBufferBytes": self.dedupe_buffer_bytes, "loadFactor": self.load_factor,
+                "ioBufferBytes": self.io_buffer_bytes, "maxIoBufferBytes": self.max_io_buffer_bytes}

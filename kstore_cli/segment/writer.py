@@ -210,6 +210,47 @@ class PartitionWriter:
             if aborted is not None:
                 seg.aborted.append(aborted)
 
+    def append_chunk(self, data: "bytes | memoryview", *, first_offset: int, largest_offset: int,
+                     max_timestamp: int, offset_of_max_timestamp: int) -> None:
+        """One ``LogSegment.append`` of several batches at once, as the cleaner appends a filtered chunk.
+
+        The index entry (if one is due) is ``(largest_offset, position of the chunk)``, and the time
+        index takes ``(max_timestamp, offset_of_max_timestamp)`` when it is a new maximum (§4.3): the
+        cleaner's indexes follow its chunks, not its batches. Never rolls (a cleaned group is one
+        segment); ``.txnindex`` entries come only from :meth:`add_aborted_txn`.
+        """
+        if self._closed:
+            raise UsageError("the writer is closed")
+        cur = self._cur
+        if cur is None:
+            raise UsageError("start_segment first: a chunk is appended to the current segment")
+        size = len(data)
+        if size == 0:
+            return
+        seg = cur.seg
+        if self._last_offset is not None and first_offset <= self._last_offset:
+            raise CorruptDataError(f"batch offsets must increase: a chunk from {first_offset} after one ending at "
+                                   f"{self._last_offset}", path=self.path_for(seg.base_offset, names.LOG_SUFFIX)
+                                   if self.directory is not None else None)
+        if largest_offset - seg.base_offset > MAX_INT32 or first_offset < seg.base_offset:
+            raise CorruptDataError(f"offsets {first_offset}..{largest_offset} do not fit the segment based at "
+                                   f"{seg.base_offset}")
+        position = seg.log_size
+        if cur.log is not None:
+            cur.log.write(data)
+        cur.builder.appended(position, size, largest_offset, max_timestamp, offset_of_max_timestamp)
+        seg.log_size += size
+        seg.batches += 1
+        seg.last_offset = largest_offset if seg.last_offset is None else max(seg.last_offset, largest_offset)
+        self._last_offset = seg.last_offset
+        self.bytes_written += size
+
+    def add_aborted_txn(self, txn: AbortedTxn) -> None:
+        """Append an entry to the current segment's ``.txnindex`` (the cleaner decides which)."""
+        if self._cur is None:
+            raise UsageError("start_segment first")
+        self._cur.seg.aborted.append(txn)
+
     def append_bytes(self, data: "bytes | memoryview", first_offset: Optional[int] = None) -> None:
         """Append every batch in `data` (one append per batch); `first_offset` applies to the first."""
         for i, batch in enumerate(read_batches(data)):

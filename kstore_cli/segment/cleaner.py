@@ -1,0 +1,976 @@
+"""Log compaction offline: one pass of Kafka's log cleaner (``LogCleanerManager`` + ``Cleaner``) over a
+partition directory (spec §8).
+
+A pass, in Kafka's order::
+
+    plan     LogCleanerManager.cleanableOffsets / calculateCleanableBytes / maxCompactionDelay:
+             firstDirtyOffset from cleaner-offset-checkpoint (reset to the log start offset when it
+             is below it or above the log end), firstUncleanableOffset = min(last stable offset,
+             active segment, first segment within min.compaction.lag.ms) rounded down to a segment
+             base; dirty ratio and max.compaction.lag.ms decide whether the broker would clean it
+    map      Cleaner.buildOffsetMap: MD5(key) -> latest offset over the dirty segments (aborted
+             transactional batches skipped), bounded by the dedupe buffer (offset_map.py); a full map
+             ends the pass early at the last offset it holds
+    groups   Cleaner.groupSegmentsBySize over the segments below endOffset = latest offset + 1
+    clean    per group, Cleaner.cleanSegments: each source segment read in chunks of the I/O buffer
+             (256 KiB, doubled while one batch does not fit), every chunk filtered as
+             MemoryRecords.filterTo does (batch retention, record retention, delete horizons,
+             transaction markers, empty batches) and appended to a new ``.cleaned`` segment as one
+             LogSegment.append (so index entries follow the chunks), then mtimes, then the swap
+             (LocalLog.replaceSegments via swap.py) and removal of the replaced segments' snapshots
+    done     cleaner-offset-checkpoint := endOffset, only after every group is swapped in
+
+What Kafka keeps as live state is rebuilt from the directory: the producer state at the log end
+(latest snapshot + replay, for the last stable offset and ``lastRecordsOfActiveProducers``) and the
+high watermark (replication-offset-checkpoint when present, else the log end offset).
+
+A crash at any file operation leaves ``.cleaned`` files (rolled back on the next load), ``.swap``
+files (completed on the next load) or finished groups with the checkpoint not yet advanced (the
+next pass cleans the same dirty range again); every run starts by resolving leftovers with
+LogLoader's rules (:func:`~kstore_cli.segment.swap.resolve_leftovers`) and removing stray producer
+snapshots (ProducerStateManager.removeStraySnapshots).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import os
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+from kstore_cli.errors import CorruptRecordError, CorruptSnapshotError, KstoreError, UsageError
+from kstore_cli.segment import fileops, names
+from kstore_cli.segment.batch import (
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
+    Batch,
+    parse_control_key,
+)
+from kstore_cli.segment.builder import RecordSpec, build_legacy_batch, build_v2_batch
+from kstore_cli.segment.checkpoint import CLEANER_OFFSET_CHECKPOINT, format_offset_checkpoint, read_offset_checkpoint
+from kstore_cli.segment.config import CleanerSettings, TopicConfig
+from kstore_cli.segment.index import AbortedTxn, OffsetIndex, TransactionIndex
+from kstore_cli.segment.logdir import Partition, Segment
+from kstore_cli.segment.offset_map import OffsetMap
+from kstore_cli.segment.reader import map_file, read_batches
+from kstore_cli.segment.retention import DataDirState, largest_timestamp, mtime_ms
+from kstore_cli.segment.snapshot import read_snapshot
+from kstore_cli.segment.writer import PartitionWriter
+
+LONG_MAX = (1 << 63) - 1
+_ABORT, _COMMIT = 0, 1
+_SIZE_FIELD = 8  # byte of a batch's size field
+
+
+# --------------------------------------------------------------------------- the log as the cleaner sees it
+
+
+class SegmentInfo:
+    """One segment: base offset, ``.log`` size, mtime (ms), index sizes, next offset (lazy)."""
+
+    __slots__ = ("segment", "base_offset", "size", "mtime_ms", "index_bytes", "timeindex_bytes", "_next", "_txns")
+
+    def __init__(self, segment: Segment) -> None:
+        self.segment = segment
+        self.base_offset = segment.base_offset
+        self.size = os.path.getsize(segment.log)
+        #: LogSegment.lastModified (File.lastModified of the .log: whole milliseconds).
+        self.mtime_ms = mtime_ms(segment.log)
+        self.index_bytes = os.path.getsize(segment.index) if segment.index else 0
+        self.timeindex_bytes = os.path.getsize(segment.timeindex) if segment.timeindex else 0
+        self._next: Optional[int] = None
+        self._txns: Optional[List[AbortedTxn]] = None
+
+    @property
+    def log(self) -> str:
+        return self.segment.log
+
+    @property
+    def next_offset(self) -> int:
+        """LogSegment.readNextOffset: the last complete batch's next offset, else the base offset."""
+        if self._next is None:
+            nxt = self.base_offset
+            try:
+                for batch in read_batches(self.segment.log):
+                    nxt = batch.last_offset + 1
+            except KstoreError:
+                pass  # a damaged tail: the batches before it decide, as recovery would
+            self._next = nxt
+        return self._next
+
+    def aborted_txns(self) -> List[AbortedTxn]:
+        """The segment's ``.txnindex`` entries (none when it has no such file)."""
+        if self._txns is None:
+            self._txns = TransactionIndex(self.segment.txnindex).entries() if self.segment.txnindex else []
+        return self._txns
+
+    def start_position(self, offset: int) -> int:
+        """OffsetIndex.lookup(offset).position, or 0 without a usable index."""
+        if self.segment.index is None or offset <= self.base_offset:
+            return 0
+        try:
+            index = OffsetIndex(self.segment.index, self.base_offset)
+            index.sanity_check()
+            return index.lookup(offset)[1]
+        except KstoreError:
+            return 0
+
+    def __repr__(self) -> str:
+        return f"SegmentInfo({self.base_offset}, size={self.size})"
+
+
+class LogView:
+    """A partition's segments with the offsets a loaded UnifiedLog would report."""
+
+    def __init__(self, partition: Partition, state: DataDirState) -> None:
+        self.partition = partition
+        self.segments = [SegmentInfo(s) for s in partition.segments]
+        self._bases = [s.base_offset for s in self.segments]
+        key = (partition.topic, partition.partition)
+        first = self._bases[0] if self._bases else 0
+        checkpointed = state.log_start_offsets.get(key)
+        #: UnifiedLog.logStartOffset: the checkpoint, never below the first segment.
+        self.log_start_offset = max(first, checkpointed) if checkpointed is not None else first
+        self.log_end_offset = self.segments[-1].next_offset if self.segments else 0
+        if state.high_watermarks is None:
+            self.high_watermark = self.log_end_offset
+            self.high_watermark_source = "log end offset (no replication-offset-checkpoint)"
+        else:
+            raw = state.high_watermarks.get(key, 0)
+            self.high_watermark = min(max(raw, self.log_start_offset), self.log_end_offset)
+            self.high_watermark_source = "replication-offset-checkpoint"
+
+    @property
+    def active(self) -> SegmentInfo:
+        return self.segments[-1]
+
+    def log_segments(self, start: int, end: int) -> List[SegmentInfo]:
+        """LogSegments.values(from, to): the floor segment of `start` through those based below `end`."""
+        if start >= end:
+            return []
+        lo = bisect.bisect_right(self._bases, start) - 1
+        hi = bisect.bisect_left(self._bases, end)
+        return self.segments[max(lo, 0):hi]
+
+    def non_active_from(self, start: int) -> List[SegmentInfo]:
+        """UnifiedLog.nonActiveLogSegmentsFrom."""
+        if not self.segments or start > self.active.base_offset:
+            return []
+        return self.log_segments(start, self.active.base_offset)
+
+    def collect_aborted_transactions(self, base_offset: int, upper_bound: int) -> List[AbortedTxn]:
+        """UnifiedLog.collectAbortedTransactions: ``.txnindex`` entries overlapping
+        [log start offset, upper_bound), from the floor segment of `base_offset` onward, until an
+        entry's last stable offset reaches `upper_bound` (TransactionIndex.collectAbortedTxns)."""
+        i = bisect.bisect_right(self._bases, base_offset) - 1
+        if i < 0:
+            return []
+        out: List[AbortedTxn] = []
+        for seg in self.segments[i:]:
+            for txn in seg.aborted_txns():
+                if txn.last_offset >= self.log_start_offset and txn.first_offset < upper_bound:
+                    out.append(txn)
+                if txn.last_stable_offset >= upper_bound:
+                    return out
+        return out
+
+
+# --------------------------------------------------------------------------- producer state
+
+
+class _Producer:
+    __slots__ = ("epoch", "last_data_offset", "last_timestamp", "txn_first_offset")
+
+    def __init__(self, epoch: int, last_data_offset: int, last_timestamp: int, txn_first_offset: int) -> None:
+        self.epoch = epoch
+        self.last_data_offset = last_data_offset  # -1: no batch metadata
+        self.last_timestamp = last_timestamp
+        self.txn_first_offset = txn_first_offset  # -1: no open transaction
+
+
+class ProducerState:
+    """What the cleaner needs of ProducerStateManager at the log end: each active producer's last
+    data offset and epoch (``lastRecordsOfActiveProducers``) and the first unstable offset."""
+
+    def __init__(self) -> None:
+        self.producers: Dict[int, _Producer] = {}
+        self.source = "empty"
+
+    @classmethod
+    def load(cls, view: LogView, *, now: int, expiration_ms: int) -> "ProducerState":
+        """The latest readable snapshot at or below the log end, then every later batch replayed;
+        producers past ``producer.id.expiration.ms`` with no open transaction are dropped (as a
+        broker's load and its periodic expiry do)."""
+        state = cls()
+        start = view.log_start_offset
+        snaps = sorted((o, p) for o, p in view.partition.snapshots.items() if o <= view.log_end_offset)
+        for offset, path in reversed(snaps):
+            try:
+                snapshot = read_snapshot(path)
+            except (CorruptSnapshotError, KstoreError):
+                continue
+            for e in snapshot.producers:
+                state.producers[e.producer_id] = _Producer(e.producer_epoch, e.last_offset, e.timestamp,
+                                                           e.current_txn_first_offset)
+            start = max(offset, view.log_start_offset)
+            state.source = f"snapshot {os.path.basename(path)}"
+            break
+        for seg in view.log_segments(start, LONG_MAX):
+            try:
+                for batch in read_batches(seg.log):
+                    if batch.last_offset >= start and batch.magic >= 2 and batch.producer_id >= 0:
+                        state.update(batch)
+            except KstoreError:
+                break
+        for pid in [p for p, e in state.producers.items()
+                    if e.txn_first_offset < 0 and now - e.last_timestamp >= expiration_ms]:
+            del state.producers[pid]
+        return state
+
+    def update(self, batch: Batch) -> None:
+        """ProducerAppendInfo for one replicated batch (no validation)."""
+        entry = self.producers.get(batch.producer_id)
+        if entry is None:
+            entry = self.producers[batch.producer_id] = _Producer(batch.producer_epoch, -1, -1, -1)
+        if batch.producer_epoch != entry.epoch:
+            entry.epoch = batch.producer_epoch  # maybeUpdateProducerEpoch clears the batch metadata
+            entry.last_data_offset = -1
+        entry.last_timestamp = batch.max_timestamp
+        if batch.is_control:
+            entry.txn_first_offset = -1  # appendEndTxnMarker
+        else:
+            entry.last_data_offset = batch.last_offset
+            if batch.is_transactional and entry.txn_first_offset < 0:
+                entry.txn_first_offset = batch.base_offset
+
+    def first_unstable_offset(self) -> Optional[int]:
+        firsts = [e.txn_first_offset for e in self.producers.values() if e.txn_first_offset >= 0]
+        return min(firsts) if firsts else None
+
+    def last_records(self) -> Dict[int, Tuple[Optional[int], int]]:
+        """UnifiedLog.lastRecordsOfActiveProducers: pid -> (last data offset or None, epoch)."""
+        return {pid: (e.last_data_offset if e.last_data_offset >= 0 else None, e.epoch)
+                for pid, e in self.producers.items()}
+
+
+# --------------------------------------------------------------------------- which range to clean
+
+
+class CleaningPlan:
+    """LogToClean: the dirty range and whether the broker would clean this log now."""
+
+    def __init__(self) -> None:
+        self.first_dirty_offset = 0
+        #: The checkpoint had to be reset to the log start offset (forceUpdateCheckpoint).
+        self.checkpoint_reset = False
+        self.checkpointed: Optional[int] = None
+        self.uncleanable_offset = 0
+        self.first_uncleanable_offset = 0
+        self.last_stable_offset = 0
+        self.clean_bytes = 0
+        self.cleanable_bytes = 0
+        self.compaction_delay_ms = 0
+        self.eligible = False
+        self.reason = ""
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.cleanable_bytes
+
+    @property
+    def dirty_ratio(self) -> float:
+        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+    @property
+    def need_compaction_now(self) -> bool:
+        return self.compaction_delay_ms > 0
+
+    def to_dict(self) -> dict:
+        return {"firstDirtyOffset": self.first_dirty_offset, "checkpointReset": self.checkpoint_reset,
+                "firstUncleanableOffset": self.first_uncleanable_offset, "lastStableOffset": self.last_stable_offset,
+                "cleanBytes": self.clean_bytes, "cleanableBytes": self.cleanable_bytes,
+                "dirtyRatio": round(self.dirty_ratio, 6), "compactionDelayMs": self.compaction_delay_ms,
+                "eligible": self.eligible, "reason": self.reason}
+
+
+def plan_cleaning(view: LogView, config: TopicConfig, producers: ProducerState, *, now: int,
+                  checkpointed: Optional[int]) -> CleaningPlan:
+    """LogCleanerManager.cleanableOffsets, calculateCleanableBytes, maxCompactionDelay and the
+    eligibility test of grabFilthiestCompactedLog, for one log."""
+    plan = CleaningPlan()
+    plan.checkpointed = checkpointed
+    lso_start = view.log_start_offset
+    dirty = lso_start if checkpointed is None else checkpointed
+    if dirty < lso_start or dirty > view.log_end_offset:
+        dirty, plan.checkpoint_reset = lso_start, True
+    plan.first_dirty_offset = dirty
+    unstable = producers.first_unstable_offset()
+    plan.last_stable_offset = view.high_watermark if unstable is None else min(view.high_watermark, unstable)
+    candidates = [plan.last_stable_offset, view.active.base_offset]
+    lag = max(config.get("min.compaction.lag.ms"), 0)
+    if lag > 0:
+        for seg in view.non_active_from(dirty):
+            if largest_timestamp(seg.segment)[0] > now - lag:  # §7's largestTimestamp
+                candidates.append(seg.base_offset)
+                break
+    plan.uncleanable_offset = max(dirty, min(candidates))
+    # calculateCleanableBytes: down to the base of the segment holding it.
+    following = view.non_active_from(plan.uncleanable_offset)
+    plan.first_uncleanable_offset = following[0].base_offset if following else view.active.base_offset
+    plan.cleanable_bytes = sum(s.size for s in view.log_segments(min(dirty, plan.first_uncleanable_offset),
+                                                                 plan.first_uncleanable_offset))
+    plan.clean_bytes = sum(s.size for s in view.log_segments(-1, dirty))
+    # maxCompactionDelay: the earliest first-batch timestamp among dirty non-active segments.
+    max_lag = max(config.get("max.compaction.lag.ms"), 0)
+    firsts = []
+    for seg in view.non_active_from(dirty):
+        try:
+            first = next(iter(read_batches(seg.log)), None)
+        except KstoreError:
+            first = None
+        if first is not None and first.max_timestamp > 0:
+            firsts.append(first.max_timestamp)
+    clean_until = now - max_lag
+    if firsts and min(firsts) < clean_until:
+        plan.compaction_delay_ms = clean_until - min(firsts)
+    ratio_needed = config.get("min.cleanable.dirty.ratio")
+    if plan.total_bytes == 0:
+        plan.reason = "the log is empty"
+    elif plan.need_compaction_now and plan.cleanable_bytes > 0:
+        plan.eligible = True
+        plan.reason = f"max.compaction.lag.ms passed {plan.compaction_delay_ms} ms ago"
+    elif plan.dirty_ratio > ratio_needed:
+        plan.eligible = True
+        plan.reason = f"dirty ratio {plan.dirty_ratio:.3f} > min.cleanable.dirty.ratio {ratio_needed}"
+    else:
+        plan.reason = f"dirty ratio {plan.dirty_ratio:.3f} <= min.cleanable.dirty.ratio {ratio_needed}"
+    return plan
+
+
+# --------------------------------------------------------------------------- transactions
+
+
+class CleanedTransactionMetadata:
+    """Kafka's CleanedTransactionMetadata: ongoing aborted/committed transactions while walking the log."""
+
+    def __init__(self) -> None:
+        self._committed: set = set()
+        #: producer id -> [AbortedTxn, last observed batch offset or None]
+        self._aborted: Dict[int, list] = {}
+        self._heap: List[Tuple[int, int, AbortedTxn]] = []
+        self._seq = 0
+        #: Where retained ABORT markers' entries go (the new segment's .txnindex), or None.
+        self.cleaned_index: Optional[Callable[[AbortedTxn], None]] = None
+
+    def add_aborted_transactions(self, txns: List[AbortedTxn]) -> None:
+        for txn in txns:  # a min-heap by first offset (ties: arrival order)
+            heapq.heappush(self._heap, (txn.first_offset, self._seq, txn))
+            self._seq += 1
+
+    def _consume_up_to(self, offset: int) -> None:
+        heap = self._heap
+        while heap and heap[0][0] <= offset:
+            txn = heapq.heappop(heap)[2]
+            self._aborted.setdefault(txn.producer_id, [txn, None])  # getOrElseUpdate: the first one stays
+
+    def on_control_batch_read(self, batch: Batch) -> bool:
+        """True when the control batch may be discarded."""
+        self._consume_up_to(batch.last_offset)
+        records = batch.records()
+        if not records:
+            return True  # an empty control batch was already cleaned
+        _version, control_type = parse_control_key(records[0].key)
+        pid = batch.producer_id
+        if control_type == _ABORT:
+            meta = self._aborted.pop(pid, None)
+            if meta is not None and meta[1] is not None:
+                # Retain the marker until all batches of the transaction are gone.
+                if self.cleaned_index is not None:
+                    self.cleaned_index(meta[0])
+                return False
+            return True
+        if control_type == _COMMIT:
+            if pid in self._committed:
+                self._committed.discard(pid)
+                return False
+            return True
+        return False
+
+    def on_batch_read(self, batch: Batch) -> bool:
+        """True when the data batch belongs to an aborted transaction."""
+        self._consume_up_to(batch.last_offset)
+        if batch.is_transactional:
+            meta = self._aborted.get(batch.producer_id)
+            if meta is not None:
+                meta[1] = batch.last_offset
+                return True
+            self._committed.add(batch.producer_id)
+        return False
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+class CleanerStats:
+    """Kafka's CleanerStats, plus what an operator asks about (tombstones, markers, batches)."""
+
+    __slots__ = ("bytes_read", "bytes_written", "map_bytes_read", "map_messages_read", "messages_read",
+                 "invalid_messages_read", "messages_written", "batches_read", "batches_written",
+                 "batches_rebuilt", "empty_batches_written", "tombstones_removed", "markers_removed",
+                 "aborted_records_removed", "deleted_batch_records", "buffer_utilization", "map_full")
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+        self.buffer_utilization = 0.0
+        self.map_full = False
+
+    @property
+    def records_removed(self) -> int:
+        """Records read and not written, plus those of batches dropped unread (aborted data)."""
+        return self.messages_read - self.messages_written + self.deleted_batch_records
+
+    def add(self, other: "CleanerStats") -> None:
+        for name in self.__slots__:
+            if name not in ("buffer_utilization", "map_full"):
+                setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def to_dict(self) -> dict:
+        return {"bytesRead": self.bytes_read, "bytesWritten": self.bytes_written,
+                "mapBytesRead": self.map_bytes_read, "mapMessagesRead": self.map_messages_read,
+                "messagesRead": self.messages_read, "invalidMessagesRead": self.invalid_messages_read,
+                "messagesWritten": self.messages_written, "batchesRead": self.batches_read,
+                "batchesWritten": self.batches_written, "batchesRebuilt": self.batches_rebuilt,
+                "emptyBatchesWritten": self.empty_batches_written, "tombstonesRemoved": self.tombstones_removed,
+                "markersRemoved": self.markers_removed, "abortedRecordsRemoved": self.aborted_records_removed,
+                "bufferUtilization": round(self.buffer_utilization, 6), "mapFull": self.map_full}
+
+
+# --------------------------------------------------------------------------- chunked reading
+
+
+def _chunks(buf: memoryview, start: int, settings: CleanerSettings, max_message_bytes: int, path: str
+            ) -> Iterator[Tuple[int, List[Batch], int]]:
+    """(chunk position, complete batches in it, buffer capacity) as Cleaner reads a segment: ``readInto`` of the I/O
+    buffer from the position, only whole batches, the buffer doubled (growBuffersOrFail) while
+    not even one batch fits. The consumer sends back how many bytes it consumed."""
+    size = len(buf)
+    position = start
+    capacity = settings.io_buffer_bytes
+    while position < size:
+        end = min(size, position + capacity)
+        batches = list(read_batches(buf, start=position, end=end, path=path))
+        if not batches:
+            capacity = _grow(buf, position, capacity, settings, max_message_bytes, path)
+            continue
+        consumed = yield position, batches, capacity
+        position += consumed if consumed is not None else sum(b.size for b in batches)
+
+
+def _grow(buf: memoryview, position: int, capacity: int, settings: CleanerSettings, max_message_bytes: int,
+          path: str) -> int:
+    """Cleaner.growBuffersOrFail + growBuffers: the next I/O buffer size, or an error."""
+    size = len(buf)
+    if capacity >= max_message_bytes:
+        if size - position < 12:
+            raise CorruptRecordError(f"Could not determine next batch size for log segment {path} at position "
+                                     f"{position}", path=path, position=position)
+        next_size = int.from_bytes(buf[position + _SIZE_FIELD: position + 12], "big", signed=True) + LOG_OVERHEAD
+        if next_size <= capacity:
+            raise CorruptRecordError(f"Batch size {next_size} < buffer size {capacity}, but not processed",
+                                     path=path, position=position)
+        if next_size > size - position:
+            raise CorruptRecordError(f"Log segment may be corrupt, batch size {next_size} > {size - position} "
+                                     "bytes left in segment", path=path, position=position)
+        wanted = next_size
+    else:
+        wanted = max_message_bytes
+    limit = max(wanted, settings.max_io_buffer_bytes)
+    if capacity >= limit:
+        raise CorruptRecordError(f"This log contains a message larger than maximum allowable size of {limit}.",
+                                 path=path, position=position)
+    return min(capacity * 2, limit)
+
+
+# --------------------------------------------------------------------------- the offset map
+
+
+def build_offset_map(view: LogView, start: int, end: int, offset_map: OffsetMap, stats: CleanerStats,
+                     settings: CleanerSettings, max_message_bytes: int) -> None:
+    """Cleaner.buildOffsetMap over the dirty segments in [start, end)."""
+    offset_map.clear()
+    dirty = view.log_segments(start, end)
+    txns = CleanedTransactionMetadata()
+    txns.add_aborted_transactions(view.collect_aborted_transactions(start, end))
+    for i, seg in enumerate(dirty):
+        next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
+        if _map_segment(seg, offset_map, start, next_start, txns, stats, settings, max_message_bytes):
+            stats.map_full = True
+            return
+
+
+def _map_segment(seg: SegmentInfo, offset_map: OffsetMap, start: int, next_start: int,
+                 txns: CleanedTransactionMetadata, stats: CleanerStats, settings: CleanerSettings,
+                 max_message_bytes: int) -> bool:
+    """Cleaner.buildOffsetMapForSegment; True when the map filled up."""
+    buf = map_file(seg.log)
+    max_entries = offset_map.max_entries
+    put = offset_map.put
+    chunks = _chunks(buf, seg.start_position(start), settings, max_message_bytes, seg.log)
+    try:
+        position, batches, _capacity = next(chunks)
+        while True:
+            for batch in batches:
+                if batch.is_control:
+                    txns.on_control_batch_read(batch)
+                    stats.map_messages_read += 1
+                elif txns.on_batch_read(batch):
+                    stats.map_messages_read += batch.count  # aborted: keys not entered
+                else:
+                    for record in batch.records():
+                        if record.has_key and record.offset >= start:
+                            if offset_map.size < max_entries:
+                                put(record.key_view(), record.offset)
+                            else:
+                                return True
+                        stats.map_messages_read += 1
+                if batch.last_offset >= start:
+                    offset_map.update_latest_offset(batch.last_offset)
+            read = sum(b.size for b in batches)
+            stats.map_bytes_read += read
+            position, batches, _capacity = chunks.send(read)
+    except StopIteration:
+        pass
+    offset_map.update_latest_offset(next_start - 1)  # offset gaps: fast forward to the segment's end
+    return False
+
+
+# --------------------------------------------------------------------------- filtering (MemoryRecords.filterTo)
+
+RETAIN_EMPTY, DELETE, DELETE_EMPTY = "RETAIN_EMPTY", "DELETE", "DELETE_EMPTY"
+
+
+class _ChunkResult:
+    """MemoryRecords.FilterResult of one chunk."""
+
+    __slots__ = ("out", "bytes_read", "max_offset", "max_timestamp", "offset_of_max_timestamp", "first_offset")
+
+    def __init__(self) -> None:
+        self.out = bytearray()
+        self.bytes_read = 0
+        self.max_offset = -1
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.first_offset: Optional[int] = None
+
+    def retained(self, data: "bytes | memoryview", first_offset: int, max_timestamp: int, shallow_offset: int,
+                 max_offset: int) -> None:
+        """updateRetainedBatchMetadata."""
+        if self.first_offset is None:
+            self.first_offset = first_offset
+        self.out += data
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = shallow_offset
+        if max_offset > self.max_offset:
+            self.max_offset = max_offset
+
+
+class SegmentCleaner:
+    """The parts of Cleaner.cleanInto that hold for a whole pass: the map, the clock, the
+    transaction state, the active producers, the round's upper bound."""
+
+    def __init__(self, offset_map: OffsetMap, config: TopicConfig, now: int, txns: CleanedTransactionMetadata,
+                 last_records: Dict[int, Tuple[Optional[int], int]], upper_bound: int, stats: CleanerStats,
+                 settings: CleanerSettings) -> None:
+        self.map = offset_map
+        self.now = now
+        self.delete_retention_ms = config.get("delete.retention.ms")
+        self.max_message_bytes = config.get("max.message.bytes")
+        self.txns = txns
+        self.last_records = last_records
+        self.upper_bound = upper_bound
+        self.stats = stats
+        self.settings = settings
+
+    def clean_into(self, seg: SegmentInfo, writer: PartitionWriter, retain_legacy_deletes: bool) -> None:
+        """Filter one source segment chunk by chunk into the writer's current segment."""
+        buf = map_file(seg.log)
+        chunks = _chunks(buf, 0, self.settings, self.max_message_bytes, seg.log)
+        try:
+            _position, batches, capacity = next(chunks)
+            while True:
+                result = self.filter_to(batches, retain_legacy_deletes, capacity)
+                if result.out:
+                    writer.append_chunk(result.out, first_offset=result.first_offset,
+                                        largest_offset=result.max_offset, max_timestamp=result.max_timestamp,
+                                        offset_of_max_timestamp=result.offset_of_max_timestamp)
+                    self.stats.bytes_written += len(result.out)
+                _position, batches, capacity = chunks.send(result.bytes_read)
+        except StopIteration:
+            pass
+
+    def filter_to(self, batches: List[Batch], retain_legacy_deletes: bool, capacity: int) -> _ChunkResult:
+        """MemoryRecords.filterTo with the cleaner's RecordFilter."""
+        result = _ChunkResult()
+        stats = self.stats
+        now = self.now
+        for batch in batches:
+            is_control = batch.is_control
+            can_discard = self.txns.on_control_batch_read(batch) if is_control else self.txns.on_batch_read(batch)
+            horizon = batch.delete_horizon_ms
+            if is_control:
+                discard_records = can_discard and horizon is not None and horizon <= now
+            else:
+                discard_records = can_discard
+            if batch.producer_id >= 0 and self._last_of_producer(batch):
+                retention = RETAIN_EMPTY  # keeps the producer's sequence / epoch
+            elif batch.next_offset == self.upper_bound:
+                retention = RETAIN_EMPTY  # keeps the round's last offset
+            elif discard_records:
+                retention = DELETE
+            else:
+                retention = DELETE_EMPTY
+            marker_for_empty_txn = can_discard and is_control
+            result.bytes_read += batch.size
+            stats.bytes_read += batch.size
+            stats.batches_read += 1
+            if retention == DELETE:
+                if is_control:
+                    stats.markers_removed += 1
+                else:
+                    stats.deleted_batch_records += batch.count or 0
+                    stats.aborted_records_removed += batch.count or 0
+                continue
+            records = batch.records()
+            retained = []
+            write_original = True
+            tombstones = False
+            max_offset = -1
+            for record in records:
+                stats.messages_read += 1
+                if self._retain(batch, record, discard_records, is_control, retain_legacy_deletes):
+                    if record.magic != batch.magic:
+                        write_original = False  # KAFKA-4298: recopy to fix the inner magic
+                    if record.offset > max_offset:
+                        max_offset = record.offset
+                    retained.append(record)
+                    if not record.has_value:
+                        tombstones = True
+                else:
+                    write_original = False
+                    if not is_control:
+                        if can_discard:
+                            stats.aborted_records_removed += 1
+                        elif not record.has_value:
+                            stats.tombstones_removed += 1
+            if retained:
+                need_horizon = batch.magic >= 2 and (tombstones or marker_for_empty_txn) and horizon is None
+                if write_original and not need_horizon:
+                    result.retained(batch.buffer, batch.base_offset if batch.magic >= 2 else retained[0].offset,
+                                    batch.max_timestamp, batch.last_offset, batch.last_offset)
+                else:
+                    new_horizon = now + self.delete_retention_ms if need_horizon else horizon
+                    data, max_ts, shallow = _rebuild(batch, retained, new_horizon)
+                    result.retained(data, batch.base_offset if batch.magic >= 2 else retained[0].offset,
+                                    max_ts, shallow, max_offset)
+                    stats.batches_rebuilt += 1
+                stats.messages_written += len(retained)
+                stats.batches_written += 1
+            elif retention == RETAIN_EMPTY:
+                if batch.magic < 2:
+                    raise UsageError("Empty batches are only supported for magic v2 and above",
+                                     path=batch.path, position=batch.position)
+                data = build_v2_batch(
+                    [], base_offset=batch.base_offset, last_offset_delta=batch.last_offset_delta,
+                    timestamp_type=batch.timestamp_type, max_timestamp=batch.max_timestamp,
+                    partition_leader_epoch=batch.partition_leader_epoch, producer_id=batch.producer_id,
+                    producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
+                    is_transactional=batch.is_transactional, is_control=is_control)
+                result.retained(data, batch.base_offset, batch.max_timestamp, batch.last_offset, batch.last_offset)
+                stats.batches_written += 1
+                stats.empty_batches_written += 1
+            elif is_control:
+                stats.markers_removed += 1
+            if len(result.out) > capacity:
+                break  # KAFKA-5316: the output outgrew the write buffer; the rest is read again
+        return result
+
+    def _last_of_producer(self, batch: Batch) -> bool:
+        """isBatchLastRecordOfProducer."""
+        last = self.last_records.get(batch.producer_id)
+        if last is None:
+            return False
+        last_data_offset, epoch = last
+        if last_data_offset is not None:
+            return batch.last_offset == last_data_offset
+        return batch.is_control and batch.producer_epoch == epoch
+
+    def _retain(self, batch: Batch, record, discard_records: bool, is_control: bool,
+                retain_legacy_deletes: bool) -> bool:
+        """The RecordFilter's shouldRetainRecord and Cleaner.shouldRetainRecord."""
+        if discard_records:
+            return False
+        if is_control:
+            return True
+        if record.offset > self.map.latest_offset:
+            return True
+        if not record.has_key:
+            self.stats.invalid_messages_read += 1
+            return False
+        if record.offset < self.map.get(record.key_view()):
+            return False
+        if record.has_value:
+            return True
+        if batch.magic >= 2:
+            horizon = batch.delete_horizon_ms
+            return horizon is None or self.now < horizon
+        return retain_legacy_deletes
+
+
+def _spec(record) -> RecordSpec:
+    if record.is_legacy:
+        return RecordSpec(record.offset, record.timestamp, record.key, record.value)
+    headers = list(zip(record.header_key_bytes(), (h.value for h in record.headers)))
+    return RecordSpec(record.offset, record.timestamp, record.key, record.value, headers)
+
+
+def _rebuild(batch: Batch, retained: list, horizon: Optional[int]) -> Tuple[bytes, int, int]:
+    """MemoryRecords.buildRetainedRecordsInto: (bytes, max timestamp, shallow offset of it)."""
+    specs = [_spec(r) for r in retained]
+    log_append = batch.timestamp_type == LOG_APPEND_TIME
+    if batch.magic >= 2:
+        # Same range (overrideLastOffset keeps the last sequence), codec, producer fields, flags.
+        data = build_v2_batch(
+            specs, base_offset=batch.base_offset, last_offset_delta=batch.last_offset_delta,
+            codec=batch.compression, timestamp_type=batch.timestamp_type,
+            log_append_time=batch.max_timestamp if log_append else None,
+            partition_leader_epoch=batch.partition_leader_epoch, producer_id=batch.producer_id,
+            producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
+            is_transactional=batch.is_transactional, is_control=batch.is_control, delete_horizon_ms=horizon)
+        max_ts = batch.max_timestamp if log_append else max((s.timestamp for s in specs), default=-1)
+        return data, max_ts, batch.last_offset  # MemoryRecordsBuilder.info: v2 -> the last offset
+    # v0/v1: the wrapper covers the retained records only.
+    data = build_legacy_batch(specs, magic=batch.magic, codec=batch.compression,
+                              timestamp_type=LOG_APPEND_TIME if log_append else CREATE_TIME,
+                              log_append_time=batch.max_timestamp if log_append else None)
+    last = specs[-1].offset
+    if batch.magic == 0:
+        return data, -1, last
+    if log_append:
+        return data, batch.max_timestamp, last if batch.compression else specs[0].offset
+    max_ts = max(s.timestamp for s in specs)
+    if batch.compression:
+        return data, max_ts, last
+    return data, max_ts, next(s.offset for s in specs if s.timestamp == max_ts)
+
+
+# --------------------------------------------------------------------------- grouping
+
+
+def group_segments_by_size(segments: List[SegmentInfo], max_size: int, max_index_size: int,
+                           first_uncleanable_offset: int) -> List[List[SegmentInfo]]:
+    """Cleaner.groupSegmentsBySize."""
+    groups: List[List[SegmentInfo]] = []
+    i = 0
+    n = len(segments)
+    while i < n:
+        group = [segments[i]]
+        log_size = segments[i].size
+        index_size = segments[i].index_bytes
+        time_size = segments[i].timeindex_bytes
+        i += 1
+        while i < n:
+            nxt = segments[i]
+            last_estimate = segments[i + 1].base_offset - 1 if i + 1 < n else first_uncleanable_offset - 1
+            if not (log_size + nxt.size <= max_size and index_size + nxt.index_bytes <= max_index_size
+                    and time_size + nxt.timeindex_bytes <= max_index_size
+                    and (nxt.size == 0 or last_estimate - group[0].base_offset <= 0x7FFFFFFF)):
+                break
+            group.append(nxt)
+            log_size += nxt.size
+            index_size += nxt.index_bytes
+            time_size += nxt.timeindex_bytes
+            i += 1
+        groups.append(group)
+    return groups
+
+
+# --------------------------------------------------------------------------- a whole pass
+
+
+class PassResult:
+    """What one cleaner pass did (or, in a dry run, would do) to one partition."""
+
+    def __init__(self, partition: Partition) -> None:
+        self.partition = partition
+        self.plan: Optional[CleaningPlan] = None
+        self.end_offset: Optional[int] = None
+        self.stats = CleanerStats()
+        self.cleaned = False
+        self.groups: List[List[int]] = []
+        self.new_segments: List[int] = []
+        self.bytes_before = 0
+        self.bytes_after = 0
+        self.removed_snapshots: List[str] = []
+        self.leftovers: Optional[dict] = None
+        self.notes: List[str] = []
+
+    def to_dict(self) -> dict:
+        out = {"partition": self.partition.path, "topic": self.partition.topic,
+               "partitionId": self.partition.partition, "cleaned": self.cleaned, "endOffset": self.end_offset,
+               "groups": self.groups, "newSegments": self.new_segments, "bytesBefore": self.bytes_before,
+               "bytesAfter": self.bytes_after, "recordsRemoved": self.stats.records_removed,
+               "stats": self.stats.to_dict(), "removedSnapshots": self.removed_snapshots, "notes": self.notes}
+        if self.plan is not None:
+            out.update(self.plan.to_dict())
+        if self.leftovers is not None:
+            out["leftovers"] = self.leftovers
+        return out
+
+
+def remove_stray_snapshots(partition: Partition, *, dry_run: bool = False) -> List[str]:
+    """ProducerStateManager.removeStraySnapshots (run by LogLoader): snapshots at offsets that are
+    no segment's base offset are deleted, except the newest one when it is above every segment base."""
+    bases = {s.base_offset for s in partition.segments}
+    if not bases:
+        return []
+    stray = [o for o in sorted(partition.snapshots) if o not in bases]
+    doomed = stray[:-1]
+    if stray and stray[-1] < max(bases):
+        doomed.append(stray[-1])
+    paths = [partition.snapshots[o] for o in doomed]
+    if not dry_run and paths:
+        for path in paths:
+            fileops.unlink(path)
+        fileops.fsync_dir(partition.path)
+    return paths
+
+
+def cleaner_checkpoint_path(data_dir: str) -> str:
+    return os.path.join(data_dir, CLEANER_OFFSET_CHECKPOINT)
+
+
+def read_cleaner_checkpoint(data_dir: str) -> Dict[Tuple[str, int], int]:
+    path = cleaner_checkpoint_path(data_dir)
+    return read_offset_checkpoint(path) if os.path.exists(path) else {}
+
+
+def update_cleaner_checkpoint(data_dir: str, key: Tuple[str, int], offset: int) -> None:
+    """LogCleanerManager.updateCheckpoints for one partition (atomically)."""
+    entries = read_cleaner_checkpoint(data_dir)
+    entries[key] = offset
+    fileops.atomic_write(cleaner_checkpoint_path(data_dir), format_offset_checkpoint(entries).encode())
+
+
+def compact_partition(partition: Partition, config: TopicConfig, state: DataDirState, *, now: int,
+                      settings: CleanerSettings, force_clean: bool = False, dry_run: bool = False,
+                      progress: Optional[Callable[[int], None]] = None) -> PassResult:
+    """One cleaner pass over one partition directory (the caller holds the data dir's lock).
+
+    Not eligible by the ratio / lag rules and not `force_clean`: nothing is written (a checkpoint
+    reset is still written, as the broker does when it evaluates the log). `dry_run` writes
+    nothing at all and reports what a pass would do.
+    """
+    from kstore_cli.segment import swap
+
+    result = PassResult(partition)
+    report = swap.resolve_leftovers(partition.path, dry_run=dry_run)
+    if report.outcome is not None:
+        result.leftovers = report.to_dict()
+        if not dry_run:
+            partition = Partition(partition.path)
+            result.partition = partition
+        else:
+            result.notes.append(f"an interrupted replacement would be {report.outcome} first")
+    stray = remove_stray_snapshots(partition, dry_run=dry_run)
+    if stray:
+        result.removed_snapshots += stray
+        if not dry_run:
+            partition = Partition(partition.path)
+            result.partition = partition
+    if not partition.segments:
+        result.notes.append("no segments")
+        return result
+    view = LogView(partition, state)
+    result.bytes_before = result.bytes_after = sum(s.size for s in view.segments)
+    producers = ProducerState.load(view, now=now, expiration_ms=settings.producer_id_expiration_ms)
+    key = (partition.topic, partition.partition)
+    checkpointed = read_cleaner_checkpoint(partition.data_dir).get(key)
+    plan = plan_cleaning(view, config, producers, now=now, checkpointed=checkpointed)
+    result.plan = plan
+    if plan.checkpoint_reset:
+        result.notes.append(f"cleaner-offset-checkpoint {checkpointed} is outside [log start offset "
+                            f"{view.log_start_offset}, log end offset {view.log_end_offset}]: reset to "
+                            f"{plan.first_dirty_offset}")
+        if not dry_run:
+            update_cleaner_checkpoint(partition.data_dir, key, plan.first_dirty_offset)
+    if not plan.eligible and not force_clean:
+        return result
+    if plan.first_uncleanable_offset <= plan.first_dirty_offset or plan.cleanable_bytes == 0:
+        result.notes.append("nothing to clean: the dirty range is empty")
+        return result
+
+    stats = result.stats
+    try:
+        offset_map = OffsetMap(settings.dedupe_buffer_bytes, settings.load_factor)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    max_message_bytes = config.get("max.message.bytes")
+    build_offset_map(view, plan.first_dirty_offset, plan.first_uncleanable_offset, offset_map, stats, settings,
+                     max_message_bytes)
+    end_offset = offset_map.latest_offset + 1
+    result.end_offset = end_offset
+    if stats.map_full:
+        result.notes.append(f"the offset map filled up ({offset_map.size} keys, dedupe buffer "
+                            f"{settings.dedupe_buffer_bytes} bytes): this pass ends at {end_offset}; run again "
+                            "to continue")
+    clean_section = view.log_segments(0, plan.first_dirty_offset)
+    legacy_horizon = clean_section[-1].mtime_ms - config.get("delete.retention.ms") if clean_section else 0
+    txns = CleanedTransactionMetadata()
+    cleaner = SegmentCleaner(offset_map, config, now, txns, producers.last_records(),
+                             plan.first_uncleanable_offset, stats, settings)
+    groups = group_segments_by_size(view.log_segments(0, end_offset), config.get("segment.bytes"),
+                                    config.get("segment.index.bytes"), plan.first_uncleanable_offset)
+    index_interval = config.get("index.interval.bytes")
+    delta = 0
+    for group in groups:
+        result.groups.append([s.base_offset for s in group])
+        writer = PartitionWriter(None if dry_run else partition.path, index_interval_bytes=index_interval)
+        try:
+            last_mtime = group[-1].mtime_ms
+            # LogSegment.setLastModified: the mtime of the group's last source segment.
+            writer.start_segment(group[0].base_offset, mtime=(last_mtime + 0.5) / 1000.0)
+            txns.cleaned_index = writer.add_aborted_txn
+            for i, seg in enumerate(group):
+                upper = group[i + 1].base_offset if i + 1 < len(group) else seg.next_offset
+                txns.add_aborted_transactions(view.collect_aborted_transactions(seg.base_offset, upper))
+                cleaner.clean_into(seg, writer, retain_legacy_deletes=seg.mtime_ms > legacy_horizon)
+                if progress is not None:
+                    progress(seg.size)
+            written = writer.close()
+        except BaseException:
+            if not dry_run:
+                writer.abort()
+            raise
+        new = written[0]
+        delta += new.log_size - sum(s.size for s in group)
+        result.new_segments.append(new.base_offset)
+        if dry_run:
+            continue
+        swap.replace_segments(partition.path, [new.base_offset], [s.segment for s in group])
+        # UnifiedLog.replaceSegments: snapshots of replaced segments with another base offset go.
+        doomed = [partition.snapshots[s.base_offset] for s in group[1:] if s.base_offset in partition.snapshots]
+        for path in doomed:
+            fileops.unlink(path)
+        if doomed:
+            fileops.fsync_dir(partition.path)
+        result.removed_snapshots += doomed
+    stats.buffer_utilization = offset_map.utilization
+    result.bytes_after = result.bytes_before + delta
+    result.cleaned = True
+    if not dry_run:
+        update_cleaner_checkpoint(partition.data_dir, key, end_offset)  # doneCleaning, after every swap
+    return result
