@@ -1,0 +1,286 @@
+"""The measuring side of bench/run.py: one task per process, its result as the last stdout line.
+
+    python bench/child.py decode kstore|kafka-python|aiokafka FILE
+    python bench/child.py scan FILE
+    python bench/child.py spark MASTER DATA_DIR OUT_DIR
+    python bench/child.py spark-core DATA_DIR OUT_FILE
+    python bench/child.py compact RECORDS WORKDIR
+
+Each runs in a fresh interpreter started by run.py, so the record decoder is chosen by that
+process's KSTORE_DECODER (the backend is picked at import) and its peak RSS is its own. Timing
+is done here, around the work only (interpreter start and imports excluded); the result line is
+``BENCH-RESULT {json}``. kstore comes from whatever ``import kstore_cli`` finds (run.py sets
+PYTHONPATH when it benchmarks a source tree).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Callable, Tuple
+
+from harness import RESULT_PREFIX  # noqa: E402 - this script's directory is sys.path[0]
+
+
+def best_of(fn: Callable[[], object], max_runs: int = 3, budget_s: float = 3.0) -> Tuple[float, int, object]:
+    """Run fn up to max_runs times (stopping once budget_s is spent); best time, runs, last result."""
+    best = None
+    runs = 0
+    spent = 0.0
+    result = None
+    while runs < max_runs and (runs == 0 or spent < budget_s):
+        t = time.perf_counter()
+        result = fn()
+        dt = time.perf_counter() - t
+        spent += dt
+        runs += 1
+        best = dt if best is None else min(best, dt)
+    return best, runs, result
+
+
+def kstore_backend() -> str:
+    try:
+        from kstore_cli.segment import decode
+    except ImportError:
+        return "unknown"
+    return getattr(decode, "BACKEND", "unknown")
+
+
+# ----------------------------------------------------------------------------- full record decoding
+# Every implementation touches the same fields of every record: offset, timestamp, key, value and
+# headers (keys and values materialised by the library's own accessors). The first pass also
+# computes a digest (count, sum of offsets, key+value bytes, headers, sum of timestamps) that
+# run.py compares across implementations and with the generator; the timed passes do no arithmetic
+# beyond the attribute reads, so the loop overhead is the same for everyone.
+
+def _digest_records(it) -> list:
+    n = off = kv = hs = ts = 0
+    for r in it:
+        n += 1
+        off += r.offset
+        ts += r.timestamp
+        k = r.key
+        v = r.value
+        kv += (len(k) if k is not None else 0) + (len(v) if v is not None else 0)
+        hs += len(r.headers)
+    return [n, off, kv, hs, ts]
+
+
+def _decode_kstore(path: str):
+    from kstore_cli.segment import read_batches
+
+    def records():
+        for b in read_batches(path):
+            yield from b.records()
+
+    def timed():
+        for b in read_batches(path):
+            for r in b.records():
+                r.offset
+                r.timestamp
+                r.key
+                r.value
+                r.headers
+
+    return _digest_records(records()), timed, {"backend": kstore_backend()}
+
+
+def _peer(memory_records_cls, data: bytes):
+    def records():
+        mr = memory_records_cls(data)
+        while True:
+            batch = mr.next_batch()
+            if batch is None:
+                return
+            yield from batch
+
+    def timed():
+        mr = memory_records_cls(data)
+        next_batch = mr.next_batch
+        while True:
+            batch = next_batch()
+            if batch is None:
+                return
+            for r in batch:
+                r.offset
+                r.timestamp
+                r.key
+                r.value
+                r.headers
+
+    return _digest_records(records()), timed
+
+
+def _decode_kafka_python(path: str):
+    import kafka
+    from kafka.record import MemoryRecords
+
+    with open(path, "rb") as f:
+        data = f.read()  # the peers decode bytes in memory: the read is not timed
+    digest, timed = _peer(MemoryRecords, data)
+    return digest, timed, {"version": getattr(kafka, "__version__", "?"), "variant": "pure Python"}
+
+
+def _decode_aiokafka(path: str):
+    import aiokafka
+    from aiokafka.record.memory_records import MemoryRecords
+
+    with open(path, "rb") as f:
+        data = f.read()
+    impl = "Cython" if "_crecords" in (MemoryRecords.__module__ or "") else "pure Python"
+    digest, timed = _peer(MemoryRecords, data)
+    return digest, timed, {"version": getattr(aiokafka, "__version__", "?"), "variant": impl}
+
+
+DECODERS = {"kstore": _decode_kstore, "kafka-python": _decode_kafka_python, "aiokafka": _decode_aiokafka}
+
+
+def task_decode(impl: str, path: str) -> dict:
+    digest, timed, info = DECODERS[impl](path)
+    seconds, runs, _ = best_of(timed)
+    return {"impl": impl, "digest": digest, "records": digest[0], "seconds": seconds, "runs": runs, **info}
+
+
+# ----------------------------------------------------------------------------- shallow scan + CRC
+def task_scan(path: str) -> dict:
+    """Frame every batch and check its CRC (Kafka's ensureValid), nothing decompressed or decoded."""
+    from kstore_cli.segment import read_batches
+
+    def scan():
+        n = 0
+        for b in read_batches(path):
+            b.ensure_valid()
+            n += 1
+        return n
+
+    seconds, runs, batches = best_of(scan)
+
+    def crc_only():  # the floor: one CRC-32C call over the whole mapped file
+        from kstore_cli.segment import map_file
+        from kstore_cli.segment.crc import crc32c
+
+        view = map_file(path)
+        try:
+            return crc32c(view)
+        finally:
+            view.release()
+
+    crc_seconds, _, _ = best_of(crc_only)
+    return {"bytes": os.path.getsize(path), "batches": batches, "seconds": seconds, "runs": runs,
+            "crc32c_file_seconds": crc_seconds, "backend": kstore_backend()}
+
+
+# ----------------------------------------------------------------------------- spark-export
+def task_spark(master: str, data_dir: str, out: str) -> dict:
+    """kstore spark-export's own path (build_session + export_with); session start timed apart."""
+    from kstore_cli.spark.export import ExportRequest, build_session, export_with
+
+    t0 = time.perf_counter()
+    spark = build_session(master)
+    session_s = time.perf_counter() - t0
+    try:
+        summary = export_with(spark, ExportRequest([data_dir], out))
+        memory = descendants_peak_rss()  # before stop(): the JVM and its Python workers are still there
+    finally:
+        spark.stop()
+    return {"master": master, "rows": summary.records, "seconds": summary.seconds, "session_seconds": session_s,
+            "bytes_in": summary.bytes_in, "spark_partitions": summary.tasks, "backend": kstore_backend(), **memory}
+
+
+def descendants_peak_rss() -> dict:
+    """Peak RSS (VmHWM) of this process's descendants: the largest JVM and the largest Python worker.
+
+    os.wait4 in run.py only sees processes that are reaped; Spark's JVM and workers are not
+    waited for by this process, so they are read from /proc while alive.
+    """
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            parents[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError):
+            continue
+    family = {os.getpid()}
+    grew = True
+    while grew:
+        grew = False
+        for pid, ppid in parents.items():
+            if ppid in family and pid not in family:
+                family.add(pid)
+                grew = True
+    family.discard(os.getpid())
+    jvm = workers = 0.0
+    for pid in family:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                status = f.read()
+            with open(f"/proc/{pid}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        hwm = next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmHWM:")), 0.0)
+        if comm == "java":
+            jvm = max(jvm, hwm)
+        elif comm.startswith("python"):
+            workers = max(workers, hwm)
+    return {"jvm_peak_rss_mb": round(jvm, 1), "python_workers_peak_rss_mb": round(workers, 1),
+            "descendants": len(family)}
+
+
+def task_spark_core(data_dir: str, out: str) -> dict:
+    """The same planner, reader and Arrow column builder the Spark source runs, in this one process,
+    written by one pyarrow ParquetWriter: what the export costs without Spark."""
+    import pyarrow.parquet as pq
+
+    from kstore_cli.spark.columns import arrow_schema
+    from kstore_cli.spark.options import ReadOptions
+    from kstore_cli.spark.plan import plan_read
+    from kstore_cli.spark.read import read_task
+
+    t0 = time.perf_counter()
+    plan = plan_read(ReadOptions({"path": data_dir}))
+    rows = 0
+    with pq.ParquetWriter(out, arrow_schema(), compression="snappy") as writer:
+        for task in plan.tasks:
+            for batch in read_task(task):
+                writer.write_batch(batch)
+                rows += batch.num_rows
+    return {"rows": rows, "seconds": time.perf_counter() - t0, "bytes_in": plan.bytes_in,
+            "backend": kstore_backend()}
+
+
+# ----------------------------------------------------------------------------- compact
+def task_compact(records: str, workdir: str) -> dict:
+    """bench/compact.py's run(size_records, workdir) (owned by kstore compact's author)."""
+    import compact  # bench/compact.py: this script's directory is on sys.path
+
+    t0 = time.perf_counter()
+    result = compact.run(int(records), workdir)
+    elapsed = time.perf_counter() - t0
+    out = dict(result) if isinstance(result, dict) else {"result": repr(result)}
+    out.setdefault("wall_seconds", elapsed)
+    out["backend"] = kstore_backend()
+    return out
+
+
+TASKS = {"decode": task_decode, "scan": task_scan, "spark": task_spark, "spark-core": task_spark_core,
+         "compact": task_compact}
+
+
+def main(argv) -> int:
+    if not argv or argv[0] not in TASKS:
+        print(__doc__, file=sys.stderr)
+        return 2
+    result = TASKS[argv[0]](*argv[1:])
+    sys.stdout.flush()
+    print(RESULT_PREFIX + json.dumps(result, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,665 @@
+"""kstore's benchmark suite: kstore side by side with its peers, every figure against issue 8's targets.
+
+    python bench/run.py                          # default sizes: a few minutes
+    python bench/run.py --segment-mib 1024       # the full check (peak RSS on a 1 GiB segment)
+    python bench/run.py --quick                  # tiny inputs: proves the suite runs, figures mean little
+    python bench/run.py --only decode,scan --decoder both --json out.json
+    python bench/run.py --list                   # the benchmark names --only takes
+
+Generates its inputs (with kstore's own batch builder and partition writer, cross-checked with
+kafka-python) in a temp dir, then measures, each in a fresh child process (so the record decoder
+is the one KSTORE_DECODER selects there, and peak RSS is that child's own, from os.wait4):
+
+* decode:<kind>   full record decoding, records/s (offset, timestamp, key, value, headers of every
+                  record touched): kstore (read_batches + records) vs kafka-python vs aiokafka, for
+                  v2 none/lz4/zstd/gzip, ~100 B / ~1 KiB values, 1- / 100-record batches, v1 gzip;
+* scan            shallow batch scan with CRC check (kstore) vs `cat file > /dev/null`, GB/s;
+* rebuild-index   `kstore rebuild-index` on 16 KiB and ~1 KiB batches, GB/s;
+* verify-index    `kstore verify-index`, GB/s;
+* dump-segment    `kstore dump-segment --deep-iteration --print-data-log > /dev/null`, lines/s;
+* compact         `kstore compact` through bench/compact.py's run() (a "not available" row without it);
+* convert-format  `kstore convert-format` v1 gzip -> v2 zstd, MiB/s of input;
+* spark-export    the export on Spark local[1] and local[2] (session start excluded) and the same
+                  reading path in one process without Spark, rows/s.
+
+Command timings are wall time of `python -m kstore_cli ...` minus the measured start-up of
+`kstore --version` (interpreter + imports), best of up to --repeat runs, page cache warm.
+Figures on a busy machine are noisy: the machine's load average is reported with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+import harness  # noqa: E402
+from harness import ROOT, child_cmd, child_env, kstore_cmd, kstore_startup, run_child, warm  # noqa: E402
+
+GROUPS = ["decode", "scan", "rebuild-index", "verify-index", "dump-segment", "compact", "convert-format",
+          "spark-export"]
+RSS_TARGET_MB = 150
+#: A command whose wall time is within this of the start-up time is not timed meaningfully.
+MIN_NET_SECONDS = 0.1
+TS_NOTE = "timing excludes interpreter start-up"
+
+
+# ----------------------------------------------------------------------------- formatting
+def fmt_rate(value: Optional[float], unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit in ("records/s", "lines/s", "rows/s"):
+        return f"{value / 1e6:.3f} M {unit}"
+    if unit == "GB/s":
+        return f"{value:.2f} GB/s"
+    if unit == "MiB/s":
+        return f"{value:.1f} MiB/s"
+    if unit == "x":
+        return f"{value:.2f}x"
+    if unit == "MB":
+        return f"{value:.0f} MB"
+    return f"{value:.3g} {unit}"
+
+
+def _short(value: float, unit: str) -> str:
+    if unit in ("records/s", "lines/s", "rows/s"):
+        return f"{value / 1e6:.3f}M/s"
+    return fmt_rate(value, unit)
+
+
+class Suite:
+    """Inputs (generated on first use), the selected benchmarks, and the rows measured so far."""
+
+    def __init__(self, args: argparse.Namespace, workdir: Path, kstore_src: Optional[str]) -> None:
+        self.args = args
+        self.work = workdir
+        self.kstore_src = kstore_src
+        self.rows: List[dict] = []
+        self.inputs: Dict[str, dict] = {}
+        self.decoders: List[dict] = []  # one per requested decoder: env, label, startup
+        self.only = [t.strip() for t in args.only.split(",")] if args.only else None
+
+    # -------------------------------------------------------------- selection and output
+    def selected(self, row_id: str) -> bool:
+        if not self.only:
+            return True
+        group = row_id.split(":")[0]
+        return any(t == row_id or t == group or row_id.startswith(t) for t in self.only)
+
+    def log(self, text: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+    def add(self, row_id: str, *, decoder: Optional[str], figure: Optional[float], unit: str,
+            target: Optional[str] = None, met: Optional[bool] = None, peers: Optional[dict] = None,
+            ratios: Optional[dict] = None, rss_mb: Optional[float] = None, seconds: Optional[float] = None,
+            note: str = "", detail: Optional[dict] = None) -> dict:
+        if detail and detail.get("too_short"):
+            met = None
+            note = f"too short to time (< {MIN_NET_SECONDS} s past start-up; raise --segment-mib); " + note
+        row = {"id": row_id, "group": row_id.split(":")[0], "decoder": decoder, "figure": figure, "unit": unit,
+               "target": target, "met": met, "peers": peers or {}, "ratios": ratios or {},
+               "peak_rss_mb": None if rss_mb is None else round(rss_mb, 1),
+               "seconds": None if seconds is None else round(seconds, 4), "note": note, "detail": detail or {}}
+        self.rows.append(row)
+        shown = fmt_rate(figure, unit)
+        self.log(f"{row_id} [{decoder or '-'}]: {shown}" + (f" ({note})" if note else ""))
+        return row
+
+    # -------------------------------------------------------------- inputs
+    def _input(self, key: str, make: Callable[[], dict]) -> dict:
+        if key not in self.inputs:
+            t = time.perf_counter()
+            self.log(f"generating {key} ...")
+            info = make()
+            info["generate_seconds"] = round(time.perf_counter() - t, 2)
+            if info.get("log") and key != "spark":
+                problem = inputs.check_with_kafka_python(info["log"])
+                info["kafka_python_check"] = problem or "ok"
+                if problem and "not installed" not in problem:
+                    raise SystemExit(f"bench: generated input {key} is not readable by kafka-python: {problem}")
+            self.inputs[key] = info
+        return self.inputs[key]
+
+    def decode_input(self, kind) -> dict:
+        def make():
+            path = self.work / "decode" / f"{kind.name}.log"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return {"log": str(path), **inputs.write_segment(str(path), kind, total_records=self.args.records)}
+
+        return self._input("decode:" + kind.name, make)
+
+    def partition(self, name: str, kind, total_bytes: int) -> dict:
+        def make():
+            d = self.work / "data" / f"{name}-0"
+            info = inputs.write_partition(str(d), kind, total_bytes=total_bytes)
+            return {"dir": str(d), "log": str(d / "00000000000000000000.log"), "kind": kind.name, **info}
+
+        return self._input(name, make)
+
+    def seg16k(self) -> dict:
+        # ~125 B per record (100 B values, keys, a header in five): 128 records make a ~16 KiB batch.
+        return self.partition("bench16k", inputs.Kind(2, "none", 100, 128), self.segment_bytes)
+
+    def seg1k(self) -> dict:
+        return self.partition("bench1k", inputs.Kind(2, "none", 100, 8), self.segment_bytes)
+
+    def legacy(self) -> dict:
+        return self.partition("legacy", inputs.Kind(1, "gzip", 1024, 100), self.segment_bytes)
+
+    def spark_data(self) -> dict:
+        def make():
+            d = self.work / "spark"
+            parts = 4
+            total = {"records": 0, "bytes": 0, "batches": 0, "segments": 0}
+            for p in range(parts):
+                info = inputs.write_partition(str(d / f"bench-{p}"), inputs.Kind(2, "none", 100, 100),
+                                              total_records=max(1, self.args.spark_records // parts),
+                                              segment_bytes=128 << 20, seed=10 + p)
+                for k in total:
+                    total[k] += info[k]
+            return {"dir": str(d), "partitions": parts, **total}
+
+        return self._input("spark", make)
+
+    @property
+    def segment_bytes(self) -> int:
+        return int(self.args.segment_mib * 2**20)
+
+    # -------------------------------------------------------------- decoders
+    def setup_decoders(self) -> None:
+        wanted = {"python": ["python"], "native": ["native"], "both": ["python", "native"]}.get(
+            self.args.decoder or "", [None])
+        for req in wanted:
+            env = child_env(self.kstore_src, req)
+            startup = kstore_startup(env)
+            backend = startup["backend"] or "unknown"
+            label = backend if (req is None or req == backend) else f"{backend} ({req} requested)"
+            if not startup["ok"]:
+                label = f"{req or 'default'}: kstore does not start"
+            self.decoders.append({"requested": req, "env": env, "label": label, "backend": backend,
+                                  "startup": startup})
+            self.log(f"decoder {req or '(default)'}: {startup['version_text']!r}, "
+                     f"start-up {startup['startup_seconds']:.3f} s")
+
+    # -------------------------------------------------------------- command timing
+    def time_command(self, dec: dict, argv: List[str], *, prepare: Optional[Callable[[], None]] = None,
+                     warm_paths: List[str] = (), ok_exits=(0,)) -> dict:
+        """Best of up to --repeat runs (stopping past --budget seconds): net seconds, max peak RSS."""
+        startup = dec["startup"]["startup_seconds"] or 0.0
+        best = None
+        rss = 0.0
+        walls = []
+        spent = 0.0
+        for _ in range(self.args.repeat):
+            if prepare:
+                prepare()
+            warm(list(warm_paths))
+            res = run_child(kstore_cmd(*argv), dec["env"], stdout_to_devnull=True)
+            if res.exit not in ok_exits:
+                return {"error": res.error(), "rss_mb": res.rss_mb, "wall": res.wall}
+            walls.append(res.wall)
+            rss = max(rss, res.rss_mb)
+            net = max(res.wall - startup, 1e-3)
+            best = net if best is None else min(best, net)
+            spent += res.wall
+            if spent > self.args.budget:
+                break
+        return {"net": best, "rss_mb": rss, "walls": [round(w, 4) for w in walls], "startup": startup,
+                "too_short": best < MIN_NET_SECONDS}
+
+    def run_task(self, dec_env: Dict[str, str], *args: str, timeout: Optional[float] = None):
+        return run_child(child_cmd(*args), dec_env, timeout=timeout)
+
+    # ================================================================ the benchmarks
+    def bench_decode(self) -> None:
+        for kind in inputs.DECODE_KINDS:
+            row_id = f"decode:{kind.name}"
+            if not self.selected(row_id):
+                continue
+            inp = self.decode_input(kind)
+            path = inp["log"]
+            warm([path])
+            peers = {}
+            peer_detail = {}
+            digests = {"generator": inp["digest"]}
+            env0 = self.decoders[0]["env"]
+            for peer in ("aiokafka", "kafka-python"):
+                res = self.run_task(env0, "decode", peer, path)
+                if not res.ok or not res.result:
+                    peer_detail[peer] = {"error": res.error()}
+                    continue
+                r = res.result
+                name = f"aiokafka[{r.get('variant')}]" if peer == "aiokafka" else peer
+                peers[name] = r["records"] / r["seconds"]
+                peer_detail[name] = {"seconds": r["seconds"], "runs": r["runs"], "version": r.get("version"),
+                                     "peak_rss_mb": round(res.rss_mb, 1)}
+                digests[peer] = r["digest"]
+            for dec in self.decoders:
+                res = self.run_task(dec["env"], "decode", "kstore", path)
+                if not res.ok or not res.result:
+                    self.add(row_id, decoder=dec["label"], figure=None, unit="records/s", note=res.error())
+                    continue
+                r = res.result
+                digests["kstore"] = r["digest"]
+                rate = r["records"] / r["seconds"]
+                ratios = {name: rate / v for name, v in peers.items()}
+                note = _digest_problem(digests)
+                target = met = None
+                if kind.magic == 2 and kind.codec == "none":
+                    target = ">= 2.0x aiokafka, >= 20x kafka-python"
+                    a = next((v for k, v in ratios.items() if k.startswith("aiokafka")), None)
+                    k = ratios.get("kafka-python")
+                    met = None if a is None or k is None else (a >= 2.0 and k >= 20.0)
+                self.add(row_id, decoder=_backend_label(dec, r), figure=rate, unit="records/s", target=target,
+                         met=False if note else met, peers=peers, ratios=ratios, rss_mb=res.rss_mb,
+                         seconds=r["seconds"], note=note,
+                         detail={"records": r["records"], "bytes": inp["bytes"], "batches": inp["batches"],
+                                 "runs": r["runs"], "peers": peer_detail, "digests": digests})
+
+    def bench_scan(self) -> None:
+        if not self.selected("scan"):
+            return
+        seg = self.seg16k()
+        path = seg["log"]
+        size = os.path.getsize(path)
+        warm([path])
+        cat_best = None
+        for _ in range(3):
+            res = run_child(["cat", path], dict(os.environ), stdout_to_devnull=True)
+            cat_best = res.wall if cat_best is None else min(cat_best, res.wall)
+        cat_gbs = size / cat_best / 1e9
+        for dec in self.decoders:
+            res = self.run_task(dec["env"], "scan", path)
+            if not res.ok or not res.result:
+                self.add("scan", decoder=dec["label"], figure=None, unit="GB/s", note=res.error())
+                continue
+            r = res.result
+            gbs = size / r["seconds"] / 1e9
+            peers = {"cat > /dev/null": cat_gbs, "crc32c(whole file)": size / r["crc32c_file_seconds"] / 1e9}
+            self.add("scan", decoder=_backend_label(dec, r), figure=gbs, unit="GB/s", target=">= 2 GB/s",
+                     met=gbs >= 2.0, peers=peers, ratios={k: gbs / v for k, v in peers.items()},
+                     rss_mb=res.rss_mb, seconds=r["seconds"],
+                     note="16 KiB batches, page cache warm",
+                     detail={"bytes": size, "batches": r["batches"], "runs": r["runs"], "cat_seconds": cat_best})
+
+    def bench_rebuild_index(self) -> None:
+        for label, make in (("16k", self.seg16k), ("1k", self.seg1k)):
+            row_id = f"rebuild-index:{label}"
+            if not self.selected(row_id):
+                continue
+            part = make()
+            size = part["bytes"]
+
+            def drop_indexes(d=part["dir"]):
+                for p in Path(d).iterdir():
+                    if p.suffix in (".index", ".timeindex"):
+                        p.unlink()
+
+            for dec in self.decoders:
+                t = self.time_command(dec, ["rebuild-index", "--force", part["dir"]], prepare=drop_indexes,
+                                      warm_paths=[part["log"]])
+                if "error" in t:
+                    self.add(row_id, decoder=dec["label"], figure=None, unit="GB/s", rss_mb=t["rss_mb"],
+                             note=t["error"])
+                    continue
+                gbs = size / t["net"] / 1e9
+                batch_kib = size / part["batches"] / 1024
+                self.add(row_id, decoder=dec["label"], figure=gbs, unit="GB/s",
+                         target=">= 1 GB/s" if label == "16k" else None,
+                         met=(gbs >= 1.0) if label == "16k" else None, rss_mb=t["rss_mb"], seconds=t["net"],
+                         note=f"{batch_kib:.1f} KiB batches, indexes deleted first",
+                         detail={"bytes": size, "batches": part["batches"], **t})
+
+    def bench_verify_index(self) -> None:
+        if not self.selected("verify-index"):
+            return
+        part = self.seg16k()
+        size = part["bytes"]
+        for dec in self.decoders:
+            t = self.time_command(dec, ["verify-index", "--quiet", part["dir"]],
+                                  warm_paths=[part["log"]] + [str(p) for p in Path(part["dir"]).glob("*index")])
+            if "error" in t:
+                self.add("verify-index", decoder=dec["label"], figure=None, unit="GB/s", rss_mb=t["rss_mb"],
+                         note=t["error"])
+                continue
+            gbs = size / t["net"] / 1e9
+            self.add("verify-index", decoder=dec["label"], figure=gbs, unit="GB/s", target=">= 1 GB/s",
+                     met=gbs >= 1.0, rss_mb=t["rss_mb"], seconds=t["net"], note="16 KiB batches",
+                     detail={"bytes": size, "batches": part["batches"], **t})
+
+    def bench_dump_segment(self) -> None:
+        if not self.selected("dump-segment"):
+            return
+        seg = self.seg16k()
+        # "Dumping <file>", "Log starting offset: <n>", then one line per batch and one per record.
+        lines = 2 + seg["batches"] + seg["records"]
+        for dec in self.decoders:
+            t = self.time_command(dec, ["dump-segment", "--deep-iteration", "--print-data-log", seg["log"]],
+                                  warm_paths=[seg["log"]])
+            if "error" in t:
+                self.add("dump-segment", decoder=dec["label"], figure=None, unit="lines/s", rss_mb=t["rss_mb"],
+                         note=t["error"])
+                continue
+            rate = lines / t["net"]
+            self.add("dump-segment", decoder=dec["label"], figure=rate, unit="lines/s", target=">= 1 M lines/s",
+                     met=rate >= 1e6, rss_mb=t["rss_mb"], seconds=t["net"],
+                     note=f"> /dev/null, {seg['bytes'] / 2**20:.0f} MiB",
+                     detail={"lines": lines, "bytes": seg["bytes"], **t})
+
+    def bench_compact(self) -> None:
+        if not self.selected("compact"):
+            return
+        module = BENCH / "compact.py"
+        if not module.exists():
+            self.add("compact", decoder=None, figure=None, unit="records/s",
+                     note="not available: bench/compact.py (kstore compact) does not exist yet")
+            return
+        for dec in self.decoders:
+            workdir = self.work / "compact"
+            shutil.rmtree(workdir, ignore_errors=True)
+            workdir.mkdir(parents=True)
+            res = self.run_task(dec["env"], "compact", str(self.args.records), str(workdir), timeout=3600)
+            shutil.rmtree(workdir, ignore_errors=True)
+            if not res.ok or not res.result:
+                self.add("compact", decoder=dec["label"], figure=None, unit="records/s", rss_mb=res.rss_mb,
+                         note="bench/compact.py failed: " + res.error())
+                continue
+            r = res.result
+            rate = _records_per_second(r)
+            self.add("compact", decoder=_backend_label(dec, r), figure=rate, unit="records/s", rss_mb=res.rss_mb,
+                     seconds=r.get("seconds"),
+                     note="via bench/compact.py run()" + ("" if rate is not None else f"; no rate in {sorted(r)}"),
+                     detail=r)
+
+    def bench_convert_format(self) -> None:
+        if not self.selected("convert-format"):
+            return
+        part = self.legacy()
+        size = part["bytes"]
+        out = self.work / "convert-out"
+
+        def clear():
+            shutil.rmtree(out, ignore_errors=True)
+
+        for dec in self.decoders:
+            t = self.time_command(dec, ["convert-format", "--to-magic", "2", "--compression", "zstd",
+                                        "--output-dir", str(out), part["dir"]], prepare=clear,
+                                  warm_paths=[part["log"]])
+            clear()
+            if "error" in t:
+                self.add("convert-format", decoder=dec["label"], figure=None, unit="MiB/s", rss_mb=t["rss_mb"],
+                         note=t["error"])
+                continue
+            mibs = size / 2**20 / t["net"]
+            self.add("convert-format", decoder=dec["label"], figure=mibs, unit="MiB/s", rss_mb=t["rss_mb"],
+                     seconds=t["net"],
+                     note=f"v1 gzip -> v2 zstd, {part['records'] / t['net'] / 1e3:.0f} k records/s",
+                     detail={"bytes": size, "records": part["records"], **t})
+
+    def bench_spark_export(self) -> None:
+        ids = ["spark-export:core", "spark-export:local[1]", "spark-export:local[2]"]
+        if not any(self.selected(i) for i in ids + ["spark-export:scaling"]):
+            return
+        if shutil.which("java") is None:
+            self.add("spark-export", decoder=None, figure=None, unit="rows/s", note="not available: no java on PATH")
+            return
+        data = self.spark_data()
+        warm([str(p) for p in Path(data["dir"]).rglob("*.log")])
+        for dec in self.decoders:
+            rates = {}
+            if self.selected("spark-export:core"):
+                out = self.work / "spark-core.parquet"
+                res = self.run_task(dec["env"], "spark-core", data["dir"], str(out))
+                out.unlink(missing_ok=True)
+                if res.ok and res.result:
+                    r = res.result
+                    rates["core"] = r["rows"] / r["seconds"]
+                    self.add("spark-export:core", decoder=_backend_label(dec, r), figure=rates["core"],
+                             unit="rows/s", rss_mb=res.rss_mb, seconds=r["seconds"],
+                             note="same reader + Arrow builder, 1 process, pyarrow writer, no Spark",
+                             detail=r)
+                else:
+                    self.add("spark-export:core", decoder=dec["label"], figure=None, unit="rows/s",
+                             note=res.error())
+            for master, cores in (("local[1]", 1), ("local[2]", 2)):
+                row_id = f"spark-export:{master}"
+                if not (self.selected(row_id) or self.selected("spark-export:scaling")):
+                    continue
+                out = self.work / f"spark-out-{cores}"
+                shutil.rmtree(out, ignore_errors=True)
+                res = self.run_task(dec["env"], "spark", master, data["dir"], str(out), timeout=3600)
+                shutil.rmtree(out, ignore_errors=True)
+                if not res.ok or not res.result:
+                    self.add(row_id, decoder=dec["label"], figure=None, unit="rows/s", rss_mb=res.rss_mb,
+                             note=res.error())
+                    continue
+                r = res.result
+                rate = r["rows"] / r["seconds"]
+                rates[master] = rate
+                peers = {"1-process core": rates["core"]} if "core" in rates else {}
+                self.add(row_id, decoder=_backend_label(dec, r), figure=rate, unit="rows/s",
+                         target=f">= {cores} M rows/s (1 M per core)", met=rate / cores >= 1e6, peers=peers,
+                         ratios={k: rate / v for k, v in peers.items()}, rss_mb=res.rss_mb, seconds=r["seconds"],
+                         note=f"session start {r['session_seconds']:.1f} s excluded; peak RSS: Python driver "
+                              f"(JVM {r.get('jvm_peak_rss_mb', 0):.0f} MB, Python workers "
+                              f"{r.get('python_workers_peak_rss_mb', 0):.0f} MB)",
+                         detail={**r, "records_generated": data["records"]})
+                if r["rows"] != data["records"]:
+                    self.rows[-1]["note"] += f"; ROWS {r['rows']} != {data['records']} generated"
+                    self.rows[-1]["met"] = False
+            if "local[1]" in rates and "local[2]" in rates and self.selected("spark-export:scaling"):
+                ratio = rates["local[2]"] / rates["local[1]"]
+                self.add("spark-export:scaling", decoder=dec["label"], figure=ratio, unit="x",
+                         target=">= 1.7x", met=ratio >= 1.7, note="local[2] rows/s / local[1] rows/s",
+                         detail={"machine_cores": os.cpu_count()})
+
+    def rss_summary(self) -> None:
+        """The target: < 150 MB for any command (spark-export apart: its figure is the JVM's)."""
+        cmd_groups = {"rebuild-index", "verify-index", "dump-segment", "compact", "convert-format"}
+        for dec in self.decoders:
+            rows = [r for r in self.rows if r["group"] in cmd_groups and r["peak_rss_mb"] is not None
+                    and (r["decoder"] or "").split(" ")[0] == dec["label"].split(" ")[0]]
+            if not rows:
+                continue
+            worst = max(rows, key=lambda r: r["peak_rss_mb"])
+            mib = self.args.segment_mib
+            note = f"worst: {worst['id']}; on {mib:g} MiB segments"
+            if mib < 1024:
+                note += " (the target is for 1 GiB: --segment-mib 1024)"
+            self.add("peak-rss", decoder=dec["label"], figure=worst["peak_rss_mb"], unit="MB",
+                     target=f"< {RSS_TARGET_MB} MB", met=worst["peak_rss_mb"] < RSS_TARGET_MB, note=note,
+                     detail={r["id"]: r["peak_rss_mb"] for r in rows})
+
+    def run(self) -> None:
+        self.setup_decoders()
+        for bench in (self.bench_decode, self.bench_scan, self.bench_rebuild_index, self.bench_verify_index,
+                      self.bench_dump_segment, self.bench_compact, self.bench_convert_format,
+                      self.bench_spark_export):
+            bench()
+        self.rss_summary()
+
+
+def _backend_label(dec: dict, result: dict) -> str:
+    """The decoder the child actually ran (it reports decode.BACKEND), flagged when not the one asked for."""
+    actual = result.get("backend") or dec["backend"]
+    req = dec["requested"]
+    return actual if (req is None or req == actual) else f"{actual} ({req} requested)"
+
+
+def _digest_problem(digests: Dict[str, list]) -> str:
+    """'' when every decoder saw the same records (and what the generator wrote), else what differs."""
+    gen = digests.get("generator")
+    first = None
+    for name, d in digests.items():
+        if name == "generator":
+            continue
+        if gen is not None and list(d[:4]) != list(gen[:4]):
+            return f"DIGEST MISMATCH: {name} {d[:4]} vs generated {gen[:4]}"
+        if first is None:
+            first = (name, d)
+        elif list(d) != list(first[1]):
+            return f"DIGEST MISMATCH: {name} vs {first[0]}"
+    return ""
+
+
+def _records_per_second(r: dict) -> Optional[float]:
+    for key in ("records_per_s", "records_per_second", "recordsPerSecond", "rate"):
+        if isinstance(r.get(key), (int, float)):
+            return float(r[key])
+    records = next((r[k] for k in ("records", "records_in", "recordsIn", "size_records") if isinstance(r.get(k), int)),
+                   None)
+    seconds = next((r[k] for k in ("seconds", "elapsed", "wall_seconds") if isinstance(r.get(k), (int, float))), None)
+    if records and seconds:
+        return records / seconds
+    return None
+
+
+# ----------------------------------------------------------------------------- the table
+def table(rows: List[dict]) -> str:
+    header = ["benchmark", "decoder", "figure", "target", "met", "vs peers (kstore / peer)", "peak RSS", "note"]
+    lines = []
+    for r in rows:
+        met = {True: "yes", False: "NO", None: "-"}[r["met"]]
+        peers = "; ".join(f"{name} {_short(v, r['unit'])} -> {r['ratios'].get(name, 0):.2f}x"
+                          for name, v in r["peers"].items())
+        lines.append([r["id"], r["decoder"] or "-", fmt_rate(r["figure"], r["unit"]), r["target"] or "-", met,
+                      peers or "-", "-" if r["peak_rss_mb"] is None else f"{r['peak_rss_mb']:.0f} MB", r["note"]])
+    widths = [max(len(str(x[i])) for x in [header] + lines) for i in range(len(header) - 1)]
+    out = []
+    for i, line in enumerate([header] + lines):
+        out.append("  ".join(str(c).ljust(w) for c, w in zip(line, widths)) + "  " + str(line[-1]))
+        if i == 0:
+            out.append("  ".join("-" * w for w in widths) + "  ----")
+    return "\n".join(out)
+
+
+def machine_text(info: dict) -> str:
+    peers = ", ".join(f"{k} {v}" for k, v in info["peers"].items() if v)
+    decs = "; ".join(f"{d['requested'] or 'default'} -> {d['label']}" for d in info["decoders"])
+    load = info.get("loadavg_start")
+    return (f"machine: {info['cpu']}, {info['cores']} cores ({info['cores_usable']} usable), "
+            f"{info['memory_gib']} GiB, {info['os']}\n"
+            f"python: {info['python']}; kstore: {info['kstore']}; record decoder: {decs}\n"
+            f"peers: {peers}; java: {info.get('java') or 'none'}\n"
+            f"load average at start: {', '.join(f'{x:.2f}' for x in load) if load else '?'}"
+            f" (end: {', '.join(f'{x:.2f}' for x in info.get('loadavg_end') or [])})")
+
+
+# ----------------------------------------------------------------------------- main
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="benchmarks: " + ", ".join(GROUPS),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, help="records per decode input (default 200000; --quick 2000)")
+    ap.add_argument("--segment-mib", type=float,
+                    help="size of the command benchmarks' segments in MiB (default 128; 1024 for the RSS target)")
+    ap.add_argument("--spark-records", type=int, help="rows exported by spark-export (default 1000000)")
+    ap.add_argument("--quick", action="store_true", help="tiny inputs and one run each: checks the suite works")
+    ap.add_argument("--only", help="comma-separated benchmarks or row ids (e.g. decode,scan or decode:v2-none-100B-x100)")
+    ap.add_argument("--decoder", choices=["python", "native", "both"],
+                    help="run kstore under this record decoder (KSTORE_DECODER in the children); "
+                         "default: whichever kstore selects by itself")
+    ap.add_argument("--json", type=Path, help="write every figure (and the machine) to this JSON file")
+    ap.add_argument("--repeat", type=int, help="runs per command benchmark, best kept (default 3; --quick 1)")
+    ap.add_argument("--budget", type=float, default=15.0,
+                    help="stop repeating a command once its runs took this many seconds (default 15)")
+    ap.add_argument("--kstore-src", help="benchmark the kstore_cli package in this directory "
+                                         "(default: the installed kstore, else this source tree)")
+    ap.add_argument("--dir", help="where to create the temp dir of inputs (default: $TMPDIR)")
+    ap.add_argument("--keep", action="store_true", help="keep the generated inputs (their path is printed)")
+    ap.add_argument("--list", action="store_true", help="list the benchmark and row names and exit")
+    args = ap.parse_args(argv)
+    q = args.quick
+    args.records = args.records or (2_000 if q else 200_000)
+    args.segment_mib = args.segment_mib or (1 if q else 128)
+    args.spark_records = args.spark_records or (4_000 if q else 1_000_000)
+    args.repeat = args.repeat or (1 if q else 3)
+    if args.only:
+        known = set(GROUPS) | set(row_ids())
+        bad = [t for t in args.only.split(",") if t.strip() and not any(k == t.strip() or k.startswith(t.strip())
+                                                                          for k in known)]
+        if bad:
+            ap.error(f"--only: unknown {', '.join(bad)} (see --list)")
+    return args
+
+
+def row_ids() -> List[str]:
+    ids = [f"decode:{k.name}" for k in inputs.DECODE_KINDS]
+    ids += ["scan", "rebuild-index:16k", "rebuild-index:1k", "verify-index", "dump-segment", "compact",
+            "convert-format", "spark-export:core", "spark-export:local[1]", "spark-export:local[2]",
+            "spark-export:scaling"]
+    return ids
+
+
+def resolve_kstore(args: argparse.Namespace) -> tuple:
+    """(PYTHONPATH entry for the children or None, description): --kstore-src, else installed, else the tree."""
+    if args.kstore_src:
+        src = str(Path(args.kstore_src).resolve())
+        return src, f"{src}/kstore_cli (--kstore-src)"
+    installed = harness.find_installed_kstore()
+    if installed:
+        return None, f"{installed} (installed)"
+    return str(ROOT), f"{ROOT}/kstore_cli (source tree, not installed)"
+
+
+inputs = None  # bench/inputs.py, imported once kstore_cli is importable
+
+
+def main(argv=None) -> int:
+    global inputs
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--kstore-src")
+    known, _ = pre.parse_known_args(argv)
+    src, where = resolve_kstore(known)
+    if src:
+        sys.path.insert(0, src)
+    import inputs as inputs_module
+
+    inputs = inputs_module
+    args = parse_args(argv)
+    if args.list:
+        print("\n".join(GROUPS + [i for i in row_ids() if i not in GROUPS]))
+        return 0
+    info = harness.machine_info()
+    info["kstore"] = where
+    work = Path(tempfile.mkdtemp(prefix="kstore-bench-", dir=args.dir))
+    suite = Suite(args, work, src)
+    started = time.perf_counter()
+    interrupted = False
+    try:
+        suite.run()
+    except KeyboardInterrupt:
+        interrupted = True
+        suite.log("interrupted: reporting what was measured")
+    finally:
+        if args.keep:
+            suite.log(f"inputs kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    info["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    info["decoders"] = [{"requested": d["requested"], "label": d["label"], "backend": d["backend"],
+                         **d["startup"]} for d in suite.decoders]
+    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    print(machine_text(info))
+    print(f"sizes: {args.records:,} records per decode input, {args.segment_mib:g} MiB segments, "
+          f"{args.spark_records:,} spark rows; {TS_NOTE}; total {time.perf_counter() - started:.0f} s")
+    print()
+    print(table(suite.rows))
+    if args.json:
+        doc = {"machine": info, "options": options, "inputs": suite.inputs, "rows": suite.rows,
+               "seconds": round(time.perf_counter() - started, 1), "interrupted": interrupted}
+        args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    failed = [r for r in suite.rows if r["figure"] is None and not r["note"].startswith("not available")]
+    return 130 if interrupted else (1 if failed else 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
