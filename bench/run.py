@@ -213,8 +213,31 @@ class Suite:
             spent += res.wall
             if spent > self.args.budget:
                 break
-        return {"net": best, "rss_mb": rss, "walls": [round(w, 4) for w in walls], "startup": startup,
-                "too_short": best < MIN_NET_SECONDS}
+        out = {"net": best, "rss_mb": rss, "walls": [round(w, 4) for w in walls], "startup": startup,
+               "too_short": best < MIN_NET_SECONDS}
+        profile = self.profile(dec["env"], ["-m", "kstore_cli", *argv], prepare)
+        if profile:
+            out["profile"] = profile
+        return out
+
+    def profile(self, env: Dict[str, str], tail: List[str], prepare: Optional[Callable[[], None]] = None
+                ) -> Optional[str]:
+        """With --profile: one more run under cProfile (not timed), its top functions by own time."""
+        if not self.args.profile:
+            return None
+        import io
+        import pstats
+
+        if prepare:
+            prepare()
+        pfile = self.work / "profile.out"
+        res = run_child([sys.executable, "-m", "cProfile", "-o", str(pfile), *tail], env, stdout_to_devnull=True)
+        if not pfile.exists():
+            return f"(profile failed: {res.error()})"
+        buf = io.StringIO()
+        pstats.Stats(str(pfile), stream=buf).sort_stats("tottime").print_stats(12)
+        pfile.unlink()
+        return "\n".join(line for line in buf.getvalue().splitlines() if line.strip())
 
     def run_task(self, dec_env: Dict[str, str], *args: str, timeout: Optional[float] = None):
         return run_child(child_cmd(*args), dec_env, timeout=timeout)
@@ -263,7 +286,8 @@ class Suite:
                          met=False if note else met, peers=peers, ratios=ratios, rss_mb=res.rss_mb,
                          seconds=r["seconds"], note=note,
                          detail={"records": r["records"], "bytes": inp["bytes"], "batches": inp["batches"],
-                                 "runs": r["runs"], "peers": peer_detail, "digests": digests})
+                                 "runs": r["runs"], "peers": peer_detail, "digests": digests,
+                                 "profile": self.profile(dec["env"], [str(harness.CHILD), "decode", "kstore", path])})
 
     def bench_scan(self) -> None:
         if not self.selected("scan"):
@@ -289,7 +313,8 @@ class Suite:
                      met=gbs >= 2.0, peers=peers, ratios={k: gbs / v for k, v in peers.items()},
                      rss_mb=res.rss_mb, seconds=r["seconds"],
                      note="16 KiB batches, page cache warm",
-                     detail={"bytes": size, "batches": r["batches"], "runs": r["runs"], "cat_seconds": cat_best})
+                     detail={"bytes": size, "batches": r["batches"], "runs": r["runs"], "cat_seconds": cat_best,
+                             "profile": self.profile(dec["env"], [str(harness.CHILD), "scan", path])})
 
     def bench_rebuild_index(self) -> None:
         for label, make in (("16k", self.seg16k), ("1k", self.seg1k)):
@@ -423,10 +448,12 @@ class Suite:
                 if res.ok and res.result:
                     r = res.result
                     rates["core"] = r["rows"] / r["seconds"]
+                    profile = self.profile(dec["env"], [str(harness.CHILD), "spark-core", data["dir"], str(out)])
+                    out.unlink(missing_ok=True)
                     self.add("spark-export:core", decoder=_backend_label(dec, r), figure=rates["core"],
                              unit="rows/s", rss_mb=res.rss_mb, seconds=r["seconds"],
                              note="same reader + Arrow builder, 1 process, pyarrow writer, no Spark",
-                             detail=r)
+                             detail={**r, "profile": profile})
                 else:
                     self.add("spark-export:core", decoder=dec["label"], figure=None, unit="rows/s",
                              note=res.error())
@@ -575,6 +602,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                                          "(default: the installed kstore, else this source tree)")
     ap.add_argument("--dir", help="where to create the temp dir of inputs (default: $TMPDIR)")
     ap.add_argument("--keep", action="store_true", help="keep the generated inputs (their path is printed)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also run each kstore benchmark once under cProfile (not timed) and print where the time goes")
     ap.add_argument("--list", action="store_true", help="list the benchmark and row names and exit")
     args = ap.parse_args(argv)
     q = args.quick
@@ -653,6 +682,9 @@ def main(argv=None) -> int:
           f"{args.spark_records:,} spark rows; {TS_NOTE}; total {time.perf_counter() - started:.0f} s")
     print()
     print(table(suite.rows))
+    for row in suite.rows:
+        if row["detail"].get("profile"):
+            print(f"\nprofile of {row['id']} [{row['decoder']}] (cProfile, by own time):\n{row['detail']['profile']}")
     if args.json:
         doc = {"machine": info, "options": options, "inputs": suite.inputs, "rows": suite.rows,
                "seconds": round(time.perf_counter() - started, 1), "interrupted": interrupted}
