@@ -1,0 +1,342 @@
+"""kstore compact: the four Kafka-written cleaner cases pass by pass through the CLI, dry run, JSON,
+the lock, and SIGKILL at every file operation of a run followed by a rerun."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+from click.testing import CliRunner
+
+from kstore_cli.cli import _register_commands, cli
+from kstore_cli.errors import LogDirLockedError, UsageError
+from kstore_cli.segment import fileops
+from kstore_cli.segment.builder import RecordSpec, build_v2_batch
+from kstore_cli.segment.checkpoint import format_offset_checkpoint, read_offset_checkpoint
+from kstore_cli.segment.index import OffsetIndex, TimeIndex
+from kstore_cli.segment.logdir import Partition
+from kstore_cli.segment.names import filename_prefix
+from kstore_cli.segment.reader import read_batches
+from kstore_cli.segment.swap import resolve_leftovers
+from tests.conftest import GOLDEN, ROOT
+from tests.segment.partition_factory import tree_state
+
+_register_commands()
+
+CLEANER = GOLDEN / "cleaner"
+CASES = sorted(p.name for p in CLEANER.iterdir() if (p / "cleaner-notes.txt").exists())
+STAGES = {1: ("0-input", "1-after-pass1"), 2: ("1b-before-pass2", "2-after-pass2"), 3: ("2b-before-pass3", "3-after-pass3")}
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, ["compact", *args])
+
+
+def kstore(*args: str, env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kstore_cli", *args], capture_output=True, text=True, env=env or ENV)
+
+
+# --------------------------------------------------------------------------- Kafka's own cleaner output
+
+
+def notes(case: str) -> Dict[int, dict]:
+    """cleaner-notes.txt: per pass, the input mtimes and Cleaner.clean()'s arguments and stats."""
+    out: Dict[int, dict] = {}
+    for line in (CLEANER / case / "cleaner-notes.txt").read_text().splitlines():
+        m = re.match(r"pass(\d) input: segment mtimes \[(.*)\]", line)
+        if m:
+            out.setdefault(int(m[1]), {})["mtimes"] = {
+                int(a): int(b) for a, b in (item.split("@") for item in m[2].split(", "))}
+            continue
+        m = re.match(r"pass(\d): (.*)", line)
+        if m:
+            fields = m[2].replace("-> ", "").split()
+            out.setdefault(int(m[1]), {}).update({k: int(v) for k, v in (f.split("=") for f in fields)})
+    return out
+
+
+def batch_view(path: Path) -> List[tuple]:
+    """Every batch's header fields (not crc/size/attributes bits beyond the flags) and its records."""
+    out = []
+    for b in read_batches(str(path)):
+        records = [(r.offset, r.timestamp, r.key, r.value,
+                    [] if r.is_legacy else [(h.key, h.value) for h in r.headers]) for r in b.records()]
+        header = (b.magic, b.base_offset if b.magic >= 2 else None, b.last_offset, b.count, b.compression,
+                  b.timestamp_type, b.max_timestamp, b.producer_id, b.producer_epoch, b.base_sequence,
+                  b.partition_leader_epoch, b.is_transactional, b.is_control, b.delete_horizon_ms)
+        out.append((header, records, None if b.compression else bytes(b.buffer)))
+    return out
+
+
+def batch_starting_at(log: Path) -> Dict[int, int]:
+    """position -> (last offset) of each batch of a .log, to compare index positions across codecs."""
+    return {b.position: b.last_offset for b in read_batches(str(log))}
+
+
+def prepare(tmp: Path, case: str, n: int) -> Tuple[Path, dict]:
+    """The stage Kafka's pass n ran on, in a data dir, with the mtimes and checkpoint of the notes."""
+    info = notes(case)[n]
+    data = tmp / f"pass{n}"
+    part = data / f"{case}-0"
+    shutil.copytree(CLEANER / case / STAGES[n][0], part)
+    for base, ms in info["mtimes"].items():
+        for f in part.glob(f"{filename_prefix(base)}.*"):
+            os.utime(f, ns=(ms * 1_000_000, ms * 1_000_000))
+    if n > 1:
+        (data / "cleaner-offset-checkpoint").write_text(
+            format_offset_checkpoint({(case, 0): info["firstDirtyOffset"]}))
+    topics = data.parent / f"{case}-topics.ini"
+    # The harness's topic config (fixtures/kafka-golden/README.md, "Cleaner cases").
+    extra = "segment.bytes = 200\n" if case == "clean-legacy-v1" else ""
+    topics.write_text(f"[{case}]\ncleanup.policy = compact\nindex.interval.bytes = 64\n{extra}")
+    # Its Cleaner: 64 KiB I/O buffers (log.cleaner.io.buffer.size / threads / 2), 1 MiB max.
+    server = data.parent / "server.properties"
+    server.write_text("log.cleaner.io.buffer.size = 131072\nmessage.max.bytes = 1048576\n")
+    return part, info
+
+
+def compare_stage(ours: Path, theirs: Path) -> None:
+    active = max(Partition(str(theirs)).segments, key=lambda s: s.base_offset).base_offset
+    names_ours = {p.name for p in ours.iterdir()}
+    names_theirs = {p.name for p in theirs.iterdir()}
+    # The empty active segment's index files come from the harness reopening the log, not the cleaner.
+    reopen = {f"{filename_prefix(active)}.index", f"{filename_prefix(active)}.timeindex"}
+    assert names_theirs - names_ours <= reopen, names_theirs ^ names_ours
+    assert names_ours - names_theirs == set(), names_ours - names_theirs
+    for name in sorted(names_ours & names_theirs):
+        a, b = ours / name, theirs / name
+        if name.endswith(".log"):
+            got, want = batch_view(a), batch_view(b)
+            assert [(x[0], x[1]) for x in got] == [(y[0], y[1]) for y in want], name
+            for x, y in zip(got, want):
+                if y[2] is not None:
+                    assert x[2] == y[2], f"{name}: uncompressed batch ending at {y[0][2]} differs in bytes"
+            if all(y[2] is not None for y in want):
+                assert a.read_bytes() == b.read_bytes(), name
+        elif name.endswith((".index", ".timeindex")) and not all(
+                y[2] is not None for y in batch_view(theirs / (name.split(".")[0] + ".log"))):
+            # Recompressed batches have other sizes: entries must name the same batches.
+            log = name.split(".")[0] + ".log"
+            if name.endswith(".index"):
+                pos_a, pos_b = batch_starting_at(ours / log), batch_starting_at(theirs / log)
+                got = [(o, pos_a[p]) for o, p in OffsetIndex(str(a))]
+                want = [(o, pos_b[p]) for o, p in OffsetIndex(str(b))]
+            else:
+                got, want = list(TimeIndex(str(a))), list(TimeIndex(str(b)))
+            assert got == want, name
+        else:
+            assert a.read_bytes() == b.read_bytes(), f"{name}: not byte-identical"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden_cleaner_cases_pass_by_pass(tmp_path: Path, case: str) -> None:
+    for n in (1, 2, 3):
+        part, info = prepare(tmp_path, case, n)
+        result = run("--now", str(info["now"]), "--force-clean", "--delete-retention-ms", "1000",
+                     "--min-compaction-lag-ms", "0", "--max-index-bytes", "1048576",
+                     "--dedupe-buffer-bytes", str(1 << 20),
+                     "--topic-config", str(part.parent.parent / f"{case}-topics.ini"), "--config", str(part.parent.parent / "server.properties"), "--json", str(part))
+        assert result.exit_code == 0, result.output
+        row = json.loads(result.output)["partitions"][0]
+        assert row["cleaned"], row
+        # Cleaner.clean()'s arguments, return value and CleanerStats, as Kafka reported them.
+        assert row["firstDirtyOffset"] == info["firstDirtyOffset"]
+        assert row["firstUncleanableOffset"] == info["firstUncleanableOffset"]
+        assert row["endOffset"] == info["endOffset"]
+        stats = row["stats"]
+        for key in ("bytesRead", "mapBytesRead", "mapMessagesRead", "messagesRead", "invalidMessagesRead",
+                    "messagesWritten"):
+            assert stats[key] == info[key], (n, key, stats[key], info[key])
+        if case != "clean-codecs":  # recompressed batches differ in size only
+            assert stats["bytesWritten"] == info["bytesWritten"]
+        compare_stage(part, CLEANER / case / STAGES[n][1])
+        assert read_offset_checkpoint(str(part.parent / "cleaner-offset-checkpoint")) == {(case, 0): info["endOffset"]}
+        # The cleaned segment keeps the mtime of the last segment of its group.
+        group_last = max(b for b in info["mtimes"] if b < info["endOffset"])
+        cleaned = [s for s in Partition(str(part)).segments if s.base_offset < info["endOffset"]][-1]
+        assert os.stat(cleaned.log).st_mtime_ns // 1_000_000 == info["mtimes"][group_last]
+
+
+# --------------------------------------------------------------------------- a generated partition
+
+
+T = 1_700_000_000_000
+
+
+def write_partition(data: Path, *, topic: str = "changelog") -> Path:
+    """Three segments of overwrites, tombstones and a gzip batch, and an empty active segment."""
+    part = data / f"{topic}-0"
+    part.mkdir(parents=True)
+    offset = 0
+    segments = []
+    for s in range(3):
+        base = offset
+        out = b""
+        for b in range(3):
+            recs = []
+            for i in range(3):
+                key = f"k{(offset * 7) % 5}".encode()
+                value = None if offset % 6 == 5 else f"v{offset}".encode()
+                recs.append(RecordSpec(offset, T + offset * 10, key, value))
+                offset += 1
+            out += build_v2_batch(recs, codec=1 if (s, b) == (1, 1) else 0, partition_leader_epoch=0)
+        (part / f"{filename_prefix(base)}.log").write_bytes(out)
+        segments.append(base)
+    (part / f"{filename_prefix(offset)}.log").write_bytes(b"")
+    for i, base in enumerate(segments):
+        os.utime(part / f"{filename_prefix(base)}.log", ns=((T + i) * 1_000_000,) * 2)
+    return part
+
+
+NOW = ["--now", str(T + 10_000), "--delete-retention-ms", "1000"]
+
+
+def test_dry_run_changes_nothing_and_reports_what_a_run_removes(tmp_path: Path) -> None:
+    part = write_partition(tmp_path / "data")
+    before = tree_state(tmp_path)
+    dry = run(*NOW, "--dry-run", "--json", str(part))
+    assert dry.exit_code == 0, dry.output
+    assert tree_state(tmp_path) == before
+    real = run(*NOW, "--json", str(part))
+    assert real.exit_code == 0, real.output
+    d, r = json.loads(dry.output), json.loads(real.output)
+    assert d["dryRun"] and not r["dryRun"]
+    for key in ("recordsRemoved", "bytesBefore", "bytesAfter"):
+        assert d[key] == r[key] and r[key] > 0
+    assert d["partitions"][0]["stats"] == r["partitions"][0]["stats"]
+    assert r["bytesAfter"] == sum(os.path.getsize(s.log) for s in Partition(str(part)).segments)
+    assert r["bytesBefore"] - r["bytesAfter"] > 0
+
+
+def test_json_and_text_output_and_policy_of_a_data_dir(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    write_partition(data, topic="orders")
+    write_partition(data, topic="__consumer_offsets")
+    result = run(*NOW, "--json", str(data))
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    rows = {Path(r["partition"]).name: r for r in out["partitions"]}
+    assert rows["orders-0"]["skipped"].startswith("cleanup.policy=delete")
+    assert rows["__consumer_offsets-0"]["cleaned"] and rows["__consumer_offsets-0"]["policy"] == "compact"
+    assert out["partitionsCleaned"] == 1
+    text = run(*NOW, str(data))
+    assert text.exit_code == 0
+    assert "orders-0: skipped" in text.output
+    assert "__consumer_offsets-0: not cleaned" in text.output  # already clean: nothing dirty
+    topics = tmp_path / "topics.ini"
+    topics.write_text("[orders]\ncleanup.policy = compact,delete\nretention.ms = -1\n")
+    again = run(*NOW, "--topic-config", str(topics), "--json", str(data))
+    rows = {Path(r["partition"]).name: r for r in json.loads(again.output)["partitions"]}
+    assert rows["orders-0"]["cleaned"]
+
+
+def test_not_eligible_below_the_dirty_ratio_unless_forced(tmp_path: Path) -> None:
+    part = write_partition(tmp_path / "data")
+    result = run(*NOW, "--min-cleanable-dirty-ratio", "1.0", "--json", str(part))
+    row = json.loads(result.output)["partitions"][0]
+    assert not row["cleaned"] and "min.cleanable.dirty.ratio" in row["reason"]
+    assert not (tmp_path / "data" / "cleaner-offset-checkpoint").exists()
+    forced = run(*NOW, "--min-cleanable-dirty-ratio", "1.0", "--force-clean", "--json", str(part))
+    assert json.loads(forced.output)["partitions"][0]["cleaned"]
+
+
+_HOLD = (
+    "import fcntl, os, sys, time\n"
+    "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+    "fcntl.lockf(fd, fcntl.LOCK_EX)\n"
+    "print('locked', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_lock_held_by_another_process_makes_it_refuse(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    part = write_partition(data)
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(data / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        before = tree_state(data)
+        assert isinstance(run(*NOW, str(part)).exception, LogDirLockedError)
+        refused = kstore("compact", *NOW, str(part))
+        assert refused.returncode != 0
+        assert "locked by a running process" in refused.stderr and "Traceback" not in refused.stderr
+        assert tree_state(data) == before
+        dry = run(*NOW, "--dry-run", "--json", str(part))
+        assert "a real run would refuse" in " ".join(json.loads(dry.output)["partitions"][0]["notes"])
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_file_path_and_a_tiny_dedupe_buffer_are_usage_errors(tmp_path: Path) -> None:
+    part = write_partition(tmp_path / "data")
+    assert isinstance(run(str(part / "00000000000000000000.log")).exception, UsageError)
+    assert isinstance(run("--dedupe-buffer-bytes", "24", "--force-clean", str(part)).exception, UsageError)
+    proc = kstore("compact", "--dedupe-buffer-bytes", "24", "--force-clean", str(part))
+    assert proc.returncode == 2 and proc.stderr.startswith("kstore: error:") and "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------------- SIGKILL at every operation
+
+
+def records(part: Path) -> List[tuple]:
+    return [(r.offset, r.key, r.value) for s in Partition(str(part)).segments for b in read_batches(s.log)
+            for r in b.records()]
+
+
+def _count_operations(part: Path) -> int:
+    fileops.arm_crash(None)
+    try:
+        assert run(*NOW, str(part)).exit_code == 0
+        return fileops.operation_count()
+    finally:
+        fileops.arm_crash(None)
+
+
+def test_sigkill_at_every_file_operation_then_rerun_converges(tmp_path: Path) -> None:
+    template = tmp_path / "template"
+    write_partition(template)
+    original = records(template / "changelog-0")
+    reference = tmp_path / "reference"
+    shutil.copytree(template, reference)
+    total = _count_operations(reference / "changelog-0")
+    cleaned = records(reference / "changelog-0")
+    expected = tree_state(reference)
+    assert cleaned != original and total >= 15  # creates, fsyncs, renames, unlinks, utimes, the checkpoint
+
+    results: Dict[int, int] = {}
+    running: List[subprocess.Popen] = []
+    for n in range(1, total + 1):
+        d = tmp_path / f"crash-{n}"
+        shutil.copytree(template, d)
+        running.append(subprocess.Popen([sys.executable, "-m", "kstore_cli", "compact", *NOW, str(d / "changelog-0")],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                        env=dict(ENV, KSTORE_CRASH_AT=str(n))))
+        if len(running) >= 6 or n == total:
+            for proc in running:
+                proc.wait(timeout=120)
+                results[int(Path(proc.args[-1]).parent.name.rsplit("-", 1)[1])] = proc.returncode
+            running = []
+    assert all(rc == -9 for rc in results.values()), results
+    for n in range(1, total + 1):
+        d = tmp_path / f"crash-{n}"
+        part = d / "changelog-0"
+        # What a broker loading the directory would see: the old segments or the new, never a mix.
+        probe = tmp_path / f"probe-{n}"
+        shutil.copytree(d, probe)
+        resolve_leftovers(str(probe / "changelog-0"))
+        seen = records(probe / "changelog-0")
+        assert seen in (original, cleaned), f"crash at operation {n}: a mix of old and new segments"
+        rerun = run(*NOW, str(part))
+        assert rerun.exit_code == 0, (n, rerun.output)
+        assert tree_state(d) == expected, f"crash at operation {n} did not converge"
+        leftovers = [p.name for p in part.iterdir() if p.name.endswith((".cleaned", ".swap", ".deleted"))]
+        assert not leftovers, (n, leftovers)
