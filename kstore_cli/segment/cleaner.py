@@ -54,7 +54,7 @@ from kstore_cli.segment.config import CleanerSettings, TopicConfig
 from kstore_cli.segment.index import AbortedTxn, OffsetIndex, TransactionIndex
 from kstore_cli.segment.logdir import Partition, Segment
 from kstore_cli.segment.offset_map import OffsetMap
-from kstore_cli.segment.reader import map_file, read_batches
+from kstore_cli.segment.reader import _release, map_file, read_batches
 from kstore_cli.segment.retention import DataDirState, largest_timestamp, mtime_ms
 from kstore_cli.segment.snapshot import read_snapshot
 from kstore_cli.segment.writer import PartitionWriter
@@ -62,9 +62,21 @@ from kstore_cli.segment.writer import PartitionWriter
 LONG_MAX = (1 << 63) - 1
 _ABORT, _COMMIT = 0, 1
 _SIZE_FIELD = 8  # byte of a batch's size field
+_RELEASE_EVERY = 8 * 1024 * 1024  # drop read pages of the mapped segment this often
 
 
 # --------------------------------------------------------------------------- the log as the cleaner sees it
+
+
+def _scan(path: str) -> Iterator[Batch]:
+    """Every complete batch of a ``.log`` (shallow), its pages released as the scan passes them."""
+    buf = map_file(path)
+    released = 0
+    for batch in read_batches(buf, path=path):
+        yield batch
+        if batch.position - released >= _RELEASE_EVERY:
+            _release(buf, released, batch.position)
+            released = batch.position
 
 
 class SegmentInfo:
@@ -93,7 +105,7 @@ class SegmentInfo:
         if self._next is None:
             nxt = self.base_offset
             try:
-                for batch in read_batches(self.segment.log):
+                for batch in _scan(self.segment.log):
                     nxt = batch.last_offset + 1
             except KstoreError:
                 pass  # a damaged tail: the batches before it decide, as recovery would
@@ -219,7 +231,7 @@ class ProducerState:
             break
         for seg in view.log_segments(start, LONG_MAX):
             try:
-                for batch in read_batches(seg.log):
+                for batch in _scan(seg.log):
                     if batch.last_offset >= start and batch.magic >= 2 and batch.producer_id >= 0:
                         state.update(batch)
             except KstoreError:
@@ -457,7 +469,7 @@ def _chunks(buf: memoryview, start: int, settings: CleanerSettings, max_message_
     buffer from the position, only whole batches, the buffer doubled (growBuffersOrFail) while
     not even one batch fits. The consumer sends back how many bytes it consumed."""
     size = len(buf)
-    position = start
+    position = released = start
     capacity = settings.io_buffer_bytes
     while position < size:
         end = min(size, position + capacity)
@@ -467,6 +479,9 @@ def _chunks(buf: memoryview, start: int, settings: CleanerSettings, max_message_
             continue
         consumed = yield position, batches, capacity
         position += consumed if consumed is not None else sum(b.size for b in batches)
+        if position - released >= _RELEASE_EVERY:
+            _release(buf, released, position)  # pages already filtered leave the process (RSS stays flat)
+            released = position
 
 
 def _grow(buf: memoryview, position: int, capacity: int, settings: CleanerSettings, max_message_bytes: int,
