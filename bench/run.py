@@ -50,7 +50,7 @@ GROUPS = ["decode", "scan", "rebuild-index", "verify-index", "dump-segment", "co
 RSS_TARGET_MB = 150
 #: A command whose wall time is within this of the start-up time is not timed meaningfully.
 MIN_NET_SECONDS = 0.1
-TS_NOTE = "timing excludes interpreter start-up"
+TS_NOTE = "command timings exclude interpreter start-up"
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -597,7 +597,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="size of the command benchmarks' segments in MiB (default 128; 1024 for the RSS target)")
     ap.add_argument("--spark-records", type=int, help="rows exported by spark-export (default 1000000)")
     ap.add_argument("--quick", action="store_true", help="tiny inputs and one run each: checks the suite works")
-    ap.add_argument("--only", help="comma-separated benchmarks or row ids (e.g. decode,scan or decode:v2-none-100B-x100)")
+    ap.add_argument("--only",
+                    help="comma-separated benchmarks or row ids (e.g. decode,scan or decode:v2-none-100B-x100)")
     ap.add_argument("--decoder", choices=["python", "native", "both"],
                     help="run kstore under this record decoder (KSTORE_DECODER in the children); "
                          "default: whichever kstore selects by itself")
