@@ -627,11 +627,34 @@ def convert_partition(
         if not new:
             result.status = "unchanged"
             return result
-        swap.replace_segments(dest, result.new_segments, segments,
-                              old_next_offset=old_next if last_of_partition else None,
-                              new_next_offset=new[-1].next_offset if last_of_partition else None)
-        if opts.to_magic < 2:
-            for path, data in _empty_snapshots(snapshots, stats):
+        emptied = dict(_empty_snapshots(snapshots, stats)) if opts.to_magic < 2 else {}
+        # Snapshots inside the swapped range go through the swap with the segments: a broker (or a
+        # rerun) completing an interrupted swap deletes every other file in that range.
+        low, high = new[0].base_offset, max(s.next_offset for s in new)
+        in_range = [p for o, p in sorted(partition.snapshots.items()) if low <= o < high]
+        extra: List[str] = []
+        try:
+            for path in in_range:
+                if path in emptied:
+                    data = emptied[path]
+                else:
+                    with open(path, "rb") as f:
+                        data = f.read()
+                out = fileops.create_file(path + names.CLEANED_SUFFIX)
+                extra.append(out.path)
+                out.write(data)
+                out.finish()
+            swap.replace_segments(dest, result.new_segments, segments,
+                                  old_next_offset=old_next if last_of_partition else None,
+                                  new_next_offset=new[-1].next_offset if last_of_partition else None,
+                                  extra=extra)
+        except KstoreError:
+            for path in extra:
+                if os.path.exists(path):
+                    fileops.unlink(path)
+            raise
+        for path, data in emptied.items():
+            if path not in in_range:
                 fileops.atomic_write(path, data)
     else:
         if new:

@@ -243,6 +243,18 @@ def make_dirs(directory: str) -> None:
         fsync_dir(os.path.dirname(d))
 
 
+def remove_empty_dir(directory: str) -> None:
+    """Remove an empty directory (and fsync its parent)."""
+    _step("rmdir", directory)
+    try:
+        os.rmdir(directory)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise _fail("remove directory", directory, exc) from None
+    fsync_dir(os.path.dirname(os.path.abspath(directory)))
+
+
 def move_file(src: str, dst: str) -> None:
     """Move src to dst (which must not exist): a rename on the same file system, else
     copy (fsynced) then delete. The caller fsyncs the source directory."""

@@ -44,9 +44,15 @@ from kstore_cli.segment.batch import (
     parse_end_txn_marker,
 )
 from kstore_cli.segment.checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
     format_leader_epoch_checkpoint,
+    format_offset_checkpoint,
     read_leader_epoch_checkpoint,
+    read_offset_checkpoint,
 )
 from kstore_cli.segment.index import (
     DEFAULT_INDEX_INTERVAL_BYTES,
@@ -324,7 +330,7 @@ def recover_segment(
     n = 0
     records = 0
     try:
-        for batch in read_batches(buf, path=path):
+        for batch in read_batches(buf, path=path, check_crc=True):
             try:
                 batch.ensure_valid()
             except CorruptRecordError as e:
@@ -629,9 +635,13 @@ def apply_plan(plan: PartitionPlan, *, truncate: bool = False, quarantine_root: 
     Kafka's recovery does, moving the cut bytes (and any later segments and stale
     snapshots) into ``<quarantine root>/<partition>/<UTC time>/``.
 
-    Order, so that a crash at any step leaves a state a rerun completes: later
-    segments are moved out (newest first), then the tail is copied out, then the
-    .log is truncated, then the indexes are written.
+    Order, so that a crash at any step leaves a state a broker loads and a rerun completes:
+    leader epochs and the data dir's offset checkpoints are brought down to the new log end;
+    the quarantine dir gets its manifest (what is about to be moved and cut); later segments are
+    moved out (newest first, each .log after its other files); the tail is copied out; the .log
+    is truncated; the indexes are written. A rerun after a crash finds the cut still to do (or
+    done) and finishes it into a new quarantine dir; kstore's own half-written temporary files
+    in earlier quarantine dirs of the partition are removed.
     """
     report = ApplyReport()
     damaged = plan.damaged
@@ -639,36 +649,49 @@ def apply_plan(plan: PartitionPlan, *, truncate: bool = False, quarantine_root: 
         result = damaged.result
         problem = result.problem
         root = quarantine_root or default_quarantine_root(plan.partition)
-        qdir = os.path.join(os.path.abspath(root), plan.partition.name, _utc_stamp())
+        partition_root = os.path.join(os.path.abspath(root), plan.partition.name)
+        _tidy_quarantine(partition_root)
+        qdir = os.path.join(partition_root, _utc_stamp())
         fileops.make_dirs(qdir)
         report.quarantine_dir = qdir
+        # Nothing may point past the new log end (so no crash from here on leaves a checkpoint
+        # ahead of the files, and a rerun that no longer sees the cut has nothing left to do).
+        _truncate_leader_epochs(plan.partition, result.next_offset)
+        _clamp_offset_checkpoints(plan.partition, result.next_offset)
+
+        # Newest segment first, and each segment's .log after its indexes: a crash in between leaves
+        # the .log with what remains of its files (which the rerun moves), never an orphan index.
+        def move_order(path: str) -> Tuple[int, bool, str]:
+            name = os.path.basename(path)
+            return (-int(name.split(".", 1)[0]), name.endswith(names.LOG_SUFFIX), name)
+
+        moves = [(path, os.path.join(qdir, os.path.basename(path))) for path in sorted(plan.dropped_files, key=move_order)]
+        tail = None
+        if problem.kind != ZERO_TAIL:
+            tail = os.path.join(qdir, os.path.basename(damaged.segment.log) + ".tail")
         manifest = {
             "partition": plan.partition.path,
             "segment": damaged.segment.log,
             "validBytes": result.valid_bytes,
             "logSizeBefore": result.log_size,
             "problem": problem.to_dict(),
-            "tailFile": None,
-            "movedFiles": [],
+            "tailFile": tail,
+            "movedFiles": [{"from": a, "to": b} for a, b in moves],
         }
-        for path in sorted(plan.dropped_files, reverse=True):
-            dst = os.path.join(qdir, os.path.basename(path))
-            fileops.move_file(path, dst)
-            report.quarantined.append((path, dst))
-            manifest["movedFiles"].append({"from": path, "to": dst})
-        if problem.kind != ZERO_TAIL:
-            tail = os.path.join(qdir, os.path.basename(damaged.segment.log) + ".tail")
-            fileops.copy_range(damaged.segment.log, tail, result.valid_bytes, result.log_size)
-            report.quarantined.append((f"{damaged.segment.log}[{result.valid_bytes}:{result.log_size}]", tail))
-            manifest["tailFile"] = tail
+        # The manifest first: a quarantine dir left by a killed run still says what it was for.
         fileops.atomic_write(os.path.join(qdir, "kstore-quarantine.json"),
                              (json.dumps(manifest, indent=2) + "\n").encode())
+        for path, dst in moves:
+            fileops.move_file(path, dst)
+            report.quarantined.append((path, dst))
+        if tail is not None:
+            fileops.copy_range(damaged.segment.log, tail, result.valid_bytes, result.log_size)
+            report.quarantined.append((f"{damaged.segment.log}[{result.valid_bytes}:{result.log_size}]", tail))
         fileops.fsync_dir(qdir)
         if plan.dropped_files:
             fileops.fsync_dir(plan.partition.path)
         fileops.truncate(damaged.segment.log, result.valid_bytes)
         report.truncated.append((damaged.segment.log, result.log_size, result.valid_bytes))
-        _truncate_leader_epochs(plan.partition, result.next_offset)
     for splan in plan.segments:
         if splan.result is None or splan.skipped is not None:
             continue
@@ -680,6 +703,22 @@ def apply_plan(plan: PartitionPlan, *, truncate: bool = False, quarantine_root: 
             fileops.atomic_write(change.path, change.data)
             report.written.append(change.path)
     return report
+
+
+def _tidy_quarantine(partition_root: str) -> None:
+    """Remove what a killed run left half-done in earlier quarantine dirs of a partition: kstore's
+    own temporary files and empty dirs. Quarantined data is never touched."""
+    if not os.path.isdir(partition_root):
+        return
+    for stamp in sorted(os.listdir(partition_root)):
+        qdir = os.path.join(partition_root, stamp)
+        if not os.path.isdir(qdir):
+            continue
+        for name in sorted(os.listdir(qdir)):
+            if name.endswith(fileops.TMP_SUFFIX):
+                fileops.unlink(os.path.join(qdir, name))
+        if not os.listdir(qdir):
+            fileops.remove_empty_dir(qdir)
 
 
 def _truncate_leader_epochs(partition: Partition, end_offset: int) -> None:
@@ -694,6 +733,29 @@ def _truncate_leader_epochs(partition: Partition, end_offset: int) -> None:
     kept = [(epoch, start) for epoch, start in entries if start < end_offset]
     if kept != entries:
         fileops.atomic_write(path, format_leader_epoch_checkpoint(kept).encode())
+
+
+def _clamp_offset_checkpoints(partition: Partition, end_offset: int) -> None:
+    """What LogLoader does with the data dir's checkpoints when the log ends before them: the recovery
+    point, high watermark and log start offset come down to the new log end; a cleaner offset past
+    it is dropped (LogCleanerManager resets it to the log start offset, as for no entry)."""
+    key = (partition.topic, partition.partition)
+    for name in (RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
+                 CLEANER_OFFSET_CHECKPOINT):
+        path = os.path.join(partition.data_dir, name)
+        if not os.path.isfile(path):
+            continue
+        try:
+            entries = read_offset_checkpoint(path)
+        except KstoreError:
+            continue  # a damaged checkpoint: the broker ignores it as well; not ours to rewrite
+        if entries.get(key, end_offset) <= end_offset:
+            continue
+        if name == CLEANER_OFFSET_CHECKPOINT:
+            del entries[key]
+        else:
+            entries[key] = end_offset
+        fileops.atomic_write(path, format_offset_checkpoint(entries).encode())
 
 
 def check_interval(value: int) -> int:

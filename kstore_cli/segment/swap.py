@@ -69,11 +69,16 @@ class ReplaceReport:
 def replace_segments(directory: str, new_bases: Sequence[int], old: Sequence[Segment], *,
                      old_next_offset: Optional[int] = None,
                      new_next_offset: Optional[int] = None,
-                     suffix: str = names.CLEANED_SUFFIX) -> ReplaceReport:
+                     suffix: str = names.CLEANED_SUFFIX, extra: Sequence[str] = ()) -> ReplaceReport:
     """Swap the ``.cleaned`` segments `new_bases` in for the segments `old` (Kafka's protocol).
 
     `old_next_offset`/`new_next_offset` (the log end offsets of the two sets), when given, are
     checked so that a crash between steps resolves to exactly one copy of every record.
+
+    `extra` names more complete ``<offset>.<ext>.cleaned`` files (producer snapshots) that go
+    through the same renames: LogLoader, completing an interrupted swap, deletes *every* file
+    whose offset is in the swapped range, snapshots included, so a snapshot in that range
+    survives a crash only as part of the swap set. Each replaces the file of its final name.
     """
     directory = os.path.abspath(directory)
     report = ReplaceReport()
@@ -93,10 +98,22 @@ def replace_segments(directory: str, new_bases: Sequence[int], old: Sequence[Seg
     for base in new_sorted:
         if not os.path.isfile(os.path.join(directory, names.filename_prefix(base) + names.LOG_SUFFIX + suffix)):
             raise UsageError(f"no {names.filename_prefix(base)}.log{suffix} to swap in", path=directory)
+    extras: Dict[int, List[str]] = {}
+    for path in extra:
+        offset = _leading_offset(os.path.basename(path))
+        if offset is None or not path.endswith(suffix) or not os.path.isfile(path):
+            raise UsageError(f"not a complete <offset>.<ext>{suffix} file to swap in", path=path)
+        extras.setdefault(offset, []).append(os.path.abspath(path))
+    offsets = sorted(set(new_sorted) | set(extras))
+
+    def swap_set(offset: int, sfx: str) -> List[str]:
+        files = _files_of(directory, offset, sfx) if offset in new_sorted else []
+        return files + [p[: -len(suffix)] + sfx for p in sorted(extras.get(offset, ()))]
+
     fileops.fsync_dir(directory)
     # 2. .cleaned -> .swap, descending offsets (the order LogLoader's rollback rule relies on).
-    for base in reversed(new_sorted):
-        for path in _files_of(directory, base, suffix):
+    for offset in reversed(offsets):
+        for path in swap_set(offset, suffix):
             fileops.rename(path, path[: -len(suffix)] + names.SWAP_SUFFIX)
     fileops.fsync_dir(directory)
     # 3. old segments -> .deleted, ascending.
@@ -108,8 +125,8 @@ def replace_segments(directory: str, new_bases: Sequence[int], old: Sequence[Seg
             report.removed.append(path)
     fileops.fsync_dir(directory)
     # 4. .swap -> final names.
-    for base in new_sorted:
-        for path in _files_of(directory, base, names.SWAP_SUFFIX):
+    for offset in offsets:
+        for path in swap_set(offset, names.SWAP_SUFFIX):
             final = path[: -len(names.SWAP_SUFFIX)]
             fileops.rename(path, final)
             report.installed.append(final)

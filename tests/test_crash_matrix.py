@@ -1,0 +1,429 @@
+"""The crash matrix: every mutating command, killed (a real SIGKILL) at every one of its file
+operations, then rerun.
+
+For each scenario the command first runs uninterrupted on a copy of a realistic data dir
+(tests/safety_data.py), which gives the number of file operations N (every write, fsync, rename,
+unlink, truncate, mkdir and checkpoint write goes through kstore_cli.segment.fileops) and the
+reference final state. Then for every n in 1..N, on a fresh copy:
+
+1. a forked child arms ``fileops.arm_crash(n)`` and runs the CLI in-process; it must die of
+   SIGKILL just before its n-th operation;
+2. the directory it left must be one Kafka's log loader accepts: after LogLoader's leftover rules
+   (``swap.resolve_leftovers``: .cleaned rolled back, a .swap set completed) every segment reads,
+   segments do not overlap, every record is there exactly once (the records are the original ones
+   with some left out -- for retention and truncation one contiguous run of them -- and include every
+   record the policy keeps), and no offset checkpoint
+   (recovery point, high watermark, log start offset, cleaner offset) or leader epoch is past the
+   log end;
+3. the command is rerun normally and must exit as the reference run did and leave exactly the
+   reference state (file names and bytes; quarantine dirs, named by time, are compared by content),
+   with no .cleaned/.swap/.deleted/.kstore-tmp anywhere.
+
+Plus one run armed at N + 1, which must complete on its own.
+
+Adding a command is one SCENARIOS entry: a setup that damages/prepares the data dir, and argv.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+import pytest
+from click.testing import CliRunner
+
+from kstore_cli.cli import _register_commands, cli, main
+from kstore_cli.errors import KstoreError
+from kstore_cli.segment import fileops
+from kstore_cli.segment import swap as swap_module
+from kstore_cli.segment.logdir import Partition
+from tests.safety_data import (
+    DAY,
+    GZIP,
+    INTERVAL,
+    LEFTOVER_SUFFIXES,
+    T0,
+    check_loadable,
+    diff,
+    is_contiguous_slice,
+    is_subsequence,
+    loader_view,
+    log_end,
+    make_data_dir,
+    records,
+    tree_bytes,
+)
+
+_register_commands()
+
+WORKERS = 2  # crashed children run this many at a time
+QUARANTINE = "kstore-quarantine"
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def _drop_indexes(data: Path) -> None:
+    make_data_dir(data)
+    for p in sorted(data.glob("*-0/*")):
+        if p.suffix in (".index", ".txnindex"):
+            p.unlink()
+        elif p.suffix == ".timeindex":
+            p.write_bytes(p.read_bytes()[:-5])  # damaged: not a multiple of the entry size
+
+
+def _damaged_tail(data: Path) -> None:
+    """A CRC mismatch in the last batch of the second of four segments: Kafka's recovery cuts
+    there and deletes the two later segments (kstore quarantines them)."""
+    part = make_data_dir(data)
+    seg = Partition(str(part)).segments[1]
+    raw = bytearray(Path(seg.log).read_bytes())
+    raw[-10] ^= 0xFF
+    Path(seg.log).write_bytes(bytes(raw))
+
+
+def _legacy(data: Path) -> None:
+    make_data_dir(data, magic=1, codec=GZIP)
+
+
+def _compactable(data: Path) -> None:
+    """orders-0 with repeated keys and tombstones, cleanup.policy=compact (a topic config beside the data dir)."""
+    make_data_dir(data, keys=7)
+    (data.parent / "topics.ini").write_text("[orders]\ncleanup.policy = compact\n")
+
+
+NOW = T0 + 10 * DAY
+
+
+@dataclass
+class Scenario:
+    name: str
+    setup: Callable[[Path], None]  # writes the data dir at the given path
+    argv: Callable[[Path], List[str]]  # the command line, given the data dir
+    exit_code: int = 0
+    damaged_input: bool = False  # the input has damage Kafka's recovery would cut (allowed until cut)
+    min_ops: int = 10  # a floor, so that a command that stopped writing is noticed
+    #: The policy removes a prefix of the log (or nothing), so every intermediate state is a
+    #: contiguous run of the original records; compaction removes records anywhere.
+    contiguous: bool = True
+    #: Known gap (reported): checkpoint files whose update comes after the swap. A crash between the
+    #: swap taking effect and that checkpoint leaves the old checkpoint, so the rerun does a second
+    #: pass over the range, as Kafka's cleaner does after such a crash: the rerun then converges to
+    #: "uninterrupted run + a second pass from the old checkpoint" -- only in exactly that window.
+    second_pass_from: Tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+SCENARIOS = [
+    Scenario("rebuild-index-missing", _drop_indexes,
+             lambda d: ["rebuild-index", "--index-interval-bytes", str(INTERVAL), str(d)], min_ops=40),
+    Scenario("rebuild-index-truncate", _damaged_tail,
+             lambda d: ["rebuild-index", "--truncate", "--index-interval-bytes", str(INTERVAL), str(d / "orders-0")],
+             damaged_input=True, min_ops=15),
+    Scenario("convert-v1gzip-v2zstd", _legacy,
+             lambda d: ["convert-format", "--to-magic", "2", "--compression", "zstd", "--in-place",
+                        "--index-interval-bytes", str(INTERVAL), str(d / "orders-0")], min_ops=40),
+    Scenario("retain-time", make_data_dir,
+             lambda d: ["retain", "--now", str(NOW), "--retention-ms", str(5 * DAY), str(d)], min_ops=25),
+    Scenario("retain-size", make_data_dir,
+             lambda d: ["retain", "--now", str(NOW), "--retention-ms", "-1", "--retention-bytes", "2000", str(d)],
+             min_ops=15),
+    Scenario("retain-log-start-offset", make_data_dir,
+             lambda d: ["retain", "--now", str(NOW), "--retention-ms", "-1", "--log-start-offset", "40",
+                        str(d / "orders-0")], min_ops=12),
+    Scenario("compact", _compactable,
+             lambda d: ["compact", "--now", str(NOW), "--force-clean", "--topic-config", str(d.parent / "topics.ini"),
+                        str(d / "orders-0")], min_ops=15, contiguous=False,
+             second_pass_from=("cleaner-offset-checkpoint",)),
+]
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _run_in_process(argv: List[str]) -> int:
+    fileops.arm_crash(None)  # disarmed; operation_count() and journal then describe this run
+    result = CliRunner().invoke(cli, argv)
+    if isinstance(result.exception, KstoreError):
+        return int(result.exception.exit_status)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code
+
+
+def _fork_crashed(argv: List[str], crash_at: int) -> int:
+    """Fork a child that runs the CLI with a crash armed at operation crash_at; returns its pid."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 70
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            fileops.arm_crash(crash_at)  # the default hook: os.kill(getpid(), SIGKILL)
+            try:
+                main(argv)
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            os._exit(100 + code)  # "finished on its own" (the crash never came)
+    return pid
+
+
+def _wait(pid: int) -> Tuple[bool, int]:
+    """(killed by SIGKILL, exit code if it finished)."""
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return os.WTERMSIG(status) == signal.SIGKILL, -os.WTERMSIG(status)
+    return False, os.WEXITSTATUS(status) - 100
+
+
+def _quarantined(root: Path) -> Dict[str, bytes]:
+    """{file name: bytes} of everything quarantined under root, over every time-stamped run dir
+    (the manifest aside: it names the run)."""
+    out: Dict[str, bytes] = {}
+    for p in sorted((root / QUARANTINE).rglob("*")):
+        if p.is_file() and p.name != "kstore-quarantine.json":
+            assert out.get(p.name, p.read_bytes()) == p.read_bytes(), f"two different {p.name} quarantined"
+            out[p.name] = p.read_bytes()
+    return out
+
+
+@dataclass
+class Reference:
+    ops: int
+    data: Dict[str, bytes]
+    quarantine: Dict[str, bytes]
+    original: Dict[str, list] = field(default_factory=dict)  # partition -> records before
+    kept: Dict[str, list] = field(default_factory=dict)  # partition -> records after
+    second_pass: Optional[Dict[str, bytes]] = None  # see Scenario.second_pass_from
+
+
+def _partitions(data: Path) -> List[Path]:
+    return sorted(p for p in data.iterdir() if p.is_dir() and "-" in p.name)
+
+
+def _reference(sc: Scenario, template: Path, tmp: Path) -> Reference:
+    work = tmp / "reference"
+    shutil.copytree(template, work)
+    data = work / "data"
+    before = {p.name: records(p, tolerate_damage=sc.damaged_input) for p in _partitions(data)}
+    fileops.arm_crash(None)
+    code = _run_in_process(sc.argv(data))
+    ops = fileops.operation_count()
+    _journals[sc.name] = list(fileops.journal)
+    assert code == sc.exit_code, f"{sc}: the uninterrupted run exited {code}"
+    assert ops >= sc.min_ops, f"{sc}: only {ops} file operations"
+    problems = check_loadable(data)
+    assert not problems, f"{sc}: the uninterrupted result does not load: {problems}"
+    ref = Reference(ops, tree_bytes(data), _quarantined(work))
+    ref.original = before
+    ref.kept = {p.name: records(p) for p in _partitions(data)}
+    assert ref.data != tree_bytes(template / "data"), f"{sc}: the command changed nothing"
+    return ref
+
+
+def _check_crashed(sc: Scenario, n: int, work: Path, template: Path, ref: Reference, scratch: Path) -> None:
+    data = work / "data"
+    view = loader_view(data, scratch)
+    problems = check_loadable(view)
+    if sc.damaged_input:  # the input's own damage is allowed while its .log is still untouched
+        original = tree_bytes(template / "data")
+        problems = [p for p in problems if not (
+            "unreadable segment" in p and any(
+                (data / rel).read_bytes() == raw for rel, raw in original.items()
+                if rel.endswith(".log") and (data / rel).exists() and os.path.basename(rel) in p))]
+    assert not problems, f"{sc}: crash before operation {n} ({fileops_journal_hint(sc, n)}) leaves: {problems}"
+    for part in _partitions(view):
+        got = records(part, tolerate_damage=sc.damaged_input)
+        assert len({r[0] for r in got}) == len(got), f"{sc} crash {n}: {part.name} has duplicate offsets"
+        whole, kept = ref.original[part.name], ref.kept[part.name]
+        within = is_contiguous_slice if sc.contiguous else is_subsequence
+        assert within(got, whole), f"{sc} crash {n}: {part.name} records are not {within.__name__} of the originals"
+        assert within(kept, got), f"{sc} crash {n}: {part.name} lost records the policy keeps"
+
+
+_journals: Dict[str, List[tuple]] = {}
+
+
+def fileops_journal_hint(sc: Scenario, n: int) -> str:
+    journal = _journals.get(sc.name, [])
+    if 0 < n <= len(journal):
+        kind, path = journal[n - 1]
+        return f"{kind} {os.path.basename(path.split(' -> ')[0])}"
+    return "?"
+
+
+def _second_pass_state(sc: Scenario, template: Path, tmp: Path) -> Dict[str, bytes]:
+    """The uninterrupted result with sc.second_pass_from restored from the input, run once more."""
+    work = tmp / "second-pass"
+    shutil.copytree(tmp / "reference", work)
+    for name in sc.second_pass_from:
+        shutil.copy(template / "data" / name, work / "data" / name)
+    assert _run_in_process(sc.argv(work / "data")) == sc.exit_code
+    return tree_bytes(work / "data")
+
+
+def _second_pass_window(sc: Scenario) -> range:
+    """Operation indexes from the swap taking effect (after the last .cleaned -> .swap rename) to
+    the rename installing the last sc.second_pass_from checkpoint."""
+    journal = _journals[sc.name]
+    swapped = max(i for i, (kind, path) in enumerate(journal, 1)
+                  if kind == "rename" and path.endswith(".swap") and ".cleaned -> " in path)
+    installed = max(i for i, (kind, path) in enumerate(journal, 1)
+                    if kind == "rename" and path.endswith(sc.second_pass_from))
+    return range(swapped + 1, installed + 1)
+
+
+def _check_rerun(sc: Scenario, n: int, work: Path, ref: Reference) -> bool:
+    """Rerun and check; True when it converged to the second-pass state instead of the reference."""
+    data = work / "data"
+    code = _run_in_process(sc.argv(data))
+    assert code == sc.exit_code, f"{sc}: the rerun after a crash at {n} exited {code}"
+    where = f"{sc}: crash before operation {n} ({fileops_journal_hint(sc, n)})"
+    stray = [str(p.relative_to(work)) for p in work.rglob("*") if p.name.endswith(LEFTOVER_SUFFIXES)]
+    assert not stray, f"{where}: leftovers survive the rerun: {stray}"
+    state = tree_bytes(data)
+    second = ref.second_pass is not None and state == ref.second_pass and state != ref.data
+    if not second:
+        assert state == ref.data, f"{where}: the rerun does not converge: {diff(state, ref.data)}"
+    if ref.quarantine:
+        got = _quarantined(work)
+        assert set(ref.quarantine) <= set(got), f"{where}: quarantine lacks {set(ref.quarantine) - set(got)}"
+        assert all(got[k] == v for k, v in ref.quarantine.items()), f"{where}: quarantined bytes differ"
+    if second:
+        return True
+    for part in _partitions(data):
+        assert records(part) == ref.kept[part.name], f"{where}: {part.name} records differ"
+    return False
+
+
+@pytest.mark.parametrize("sc", SCENARIOS, ids=str)
+def test_sigkill_at_every_file_operation(sc: Scenario, tmp_path: Path, capsys) -> None:
+    started = time.perf_counter()
+    template = tmp_path / "template"
+    sc.setup(template / "data")
+    ref = _reference(sc, template, tmp_path)
+    if sc.second_pass_from:
+        ref.second_pass = _second_pass_state(sc, template, tmp_path)
+    killed = 0
+    second_passes = []
+    for first in range(1, ref.ops + 1, WORKERS):
+        batch = list(range(first, min(first + WORKERS, ref.ops + 1)))
+        works = {}
+        pids = {}
+        for n in batch:
+            work = tmp_path / f"crash-{n}"
+            shutil.copytree(template, work)
+            works[n] = work
+            pids[n] = _fork_crashed(sc.argv(work / "data"), n)
+        for n in batch:
+            was_killed, code = _wait(pids[n])
+            assert was_killed, f"{sc}: armed at operation {n} of {ref.ops}, the run was not killed (exit {code})"
+            killed += 1
+        for n in batch:
+            _check_crashed(sc, n, works[n], template, ref, tmp_path / "view")
+            if _check_rerun(sc, n, works[n], ref):
+                second_passes.append(n)
+            shutil.rmtree(works[n])
+    # Armed one past the end: the run finishes by itself, with the reference result.
+    work = tmp_path / "past-the-end"
+    shutil.copytree(template, work)
+    was_killed, code = _wait(_fork_crashed(sc.argv(work / "data"), ref.ops + 1))
+    assert not was_killed and code == sc.exit_code
+    assert tree_bytes(work / "data") == ref.data
+    assert killed == ref.ops
+    if sc.second_pass_from:
+        assert second_passes == list(_second_pass_window(sc)), "second passes outside the swap-to-checkpoint window"
+    with capsys.disabled():
+        print(f"\n[crash-matrix] {sc}: {ref.ops} operation indexes, each killed and rerun, "
+              f"{time.perf_counter() - started:.1f} s", end="")
+
+
+@pytest.mark.xfail(strict=True, reason="compact writes cleaner-offset-checkpoint after the swap (as Kafka does): "
+                   "a crash in between makes the rerun clean the range a second time (reported to the cleaner)")
+def test_compact_killed_between_swap_and_checkpoint_converges(tmp_path: Path) -> None:
+    sc = next(s for s in SCENARIOS if s.name == "compact")
+    sc.setup(tmp_path / "template" / "data")
+    ref = _reference(sc, tmp_path / "template", tmp_path)
+    n = _second_pass_window(sc)[0]
+    work = tmp_path / "crashed"
+    shutil.copytree(tmp_path / "template", work)
+    assert _wait(_fork_crashed(sc.argv(work / "data"), n))[0]
+    assert _run_in_process(sc.argv(work / "data")) == sc.exit_code
+    assert tree_bytes(work / "data") == ref.data
+
+
+def test_the_matrix_knows_every_mutating_command() -> None:
+    """A new mutating command must get a scenario: every command that takes the data dir lock
+    (the mark of a command that changes files) appears in SCENARIOS."""
+    from kstore_cli.commands import COMMANDS
+
+    mutating = set()
+    for command in COMMANDS:
+        if any(p.name == "force" for p in command.params):
+            mutating.add(command.name)
+    covered = {sc.argv(Path("/x"))[0] for sc in SCENARIOS}
+    assert mutating == covered, f"mutating commands without a crash scenario: {mutating - covered}"
+
+
+# --------------------------------------------------------------------------- regressions the matrix found
+
+
+def test_truncate_brings_the_data_dir_checkpoints_down_to_the_new_log_end(tmp_path: Path) -> None:
+    """rebuild-index --truncate used to leave recovery point and high watermark at the old log end
+    (72), past the files; LogLoader clamps them, and a cleaner offset past the end is reset."""
+    from kstore_cli.segment.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
+
+    data = tmp_path / "data"
+    _damaged_tail(data)
+    cleaner = data / "cleaner-offset-checkpoint"
+    cleaner.write_text(cleaner.read_text().replace("orders 0 15", "orders 0 60"))
+    assert _run_in_process(SCENARIOS[1].argv(data)) == 0
+    end = 30  # the valid part of the second segment ends there (after the abort marker at 29)
+    assert log_end(data / "orders-0") == end
+    for name in ("recovery-point-offset-checkpoint", "replication-offset-checkpoint"):
+        assert read_offset_checkpoint(str(data / name)) == {("orders", 0): end, ("clicks", 0): 6}, name
+    assert read_offset_checkpoint(str(cleaner)) == {("clicks", 0): 0}
+    assert read_offset_checkpoint(str(data / "log-start-offset-checkpoint"))[("orders", 0)] == 0
+    assert read_leader_epoch_checkpoint(data / "orders-0" / "leader-epoch-checkpoint") == [(0, 0), (1, 15)]
+    assert check_loadable(data) == []
+
+
+def test_a_broker_completing_an_interrupted_conversion_keeps_the_producer_snapshots(tmp_path: Path) -> None:
+    """LogLoader deletes every file in a completed swap's range, snapshots included; convert-format
+    used to leave them out of the swap, so a crash after the .swap renames lost them."""
+    sc = next(s for s in SCENARIOS if s.name.startswith("convert"))
+    template = tmp_path / "template"
+    sc.setup(template / "data")
+    ref = _reference(sc, template, tmp_path)
+    journal = _journals[sc.name]
+    n = max(i for i, (kind, path) in enumerate(journal, 1) if kind == "rename" and path.endswith(".swap")) + 1
+    work = tmp_path / "crashed"
+    shutil.copytree(template, work)
+    assert _wait(_fork_crashed(sc.argv(work / "data"), n))[0]
+    part = work / "data" / "orders-0"
+    assert sorted(p.name for p in part.glob("*.snapshot.swap")) == [
+        "00000000000000000013.snapshot.swap", "00000000000000000026.snapshot.swap", "00000000000000000039.snapshot.swap"]
+    report = swap_module.resolve_leftovers(str(part))  # what a broker does at startup
+    assert report.outcome == "completed"
+    assert {k: v for k, v in tree_bytes(work / "data").items()} == ref.data
+
+
+def test_replace_segments_refuses_an_extra_file_it_cannot_swap(tmp_path: Path) -> None:
+    part = make_data_dir(tmp_path / "data", second_partition=False)
+    (part / "00000000000000000000.log.cleaned").write_bytes((part / "00000000000000000000.log").read_bytes())
+    segments = Partition(str(part)).segments[:1]
+    with pytest.raises(KstoreError, match="to swap in"):
+        swap_module.replace_segments(str(part), [0], segments, extra=[str(part / "snapshot.cleaned")])
+    with pytest.raises(KstoreError, match="to swap in"):
+        swap_module.replace_segments(str(part), [0], segments, extra=[str(part / "00000000000000000015.snapshot")])
+    assert (part / "00000000000000000000.log.cleaned").exists() and (part / "00000000000000000000.log").exists()
