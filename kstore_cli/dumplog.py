@@ -555,7 +555,7 @@ class _TextDumper(_Dumper):
         valid = 0
         deep = o.deep_iteration
         self._last_offset = -1  # Kafka tracks consecutive offsets per file
-        for batch in read_batches(buf, end=limit, path=path):
+        for batch in read_batches(buf, end=limit, path=path, check_crc=True):
             write(format_batch_head(batch))
             check_codec(batch)
             write(format_batch_tail(batch, valid) + "\n")
@@ -829,7 +829,7 @@ class _JsonDumper(_Dumper):
         buf = map_file(path)
         limit = min(o.max_bytes, len(buf))
         valid = 0
-        for batch in read_batches(buf, end=limit, path=path):
+        for batch in read_batches(buf, end=limit, path=path, check_crc=True):
             obj = self.batch_json(path, batch)
             self.emit(obj)
             if not batch.is_valid:

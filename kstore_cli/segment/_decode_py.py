@@ -1,8 +1,10 @@
-"""The hot path: decoding v2 records and legacy message sets into plain tuples.
+"""The pure-Python twin of the record decoder (the C twin is ``_decode_c``; pick through :mod:`.decode`).
 
 This module is the one place that walks individual records. It knows nothing
 about files, batches objects or commands: it takes a buffer and returns tuples
-of numbers and spans, so a native twin can replace it without touching callers.
+of numbers and spans, so the native twin replaces it without touching callers.
+Both twins return equal values and raise the same classes with the same messages
+(tests/segment/test_decode_twins.py).
 
 A v2 record (DefaultRecord)::
 
@@ -23,19 +25,32 @@ Varints are zigzag-encoded LEB128 (Kafka's ByteUtils).
 from __future__ import annotations
 
 import struct
+from array import array
 from typing import List, Optional, Tuple
 
 from kstore_cli.errors import InvalidRecordError
+from kstore_cli.segment._decode_common import (
+    HEADER_SIZE_UP_TO_MAGIC,
+    LOG_OVERHEAD,
+    RECORD_OVERHEAD_V0,
+    SCAN_END,
+    SCAN_MORE,
+    SCAN_OTHER,
+    V2_CRC_POS,
+    V2_CRC_START,
+    V2_HEADER,
+    V2_HEADER_SIZE,
+    BatchHead,
+    LegacyEntry,
+    V2Record,
+    _Underflow,
+    increment_sequence,
+)
 
-#: (offset_delta, timestamp_delta, size_in_bytes, key_pos, key_len, value_pos, value_len, headers)
-#: key_len/value_len are -1 for null; headers is a tuple of (key_pos, key_len, value_pos, value_len).
-V2Record = Tuple[int, int, int, int, int, int, int, tuple]
-
-BACKEND = "python"
-
-
-class _Underflow(Exception):
-    pass
+try:
+    from crc32c import crc32c as _crc32c_lib
+except ImportError:  # pragma: no cover - the crc32c package is a declared dependency
+    _crc32c_lib = None
 
 
 def read_varint(buf: "bytes | memoryview", pos: int, end: int) -> Tuple[int, int]:
@@ -173,17 +188,8 @@ def decode_v2_records(buf: "bytes | memoryview", pos: int, end: int, count: int)
     return records
 
 
-# A legacy log entry: offset int64, size int32, then the message:
-#   crc uint32, magic int8, attributes int8, [timestamp int64 (v1)], keyLength int32, key,
-#   valueLength int32, value
-LEGACY_ENTRY_HEADER = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
-LOG_OVERHEAD = 12
-RECORD_OVERHEAD_V0 = 14
-
-#: (offset, size_in_bytes, crc, magic, attributes, timestamp, key_pos, key_len, value_pos, value_len, msg_pos)
-LegacyEntry = Tuple[int, int, int, int, int, int, int, int, int, int, int]
 
 
 def decode_legacy_message(buf: "bytes | memoryview", pos: int, end: int) -> Optional[LegacyEntry]:
@@ -230,3 +236,134 @@ def decode_legacy_message(buf: "bytes | memoryview", pos: int, end: int) -> Opti
     if p > msg_end:
         raise InvalidRecordError("Found invalid record structure")
     return (offset, LOG_OVERHEAD + size, crc, magic, attributes, timestamp, key_pos, key_len, value_pos, value_len, msg)
+
+
+def _crc32c_table() -> List[int]:
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_TABLE: Optional[List[int]] = None
+
+
+def crc32c(data: "bytes | memoryview") -> int:
+    """CRC-32C (Castagnoli), as java.util.zip.CRC32C computes it."""
+    if _crc32c_lib is not None:
+        return _crc32c_lib(data)
+    global _TABLE
+    if _TABLE is None:
+        _TABLE = _crc32c_table()
+    table = _TABLE
+    crc = 0xFFFFFFFF
+    for byte in bytes(data):
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+_FRAME = struct.Struct(">qiib")  # offset, size, (leader epoch | crc), magic
+_UINT32 = struct.Struct(">I")
+
+
+def scan_batches(buf: "bytes | memoryview", pos: int, end: int, max_batches: int,
+                 check_crc: bool) -> Tuple[List[BatchHead], int, int]:
+    """Frame plain v2 batches from pos, the way FileLogInputStream does: (heads, stop, status).
+
+    Each head is ``(position,) + V2_HEADER fields``. Stops at the first entry that is not
+    a plain v2 batch of at least 61 bytes that fits before end (and, with check_crc, whose
+    CRC-32C matches): status SCAN_OTHER with stop at that entry. SCAN_END when fewer than
+    18 bytes remain; SCAN_MORE after max_batches heads.
+    """
+    heads: List[BatchHead] = []
+    limit = end - HEADER_SIZE_UP_TO_MAGIC
+    frame = _FRAME.unpack_from
+    header = V2_HEADER.unpack_from
+    mv = memoryview(buf) if check_crc else None
+    while pos < limit:
+        if len(heads) >= max_batches:
+            return heads, pos, SCAN_MORE
+        _offset, size, _x, magic = frame(buf, pos)
+        entry_end = pos + LOG_OVERHEAD + size
+        if size < RECORD_OVERHEAD_V0 or entry_end > end or magic < 2 or entry_end - pos < V2_HEADER_SIZE:
+            return heads, pos, SCAN_OTHER
+        if check_crc and _UINT32.unpack_from(buf, pos + V2_CRC_POS)[0] != crc32c(mv[pos + V2_CRC_START : entry_end]):
+            return heads, pos, SCAN_OTHER
+        heads.append((pos,) + header(buf, pos))
+        pos = entry_end
+    return heads, pos, SCAN_END
+
+
+def build_v2_records(record_cls: type, header_cls: type, batch: object, data: "bytes | memoryview", pos: int, end: int, count: int,
+                     base_offset: int, base_timestamp: int, log_append_time: Optional[int],
+                     base_sequence: int) -> list:
+    """:func:`decode_v2_records`, then one ``record_cls`` (batch.Record, whose headers are
+    ``header_cls``, batch.Header) per record, as
+    DefaultRecordBatch's iterator gives them: offset = base offset + delta; timestamp = the
+    batch's max timestamp under LogAppendTime (log_append_time), else base timestamp + delta;
+    sequence = base sequence + delta with Java's int wrap, or -1 without a base sequence.
+    """
+    out = []
+    append = out.append
+    for offset_delta, ts_delta, size, kp, kl, vp, vl, headers in decode_v2_records(data, pos, end, count):
+        seq = increment_sequence(base_sequence, offset_delta) if base_sequence >= 0 else -1
+        timestamp = log_append_time if log_append_time is not None else base_timestamp + ts_delta
+        append(record_cls(batch, data, base_offset + offset_delta, timestamp, seq, size, kp, kl, vp, vl, headers))
+    return out
+
+
+def decode_v2_columns(buf: "bytes | memoryview", pos: int, end: int, count: int, base_offset: int,
+                      base_timestamp: int, log_append_time: Optional[int], key_base: int,
+                      value_base: int) -> tuple:
+    """A batch's records as Arrow-ready column pieces (columnar mode, no object per record natively).
+
+    Same checks and errors as :func:`decode_v2_records`. Returns ``(n, offsets, timestamps,
+    key_ends, key_data, key_valid, value_ends, value_data, value_valid)``: offsets and timestamps
+    as native int64, key/value ends as native int32 (the running data offset after each row,
+    counted from key_base/value_base: Arrow's offsets without their leading entry), the keys
+    (values) concatenated, and one validity byte per row (0 null, 1 set). Timestamps follow
+    :func:`build_v2_records`.
+    """
+    offsets = array("q")
+    timestamps = array("q")
+    key_ends = array("i")
+    value_ends = array("i")
+    key_data = bytearray()
+    value_data = bytearray()
+    key_valid = bytearray()
+    value_valid = bytearray()
+    kpos, vpos = key_base, value_base
+    for offset_delta, ts_delta, _size, kp, kl, vp, vl, _headers in decode_v2_records(buf, pos, end, count):
+        offset = base_offset + offset_delta
+        timestamp = log_append_time if log_append_time is not None else base_timestamp + ts_delta
+        if not -(2**63) <= offset < 2**63 or not -(2**63) <= timestamp < 2**63:
+            raise OverflowError("offset or timestamp beyond int64")
+        offsets.append(offset)
+        timestamps.append(timestamp)
+        if kl >= 0:
+            key_data += buf[kp : kp + kl]
+            kpos += kl
+        if vl >= 0:
+            value_data += buf[vp : vp + vl]
+            vpos += vl
+        if kpos > 0x7FFFFFFF or vpos > 0x7FFFFFFF:
+            raise OverflowError("more than 2 GiB of keys or values in one Arrow array")
+        key_ends.append(kpos)
+        value_ends.append(vpos)
+        key_valid.append(kl >= 0)
+        value_valid.append(vl >= 0)
+    return (len(offsets), offsets.tobytes(), timestamps.tobytes(), key_ends.tobytes(), bytes(key_data),
+            bytes(key_valid), value_ends.tobytes(), bytes(value_data), bytes(value_valid))
+
+
+def pack_validity(valid: "bytes | memoryview") -> Tuple[bytes, int]:
+    """One byte per row (0 null, 1 set) as an Arrow validity bitmap (LSB first): (bitmap, null count)."""
+    valid = bytes(valid)
+    bitmap = bytearray((len(valid) + 7) // 8)
+    for i, v in enumerate(valid):
+        if v:
+            bitmap[i >> 3] |= 1 << (i & 7)
+    return bytes(bitmap), valid.count(0)

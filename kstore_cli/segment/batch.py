@@ -31,6 +31,7 @@ from typing import Iterator, List, Optional, Tuple
 from kstore_cli.codecs import CODEC_NAMES, get_codec
 from kstore_cli.errors import CorruptRecordError, InvalidRecordError, KstoreError
 from kstore_cli.segment import decode
+from kstore_cli.segment._decode_common import _int32, increment_sequence  # noqa: F401 - re-exported
 from kstore_cli.segment.crc import crc32, crc32c
 from kstore_cli.segment.text import java_utf8
 
@@ -65,21 +66,6 @@ CONTROL_TYPE_NAMES = {
 }
 _CONTROL_KEY = struct.Struct(">hh")  # version, type
 _END_TXN_MARKER = struct.Struct(">hi")  # version, coordinator epoch
-
-
-def _int32(value: int) -> int:
-    """Java int arithmetic: wrap to a signed 32-bit value."""
-    return ((value + 0x80000000) & 0xFFFFFFFF) - 0x80000000
-
-
-def increment_sequence(sequence: int, increment: int) -> int:
-    """Kafka's sequence arithmetic: wraps from Integer.MAX_VALUE to 0.
-
-    Every step wraps like Java's int, so damaged headers give the numbers Kafka prints.
-    """
-    if sequence > _int32(MAX_INT32 - increment):
-        return _int32(_int32(increment - _int32(MAX_INT32 - sequence)) - 1)
-    return _int32(sequence + increment)
 
 
 def decrement_sequence(sequence: int, decrement: int) -> int:
@@ -164,10 +150,18 @@ class Header:
 
 
 class Record:
-    """One record. Key, value and headers are copied out of the batch only when asked for."""
+    """One record: ``key`` and ``value`` are bytes (None when null) and ``headers`` a list of
+    :class:`Header`, as the decoder copied them out; ``key_view()``/``value_view()`` give views
+    without a copy.
+
+    The native decoder fills these slots directly (``build_v2_records``): keep the slot names,
+    and what ``__init__`` stores in them, in step with ``_decode_c.c``."""
 
     __slots__ = (
         "batch",
+        "key",
+        "value",
+        "headers",
         "offset",
         "timestamp",
         "sequence",
@@ -198,6 +192,12 @@ class Record:
         self._value_pos = value_pos
         self._value_len = value_len
         self._headers = headers
+        self.key = None if key_len < 0 else bytes(buf[key_pos : key_pos + key_len])
+        self.value = None if value_len < 0 else bytes(buf[value_pos : value_pos + value_len])
+        self.headers = [
+            Header(java_utf8(buf[kp : kp + kl]), None if vl < 0 else bytes(buf[vp : vp + vl]))
+            for kp, kl, vp, vl in headers
+        ] if headers else []
         self.crc = crc
         self.magic = magic
         self.attributes = attributes
@@ -212,18 +212,6 @@ class Record:
     def value_size(self) -> int:
         """Value length, -1 for a null value (a tombstone)."""
         return self._value_len
-
-    @property
-    def key(self) -> Optional[bytes]:
-        if self._key_len < 0:
-            return None
-        return bytes(self._buf[self._key_pos : self._key_pos + self._key_len])
-
-    @property
-    def value(self) -> Optional[bytes]:
-        if self._value_len < 0:
-            return None
-        return bytes(self._buf[self._value_pos : self._value_pos + self._value_len])
 
     def key_view(self) -> Optional[memoryview]:
         """The key as a view into the batch (no copy), None when null."""
@@ -247,14 +235,6 @@ class Record:
         """Header keys as raw bytes, for callers that must decode them their own way."""
         buf = self._buf
         return [bytes(buf[kp : kp + kl]) for kp, kl, _vp, _vl in self._headers]
-
-    @property
-    def headers(self) -> List[Header]:
-        buf = self._buf
-        return [
-            Header(java_utf8(buf[kp : kp + kl]), None if vl < 0 else bytes(buf[vp : vp + vl]))
-            for kp, kl, vp, vl in self._headers
-        ]
 
     @property
     def has_key(self) -> bool:
@@ -454,31 +434,73 @@ class RecordBatch(Batch):
             else:
                 data = get_codec(codec_id).decompress(self._buf[RECORD_BATCH_OVERHEAD:], 2)
                 start = 0
-            raw = decode.decode_v2_records(data, start, len(data), count)
+            return decode.build_v2_records(
+                Record, Header, self, data, start, len(data), count, self.base_offset, self.base_timestamp,
+                self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None, self.base_sequence,
+            )
         except KstoreError as exc:
             raise self._fail(exc) from None
-        base_offset = self.base_offset
-        base_ts = self.base_timestamp
-        log_append = self.attributes & TIMESTAMP_TYPE_MASK
-        max_ts = self.max_timestamp
-        base_seq = self.base_sequence
-        out = []
-        for offset_delta, ts_delta, size, kp, kl, vp, vl, headers in raw:
-            if base_seq >= 0:
-                seq = increment_sequence(base_seq, offset_delta)
+
+    def columns(self, key_base: int = 0, value_base: int = 0) -> tuple:
+        """The records as Arrow-ready column pieces (``decode.decode_v2_columns``; decompresses first).
+
+        Same checks and errors as :meth:`records`; for a batch with no records, ``n`` is 0.
+        """
+        count = self.count
+        if count < 0:
+            raise self._fail(InvalidRecordError(f"Found invalid record count {count} in magic v2 batch"))
+        log_append = self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None
+        if count == 0:
+            return decode.decode_v2_columns(b"", 0, 0, 0, 0, 0, None, key_base, value_base)
+        try:
+            if self.size < RECORD_BATCH_OVERHEAD:
+                raise InvalidRecordError(
+                    f"Record batch is corrupt (the size {self.size} is smaller than the minimum allowed overhead {RECORD_BATCH_OVERHEAD})"
+                )
+            codec_id = self.attributes & COMPRESSION_MASK
+            if codec_id == 0:
+                data = self._buf
+                start = RECORD_BATCH_OVERHEAD
             else:
-                seq = -1
-            out.append(
-                Record(self, data, base_offset + offset_delta, max_ts if log_append else base_ts + ts_delta,
-                       seq, size, kp, kl, vp, vl, headers)
-            )
-        return out
+                data = get_codec(codec_id).decompress(self._buf[RECORD_BATCH_OVERHEAD:], 2)
+                start = 0
+            return decode.decode_v2_columns(data, start, len(data), count, self.base_offset, self.base_timestamp,
+                                            log_append, key_base, value_base)
+        except KstoreError as exc:
+            raise self._fail(exc) from None
 
     def __repr__(self) -> str:
         return (
             f"RecordBatch(position={self.position}, base_offset={self.base_offset}, last_offset={self.last_offset}, "
             f"count={self.count}, codec={self.compression_name}, size={self.size})"
         )
+
+
+def batch_from_head(buf: memoryview, head: tuple, path: Optional[str], valid: Optional[bool] = None) -> RecordBatch:
+    """A RecordBatch from a ``decode.scan_batches`` head (position, then the V2_HEADER fields);
+    `valid` True when the scan already checked the CRC."""
+    batch = RecordBatch.__new__(RecordBatch)
+    batch.path = path
+    batch._buf = buf
+    batch._valid = valid
+    (
+        batch.position,
+        batch.base_offset,
+        batch_length,
+        batch.partition_leader_epoch,
+        batch.magic,
+        batch.crc,
+        batch.attributes,
+        batch.last_offset_delta,
+        batch.base_timestamp,
+        batch.max_timestamp,
+        batch.producer_id,
+        batch.producer_epoch,
+        batch.base_sequence,
+        batch.count,
+    ) = head
+    batch.size = LOG_OVERHEAD + batch_length
+    return batch
 
 
 class LegacyBatch(Batch):

@@ -25,12 +25,17 @@ from kstore_cli.segment.batch import (
     Batch,
     LegacyBatch,
     RecordBatch,
+    batch_from_head,
 )
+from kstore_cli.segment.decode import SCAN_OTHER, scan_batches
 
 _PREFIX = struct.Struct(">qiib")  # offset, size, (leader epoch | crc), magic
 MIN_ENTRY_SIZE = 14  # LegacyRecord.RECORD_OVERHEAD_V0
 _RELEASE_EVERY = 64 * 1024 * 1024
 _PAGE = mmap.PAGESIZE
+#: Batch headers framed per scan_batches call: few at first (a caller may stop after one), then more.
+_SCAN_FIRST = 8
+_SCAN_MAX = 1024
 
 Source = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
 
@@ -81,11 +86,14 @@ def read_batches(
     start: int = 0,
     end: Optional[int] = None,
     path: Optional[str] = None,
+    check_crc: bool = False,
 ) -> Iterator[Batch]:
     """Iterate the batches of a segment file (or of a buffer) from byte `start` up to `end`.
 
     Shallow: nothing is decompressed and no record is decoded until a batch's
     ``records()`` is called. Raises CorruptRecordError for a size field below 14.
+    With `check_crc`, CRCs are checked while framing (natively, in bulk): a batch's
+    ``is_valid``/``ensure_valid`` then costs nothing (what recovery and verification want).
     """
     if isinstance(source, (bytes, bytearray, memoryview)):
         buf = memoryview(source)
@@ -94,14 +102,28 @@ def read_batches(
     else:
         path = os.fspath(source) if path is None else path
         buf = map_file(source)
-    return _iterate(buf, start, len(buf) if end is None else min(end, len(buf)), path)
+    return _iterate(buf, start, len(buf) if end is None else min(end, len(buf)), path, check_crc)
 
 
-def _iterate(buf: memoryview, pos: int, end: int, path: Optional[str]) -> Iterator[Batch]:
+def _iterate(buf: memoryview, pos: int, end: int, path: Optional[str], check_crc: bool = False) -> Iterator[Batch]:
     released = pos
     limit = end - HEADER_SIZE_UP_TO_MAGIC
     unpack = _PREFIX.unpack_from
+    chunk = _SCAN_FIRST
     while pos < limit:
+        # Plain v2 batches are framed in bulk by the record decoder (header fields parsed there).
+        heads, pos, status = scan_batches(buf, pos, end, chunk, check_crc)
+        for head in heads:
+            p = head[0]
+            yield batch_from_head(buf[p : p + LOG_OVERHEAD + head[2]], head, path, check_crc or None)
+        chunk = min(chunk * 4, _SCAN_MAX)
+        if pos - released >= _RELEASE_EVERY:
+            _release(buf, released, pos)
+            released = pos
+        if status != SCAN_OTHER:
+            continue
+        # Anything else (legacy, a size below 14, a partial tail, a short or CRC-failing v2 batch):
+        # one entry the generic way, as FileLogInputStream frames it.
         _offset, size, _x, magic = unpack(buf, pos)
         if size < MIN_ENTRY_SIZE:
             raise CorruptRecordError(
@@ -122,9 +144,6 @@ def _iterate(buf: memoryview, pos: int, end: int, path: Optional[str]) -> Iterat
         else:
             yield LegacyBatch(view, pos, path)
         pos = entry_end
-        if pos - released >= _RELEASE_EVERY:
-            _release(buf, released, pos)
-            released = pos
 
 
 def valid_bytes(source: Source, *, end: Optional[int] = None) -> int:

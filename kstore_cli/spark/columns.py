@@ -14,16 +14,23 @@ timestamp) becomes -1000 us, as Spark's Kafka source turns it into 1969-12-31
 23:59:59.999; timestampType is then -1. ``headers`` is null when a record has none, as
 Spark does. ``leaderEpoch`` is null when the batch has none (-1, and legacy batches).
 
-:class:`ColumnBuilder` is the seam for a native columnar decoder: it takes a batch and
-the records to export, and hands out ``pyarrow.RecordBatch``es.
+:class:`ColumnBuilder` is where the record decoder's columnar mode lands: key, value, offset and
+timestamp are kept as Arrow buffers (int64 offsets and timestamps, int32 ends, concatenated bytes,
+validity), filled either straight from a whole v2 batch by ``decode.decode_v2_columns`` (no Python
+object per record; :meth:`ColumnBuilder.add_batch`) or from decoded records (:meth:`ColumnBuilder.add`,
+for filtered, legacy and header/metadata exports). Both give the same arrays.
 """
 
 from __future__ import annotations
 
+from array import array
+from itertools import accumulate
 from typing import List, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from kstore_cli.segment import decode
 
 KAFKA_DDL = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 HEADERS_DDL = "headers array<struct<key:string,value:binary>>"
@@ -58,6 +65,9 @@ _METADATA_FIELDS = [
 MAX_ROWS = 65536
 #: Batch bytes (as on disk) per Arrow batch handed to Spark.
 MAX_BATCH_BYTES = 32 * 1024 * 1024
+#: Key or value bytes per Arrow batch (binary arrays have int32 offsets: stay far below 2 GiB).
+MAX_DATA_BYTES = 512 * 1024 * 1024
+_INT32_ZERO = array("i", [0]).tobytes()
 
 
 def spark_ddl(include_headers: bool = False, include_metadata: bool = False) -> str:
@@ -83,25 +93,36 @@ def arrow_schema(include_headers: bool = False, include_metadata: bool = False) 
 class ColumnBuilder:
     """Collects records batch by batch; :meth:`finish` returns them as one Arrow record batch."""
 
-    __slots__ = ("include_headers", "include_metadata", "schema", "rows", "batch_bytes",
-                 "_keys", "_values", "_topics", "_partitions", "_offsets", "_timestamps", "_ts_types",
+    __slots__ = ("include_headers", "include_metadata", "schema", "rows", "batch_bytes", "columnar",
+                 "_offsets", "_timestamps", "_key_ends", "_key_data", "_key_valid", "_key_size",
+                 "_value_ends", "_value_data", "_value_valid", "_value_size",
+                 "_topics", "_partitions", "_ts_types",
                  "_headers", "_epochs", "_pids", "_pepochs", "_sequences", "_txn", "_batch_base", "_codec")
 
     def __init__(self, include_headers: bool = False, include_metadata: bool = False) -> None:
         self.include_headers = include_headers
         self.include_metadata = include_metadata
         self.schema = arrow_schema(include_headers, include_metadata)
+        #: Whole v2 batches can go through the columnar mode (no per-record columns asked for).
+        self.columnar = not include_headers and not include_metadata
         self._reset()
 
     def _reset(self) -> None:
         self.rows = 0
         self.batch_bytes = 0
-        self._keys: List[Optional[bytes]] = []
-        self._values: List[Optional[bytes]] = []
+        # Pieces of Arrow buffers, joined by finish().
+        self._offsets: List[bytes] = []
+        self._timestamps: List[bytes] = []
+        self._key_ends: List[bytes] = []
+        self._key_data: List[bytes] = []
+        self._key_valid: List[bytes] = []
+        self._key_size = 0
+        self._value_ends: List[bytes] = []
+        self._value_data: List[bytes] = []
+        self._value_valid: List[bytes] = []
+        self._value_size = 0
         self._topics: List[str] = []
         self._partitions: List[int] = []
-        self._offsets: List[int] = []
-        self._timestamps: List[int] = []
         self._ts_types: List[int] = []
         self._headers: list = []
         self._epochs: list = []
@@ -114,22 +135,63 @@ class ColumnBuilder:
 
     @property
     def full(self) -> bool:
-        return self.rows >= MAX_ROWS or self.batch_bytes >= MAX_BATCH_BYTES
+        return (self.rows >= MAX_ROWS or self.batch_bytes >= MAX_BATCH_BYTES
+                or self._key_size >= MAX_DATA_BYTES or self._value_size >= MAX_DATA_BYTES)
+
+    def _piece(self, n: int, offsets: bytes, timestamps: bytes, key_ends: bytes, key_data: bytes, key_valid: bytes,
+               value_ends: bytes, value_data: bytes, value_valid: bytes) -> None:
+        self._offsets.append(offsets)
+        self._timestamps.append(timestamps)
+        self._key_ends.append(key_ends)
+        self._key_data.append(key_data)
+        self._key_valid.append(key_valid)
+        self._key_size += len(key_data)
+        self._value_ends.append(value_ends)
+        self._value_data.append(value_data)
+        self._value_valid.append(value_valid)
+        self._value_size += len(value_data)
+
+    def _per_batch(self, topic: str, partition: int, batch, n: int) -> None:
+        self.rows += n
+        self.batch_bytes += batch.size
+        self._topics += [topic] * n
+        self._partitions += [partition] * n
+        self._ts_types += [batch.timestamp_type] * n
+
+    def add_batch(self, topic: str, partition: int, batch, start: Optional[int] = None,
+                  end: Optional[int] = None) -> Optional[int]:
+        """Append every record of v2 `batch` through the columnar mode: the rows added, or None
+        when the batch needs :meth:`add` instead (some record outside ``[start, end)``, or a
+        builder with headers/metadata). Raises what ``batch.records()`` raises."""
+        if not self.columnar or batch.is_legacy:
+            return None
+        piece = batch.columns(self._key_size, self._value_size)
+        n = piece[0]
+        if not n:
+            return 0
+        if start is not None or end is not None:
+            offsets = array("q", piece[1])
+            if (start is not None and min(offsets) < start) or (end is not None and max(offsets) >= end):
+                return None
+        self._piece(*piece)
+        self._per_batch(topic, partition, batch, n)
+        return n
 
     def add(self, topic: str, partition: int, batch, records: Sequence) -> None:
         """Append `records` (all from `batch`, none of them control records)."""
         n = len(records)
         if not n:
             return
-        self.rows += n
-        self.batch_bytes += batch.size
-        self._keys += [r.key for r in records]
-        self._values += [r.value for r in records]
-        self._offsets += [r.offset for r in records]
-        self._timestamps += [r.timestamp for r in records]
-        self._topics += [topic] * n
-        self._partitions += [partition] * n
-        self._ts_types += [batch.timestamp_type] * n
+        keys = [r.key for r in records]
+        values = [r.value for r in records]
+        self._piece(
+            n,
+            array("q", [r.offset for r in records]).tobytes(),
+            array("q", [r.timestamp for r in records]).tobytes(),
+            *self._binary_piece(keys, self._key_size),
+            *self._binary_piece(values, self._value_size),
+        )
+        self._per_batch(topic, partition, batch, n)
         if self.include_headers:
             if batch.is_legacy:
                 self._headers += [None] * n
@@ -145,15 +207,34 @@ class ColumnBuilder:
             self._batch_base += [records[0].offset if batch.is_legacy else batch.base_offset] * n
             self._codec += [batch.compression_name] * n
 
+    @staticmethod
+    def _binary_piece(items: List[Optional[bytes]], base: int) -> tuple:
+        ends = array("i", accumulate((0 if b is None else len(b) for b in items), initial=base))
+        del ends[0]
+        return ends.tobytes(), b"".join(b for b in items if b is not None), bytes(b is not None for b in items)
+
+    @staticmethod
+    def _binary(n: int, ends: List[bytes], data: List[bytes], valid: List[bytes]) -> pa.Array:
+        bitmap, nulls = decode.pack_validity(b"".join(valid))
+        return pa.Array.from_buffers(
+            pa.binary(), n,
+            [pa.py_buffer(bitmap) if nulls else None, pa.py_buffer(_INT32_ZERO + b"".join(ends)),
+             pa.py_buffer(b"".join(data))],
+            null_count=nulls,
+        )
+
     def finish(self) -> pa.RecordBatch:
         """The collected rows as a record batch of :attr:`schema`; the builder starts over."""
-        ts = pc.multiply_checked(pa.array(self._timestamps, pa.int64()), 1000).cast(TIMESTAMP_TYPE)
+        n = self.rows
+        offsets = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(b"".join(self._offsets))])
+        ts = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(b"".join(self._timestamps))])
+        ts = pc.multiply_checked(ts, 1000).cast(TIMESTAMP_TYPE)
         arrays = [
-            pa.array(self._keys, pa.binary()),
-            pa.array(self._values, pa.binary()),
+            self._binary(n, self._key_ends, self._key_data, self._key_valid),
+            self._binary(n, self._value_ends, self._value_data, self._value_valid),
             pa.array(self._topics, pa.string()),
             pa.array(self._partitions, pa.int32()),
-            pa.array(self._offsets, pa.int64()),
+            offsets,
             ts,
             pa.array(self._ts_types, pa.int32()),
         ]

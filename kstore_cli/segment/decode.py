@@ -1,0 +1,91 @@
+"""The hot path's public face: the record decoder, native when built, else pure Python.
+
+The backend is chosen once, at import (python-zstandard's habit), and named by :data:`BACKEND`
+(``kstore --version`` prints it):
+
+* ``"native"``: the C extension :mod:`kstore_cli.segment._decode_c`, built by ``pip install``
+  when a C compiler is there;
+* ``"python"``: the pure-Python twin :mod:`kstore_cli.segment._decode_py`.
+
+``KSTORE_DECODER=python`` forces the pure-Python twin (CI runs the suite both ways);
+``KSTORE_DECODER=native`` insists on the extension and fails at import when it is missing.
+Both twins return equal values and raise the same error classes with Kafka's messages.
+
+What each function returns is documented on the pure twin (the reference):
+:func:`decode_v2_records`, :func:`decode_legacy_message`, :func:`read_varint`,
+:func:`read_varlong`, :func:`size_of_varint`, :func:`crc32c`, :func:`scan_batches`,
+:func:`build_v2_records`, :func:`decode_v2_columns` (columnar mode), :func:`pack_validity`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from kstore_cli.segment import _decode_py
+from kstore_cli.segment._decode_common import (  # noqa: F401 - re-exported
+    LEGACY_ENTRY_HEADER,
+    LOG_OVERHEAD,
+    RECORD_OVERHEAD_V0,
+    SCAN_END,
+    SCAN_MORE,
+    SCAN_OTHER,
+    BatchHead,
+    LegacyEntry,
+    V2Record,
+    _Underflow,
+)
+
+#: The environment variable that picks the decoder: "native", "python" or unset (native if built).
+ENV_VAR = "KSTORE_DECODER"
+
+
+def _load():
+    policy = os.environ.get(ENV_VAR, "").strip().lower()
+    if policy == "python":
+        return _decode_py, "python"
+    if policy not in ("", "native"):
+        raise ImportError(f"{ENV_VAR}={policy!r} is not a decoder; use 'native' or 'python'")
+    try:
+        from kstore_cli.segment import _decode_c
+    except ImportError as exc:
+        if policy == "native":
+            raise ImportError(
+                f"{ENV_VAR}=native but the native record decoder (kstore_cli.segment._decode_c) is not built "
+                f"({exc}); reinstall kstore with a C compiler available (pip install .)"
+            ) from exc
+        return _decode_py, "python"
+    return _decode_c, "native"
+
+
+_impl, BACKEND = _load()
+
+read_varint = _impl.read_varint
+read_varlong = _impl.read_varlong
+size_of_varint = _impl.size_of_varint
+decode_v2_records = _impl.decode_v2_records
+decode_legacy_message = _impl.decode_legacy_message
+crc32c = _impl.crc32c
+scan_batches = _impl.scan_batches
+build_v2_records = _impl.build_v2_records
+decode_v2_columns = _impl.decode_v2_columns
+pack_validity = _impl.pack_validity
+
+__all__ = [
+    "BACKEND",
+    "decode_v2_records",
+    "decode_legacy_message",
+    "read_varint",
+    "read_varlong",
+    "size_of_varint",
+    "crc32c",
+    "scan_batches",
+    "build_v2_records",
+    "decode_v2_columns",
+    "pack_validity",
+    "LEGACY_ENTRY_HEADER",
+    "LOG_OVERHEAD",
+    "RECORD_OVERHEAD_V0",
+    "SCAN_END",
+    "SCAN_MORE",
+    "SCAN_OTHER",
+]

@@ -1,0 +1,340 @@
+"""The two record-decoder twins agree: same values, or the same error class and message.
+
+The native twin (``kstore_cli.segment._decode_c``) is compared with the pure-Python one on
+random valid batches and on damaged inputs (truncations, bit flips, over-long varints, sizes
+2^31-1 and -1). The comparisons skip only when the extension is not built; on CI it must be.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import struct
+import subprocess
+import sys
+from typing import Any, Callable, Optional, Tuple
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from kstore_cli.errors import KstoreError
+from kstore_cli.segment import _decode_py as py
+from kstore_cli.segment import decode
+from kstore_cli.segment._decode_common import _Underflow
+from kstore_cli.segment.builder import (
+    RecordSpec,
+    build_legacy_entry,
+    build_v2_batch,
+    encode_v2_record,
+    write_varint,
+)
+from kstore_cli.segment.reader import read_batches
+
+from tests.conftest import ROOT
+
+try:
+    from kstore_cli.segment import _decode_c as native
+except ImportError:  # pragma: no cover - only when the extension is not built
+    native = None
+
+needs_native = pytest.mark.skipif(native is None, reason="the native decoder is not built")
+
+
+@pytest.mark.skipif(not os.environ.get("CI"), reason="only CI promises a C compiler")
+def test_ci_builds_the_native_decoder() -> None:
+    assert native is not None, "CI must build kstore_cli.segment._decode_c (pip install -e . with gcc)"
+
+
+def test_backend_follows_the_environment() -> None:
+    code = "from kstore_cli.segment import decode; print(decode.BACKEND)"
+    env = dict(os.environ, KSTORE_DECODER="python")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "python"
+    env["KSTORE_DECODER"] = "bogus"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode != 0 and "KSTORE_DECODER='bogus' is not a decoder" in out.stderr
+    if native is not None:
+        env["KSTORE_DECODER"] = "native"
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
+        assert out.stdout.strip() == "native"
+
+
+def test_backend_is_reported() -> None:
+    expected = "python" if os.environ.get("KSTORE_DECODER") == "python" or native is None else "native"
+    assert decode.BACKEND == expected
+    from kstore_cli.cli import _version_text
+
+    assert _version_text().endswith(f"(record decoder: {expected})")
+
+
+def _outcome(fn: Callable, *args: Any) -> Tuple[str, Any]:
+    try:
+        return "ok", fn(*args)
+    except (KstoreError, _Underflow) as exc:
+        return type(exc).__name__, str(exc)
+
+
+def same(name: str, *args: Any) -> Tuple[str, Any]:
+    """Both twins' outcome of `name(*args)`; asserts they are equal."""
+    ours = _outcome(getattr(py, name), *args)
+    theirs = _outcome(getattr(native, name), *args)
+    assert theirs == ours, f"{name}{args[1:]}: native {theirs!r} != python {ours!r}"
+    return ours
+
+
+# ------------------------------------------------------------------------------ strategies
+
+BYTES = st.one_of(st.none(), st.binary(max_size=40))
+HEADERS = st.lists(st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=12))), max_size=3)
+RECORDS = st.lists(st.tuples(BYTES, BYTES, HEADERS, st.integers(-(2**40), 2**40)), min_size=1, max_size=12)
+
+
+def _v2_body(records) -> Tuple[bytes, int]:
+    out = b"".join(
+        encode_v2_record(i, ts, key, value, [(k, v) for k, v in headers])
+        for i, (key, value, headers, ts) in enumerate(records)
+    )
+    return out, len(records)
+
+
+def _damage(data: bytes, kind: int, where: int, value: int) -> bytes:
+    if not data:
+        return data
+    where %= len(data)
+    b = bytearray(data)
+    if kind == 0:  # truncation
+        return bytes(b[:where])
+    if kind == 1:  # bit flip
+        b[where] ^= 1 << (value % 8)
+        return bytes(b)
+    if kind == 2:  # a byte set to a boundary value
+        b[where] = (0x00, 0x7F, 0x80, 0xFF)[value % 4]
+        return bytes(b)
+    if kind == 3:  # an over-long varint planted
+        return bytes(b[:where]) + b"\xff" * (5 + value % 7) + bytes(b[where:])
+    if kind == 4:  # a varint replaced by 2^31-1 or -1
+        v = bytearray()
+        write_varint((2**31 - 1, -1, -(2**31), 2**30)[value % 4], v)
+        return bytes(b[:where]) + bytes(v) + bytes(b[where + 1 :])
+    return bytes(b[:where]) + bytes([value & 0xFF]) + bytes(b[where:])  # an inserted byte
+
+
+DAMAGE = st.tuples(st.integers(0, 5), st.integers(0, 10_000), st.integers(0, 255))
+
+
+# ------------------------------------------------------------------------------ record parsing
+
+
+@needs_native
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(RECORDS, st.lists(DAMAGE, max_size=3), st.integers(-2, 2), st.binary(max_size=3))
+def test_v2_records_agree(records, damages, count_skew, prefix) -> None:
+    body, n = _v2_body(records)
+    for kind, where, value in damages:
+        body = _damage(body, kind, where, value)
+    buf = prefix + body
+    count = max(0, n + count_skew)
+    kind, result = same("decode_v2_records", buf, len(prefix), len(buf), count)
+    if not damages and count_skew == 0:
+        assert kind == "ok" and len(result) == n
+    same("decode_v2_records", memoryview(buf), len(prefix), len(buf), count)
+    same("decode_v2_records", bytearray(buf), len(prefix), len(buf), 2**31 - 1)
+
+
+@needs_native
+@settings(max_examples=300)
+@given(st.binary(max_size=64), st.integers(0, 3))
+def test_v2_records_on_arbitrary_bytes_agree(buf, count) -> None:
+    same("decode_v2_records", buf, 0, len(buf), count)
+
+
+@needs_native
+@settings(max_examples=300)
+@given(st.binary(max_size=12), st.integers(0, 12))
+def test_varints_agree(buf, pos) -> None:
+    assume(pos <= len(buf))
+    same("read_varint", buf, pos, len(buf))
+    same("read_varlong", buf, pos, len(buf))
+
+
+@needs_native
+@given(st.integers(-(2**70), 2**70))
+def test_size_of_varint_agrees(value) -> None:
+    assert native.size_of_varint(value) == py.size_of_varint(value)
+
+
+@needs_native
+def test_varint_boundaries_agree() -> None:
+    for raw in (b"\xff\xff\xff\xff\x0f", b"\xff\xff\xff\xff\x7f", b"\xff\xff\xff\xff\x8f\x00", b"\x80" * 9 + b"\x01",
+                b"\xff" * 10 + b"\x00", b"\xff" * 9 + b"\x01", b"", b"\x80"):
+        same("read_varint", raw, 0, len(raw))
+        same("read_varlong", raw, 0, len(raw))
+
+
+@needs_native
+@pytest.mark.parametrize("length", [2**31 - 1, -1, -(2**31), 0, 1])
+def test_record_sizes_at_the_limits_agree(length) -> None:
+    v = bytearray()
+    write_varint(length, v)
+    buf = bytes(v) + b"\x00" * 8
+    same("decode_v2_records", buf, 0, len(buf), 1)
+
+
+def _slots(record) -> tuple:
+    from kstore_cli.segment.batch import Record
+
+    return tuple(getattr(record, name, "<unset>") for name in Record.__slots__)
+
+
+@needs_native
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(RECORDS, st.lists(DAMAGE, max_size=2), st.integers(-(2**63), 2**63 - 1), st.integers(-(2**63), 2**63 - 1),
+       st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), st.integers(-(2**31), 2**31 - 1))
+def test_built_records_agree(records, damages, base_offset, base_ts, log_append, base_seq) -> None:
+    """Record objects built natively hold exactly what Record.__init__ stores (extreme bases included)."""
+    from kstore_cli.segment.batch import Header, Record
+
+    body, n = _v2_body(records)
+    for kind, where, value in damages:
+        body = _damage(body, kind, where, value)
+    args = (Record, Header, "batch", memoryview(body), 0, len(body), n, base_offset, base_ts, log_append, base_seq)
+    ours = _outcome(py.build_v2_records, *args)
+    theirs = _outcome(native.build_v2_records, *args)
+    if ours[0] != "ok":
+        assert theirs == ours
+        return
+    assert theirs[0] == "ok"
+    assert [_slots(r) for r in theirs[1]] == [_slots(r) for r in ours[1]]
+
+
+# ------------------------------------------------------------------------------ legacy
+
+
+LEGACY = st.tuples(st.integers(0, 1), st.integers(0, 2**40), BYTES, BYTES)
+
+
+@needs_native
+@settings(max_examples=300)
+@given(st.lists(LEGACY, min_size=1, max_size=4), st.lists(DAMAGE, max_size=3))
+def test_legacy_messages_agree(entries, damages) -> None:
+    buf = b"".join(build_legacy_entry(i, magic, 0, ts if magic else -1, k, v) for i, (magic, ts, k, v) in enumerate(entries))
+    for kind, where, value in damages:
+        buf = _damage(buf, kind, where, value)
+    pos = 0
+    while True:
+        kind, entry = same("decode_legacy_message", buf, pos, len(buf))
+        if kind != "ok" or entry is None:
+            break
+        pos += entry[1]
+
+
+@needs_native
+@pytest.mark.parametrize("size", [2**31 - 1, -1, 13, 14, 18])
+def test_legacy_sizes_at_the_limits_agree(size) -> None:
+    buf = struct.pack(">qi", 0, size) + b"\x00" * 30
+    same("decode_legacy_message", buf, 0, len(buf))
+
+
+# ------------------------------------------------------------------------------ framing and CRC
+
+
+def _segment(batches) -> bytes:
+    out = b""
+    offset = 0
+    for records in batches:
+        specs = [RecordSpec(offset + i, 1000 + i, k, v) for i, (k, v, _h, _t) in enumerate(records)]
+        out += build_v2_batch(specs)
+        offset += len(records)
+    return out
+
+
+@needs_native
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(RECORDS, min_size=1, max_size=4), st.lists(DAMAGE, max_size=2), st.integers(1, 5), st.booleans())
+def test_scan_batches_agree(batches, damages, max_batches, check_crc) -> None:
+    buf = _segment(batches)
+    for kind, where, value in damages:
+        buf = _damage(buf, kind, where, value)
+    pos = 0
+    while True:
+        kind, (heads, stop, status) = same("scan_batches", buf, pos, len(buf), max_batches, check_crc)
+        if status != decode.SCAN_MORE:
+            break
+        assert stop > pos
+        pos = stop
+
+
+@needs_native
+@given(st.binary(max_size=300))
+def test_crc32c_agrees(data) -> None:
+    assert native.crc32c(data) == py.crc32c(data) == py.crc32c(memoryview(data))
+
+
+@needs_native
+def test_out_of_range_arguments_are_refused() -> None:
+    with pytest.raises(ValueError):
+        native.decode_v2_records(b"abc", 0, 4, 1)
+    with pytest.raises(ValueError):
+        native.scan_batches(b"abc", -1, 3, 1, True)
+
+
+def test_scan_matches_the_reader_on_the_corpus() -> None:
+    """scan_batches frames what read_batches frames (every v2 batch of Kafka's corpus)."""
+    logs = sorted((ROOT / "fixtures").rglob("*.log"))
+    assert logs
+    for log in logs[:60]:
+        buf = log.read_bytes()
+        heads, stop, status = decode.scan_batches(buf, 0, len(buf), 10**9, True)
+        try:
+            framed = [b for b in read_batches(buf)]
+        except KstoreError:
+            continue
+        plain = [b.position for b in framed[: len(heads)]]
+        assert [h[0] for h in heads] == plain
+
+
+# ------------------------------------------------------------------------------ columnar mode
+
+
+@needs_native
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(RECORDS, st.lists(DAMAGE, max_size=2), st.integers(-(2**63), 2**63 - 1), st.integers(-(2**40), 2**40),
+       st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), st.integers(0, 2**31 - 100), st.integers(0, 1000))
+def test_columns_agree(records, damages, base_offset, base_ts, log_append, key_base, value_base) -> None:
+    body, n = _v2_body(records)
+    for kind, where, value in damages:
+        body = _damage(body, kind, where, value)
+    args = (body, 0, len(body), n, base_offset, base_ts, log_append, key_base, value_base)
+
+    def outcome(fn):
+        try:
+            return _outcome(fn, *args)
+        except OverflowError as exc:
+            return "OverflowError", str(exc)
+
+    assert outcome(native.decode_v2_columns) == outcome(py.decode_v2_columns)
+
+
+@needs_native
+@given(st.binary(max_size=40).map(lambda b: bytes(x & 1 for x in b)))
+def test_pack_validity_agrees(valid) -> None:
+    assert native.pack_validity(valid) == py.pack_validity(valid)
+
+
+def test_column_builder_columnar_equals_records_path() -> None:
+    """ColumnBuilder gives the same Arrow batch from whole batches (columnar) and from records."""
+    pytest.importorskip("pyarrow")
+    from kstore_cli.spark.columns import ColumnBuilder
+
+    buf = b""
+    for b in range(5):
+        specs = [RecordSpec(b * 10 + i, 1000 + i, None if i % 3 == 0 else b"k%d" % i, None if i == 4 else b"v" * i,
+                            [("h", b"x")] if i == 2 else []) for i in range(7)]
+        buf += build_v2_batch(specs)
+    columnar, by_records = ColumnBuilder(), ColumnBuilder()
+    for batch in read_batches(buf):
+        assert columnar.add_batch("t", 0, batch) == 7
+        by_records.add("t", 0, batch, batch.records())
+    assert columnar.add_batch("t", 0, next(iter(read_batches(buf))), start=3) is None  # needs filtering
+    assert columnar.finish().equals(by_records.finish())
