@@ -649,9 +649,15 @@ def convert_partition(
                                   new_next_offset=new[-1].next_offset if last_of_partition else None,
                                   extra=extra)
         except KstoreError:
-            for path in extra:
-                if os.path.exists(path):
+            # Failed before the swap began (a full disk, a permission error): remove every new file,
+            # leaving the partition as it was. Once a .swap exists, the state is the one a crash at
+            # that step leaves, which the next run (or a broker) resolves; deleting .cleaned files
+            # then would turn a rollback into a partial completion.
+            cleaned = extra + [p for s in new for p in s.files]
+            if not any(os.path.exists(p[: -len(names.CLEANED_SUFFIX)] + names.SWAP_SUFFIX) for p in cleaned):
+                for path in extra:
                     fileops.unlink(path)
+                writer.abort()
             raise
         for path, data in emptied.items():
             if path not in in_range:

@@ -5,7 +5,10 @@ Keeping them in one module gives two guarantees a reviewer can check in one
 place: writes are temporary file -> fsync -> atomic rename -> directory fsync,
 and tests can arm a crash point (SIGKILL at the N-th operation, via the
 ``KSTORE_CRASH_AT`` environment variable or :func:`arm_crash`) to prove that a
-kill at any step leaves a recoverable directory.
+kill at any step leaves a recoverable directory, or a fault (:func:`arm_fault`:
+the N-th operation fails with an errno such as ENOSPC or EACCES, as the OS would
+report a full disk or a permission problem) to prove that errors are reported
+and leave a recoverable directory too.
 """
 
 from __future__ import annotations
@@ -26,18 +29,45 @@ _op_count = 0
 _crash_at: Optional[int] = None
 _crash_hook: Optional[Callable[[int, str, str], None]] = None
 _env_read = False
+_fault_at: Optional[int] = None
+_fault_errno = 0
+_pending_fault: Optional[int] = None
 #: Every operation performed, as (kind, path), for tests that audit what a command did.
 journal: List[tuple] = []
 
 
 def arm_crash(at: Optional[int], hook: Optional[Callable[[int, str, str], None]] = None) -> None:
     """Kill the process (or call hook) just before the at-th file operation (1-based); None disarms."""
-    global _crash_at, _op_count, _crash_hook, _env_read
+    global _crash_at, _op_count, _crash_hook, _env_read, _fault_at, _pending_fault
     _crash_at = at
     _crash_hook = hook
     _op_count = 0
     _env_read = True
+    _fault_at = None
+    _pending_fault = None
     journal.clear()
+
+
+def arm_fault(at: int, err: int = errno.ENOSPC) -> None:
+    """Make the at-th file operation (1-based, counted as for arm_crash) fail with OSError(err),
+    where the OS would report it (a write for ENOSPC, the open/rename/unlink itself otherwise);
+    arm_crash(None) disarms. For tests: a full disk or a read-only file cannot be made portably."""
+    global _fault_at, _fault_errno, _op_count, _pending_fault, _crash_at, _env_read
+    _crash_at = None
+    _env_read = True
+    _fault_at = at
+    _fault_errno = err
+    _pending_fault = None
+    _op_count = 0
+    journal.clear()
+
+
+def _injected() -> None:
+    """Raise the armed fault, once, at the first I/O point of the operation it was armed for."""
+    global _pending_fault
+    if _pending_fault is not None:
+        err, _pending_fault = _pending_fault, None
+        raise OSError(err, os.strerror(err))
 
 
 def operation_count() -> int:
@@ -52,8 +82,11 @@ def _step(kind: str, path: str) -> None:
         value = os.environ.get(CRASH_ENV)
         if value:
             _crash_at = int(value)
+    global _pending_fault
     _op_count += 1
     journal.append((kind, path))
+    if _fault_at is not None and _op_count == _fault_at:
+        _pending_fault = _fault_errno
     if _crash_at is not None and _op_count == _crash_at:
         if _crash_hook is not None:
             _crash_hook(_op_count, kind, path)
@@ -61,21 +94,30 @@ def _step(kind: str, path: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _fail(action: str, path: str, exc: OSError) -> KstoreError:
+#: What an error in the middle of a command means for the data (appended to its message).
+_PARTIAL = "stopped there; rerun the command once this is fixed and it finishes or rolls back the change"
+_NEW_FILE = "nothing was replaced"
+
+
+def _fail(action: str, path: str, exc: OSError, consequence: str = _NEW_FILE) -> KstoreError:
     reason = exc.strerror or str(exc)
     if exc.errno == errno.ENOSPC:
         reason = "no space left on device"
-    return FileUnreadableError(f"could not {action}: {reason}; nothing was replaced", path=path)
+    return FileUnreadableError(f"could not {action}: {reason}; {consequence}", path=path)
 
 
 def fsync_dir(directory: str) -> None:
     """fsync a directory so renames and deletes in it survive a power loss."""
     _step("fsync-dir", directory)
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        _injected()
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _fail("sync the directory", directory, exc, _PARTIAL) from None
 
 
 def atomic_write(path: str, data: "bytes | Callable[[object], None]") -> None:
@@ -89,6 +131,7 @@ def atomic_write(path: str, data: "bytes | Callable[[object], None]") -> None:
     _step("write", tmp)
     try:
         with open(tmp, "wb") as f:
+            _injected()
             if callable(data):
                 data(f)
             else:
@@ -101,7 +144,7 @@ def atomic_write(path: str, data: "bytes | Callable[[object], None]") -> None:
             os.unlink(tmp)
         except OSError:
             pass
-        raise _fail("write", tmp, exc) from None
+        raise _fail("write", tmp, exc, f"{os.path.basename(path)} was not replaced") from None
     rename(tmp, path)
     fsync_dir(directory)
 
@@ -110,39 +153,51 @@ def rename(src: str, dst: str) -> None:
     """Atomic rename (the caller fsyncs the directory when the step must be durable)."""
     _step("rename", f"{src} -> {dst}")
     try:
+        _injected()
         os.replace(src, dst)
     except OSError as exc:
-        raise _fail(f"rename to {dst}", src, exc) from None
+        if src.endswith(TMP_SUFFIX):
+            try:
+                os.unlink(src)
+            except OSError:
+                pass
+            raise _fail(f"rename to {dst}", src, exc, f"{os.path.basename(dst)} was not replaced") from None
+        raise _fail(f"rename to {dst}", src, exc, _PARTIAL) from None
 
 
 def unlink(path: str, missing_ok: bool = True) -> None:
     _step("unlink", path)
     try:
+        _injected()
         os.unlink(path)
     except FileNotFoundError:
         if not missing_ok:
             raise FileUnreadableError("no such file", path=path) from None
     except OSError as exc:
-        raise _fail("delete", path, exc) from None
+        raise _fail("delete", path, exc, _PARTIAL) from None
 
 
 def truncate(path: str, size: int) -> None:
     """Cut a file to size bytes and fsync it."""
     _step("truncate", path)
     try:
+        _injected()
         with open(path, "r+b") as f:
             f.truncate(size)
             f.flush()
             os.fsync(f.fileno())
     except OSError as exc:
-        raise _fail("truncate", path, exc) from None
+        raise _fail("truncate", path, exc, _PARTIAL) from None
 
 
 def copy_range(src: str, dst: str, start: int, end: int) -> None:
     """Write bytes [start, end) of src to a new file dst (fsynced), e.g. to keep a cut tail aside."""
     _step("write", dst)
+    created = False
     try:
         with open(src, "rb") as fin, open(dst, "xb") as fout:
+            created = True
+            _injected()
             fin.seek(start)
             remaining = end - start
             while remaining > 0:
@@ -154,7 +209,12 @@ def copy_range(src: str, dst: str, start: int, end: int) -> None:
             fout.flush()
             os.fsync(fout.fileno())
     except OSError as exc:
-        raise _fail("write", dst, exc) from None
+        if created:  # a half copy is worth nothing; the source still has every byte
+            try:
+                os.unlink(dst)
+            except OSError:
+                pass
+        raise _fail("write", dst, exc, _PARTIAL) from None
 
 
 class LogDirLock:
@@ -235,11 +295,12 @@ def make_dirs(directory: str) -> None:
     for d in reversed(missing):
         _step("mkdir", d)
         try:
+            _injected()
             os.mkdir(d)
         except FileExistsError:
             pass
         except OSError as exc:
-            raise _fail("create directory", d, exc) from None
+            raise _fail("create directory", d, exc, _PARTIAL) from None
         fsync_dir(os.path.dirname(d))
 
 
@@ -247,11 +308,12 @@ def remove_empty_dir(directory: str) -> None:
     """Remove an empty directory (and fsync its parent)."""
     _step("rmdir", directory)
     try:
+        _injected()
         os.rmdir(directory)
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise _fail("remove directory", directory, exc) from None
+        raise _fail("remove directory", directory, exc, _PARTIAL) from None
     fsync_dir(os.path.dirname(os.path.abspath(directory)))
 
 
@@ -262,11 +324,12 @@ def move_file(src: str, dst: str) -> None:
         raise FileUnreadableError("destination already exists; nothing was moved", path=dst)
     _step("rename", f"{src} -> {dst}")
     try:
+        _injected()
         os.rename(src, dst)
         return
     except OSError as exc:
         if exc.errno != errno.EXDEV:
-            raise _fail(f"move to {dst}", src, exc) from None
+            raise _fail(f"move to {dst}", src, exc, _PARTIAL) from None
     size = os.path.getsize(src)
     copy_range(src, dst, 0, size)
     fsync_dir(os.path.dirname(os.path.abspath(dst)))
@@ -286,29 +349,33 @@ class NewFile:
         self.path = os.fspath(path)
         _step("create", self.path)
         try:
+            if _pending_fault is not None and _pending_fault != errno.ENOSPC:
+                _injected()  # EACCES & co. come from open(); a full disk from the first write
             self._f = open(self.path, "xb")
         except FileExistsError:
             raise FileUnreadableError("already exists; remove the leftover first", path=self.path) from None
         except OSError as exc:
-            raise _fail("create", self.path, exc) from None
+            raise _fail("create", self.path, exc, _NEW_FILE) from None
         self.size = 0
 
     def write(self, data: "bytes | memoryview") -> None:
         try:
+            _injected()
             self._f.write(data)
         except OSError as exc:
-            raise _fail("write", self.path, exc) from None
+            raise _fail("write", self.path, exc, _NEW_FILE) from None
         self.size += len(data)
 
     def finish(self) -> None:
         """Flush, fsync and close (the directory entry is fsynced by the caller)."""
         _step("fsync", self.path)
         try:
+            _injected()
             self._f.flush()
             os.fsync(self._f.fileno())
             self._f.close()
         except OSError as exc:
-            raise _fail("write", self.path, exc) from None
+            raise _fail("write", self.path, exc, _NEW_FILE) from None
 
     def abort(self) -> None:
         """Close and delete the unfinished file."""
@@ -328,9 +395,10 @@ def set_mtime(path: str, mtime: float) -> None:
     """Set a file's modification time (Kafka's time retention falls back to a segment's mtime)."""
     _step("utime", path)
     try:
+        _injected()
         os.utime(path, (mtime, mtime))
     except OSError as exc:
-        raise _fail("set the time of", path, exc) from None
+        raise _fail("set the time of", path, exc, _PARTIAL) from None
 
 
 def copy_file(src: str, dst: str) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from typing import Callable, List, Optional
 
-from kstore_cli.errors import CorruptDataError, UsageError
+from kstore_cli.errors import CorruptDataError, KstoreError, UsageError
 from kstore_cli.segment import fileops, names
 from kstore_cli.segment.batch import MAX_INT32, Batch
 from kstore_cli.segment.index import DEFAULT_INDEX_INTERVAL_BYTES, AbortedTxn, SegmentIndexBuilder, pack_aborted_txns
@@ -280,19 +280,34 @@ class PartitionWriter:
         seg.index_bytes = builder.offset_index_bytes()
         seg.timeindex_bytes = builder.time_index_bytes()
         if cur.log is not None:
-            cur.log.finish()
-            outputs = [(names.INDEX_SUFFIX, seg.index_bytes), (names.TIME_INDEX_SUFFIX, seg.timeindex_bytes)]
-            if seg.aborted:
-                outputs.append((names.TXN_INDEX_SUFFIX, pack_aborted_txns(seg.aborted)))
-            for suffix, data in outputs:
-                path = self.path_for(seg.base_offset, suffix)
-                f = fileops.create_file(path)
-                f.write(data)
-                f.finish()
-                seg.files.append(path)
-            if cur.mtime is not None:
-                for path in seg.files:
-                    fileops.set_mtime(path, cur.mtime)
+            f = None
+            try:
+                cur.log.finish()
+                outputs = [(names.INDEX_SUFFIX, seg.index_bytes), (names.TIME_INDEX_SUFFIX, seg.timeindex_bytes)]
+                if seg.aborted:
+                    outputs.append((names.TXN_INDEX_SUFFIX, pack_aborted_txns(seg.aborted)))
+                for suffix, data in outputs:
+                    path = self.path_for(seg.base_offset, suffix)
+                    f = fileops.create_file(path)
+                    f.write(data)
+                    f.finish()
+                    f = None
+                    seg.files.append(path)
+                if cur.mtime is not None:
+                    for path in seg.files:
+                        fileops.set_mtime(path, cur.mtime)
+            except BaseException:
+                # An error (a full disk...) while finishing: this segment is in neither _cur nor
+                # segments any more, so abort() would not see its files; remove them here.
+                if f is not None:
+                    f.abort()
+                try:
+                    cur.log.abort()
+                except KstoreError:
+                    pass
+                for path in seg.files[1:]:
+                    fileops.unlink(path)
+                raise
         self.segments.append(seg)
 
     def close(self) -> List[WrittenSegment]:
