@@ -507,9 +507,11 @@ class Suite:
             if not rows:
                 continue
             worst = max(rows, key=lambda r: r["peak_rss_mb"])
-            mib = min(self.args.segment_mib, self.args.convert_mib) if any(
-                r["group"] == "convert-format" for r in rows) else self.args.segment_mib
-            note = f"worst: {worst['id']}; on {mib:g} MiB segments"
+            converted = any(r["group"] == "convert-format" for r in rows)
+            mib = min(self.args.segment_mib, self.args.convert_mib) if converted else self.args.segment_mib
+            note = f"worst: {worst['id']}; on {self.args.segment_mib:g} MiB segments"
+            if converted and self.args.convert_mib != self.args.segment_mib:
+                note += f" ({self.args.convert_mib:g} MiB converted)"
             if mib < 1024:
                 note += " (the target is for 1 GiB: --full)"
             self.add("peak-rss", decoder=dec["label"], figure=worst["peak_rss_mb"], unit="MB",
