@@ -435,6 +435,39 @@ static int learn_record_type(PyObject *cls) {
 
 #define SLOT(obj, i) (*(PyObject **)((char *)(obj) + slot_offset[i]))
 
+/* batch.Header: two __slots__ members, key and value, filled the same way. */
+static PyTypeObject *header_type = NULL;
+static Py_ssize_t header_key_offset, header_value_offset;
+
+static Py_ssize_t member_offset(PyObject *cls, const char *name) {
+    PyObject *d = PyObject_GetAttrString(cls, name);
+    if (!d) return -1;
+    int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+    Py_ssize_t off = ok ? ((PyMemberDescrObject *)d)->d_member->offset : 0;
+    Py_DECREF(d);
+    if (!ok || off < (Py_ssize_t)sizeof(PyObject) ||
+        off + (Py_ssize_t)sizeof(PyObject *) > ((PyTypeObject *)cls)->tp_basicsize) {
+        PyErr_Format(PyExc_TypeError, "%s is not a __slots__ member", name);
+        return -1;
+    }
+    return off;
+}
+
+static int learn_header_type(PyObject *cls) {
+    if ((PyObject *)header_type == cls) return 0;
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "header_cls must be a class");
+        return -1;
+    }
+    Py_ssize_t k = member_offset(cls, "key"), v = k < 0 ? -1 : member_offset(cls, "value");
+    if (v < 0) return -1;
+    header_key_offset = k;
+    header_value_offset = v;
+    Py_INCREF(cls);
+    Py_XSETREF(header_type, (PyTypeObject *)cls);
+    return 0;
+}
+
 /* Java's int arithmetic (batch.increment_sequence), on unsigned values: no signed overflow. */
 static inline int32_t wrap32(int64_t v) { return s32((uint32_t)(uint64_t)v); }
 static int32_t increment_sequence(int32_t sequence, int32_t increment) {
@@ -498,10 +531,16 @@ static PyObject *header_list(PyObject *header_cls, const uint8_t *b, parse_out *
         hdr_t *hd = &o->hdrs[r->header_start + h];
         PyObject *k = java_utf8(b + hd->key_pos, hd->key_len);
         PyObject *v = k ? span_bytes(b, hd->value_pos, hd->value_len) : NULL;
-        PyObject *obj = v ? PyObject_CallFunctionObjArgs(header_cls, k, v, NULL) : NULL;
-        Py_XDECREF(k);
-        Py_XDECREF(v);
-        if (!obj) { Py_DECREF(list); return NULL; }
+        PyObject *obj = v ? header_type->tp_alloc(header_type, 0) : NULL;
+        if (!obj) {
+            Py_XDECREF(k);
+            Py_XDECREF(v);
+            Py_DECREF(list);
+            return NULL;
+        }
+        /* what Header.__init__ stores (references handed over) */
+        *(PyObject **)((char *)obj + header_key_offset) = k;
+        *(PyObject **)((char *)obj + header_value_offset) = v;
         PyList_SET_ITEM(list, h, obj);
     }
     return list;
@@ -518,7 +557,7 @@ static PyObject *py_build_v2_records(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOnnnLLOi", &cls, &header_cls, &batch, &data, &pos, &end, &count, &base_offset, &base_ts,
                           &log_append_obj, &base_seq))
         return NULL;
-    if (learn_record_type(cls) < 0) return NULL;
+    if (learn_record_type(cls) < 0 || learn_header_type(header_cls) < 0) return NULL;
     if (get_view(data, &v, pos, end) < 0) return NULL;
     const uint8_t *b = (const uint8_t *)v.buf;
     if (parse_v2(b, pos, end, count, &o) < 0) goto error;
