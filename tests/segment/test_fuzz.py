@@ -6,8 +6,15 @@ mutators know the formats: they hit size/count/codec/length fields with boundary
 every kind of boundary, append garbage, plant over-long varints, and re-compress damaged payloads so
 the decoders behind each codec are reached with valid CRCs and frames.
 
-Deterministic (seeded). CI size: a few thousand inputs; ``bench/fuzz_long.py`` runs the same
-mutators for as long as wanted.
+Every CLI_EVERY-th input also goes through the read-only commands (dump-segment, verify-index,
+inspect, find, rebuild-index --dry-run) in-process, over a small data dir holding the mutated file
+where Kafka keeps it: only the documented exit codes (0/1), only kstore errors, no hang, memory
+bounded the same way.
+
+Deterministic (seeded). CI size: a few thousand inputs, under whichever record decoder is active
+(CI runs the suite with the native one and with KSTORE_DECODER=python); ``bench/fuzz_long.py``
+runs the same mutators for as long as wanted, under both decoders, in child processes so that a
+crash in native code names its input.
 
 Memory bound, per input: the traced peak (tracemalloc) while parsing must stay under
 ``FIXED_ALLOWANCE + PER_BYTE * (len(input) + bytes the codecs legitimately decompressed)``.
@@ -26,6 +33,7 @@ real decoding cost.
 
 from __future__ import annotations
 
+import io
 import random
 import signal
 import struct
@@ -35,7 +43,7 @@ import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -50,6 +58,7 @@ from kstore_cli.segment.checkpoint import (
     read_properties,
 )
 from kstore_cli.segment.crc import crc32c
+from kstore_cli.segment.decode import BACKEND
 from kstore_cli.segment.index import OffsetIndex, TimeIndex, TransactionIndex
 from kstore_cli.segment.snapshot import parse_snapshot, read_snapshot
 
@@ -80,7 +89,23 @@ def _seed_files() -> Dict[str, List[Path]]:
     return files
 
 
+def _generated_seeds(files: Dict[str, List[Path]]) -> None:
+    """Checkpoint kinds the corpus lacks (cleaner-offset-checkpoint, meta.properties), written once
+    into a temporary dir laid out like a data dir (the CLI stage places files by their parent)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="kstore-fuzz-seeds-"))
+    atexit.register(shutil.rmtree, root, True)
+    (root / "cleaner-offset-checkpoint").write_text("0\n3\nv2-compact 0 12\n__consumer_offsets 0 0\norders 3 99\n")
+    (root / "meta.properties").write_text("#\nversion=1\nbroker.id=1\ncluster.id=AAECAwQFBgcICQoLDA0ODw\n"
+                                          "directory.id=AAECAwQFBgcICQoLDA0ODw\nnode.id=1\n")
+    files["checkpoint"] += [root / "cleaner-offset-checkpoint", root / "meta.properties"]
+
+
 SEEDS = _seed_files()
+_generated_seeds(SEEDS)
 
 
 @dataclass
@@ -487,6 +512,142 @@ def _try(fn):
         return None
 
 
+# --------------------------------------------------------------------------- the CLI read paths
+
+#: Every CLI_EVERY-th input of a kind also goes through the read-only commands (they share the
+#: readers above, so a sample suffices; each command costs a few ms).
+CLI_EVERY = 12
+#: What each read-only command may exit with on damaged input (README: 0 nothing wrong, 1 problems
+#: in the data; find: 1 nothing at or after the target). 2 (usage) and 3 (unreadable) would mean a
+#: readable file was mistaken for a bad argument or an unreadable one.
+CLI_EXIT_CODES = {0, 1}
+CLI_FIXED_ALLOWANCE = 4 * 1024 * 1024  # Click's context, the formatting of the output lines
+
+
+def _is_partition_dir(path: Path) -> bool:
+    name = path.name
+    return "-" in name and name.rsplit("-", 1)[1].isdigit()
+
+
+def _cli_layout(inp: "FuzzInput", workdir: Path) -> Tuple[Path, Path, Path]:
+    """A small data dir holding the mutated file where Kafka keeps it: a segment's files with its
+    siblings of the same base offset, a partition's checkpoints beside one segment, a data dir's
+    checkpoints beside a small partition. Returns (data dir, partition dir, the mutated file)."""
+    import shutil
+
+    data = workdir / "cli-data"
+    if data.exists():
+        shutil.rmtree(data)
+    seed = inp.seed_path
+    if _is_partition_dir(seed.parent):
+        part = data / seed.parent.name
+        part.mkdir(parents=True)
+        prefix = seed.name.split(".", 1)[0]
+        siblings = sorted(seed.parent.iterdir())
+        if not prefix.isdigit():  # a partition checkpoint: keep the first segment with it
+            prefix = next((p.name.split(".", 1)[0] for p in siblings if p.suffix == ".log"), "")
+        for p in siblings:
+            if p.is_file() and (p.name.startswith(prefix + ".") or p.name in ("leader-epoch-checkpoint",
+                                                                                "partition.metadata")):
+                shutil.copyfile(p, part / p.name)
+        target = part / seed.name
+    else:  # a data dir's own file
+        small = CORPUS / "logs" / "v2-none-0"
+        part = data / small.name
+        shutil.copytree(small, part)
+        target = data / seed.name
+    target.write_bytes(inp.data)
+    return data, part, target
+
+
+class _NullRaw(io.RawIOBase):
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        return len(b)
+
+
+def _discard() -> io.TextIOWrapper:
+    """A text sink for stdout/stderr: output is formatted (that is exercised) but not kept, so
+    the memory bound measures the commands, not the captured output."""
+    return io.TextIOWrapper(io.BufferedWriter(_NullRaw()), encoding="utf-8", write_through=True)
+
+
+def _cli_commands(kind: str, data: Path, part: Path, target: Path, index: int) -> List[List[str]]:
+    commands = [["verify-index", str(part)], ["inspect", "--json", str(data)] if index % 2 else ["inspect", str(data)]]
+    if kind in ("log", "index", "timeindex", "txnindex", "snapshot"):
+        dump = ["dump-segment", "--deep-iteration", "--print-data-log", str(target)]
+        if index % 3 == 0:
+            dump.insert(1, "--json")
+        commands.append(dump)
+    if kind in ("log", "index", "timeindex"):
+        segs = sorted(p.name.split(".", 1)[0] for p in part.glob("*.log"))
+        base = int(segs[0]) if segs else 0
+        if index % 2:
+            commands.append(["find", str(part), "--offset", str(base + index % 7)])
+        else:
+            commands.append(["find", str(part), "--timestamp", str(1_700_000_000_000 + index)])
+        commands.append(["rebuild-index", "--dry-run", str(part)])
+    return commands
+
+
+def run_cli(inp: "FuzzInput", workdir: Path, report: "Report", *, check_memory: bool = True) -> None:
+    """The read-only commands over a data dir holding the mutated file: exit codes as documented,
+    only KstoreErrors (which the entry point turns into one line), no hang, bounded memory."""
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from kstore_cli.cli import _register_commands, cli
+
+    _register_commands()
+    data, part, target = _cli_layout(inp, workdir)
+    for argv in _cli_commands(inp.kind, data, part, target, inp.index):
+        report.cli_runs += 1
+        start = time.perf_counter()
+        try:
+            with _DecompressedBytes() as decompressed, redirect_stdout(_discard()), redirect_stderr(_discard()):
+                if check_memory:
+                    tracemalloc.reset_peak()
+                    base = tracemalloc.get_traced_memory()[0]
+                with time_limit(TIME_BUDGET_S):
+                    try:
+                        cli.main(argv, prog_name="kstore", standalone_mode=False)
+                        code = 0
+                    except KstoreError as exc:
+                        code = int(exc.exit_status)
+                    except SystemExit as exc:
+                        code = exc.code if isinstance(exc.code, int) else 1
+                    except BrokenPipeError:
+                        code = 0
+                if check_memory:
+                    peak = tracemalloc.get_traced_memory()[1] - base
+                    size = sum(p.stat().st_size for p in part.iterdir())
+                    bound = CLI_FIXED_ALLOWANCE + PER_BYTE * (size + decompressed.total)
+                    report.max_peak_ratio = max(report.max_peak_ratio, peak / bound)
+                    if peak > bound:
+                        report.failures.append(Failure(inp, f"{argv[0]}: peak allocation {peak} B > bound {bound} B"))
+            if isinstance(code, int) and code not in CLI_EXIT_CODES:
+                report.failures.append(Failure(inp, f"{' '.join(argv[:-1])}: exit {code}"))
+        except FuzzTimeout as exc:
+            report.failures.append(Failure(inp, f"{argv[0]}: hang: {exc}"))
+        except Exception as exc:  # noqa: BLE001 - a click.UsageError or anything else is a bug here
+            import traceback
+
+            tb = traceback.extract_tb(exc.__traceback__)[-1]
+            report.failures.append(Failure(inp, f"{argv[0]}: {type(exc).__name__}: {exc} at {tb.filename}:{tb.lineno}"))
+        finally:
+            report.max_seconds = max(report.max_seconds, time.perf_counter() - start)
+
+
+def _warm_up_cli(workdir: Path) -> None:
+    """Import and run each command once, so first-use imports are not charged to an input."""
+    seed = SEEDS["log"][0]
+    inp = FuzzInput("log", seed, seed.read_bytes(), "warm-up", 1)
+    run_cli(inp, workdir, Report(), check_memory=False)
+    inp = FuzzInput("log", seed, seed.read_bytes(), "warm-up", 2)
+    run_cli(inp, workdir, Report(), check_memory=False)
+
+
 # --------------------------------------------------------------------------- the harness
 
 
@@ -541,8 +702,9 @@ class Failure:
     problem: str
 
     def __str__(self) -> str:
-        return (f"{self.input.kind} #{self.input.index} from {self.input.seed_path.relative_to(CORPUS)} "
-                f"({self.input.what}): {self.problem}")
+        seed = self.input.seed_path
+        where = seed.relative_to(CORPUS) if CORPUS in seed.parents else seed.name
+        return f"{self.input.kind} #{self.input.index} from {where} ({self.input.what}): {self.problem}"
 
 
 @dataclass
@@ -553,6 +715,7 @@ class Report:
     max_peak: int = 0
     max_peak_ratio: float = 0.0
     records: int = 0
+    cli_runs: int = 0  # read-only command runs (over every CLI_EVERY-th input)
 
 
 def run_one(inp: FuzzInput, workdir: Path, report: Report, *, check_memory: bool = True) -> None:
@@ -608,14 +771,27 @@ def run_one(inp: FuzzInput, workdir: Path, report: Report, *, check_memory: bool
                 pass
 
 
-def fuzz(kind: str, rng_seed: int, n: int, workdir: Path, *, check_memory: bool = True) -> Report:
-    report = Report()
+def fuzz(kind: str, rng_seed: int, n: int, workdir: Path, *, check_memory: bool = True,
+         cli_every: int = CLI_EVERY, start: int = 0, progress: Optional[Callable[[int], None]] = None,
+         report: Optional[Report] = None) -> Report:
+    """n inputs of a kind through every reader, and every cli_every-th also through the read-only
+    commands (0: none). start skips the first inputs (a restarted long run); progress(i) is called
+    before input i; report, when given, is filled in (e.g. one whose failures list prints as it grows)."""
+    report = Report() if report is None else report
+    if cli_every:
+        _warm_up_cli(workdir)
     started = not tracemalloc.is_tracing()
     if check_memory and started:
         tracemalloc.start()
     try:
         for inp in generate(kind, rng_seed, n):
+            if inp.index < start:
+                continue
+            if progress is not None:
+                progress(inp.index)
             run_one(inp, workdir, report, check_memory=check_memory)
+            if cli_every and inp.index % cli_every == 0:
+                run_cli(inp, workdir, report, check_memory=check_memory)
     finally:
         if check_memory and started:
             tracemalloc.stop()
@@ -632,10 +808,12 @@ def test_mutated_inputs_raise_only_kstore_errors(kind: str, tmp_path: Path, caps
     n = CI_COUNTS[kind]
     report = fuzz(kind, rng_seed=20240601, n=n, workdir=tmp_path)
     with capsys.disabled():
-        print(f"\n[fuzz] {kind}: tried {report.tried} inputs, {len(report.failures)} failures, "
+        print(f"\n[fuzz] {kind} ({BACKEND} decoder): tried {report.tried} inputs ({report.cli_runs} command runs), "
+              f"{len(report.failures)} failures, "
               f"slowest {report.max_seconds * 1000:.1f} ms, peak {report.max_peak} B "
               f"({report.max_peak_ratio:.0%} of bound)", end="")
     assert report.tried == n
+    assert report.cli_runs >= 2 * (n // CLI_EVERY)
     assert not report.failures, "\n".join(str(f) for f in report.failures[:20])
 
 
@@ -706,3 +884,38 @@ def test_deeply_nested_clean_shutdown_marker_is_a_checkpoint_error(tmp_path: Pat
     marker.write_text("[" * 100_000)
     with pytest.raises(CorruptCheckpointError):
         read_clean_shutdown(marker)
+
+
+def test_harness_catches_a_command_that_leaks_or_misreports(tmp_path: Path, monkeypatch) -> None:
+    """The CLI stage can fail too: a command leaking a non-kstore exception, or exiting 2/3 on a
+    readable file, is reported with the input named."""
+    from kstore_cli.commands import verify_index
+
+    def leaky(*args, **kwargs):
+        raise IndexError("list index out of range")
+
+    monkeypatch.setattr(verify_index, "verify_partition", leaky)
+    report = fuzz("index", rng_seed=5, n=2 * CLI_EVERY, workdir=tmp_path, check_memory=False)
+    assert any("verify-index: IndexError" in f.problem for f in report.failures), report.failures
+    monkeypatch.undo()
+
+    from kstore_cli.errors import FileUnreadableError
+    import kstore_cli.commands.inspect as inspect_mod
+
+    def unreadable(*args, **kwargs):
+        raise FileUnreadableError("cannot be read")
+
+    monkeypatch.setattr(inspect_mod, "resolve", unreadable)
+    report = fuzz("snapshot", rng_seed=5, n=CLI_EVERY + 1, workdir=tmp_path, check_memory=False)
+    assert any("inspect" in f.problem and "exit 3" in f.problem for f in report.failures), report.failures
+
+
+def test_the_long_run_script_runs_and_names_what_it_tried() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "fuzz_long.py"), "30", "--decoder", "default",
+                           "--kind", "snapshot", "--kind", "txnindex", "--cli-every", "10"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "default: tried 30 inputs" in proc.stdout and "total: 0 failures" in proc.stdout
