@@ -306,7 +306,15 @@ def _offset_position(segment: Segment, target: int, stats: LookupStats) -> int:
             stats.segments_scanned.append(segment.base_offset)
         return 0
     slot = _lower_bound_slot(index, entries, target, lambda n: index.entry(n)[0], stats)
-    return 0 if slot < 0 else index.entry(slot)[1]
+    if slot < 0:
+        return 0
+    position = index.entry(slot)[1]
+    if not 0 <= position <= os.path.getsize(segment.log):
+        # A damaged entry pointing outside the .log: the index is not usable, scan instead.
+        if segment.base_offset not in stats.segments_scanned:
+            stats.segments_scanned.append(segment.base_offset)
+        return 0
+    return position
 
 
 def _records_from(partition: Partition, seg_idx: int, position: int, stats: LookupStats,

@@ -34,6 +34,7 @@ real decoding cost.
 from __future__ import annotations
 
 import io
+import json
 import random
 import signal
 import struct
@@ -919,3 +920,31 @@ def test_the_long_run_script_runs_and_names_what_it_tried() -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "default: tried 30 inputs" in proc.stdout and "total: 0 failures" in proc.stdout
+
+
+def test_find_through_an_index_entry_pointing_outside_the_log_scans_instead(tmp_path: Path) -> None:
+    """Found by the long run: a damaged .index entry with a negative position made find hand it to
+    the reader (ValueError from the native decoder; the Python one read from the end of the
+    buffer). An entry outside the .log now makes the index unusable: the segment is scanned."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from kstore_cli.cli import _register_commands, cli
+
+    _register_commands()
+    part = tmp_path / "idempotent-0"
+    shutil.copytree(CORPUS / "logs" / "idempotent-0", part)
+    index = next(p for p in sorted(part.glob("*.index")) if p.stat().st_size >= 16)
+    base = int(index.name.split(".")[0])
+    target = base + struct.unpack_from(">i", index.read_bytes(), 0)[0]  # the first entry's offset
+    good = CliRunner().invoke(cli, ["find", str(part), "--offset", str(target), "--json"])
+    assert good.exit_code == 0, good.output
+    for position in (-8355840, -1, 1 << 30):
+        raw = bytearray(index.read_bytes())
+        struct.pack_into(">i", raw, 4, position)  # the first entry's position
+        index.write_bytes(bytes(raw))
+        result = CliRunner().invoke(cli, ["find", str(part), "--offset", str(target), "--json"])
+        assert result.exception is None and result.exit_code == 0, (position, result.output, result.exception)
+        assert result.output.splitlines()[0] == good.output.splitlines()[0]  # the same record
+        assert base in json.loads(result.output.splitlines()[-1])["scannedSegments"]
