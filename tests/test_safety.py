@@ -329,10 +329,9 @@ def test_read_only_commands_run_on_a_read_only_mount(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- full disk, no permission
 
 
-#: Known gap (reported to the cleaner's owner): compact, failing between writing its .cleaned
-#: segments and the swap, leaves them for the next run (or a broker) to roll back instead of
-#: removing them at once. See test_compact_removes_its_cleaned_files_when_the_swap_cannot_start.
-KEEPS_CLEANED_ON_ERROR = {"compact"}
+#: Commands that leave their .cleaned files for the next run when an error stops them before the
+#: swap (none: compact used to, see test_compact_removes_its_cleaned_files_when_the_swap_cannot_start).
+KEEPS_CLEANED_ON_ERROR: set = set()
 
 
 def _first_swap(journal: List[tuple]) -> Optional[int]:
@@ -344,7 +343,8 @@ def _first_swap(journal: List[tuple]) -> Optional[int]:
 
 
 @pytest.mark.parametrize("sc", [s for s in SCENARIOS if s.name in (
-    "rebuild-index-missing", "rebuild-index-truncate", "convert-v1gzip-v2zstd", "retain-time", "compact")], ids=str)
+    "rebuild-index-missing", "rebuild-index-truncate", "convert-v1gzip-v2zstd", "retain-time", "compact",
+    "compact-multi-group")], ids=str)
 def test_disk_full_and_permission_errors_at_every_operation(sc: Scenario, tmp_path: Path) -> None:
     template = tmp_path / "template"
     sc.setup(template / "data")
@@ -403,7 +403,7 @@ def test_disk_full_and_permission_errors_at_every_operation(sc: Scenario, tmp_pa
             left = [str(p) for p in work.rglob("*") if p.name.endswith(LEFTOVER_SUFFIXES)]
             assert not left, f"{where}: leftovers after the rerun: {left}"
             state = tree_bytes(data)
-            if n in second_window:  # compact's known gap (see the crash matrix): a second pass
+            if n in second_window:  # a scenario's known second pass (Scenario.second_pass_from)
                 assert state in (want, second), f"{where}: the rerun does not converge"
             else:
                 assert state == want, f"{where}: the rerun does not converge: {diff(state, want)}"
@@ -411,8 +411,6 @@ def test_disk_full_and_permission_errors_at_every_operation(sc: Scenario, tmp_pa
     assert original != want
 
 
-@pytest.mark.xfail(strict=True, reason="compact leaves its .cleaned files when the swap fails to start "
-                   "(the next run rolls them back); reported to the cleaner's owner")
 def test_compact_removes_its_cleaned_files_when_the_swap_cannot_start(tmp_path: Path) -> None:
     sc = MUTATING["compact"]
     data = setup(sc, tmp_path)

@@ -133,7 +133,9 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
 
     The data dir's .lock is held throughout, so a running broker or another kstore makes this
     refuse (unless --force). A crash at any point leaves either the old or the new segments of
-    the group being swapped, and the next run (or a broker's startup) finishes or rolls back.
+    the group being swapped, and the next run (or a broker's startup) finishes or rolls back;
+    kstore-compact-intent.json, written in the partition directory before each swap (a broker
+    ignores it), lets the next run finish the interrupted pass exactly, not clean it twice.
 
     \b
     Exit status: 0 done (including nothing to do), 1 a partition could not be handled,

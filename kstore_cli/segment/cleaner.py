@@ -24,21 +24,49 @@ What Kafka keeps as live state is rebuilt from the directory: the producer state
 (latest snapshot + replay, for the last stable offset and ``lastRecordsOfActiveProducers``) and the
 high watermark (replication-offset-checkpoint when present, else the log end offset).
 
-A crash at any file operation leaves ``.cleaned`` files (rolled back on the next load), ``.swap``
-files (completed on the next load) or finished groups with the checkpoint not yet advanced (the
-next pass cleans the same dirty range again); every run starts by resolving leftovers with
-LogLoader's rules (:func:`~kstore_cli.segment.swap.resolve_leftovers`) and removing stray producer
-snapshots (ProducerStateManager.removeStraySnapshots).
+Crash safety. Each group is written as ``.cleaned`` files and swapped in on its own, as Kafka does
+(so a pass needs one group's worth of extra disk, not the whole pass's), and the checkpoint is
+advanced after the last swap. Kafka lets a crash in between make the next pass clean the swapped
+range again; that second pass is not idempotent (a tombstone's or marker's delete horizon honoured
+one pass early, an ABORT marker's ``.txnindex`` entry dropped once its data is gone), so a rerun
+would not converge to what an uninterrupted run leaves. kstore therefore writes a *pass intent*
+(``kstore-compact-intent.json`` in the partition directory, atomically through fileops) before each
+group's swap: the checkpoint entry the pass started from, the dirty range, end offset and where the
+offset map stopped, the legacy delete horizon, the pass's clock, the active producers, the groups
+(old bases and sizes), the group being swapped with the size and SHA-256 of its new files, and the
+transaction state before and after that group. Every run first resolves leftovers with LogLoader's
+rules (:func:`~kstore_cli.segment.swap.resolve_leftovers`), removes stray producer snapshots
+(ProducerStateManager.removeStraySnapshots), then, finding an intent:
+
+* the group's swap took effect (its new files are there, byte for byte) and it was the last: the
+  checkpoint is advanced to the intent's end offset and the intent removed; nothing is cleaned again;
+* a later group is left: the pass is resumed from the next group -- the offset map rebuilt over the
+  same range (the swapped groups kept every record the map pointed at, so lookups for the records
+  still to clean give the same answers), the transaction state, producers and clock from the intent;
+* the swap was rolled back: the same, from that group; for the first group the intent is simply
+  removed and a normal pass runs (the input is as it was);
+* the intent does not fit the directory (the checkpoint entry moved, a segment still to clean
+  changed: a broker ran in between) or cannot be read: it is removed and a normal pass runs.
+
+Kafka's LogLoader ignores the intent (no segment suffix, no leading offset: §6.2), so a broker
+started on a crashed directory is unaffected; the partition directory rather than the data dir root
+keeps it with its partition (a broker moving or deleting the partition takes it along). An error
+(a full disk, a permission error) before a group's swap begins removes that group's ``.cleaned``
+files, and the intent when no group took effect; once a swap has begun the state is a crash's.
+The producer snapshot at a group's base offset (which Kafka keeps) goes through the swap with the
+segment: LogLoader, completing an interrupted swap, deletes every file in the swapped range.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import heapq
+import json
 import os
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-from kstore_cli.errors import CorruptRecordError, CorruptSnapshotError, KstoreError, UsageError
+from kstore_cli.errors import CorruptRecordError, CorruptSnapshotError, FileUnreadableError, KstoreError, UsageError
 from kstore_cli.segment import fileops, names
 from kstore_cli.segment.batch import (
     CREATE_TIME,
@@ -410,6 +438,21 @@ class CleanedTransactionMetadata:
             return True
         return False
 
+    def to_json(self) -> dict:
+        """The state between two segments, for a pass intent (see :class:`PassIntent`)."""
+        return {"committed": sorted(self._committed),
+                "aborted": [[pid, _txn_json(meta[0]), meta[1]] for pid, meta in self._aborted.items()],
+                "heap": [[first, seq, _txn_json(txn)] for first, seq, txn in self._heap], "seq": self._seq}
+
+    @classmethod
+    def from_json(cls, state: dict) -> "CleanedTransactionMetadata":
+        txns = cls()
+        txns._committed = set(state["committed"])
+        txns._aborted = {pid: [AbortedTxn(*txn), last] for pid, txn, last in state["aborted"]}
+        txns._heap = [(first, seq, AbortedTxn(*txn)) for first, seq, txn in state["heap"]]  # still a heap
+        txns._seq = state["seq"]
+        return txns
+
     def on_batch_read(self, batch: Batch) -> bool:
         """True when the data batch belongs to an aborted transaction."""
         self._consume_up_to(batch.last_offset)
@@ -420,6 +463,10 @@ class CleanedTransactionMetadata:
                 return True
             self._committed.add(batch.producer_id)
         return False
+
+
+def _txn_json(txn: AbortedTxn) -> list:
+    return [txn.version, txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset]
 
 
 # --------------------------------------------------------------------------- statistics
@@ -513,23 +560,28 @@ def _grow(buf: memoryview, position: int, capacity: int, settings: CleanerSettin
 
 
 def build_offset_map(view: LogView, start: int, end: int, offset_map: OffsetMap, stats: CleanerStats,
-                     settings: CleanerSettings, max_message_bytes: int) -> None:
-    """Cleaner.buildOffsetMap over the dirty segments in [start, end)."""
+                     settings: CleanerSettings, max_message_bytes: int, *, limit: int = LONG_MAX) -> Optional[int]:
+    """Cleaner.buildOffsetMap over the dirty segments in [start, end); only records below `limit`
+    are entered (a resumed pass, see :func:`_resume_pass`). Returns the offset of the first record
+    that did not fit when the map filled up, else None."""
     offset_map.clear()
     dirty = view.log_segments(start, end)
     txns = CleanedTransactionMetadata()
     txns.add_aborted_transactions(view.collect_aborted_transactions(start, end))
     for i, seg in enumerate(dirty):
         next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
-        if _map_segment(seg, offset_map, start, next_start, txns, stats, settings, max_message_bytes):
+        stop = _map_segment(seg, offset_map, start, next_start, txns, stats, settings, max_message_bytes, limit)
+        if stop is not None:
             stats.map_full = True
-            return
+            return stop
+    return None
 
 
 def _map_segment(seg: SegmentInfo, offset_map: OffsetMap, start: int, next_start: int,
                  txns: CleanedTransactionMetadata, stats: CleanerStats, settings: CleanerSettings,
-                 max_message_bytes: int) -> bool:
-    """Cleaner.buildOffsetMapForSegment; True when the map filled up."""
+                 max_message_bytes: int, limit: int = LONG_MAX) -> Optional[int]:
+    """Cleaner.buildOffsetMapForSegment; the offset of the record that did not fit when the map
+    filled up, else None."""
     buf = map_file(seg.log)
     max_entries = offset_map.max_entries
     put = offset_map.put
@@ -545,11 +597,11 @@ def _map_segment(seg: SegmentInfo, offset_map: OffsetMap, start: int, next_start
                     stats.map_messages_read += batch.count  # aborted: keys not entered
                 else:
                     for record in batch.records():
-                        if record.has_key and record.offset >= start:
+                        if record.has_key and start <= record.offset < limit:
                             if offset_map.size < max_entries:
                                 put(record.key_view(), record.offset)
                             else:
-                                return True
+                                return record.offset
                         stats.map_messages_read += 1
                 if batch.last_offset >= start:
                     offset_map.update_latest_offset(batch.last_offset)
@@ -559,7 +611,7 @@ def _map_segment(seg: SegmentInfo, offset_map: OffsetMap, start: int, next_start
     except StopIteration:
         pass
     offset_map.update_latest_offset(next_start - 1)  # offset gaps: fast forward to the segment's end
-    return False
+    return None
 
 
 # --------------------------------------------------------------------------- filtering (MemoryRecords.filterTo)
@@ -880,6 +932,207 @@ def update_cleaner_checkpoint(data_dir: str, key: Tuple[str, int], offset: int) 
     fileops.atomic_write(cleaner_checkpoint_path(data_dir), format_offset_checkpoint(entries).encode())
 
 
+# --------------------------------------------------------------------------- the pass intent
+
+
+#: kstore's record of a pass being swapped in, in the partition directory. Kafka's LogLoader ignores
+#: it: it is no segment, index, snapshot, .deleted, .cleaned or .swap file, and its name starts with
+#: no offset, so completing an interrupted swap never deletes it (spec §6.2).
+INTENT_FILE = "kstore-compact-intent.json"
+_INTENT_VERSION = 1
+_INTENT_KEYS = {"topic", "partition", "checkpointed", "firstDirtyOffset", "firstUncleanableOffset", "endOffset",
+                "mapStopOffset", "legacyHorizon", "now", "lastRecords", "groups", "current", "newFiles", "txnBefore",
+                "txnAfter"}
+
+
+def intent_path(partition_dir: str) -> str:
+    return os.path.join(partition_dir, INTENT_FILE)
+
+
+def _identity(path: str) -> List:
+    """[size, SHA-256] of a file: tells a swapped-in segment from the one it replaced."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(1 << 20)
+            if not chunk:
+                break
+            digest.update(chunk)
+            size += len(chunk)
+    return [size, digest.hexdigest()]
+
+
+class PassIntent:
+    """What a pass being swapped in will have done, written (atomically) before each group's swap.
+
+    It holds what the rest of the pass needs and what is not in the files once groups are swapped
+    in: the checkpoint entry the pass started from, its dirty range and end offset, where the offset
+    map stopped, the legacy delete horizon, the active producers, the groups (old segment bases and
+    ``.log`` sizes), which group is being swapped (``current``) with the identity of its new files,
+    and the transaction state before and after that group.
+    """
+
+    def __init__(self, data: dict) -> None:
+        self.data = data
+
+    @property
+    def end_offset(self) -> int:
+        return self.data["endOffset"]
+
+    @property
+    def groups(self) -> List[List[List[int]]]:
+        return self.data["groups"]
+
+    def save(self, partition_dir: str) -> None:
+        text = json.dumps(self.data, sort_keys=True, separators=(",", ":")) + "\n"
+        fileops.atomic_write(intent_path(partition_dir), text.encode())
+
+    @classmethod
+    def load(cls, partition_dir: str) -> "Optional[PassIntent]":
+        """The intent in the directory; None when there is none; an unreadable one raises ValueError."""
+        path = intent_path(partition_dir)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise FileUnreadableError(f"cannot be read: {exc.strerror or exc}", path=path) from None
+        data = json.loads(raw)
+        if not isinstance(data, dict) or data.get("version") != _INTENT_VERSION or not _INTENT_KEYS <= set(data):
+            raise ValueError("not a kstore compact intent of a known version")
+        return cls(data)
+
+    def swap_completed(self, partition_dir: str) -> bool:
+        """Whether the current group's swap took effect (after resolve_leftovers): its new files are
+        there under their final names with the recorded bytes, no other file of that segment is,
+        and the group's other old segments are gone. (New bytes equal to the old ones count as done:
+        the two states are then the same.)"""
+        group = self.groups[self.data["current"]]
+        base = group[0][0]
+        prefix = os.path.join(partition_dir, names.filename_prefix(base))
+        expected = self.data["newFiles"]
+        for ext in (names.LOG_SUFFIX, names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX):
+            path = prefix + ext
+            if ext not in expected:
+                if os.path.exists(path):
+                    return False
+            elif not os.path.isfile(path) or _identity(path) != expected[ext]:
+                return False
+        return not any(os.path.exists(os.path.join(partition_dir, names.filename_prefix(b) + names.LOG_SUFFIX))
+                       for b, _size in group[1:])
+
+
+def _drop_intent(partition: Partition) -> None:
+    fileops.unlink(intent_path(partition.path))
+    fileops.fsync_dir(partition.path)
+
+
+def _finish_interrupted_pass(partition: Partition, state: DataDirState, result: PassResult, *,
+                             now: int, config: TopicConfig, settings: CleanerSettings,
+                             progress: Optional[Callable[[int], None]]) -> bool:
+    """Act on a pass intent left by a run that stopped (a crash, an error) while swapping groups in,
+    after resolve_leftovers has finished or rolled back the swap. True when this invocation's pass
+    is over (the interrupted one was finished); False to go on with a normal pass."""
+    key = (partition.topic, partition.partition)
+    checkpointed = read_cleaner_checkpoint(partition.data_dir).get(key)
+    try:
+        intent = PassIntent.load(partition.path)
+        if intent is None:
+            return False
+        data = intent.data
+        stale = None
+        if [data["topic"], data["partition"]] != [partition.topic, partition.partition]:
+            stale = "it names another partition"
+        elif checkpointed not in (data["checkpointed"], intent.end_offset):
+            stale = f"cleaner-offset-checkpoint moved since ({checkpointed})"
+        if stale is None:
+            done = data["current"] + 1 if intent.swap_completed(partition.path) else data["current"]
+            if done < len(intent.groups) and checkpointed != data["checkpointed"]:
+                stale = f"cleaner-offset-checkpoint moved since ({checkpointed})"
+            bases = {s.base_offset: s for s in partition.segments}
+            for group in intent.groups[done:]:
+                for base, size in group:
+                    seg = bases.get(base)
+                    if stale is None and (seg is None or os.path.getsize(seg.log) != size):
+                        stale = f"segment {base} changed since"
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        result.notes.append(f"{INTENT_FILE} is unreadable: removed, cleaning normally")
+        _drop_intent(partition)
+        return False
+    if stale is not None:
+        result.notes.append(f"{INTENT_FILE} is stale ({stale}): removed, cleaning normally")
+        _drop_intent(partition)
+        return False
+    if done == len(intent.groups):
+        # Every group is swapped in: the pass is done but for its checkpoint. Cleaning the range
+        # again would be a second pass (delete horizons, transaction markers one pass further).
+        result.notes.append(f"finished the pass interrupted after its swap: cleaner-offset-checkpoint := "
+                            f"{intent.end_offset}")
+        result.end_offset = intent.end_offset
+        if checkpointed != intent.end_offset:
+            update_cleaner_checkpoint(partition.data_dir, key, intent.end_offset)
+        _drop_intent(partition)
+        return True
+    if done == 0:
+        # Nothing of it took effect: the input is as it was, a normal pass does the same again.
+        _drop_intent(partition)
+        return False
+    return _resume_pass(partition, state, intent, done, result, config=config, settings=settings,
+                        progress=progress)
+
+
+def _resume_pass(partition: Partition, state: DataDirState, intent: PassIntent, done: int, result: PassResult, *,
+                 config: TopicConfig, settings: CleanerSettings,
+                 progress: Optional[Callable[[int], None]]) -> bool:
+    """Clean the groups an interrupted pass had not swapped in, as that pass would have.
+
+    The offset map is rebuilt over the same range: the groups already swapped in kept, for every key,
+    the record the map pointed at (or lost it with all its older records, past a tombstone's
+    horizon), so for the records still to clean every lookup gives what the first map gave. The
+    transaction state and the rest come from the intent.
+    """
+    data = intent.data
+    plan = result.plan = CleaningPlan()
+    plan.checkpointed = data["checkpointed"]
+    plan.first_dirty_offset = data["firstDirtyOffset"]
+    plan.uncleanable_offset = plan.first_uncleanable_offset = data["firstUncleanableOffset"]
+    plan.eligible = True
+    plan.reason = f"resuming a pass interrupted after {done} of {len(intent.groups)} groups"
+    view = LogView(partition, state)
+    result.bytes_before = result.bytes_after = sum(s.size for s in view.segments)
+    stats = result.stats
+    offset_map = OffsetMap(settings.dedupe_buffer_bytes, settings.load_factor)
+    stop = data["mapStopOffset"]
+    if build_offset_map(view, data["firstDirtyOffset"], data["firstUncleanableOffset"], offset_map, stats,
+                        settings, config.get("max.message.bytes"),
+                        limit=LONG_MAX if stop is None else stop) is not None:
+        result.notes.append(f"the rebuilt offset map does not fit: {INTENT_FILE} removed, cleaning normally")
+        result.stats = CleanerStats()
+        result.plan = None
+        _drop_intent(partition)
+        return False
+    offset_map.update_latest_offset(intent.end_offset - 1)
+    stats.map_full = stop is not None
+    result.end_offset = intent.end_offset
+    group_state = data["txnBefore"] if done == data["current"] else data["txnAfter"]
+    txns = CleanedTransactionMetadata.from_json(group_state)
+    last_records = {pid: (last, epoch) for pid, last, epoch in data["lastRecords"]}
+    # The pass's own clock: its delete horizons are the ones an uninterrupted run would have set.
+    cleaner = SegmentCleaner(offset_map, config, data["now"], txns, last_records, data["firstUncleanableOffset"],
+                             stats, settings)
+    infos = {s.base_offset: s for s in view.segments}
+    groups = [[infos[base] for base, _size in group] for group in intent.groups]
+    _clean_groups(partition, view, groups, done, cleaner, txns, intent, result, config=config,
+                  legacy_horizon=data["legacyHorizon"], dry_run=False, progress=progress)
+    stats.buffer_utilization = offset_map.utilization
+    return True
+
+
+# --------------------------------------------------------------------------- one pass
+
+
 def compact_partition(partition: Partition, config: TopicConfig, state: DataDirState, *, now: int,
                       settings: CleanerSettings, force_clean: bool = False, dry_run: bool = False,
                       progress: Optional[Callable[[int], None]] = None) -> PassResult:
@@ -887,7 +1140,8 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
 
     Not eligible by the ratio / lag rules and not `force_clean`: nothing is written (a checkpoint
     reset is still written, as the broker does when it evaluates the log). `dry_run` writes
-    nothing at all and reports what a pass would do.
+    nothing at all and reports what a pass would do. A pass intent left by an interrupted run is
+    acted on first (see the module docstring): that pass is finished instead of a new one.
     """
     from kstore_cli.segment import swap
 
@@ -906,6 +1160,15 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
         if not dry_run:
             partition = Partition(partition.path)
             result.partition = partition
+    if os.path.exists(intent_path(partition.path)):
+        if dry_run:
+            result.notes.append(f"{INTENT_FILE}: an interrupted pass would be finished first")
+        elif _finish_interrupted_pass(partition, state, result, now=now, config=config, settings=settings,
+                                      progress=progress):
+            return result
+        else:
+            partition = Partition(partition.path)
+            result.partition = partition
     if not partition.segments:
         result.notes.append("no segments")
         return result
@@ -922,6 +1185,7 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
                             f"{plan.first_dirty_offset}")
         if not dry_run:
             update_cleaner_checkpoint(partition.data_dir, key, plan.first_dirty_offset)
+            checkpointed = plan.first_dirty_offset
     if not plan.eligible and not force_clean:
         return result
     if plan.first_uncleanable_offset <= plan.first_dirty_offset or plan.cleanable_bytes == 0:
@@ -934,8 +1198,8 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     max_message_bytes = config.get("max.message.bytes")
-    build_offset_map(view, plan.first_dirty_offset, plan.first_uncleanable_offset, offset_map, stats, settings,
-                     max_message_bytes)
+    map_stop = build_offset_map(view, plan.first_dirty_offset, plan.first_uncleanable_offset, offset_map, stats,
+                                settings, max_message_bytes)
     end_offset = offset_map.latest_offset + 1
     result.end_offset = end_offset
     if stats.map_full:
@@ -945,14 +1209,39 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
     clean_section = view.log_segments(0, plan.first_dirty_offset)
     legacy_horizon = clean_section[-1].mtime_ms - config.get("delete.retention.ms") if clean_section else 0
     txns = CleanedTransactionMetadata()
-    cleaner = SegmentCleaner(offset_map, config, now, txns, producers.last_records(),
-                             plan.first_uncleanable_offset, stats, settings)
+    last_records = producers.last_records()
+    cleaner = SegmentCleaner(offset_map, config, now, txns, last_records, plan.first_uncleanable_offset, stats,
+                             settings)
     groups = group_segments_by_size(view.log_segments(0, end_offset), config.get("segment.bytes"),
                                     config.get("segment.index.bytes"), plan.first_uncleanable_offset)
+    intent = PassIntent({
+        "version": _INTENT_VERSION, "topic": partition.topic, "partition": partition.partition,
+        "checkpointed": checkpointed, "firstDirtyOffset": plan.first_dirty_offset,
+        "firstUncleanableOffset": plan.first_uncleanable_offset, "endOffset": end_offset, "mapStopOffset": map_stop,
+        "legacyHorizon": legacy_horizon, "now": now,
+        "lastRecords": sorted([pid, last, epoch] for pid, (last, epoch) in last_records.items()),
+        "groups": [[[s.base_offset, s.size] for s in group] for group in groups]})
+    _clean_groups(partition, view, groups, 0, cleaner, txns, intent, result, config=config,
+                  legacy_horizon=legacy_horizon, dry_run=dry_run, progress=progress)
+    stats.buffer_utilization = offset_map.utilization
+    return result
+
+
+def _clean_groups(partition: Partition, view: LogView, groups: List[List[SegmentInfo]], first: int,
+                  cleaner: SegmentCleaner, txns: CleanedTransactionMetadata, intent: PassIntent, result: PassResult,
+                  *, config: TopicConfig, legacy_horizon: int, dry_run: bool,
+                  progress: Optional[Callable[[int], None]]) -> None:
+    """Clean groups[first:] one by one, each written as ``.cleaned``, the intent saved, then swapped
+    in (Kafka's order, one group's worth of extra disk at a time); then the checkpoint, then the
+    intent removed."""
+    from kstore_cli.segment import swap
+
     index_interval = config.get("index.interval.bytes")
     delta = 0
-    for group in groups:
+    for number in range(first, len(groups)):
+        group = groups[number]
         result.groups.append([s.base_offset for s in group])
+        txn_before = txns.to_json()
         writer = PartitionWriter(None if dry_run else partition.path, index_interval_bytes=index_interval)
         try:
             last_mtime = group[-1].mtime_ms
@@ -975,7 +1264,38 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
         result.new_segments.append(new.base_offset)
         if dry_run:
             continue
-        swap.replace_segments(partition.path, [new.base_offset], [s.segment for s in group])
+        extra: List[str] = []
+        try:
+            # The snapshot at the group's base offset stays (UnifiedLog.replaceSegments keeps it), but
+            # a broker or a rerun completing an interrupted swap deletes every file in the swapped
+            # range: it goes through the swap with the segment, as convert-format's do.
+            kept = partition.snapshots.get(new.base_offset)
+            if kept is not None and new.next_offset > new.base_offset:
+                with open(kept, "rb") as f:
+                    snapshot = f.read()
+                out = fileops.create_file(kept + names.CLEANED_SUFFIX)
+                extra.append(out.path)
+                out.write(snapshot)
+                out.finish()
+            intent.data.update(current=number, txnBefore=txn_before, txnAfter=txns.to_json(), newFiles={
+                os.path.basename(p)[len(names.filename_prefix(new.base_offset)):-len(names.CLEANED_SUFFIX)]:
+                    _identity(p) for p in new.files})
+            intent.save(partition.path)
+            swap.replace_segments(partition.path, [new.base_offset], [s.segment for s in group], extra=extra)
+        except KstoreError:
+            # Stopped before the swap began (a full disk, a permission error): remove this group's
+            # new files, and the intent if nothing of the pass took effect, leaving the partition as
+            # it was (or as the intent of the groups swapped in says). Once a .swap exists the state
+            # is a crash's, which the next run resolves; deleting .cleaned files would then turn a
+            # rollback into a partial completion.
+            # (The swap's first rename is .cleaned -> .swap: every .cleaned still there, it has not begun.)
+            if all(os.path.exists(p) for p in extra + new.files):
+                for path in extra:
+                    fileops.unlink(path)
+                writer.abort()
+                if number == 0 and os.path.exists(intent_path(partition.path)):
+                    _drop_intent(partition)
+            raise
         # UnifiedLog.replaceSegments: snapshots of replaced segments with another base offset go.
         doomed = [partition.snapshots[s.base_offset] for s in group[1:] if s.base_offset in partition.snapshots]
         for path in doomed:
@@ -983,9 +1303,9 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
         if doomed:
             fileops.fsync_dir(partition.path)
         result.removed_snapshots += doomed
-    stats.buffer_utilization = offset_map.utilization
     result.bytes_after = result.bytes_before + delta
     result.cleaned = True
     if not dry_run:
-        update_cleaner_checkpoint(partition.data_dir, key, end_offset)  # doneCleaning, after every swap
-    return result
+        key = (partition.topic, partition.partition)
+        update_cleaner_checkpoint(partition.data_dir, key, intent.end_offset)  # doneCleaning, after every swap
+        _drop_intent(partition)

@@ -340,3 +340,84 @@ def test_sigkill_at_every_file_operation_then_rerun_converges(tmp_path: Path) ->
         assert tree_state(d) == expected, f"crash at operation {n} did not converge"
         leftovers = [p.name for p in part.iterdir() if p.name.endswith((".cleaned", ".swap", ".deleted"))]
         assert not leftovers, (n, leftovers)
+
+
+# --------------------------------------------------------------------------- the pass intent
+
+
+class _Stop(BaseException):
+    """Stands for a SIGKILL in-process: nothing catches it, so no cleanup runs."""
+
+
+def _intent_case(tmp_path: Path, *extra: str) -> Tuple[Path, List[str]]:
+    from tests.safety_data import DAY, T0, make_data_dir
+
+    data = tmp_path / "data"
+    make_data_dir(data, keys=7)
+    topics = tmp_path / "topics.ini"
+    topics.write_text("[orders]\ncleanup.policy = compact\n")
+    return data, ["--now", str(T0 + 10 * DAY), "--force-clean", "--json", "--topic-config", str(topics), *extra,
+                  str(data / "orders-0")]
+
+
+def _stopped_after_last_swap(data: Path, argv: List[str]) -> None:
+    """Run compact and stop it (as a SIGKILL would) just before cleaner-offset-checkpoint is written."""
+    probe = data.parent / "probe"
+    shutil.copytree(data, probe / "data")
+    fileops.arm_crash(None)
+    assert run(*argv[:-1], str(probe / "data" / "orders-0")).exit_code == 0
+    n = next(i for i, (kind, path) in enumerate(fileops.journal, 1)
+             if kind == "write" and "cleaner-offset-checkpoint" in path)
+
+    def stop(_n: int, _kind: str, _path: str) -> None:
+        raise _Stop()
+
+    fileops.arm_crash(n, stop)
+    try:
+        with pytest.raises(_Stop):
+            CliRunner().invoke(cli, ["compact", *argv], catch_exceptions=False)
+    finally:
+        fileops.arm_crash(None)
+    assert (data / "orders-0" / "kstore-compact-intent.json").exists()
+
+
+def test_an_intent_the_directory_no_longer_fits_is_dropped_for_a_normal_pass(tmp_path: Path) -> None:
+    data, argv = _intent_case(tmp_path)
+    _stopped_after_last_swap(data, argv)
+    checkpoint = data / "cleaner-offset-checkpoint"
+    entries = read_offset_checkpoint(str(checkpoint))
+    entries[("orders", 0)] = 36  # a broker's cleaner moved it since
+    checkpoint.write_text(format_offset_checkpoint(entries))
+    result = run(*argv)
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.output)["partitions"][0]
+    assert any("is stale" in note for note in row["notes"]), row["notes"]
+    assert row["firstDirtyOffset"] == 36 and row["cleaned"]
+    assert not (data / "orders-0" / "kstore-compact-intent.json").exists()
+
+
+def test_an_intent_after_the_last_swap_only_advances_the_checkpoint(tmp_path: Path) -> None:
+    data, argv = _intent_case(tmp_path, "--segment-bytes", "1000")
+    reference = tmp_path / "reference"
+    shutil.copytree(data, reference / "data")
+    assert run(*argv[:-1], str(reference / "data" / "orders-0")).exit_code == 0
+    _stopped_after_last_swap(data, argv)
+    assert read_offset_checkpoint(str(data / "cleaner-offset-checkpoint"))[("orders", 0)] == 15
+    assert resolve_leftovers(str(data / "orders-0")).outcome is None  # a broker ignores the intent
+    dry = run("--dry-run", *argv)
+    assert "an interrupted pass would be finished first" in dry.output
+    result = run(*argv)
+    row = json.loads(result.output)["partitions"][0]
+    assert result.exit_code == 0 and not row["cleaned"] and row["endOffset"] == 57
+    assert any("finished the pass interrupted after its swap" in note for note in row["notes"]), row["notes"]
+    assert tree_state(data) == tree_state(reference / "data")
+
+
+def test_an_unreadable_intent_is_removed(tmp_path: Path) -> None:
+    data, argv = _intent_case(tmp_path)
+    (data / "orders-0" / "kstore-compact-intent.json").write_text("{not json")
+    result = run(*argv)
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.output)["partitions"][0]
+    assert row["cleaned"] and any("unreadable" in note for note in row["notes"])
+    assert not (data / "orders-0" / "kstore-compact-intent.json").exists()
