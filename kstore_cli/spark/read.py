@@ -21,6 +21,7 @@ from typing import Iterator, Optional
 
 import pyarrow as pa
 
+from kstore_cli.segment import decode
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.spark.columns import ColumnBuilder
 from kstore_cli.spark.plan import Slice, Task
@@ -45,7 +46,8 @@ class SliceTrace:
 
     def to_dict(self) -> dict:
         return {"log": self.log, "start": self.start, "end": self.end, "bytesRead": self.bytes_read,
-                "batches": self.batches, "rows": self.rows, "module": __file__}
+                "batches": self.batches, "rows": self.rows, "module": __file__,
+                "decoder": decode.BACKEND}
 
 
 def _read_slice(sl: Slice, builder: ColumnBuilder, trace: SliceTrace) -> Iterator[pa.RecordBatch]:

@@ -142,6 +142,10 @@ def test_offset_range_reads_only_segments_inside_it(spark, gen_dir, tmp_path):
     assert logs == {s.log for s in part.segments[1:4]}
     read = sum(t["bytesRead"] for t in touched)
     assert read < sum(os.path.getsize(s.log) for s in part.segments[1:4])
+    # Executors read with the driver's record decoder (test_cluster checks it from the shipped zip).
+    from kstore_cli.segment import decode
+
+    assert {t["decoder"] for t in touched} == {decode.BACKEND}
 
 
 def test_timestamp_options_select_from_kafkas_offset_for_time(spark, gen_dir):
