@@ -138,8 +138,9 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
     ignores it), lets the next run finish the interrupted pass exactly, not clean it twice.
 
     \b
-    Exit status: 0 done (including nothing to do), 1 a partition could not be handled,
-    2 usage, 3 unreadable.
+    Exit status: 0 done (including nothing to do), 1 a partition could not be handled
+    (damaged data, locked), 2 usage, 3 a file could not be read or written (the other
+    partitions are still handled; each failure is one "kstore: <partition>: ..." line).
 
     \b
     Example:
@@ -182,6 +183,7 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
         def advance(n: int) -> None:
             progress_cm.update(task, advance=n)
 
+    worst = ExitStatus.PROBLEMS  # raised to the worst status of an error that stopped a partition
     try:
         with contextlib.ExitStack() as stack:
             if not dry_run:
@@ -215,6 +217,7 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
                         raise
                     except KstoreError as exc:
                         rows.append(_skip_row(partition, str(exc), policy, dry_run, problem=True))
+                        worst = max(worst, exc.exit_status)
                         continue
                     if in_use:
                         result.notes.append("the data dir is locked by a running process: a real run would refuse")
@@ -252,4 +255,4 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
     if problems:
         for row in problems:
             click.echo(f"kstore: {row['partition']}: {row['problem']}", err=True)
-        ctx.exit(int(ExitStatus.PROBLEMS))
+        ctx.exit(int(worst))
