@@ -32,7 +32,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import pytest
 from click.testing import CliRunner
@@ -125,11 +125,6 @@ class Scenario:
     #: The policy removes a prefix of the log (or nothing), so every intermediate state is a
     #: contiguous run of the original records; compaction removes records anywhere.
     contiguous: bool = True
-    #: Known gap (reported): checkpoint files whose update comes after the swap. A crash between the
-    #: swap taking effect and that checkpoint leaves the old checkpoint, so the rerun does a second
-    #: pass over the range, as Kafka's cleaner does after such a crash: the rerun then converges to
-    #: "uninterrupted run + a second pass from the old checkpoint" -- only in exactly that window.
-    second_pass_from: Tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return self.name
@@ -219,7 +214,6 @@ class Reference:
     quarantine: Dict[str, bytes]
     original: Dict[str, list] = field(default_factory=dict)  # partition -> records before
     kept: Dict[str, list] = field(default_factory=dict)  # partition -> records after
-    second_pass: Optional[Dict[str, bytes]] = None  # see Scenario.second_pass_from
 
 
 def _partitions(data: Path) -> List[Path]:
@@ -277,29 +271,8 @@ def fileops_journal_hint(sc: Scenario, n: int) -> str:
     return "?"
 
 
-def _second_pass_state(sc: Scenario, template: Path, tmp: Path) -> Dict[str, bytes]:
-    """The uninterrupted result with sc.second_pass_from restored from the input, run once more."""
-    work = tmp / "second-pass"
-    shutil.copytree(tmp / "reference", work)
-    for name in sc.second_pass_from:
-        shutil.copy(template / "data" / name, work / "data" / name)
-    assert _run_in_process(sc.argv(work / "data")) == sc.exit_code
-    return tree_bytes(work / "data")
-
-
-def _second_pass_window(sc: Scenario) -> range:
-    """Operation indexes from the swap taking effect (after the last .cleaned -> .swap rename) to
-    the rename installing the last sc.second_pass_from checkpoint."""
-    journal = _journals[sc.name]
-    swapped = max(i for i, (kind, path) in enumerate(journal, 1)
-                  if kind == "rename" and path.endswith(".swap") and ".cleaned -> " in path)
-    installed = max(i for i, (kind, path) in enumerate(journal, 1)
-                    if kind == "rename" and path.endswith(sc.second_pass_from))
-    return range(swapped + 1, installed + 1)
-
-
-def _check_rerun(sc: Scenario, n: int, work: Path, ref: Reference) -> bool:
-    """Rerun and check; True when it converged to the second-pass state instead of the reference."""
+def _check_rerun(sc: Scenario, n: int, work: Path, ref: Reference) -> None:
+    """Rerun and check that it converges to the uninterrupted result."""
     data = work / "data"
     code = _run_in_process(sc.argv(data))
     assert code == sc.exit_code, f"{sc}: the rerun after a crash at {n} exited {code}"
@@ -307,18 +280,13 @@ def _check_rerun(sc: Scenario, n: int, work: Path, ref: Reference) -> bool:
     stray = [str(p.relative_to(work)) for p in work.rglob("*") if p.name.endswith(LEFTOVER_SUFFIXES)]
     assert not stray, f"{where}: leftovers survive the rerun: {stray}"
     state = tree_bytes(data)
-    second = ref.second_pass is not None and state == ref.second_pass and state != ref.data
-    if not second:
-        assert state == ref.data, f"{where}: the rerun does not converge: {diff(state, ref.data)}"
+    assert state == ref.data, f"{where}: the rerun does not converge: {diff(state, ref.data)}"
     if ref.quarantine:
         got = _quarantined(work)
         assert set(ref.quarantine) <= set(got), f"{where}: quarantine lacks {set(ref.quarantine) - set(got)}"
         assert all(got[k] == v for k, v in ref.quarantine.items()), f"{where}: quarantined bytes differ"
-    if second:
-        return True
     for part in _partitions(data):
         assert records(part) == ref.kept[part.name], f"{where}: {part.name} records differ"
-    return False
 
 
 @pytest.mark.parametrize("sc", SCENARIOS, ids=str)
@@ -327,10 +295,7 @@ def test_sigkill_at_every_file_operation(sc: Scenario, tmp_path: Path, capsys) -
     template = tmp_path / "template"
     sc.setup(template / "data")
     ref = _reference(sc, template, tmp_path)
-    if sc.second_pass_from:
-        ref.second_pass = _second_pass_state(sc, template, tmp_path)
     killed = 0
-    second_passes = []
     for first in range(1, ref.ops + 1, WORKERS):
         batch = list(range(first, min(first + WORKERS, ref.ops + 1)))
         works = {}
@@ -346,8 +311,7 @@ def test_sigkill_at_every_file_operation(sc: Scenario, tmp_path: Path, capsys) -
             killed += 1
         for n in batch:
             _check_crashed(sc, n, works[n], template, ref, tmp_path / "view")
-            if _check_rerun(sc, n, works[n], ref):
-                second_passes.append(n)
+            _check_rerun(sc, n, works[n], ref)
             shutil.rmtree(works[n])
     # Armed one past the end: the run finishes by itself, with the reference result.
     work = tmp_path / "past-the-end"
@@ -356,8 +320,6 @@ def test_sigkill_at_every_file_operation(sc: Scenario, tmp_path: Path, capsys) -
     assert not was_killed and code == sc.exit_code
     assert tree_bytes(work / "data") == ref.data
     assert killed == ref.ops
-    if sc.second_pass_from:
-        assert second_passes == list(_second_pass_window(sc)), "second passes outside the swap-to-checkpoint window"
     with capsys.disabled():
         print(f"\n[crash-matrix] {sc}: {ref.ops} operation indexes, each killed and rerun, "
               f"{time.perf_counter() - started:.1f} s", end="")
