@@ -1,6 +1,6 @@
 """The measuring side of bench/run.py: one task per process, its result as the last stdout line.
 
-    python bench/child.py decode kstore|kafka-python|aiokafka FILE
+    python bench/child.py decode kstore|kstore-columns|kafka-python|aiokafka FILE
     python bench/child.py scan FILE
     python bench/child.py crc FILE
     python bench/child.py spark MASTER DATA_DIR OUT_DIR
@@ -85,7 +85,33 @@ def _decode_kstore(path: str):
                 r.value
                 r.headers
 
-    return _digest_records(records()), timed, {"backend": kstore_backend()}
+    return _digest_records(records()), timed, {"backend": kstore_backend(), "api": "object"}
+
+
+def _decode_kstore_columns(path: str):
+    """The columnar API (RecordBatch.columns -> decode_v2_columns), the way spark-export reads: per batch,
+    offsets and timestamps as int64 arrays and keys/values as one buffer each plus their ends and
+    validity; no Python object per record. Headers are not part of it (spark-export decodes them
+    only when asked), so the digest's header count is left out (None)."""
+    from array import array
+
+    from kstore_cli.segment import read_batches
+
+    def digest():
+        n = off = kv = ts = 0
+        for b in read_batches(path):
+            cols = b.columns()
+            n += cols[0]
+            off += sum(array("q", cols[1]))
+            ts += sum(array("q", cols[2]))
+            kv += len(cols[4]) + len(cols[7])
+        return [n, off, kv, None, ts]
+
+    def timed():
+        for b in read_batches(path):
+            b.columns()
+
+    return digest(), timed, {"backend": kstore_backend(), "api": "columnar"}
 
 
 def _peer(memory_records_cls, data: bytes):
@@ -135,7 +161,7 @@ def _decode_aiokafka(path: str):
     return digest, timed, {"version": getattr(aiokafka, "__version__", "?"), "variant": impl}
 
 
-DECODERS = {"kstore": _decode_kstore, "kafka-python": _decode_kafka_python, "aiokafka": _decode_aiokafka}
+DECODERS = {"kstore": _decode_kstore, "kstore-columns": _decode_kstore_columns, "kafka-python": _decode_kafka_python, "aiokafka": _decode_aiokafka}
 
 
 def task_decode(impl: str, path: str) -> dict:

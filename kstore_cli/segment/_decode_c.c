@@ -200,15 +200,38 @@ typedef struct {
     Py_ssize_t key_pos, key_len, value_pos, value_len;
 } hdr_t;
 
+#define INLINE_RECS 8
 typedef struct {
     rec_t *recs;
     Py_ssize_t nrecs, caprecs;
     hdr_t *hdrs;
     Py_ssize_t nhdrs, caphdrs;
+    rec_t inline_recs[INLINE_RECS]; /* small batches need no allocation */
 } parse_out;
 
+/* Grow o->recs to hold cap records (inline storage first, then the heap). */
+static int recs_reserve(parse_out *o, Py_ssize_t cap) {
+    if (o->caprecs >= cap) return 0;
+    if (!o->recs && cap <= INLINE_RECS) {
+        o->recs = o->inline_recs;
+        o->caprecs = INLINE_RECS;
+        return 0;
+    }
+    rec_t *r;
+    if (o->recs == o->inline_recs) {
+        r = PyMem_Malloc((size_t)cap * sizeof(rec_t));
+        if (r) memcpy(r, o->inline_recs, (size_t)o->nrecs * sizeof(rec_t));
+    } else {
+        r = PyMem_Realloc(o->recs, (size_t)cap * sizeof(rec_t));
+    }
+    if (!r) { PyErr_NoMemory(); return -1; }
+    o->recs = r;
+    o->caprecs = cap;
+    return 0;
+}
+
 static void parse_out_free(parse_out *o) {
-    PyMem_Free(o->recs);
+    if (o->recs != o->inline_recs) PyMem_Free(o->recs);
     PyMem_Free(o->hdrs);
     o->recs = NULL;
     o->hdrs = NULL;
@@ -233,12 +256,7 @@ static int parse_v2(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t
     /* At least 7 bytes per record (Kafka's smallest record): do not trust count for the allocation. */
     Py_ssize_t want = count < (end - pos) / 7 + 1 ? count : (end - pos) / 7 + 1;
     if (want < 1) want = 1;
-    if (o->caprecs < want) {
-        rec_t *r = PyMem_Realloc(o->recs, (size_t)want * sizeof(rec_t));
-        if (!r) { PyErr_NoMemory(); return -1; }
-        o->recs = r;
-        o->caprecs = want;
-    }
+    if (recs_reserve(o, want) < 0) return -1;
     for (Py_ssize_t i = 0; i < count; i++) {
         int32_t length;
         if (pos >= end) return set_invalid(PREMATURE_EOF);
@@ -311,13 +329,7 @@ static int parse_v2(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t
                      (int)length, p - body);
             return set_invalid(msg);
         }
-        if (o->nrecs == o->caprecs) {
-            Py_ssize_t cap = o->caprecs * 2;
-            rec_t *r = PyMem_Realloc(o->recs, (size_t)cap * sizeof(rec_t));
-            if (!r) { PyErr_NoMemory(); return -1; }
-            o->recs = r;
-            o->caprecs = cap;
-        }
+        if (o->nrecs == o->caprecs && recs_reserve(o, o->caprecs * 2) < 0) return -1;
         rec_t *r = &o->recs[o->nrecs++];
         r->offset_delta = offset_delta;
         r->timestamp_delta = ts_delta;
@@ -342,7 +354,8 @@ static PyObject *py_decode_v2_records(PyObject *self, PyObject *args) {
     PyObject *obj;
     Py_ssize_t pos, end, count;
     Py_buffer v;
-    parse_out o = {0};
+    parse_out o;
+    memset(&o, 0, sizeof o);
     if (!PyArg_ParseTuple(args, "Onnn", &obj, &pos, &end, &count)) return NULL;
     if (get_view(obj, &v, pos, end) < 0) return NULL;
     int rc = parse_v2((const uint8_t *)v.buf, pos, end, count, &o);
@@ -392,50 +405,88 @@ error:
 /* ------------------------------------------------------------------ Record objects */
 
 /*
- * batch.Record is a Python class with __slots__; the slots are member descriptors of type
- * T_OBJECT_EX at fixed offsets. We look the offsets up once per class (checking each is such a
- * descriptor) and fill a fresh instance exactly as Record.__init__ would for a v2 record.
+ * RecordBase: the fields of batch.Record as a C type (batch.Record subclasses it with
+ * __slots__ = () and adds the Python-level properties). The attribute names, and what the
+ * constructor stores in them, are those of the pure-Python Record (batch._PyRecord): records built
+ * here by build_v2_records / build_legacy_records hold exactly what Record.__init__ would store.
+ * Offsets and timestamps stay Python ints (they can pass int64 with damaged bases); positions,
+ * lengths, sequence, magic and attributes are C integers, made Python ints only when read.
+ * A small freelist keeps the allocator out of the record loop.
  */
-enum {
-    S_BATCH, S_KEY, S_VALUE, S_OFFSET, S_TIMESTAMP, S_SEQUENCE, S_SIZE, S_BUF, S_KEY_POS, S_KEY_LEN,
-    S_VALUE_POS, S_VALUE_LEN, S_HEADERS, S_CRC, S_MAGIC, S_ATTRIBUTES, S_LEGACY_VALID, S_HEADER_LIST, S_COUNT
-};
-static const char *slot_names[S_COUNT] = {
-    "batch", "key", "value", "offset", "timestamp", "sequence", "size_in_bytes", "_buf", "_key_pos", "_key_len",
-    "_value_pos", "_value_len", "_headers", "crc", "magic", "attributes", "_legacy_valid", "headers",
-};
-static PyTypeObject *record_type = NULL; /* a strong reference */
-static Py_ssize_t slot_offset[S_COUNT];
+typedef struct {
+    PyObject_HEAD
+    PyObject *batch, *buf, *key, *value, *headers, *offset, *timestamp, *hspans, *crc, *legacy_valid;
+    long long sequence, magic, attributes;
+    Py_ssize_t size, key_pos, key_len, value_pos, value_len;
+} RecordObject;
 
-static int learn_record_type(PyObject *cls) {
-    if ((PyObject *)record_type == cls) return 0;
-    if (!PyType_Check(cls)) {
-        PyErr_SetString(PyExc_TypeError, "record_cls must be a class");
-        return -1;
-    }
-    PyTypeObject *tp = (PyTypeObject *)cls;
-    Py_ssize_t offsets[S_COUNT];
-    for (int i = 0; i < S_COUNT; i++) {
-        PyObject *d = PyObject_GetAttrString(cls, slot_names[i]);
-        if (!d) return -1;
-        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
-        Py_ssize_t off = ok ? ((PyMemberDescrObject *)d)->d_member->offset : 0;
-        Py_DECREF(d);
-        if (!ok || off < (Py_ssize_t)sizeof(PyObject) || off + (Py_ssize_t)sizeof(PyObject *) > tp->tp_basicsize) {
-            PyErr_Format(PyExc_TypeError, "record_cls.%s is not a __slots__ member", slot_names[i]);
-            return -1;
-        }
-        offsets[i] = off;
-    }
-    memcpy(slot_offset, offsets, sizeof offsets);
-    Py_INCREF(cls);
-    Py_XSETREF(record_type, tp);
+static PyTypeObject RecordBaseType;
+static PyObject *EmptyTuple;
+
+#define REC_FREELIST_MAX 1024
+static RecordObject *rec_freelist[REC_FREELIST_MAX];
+static int rec_free_n = 0;
+
+static int rec_traverse(RecordObject *r, visitproc visit, void *arg) {
+    Py_VISIT(r->batch); Py_VISIT(r->buf); Py_VISIT(r->key); Py_VISIT(r->value); Py_VISIT(r->headers);
+    Py_VISIT(r->offset); Py_VISIT(r->timestamp); Py_VISIT(r->hspans); Py_VISIT(r->crc); Py_VISIT(r->legacy_valid);
     return 0;
 }
 
-#define SLOT(obj, i) (*(PyObject **)((char *)(obj) + slot_offset[i]))
+static int rec_clear(RecordObject *r) {
+    Py_CLEAR(r->batch); Py_CLEAR(r->buf); Py_CLEAR(r->key); Py_CLEAR(r->value); Py_CLEAR(r->headers);
+    Py_CLEAR(r->offset); Py_CLEAR(r->timestamp); Py_CLEAR(r->hspans); Py_CLEAR(r->crc); Py_CLEAR(r->legacy_valid);
+    return 0;
+}
 
-/* batch.Header: two __slots__ members, key and value, filled the same way. */
+static void rec_dealloc(RecordObject *r) {
+    PyObject_GC_UnTrack(r);
+    rec_clear(r);
+    if (rec_free_n < REC_FREELIST_MAX && Py_TYPE(r)->tp_basicsize == (Py_ssize_t)sizeof(RecordObject) &&
+        Py_TYPE(r)->tp_itemsize == 0)
+        rec_freelist[rec_free_n++] = r;
+    else
+        Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+/* A fresh, untracked record of type tp (a subtype of RecordBase with no added fields): every field NULL/0. */
+static RecordObject *rec_alloc(PyTypeObject *tp) {
+    RecordObject *r;
+    if (rec_free_n) {
+        r = rec_freelist[--rec_free_n];
+        (void)PyObject_Init((PyObject *)r, tp);
+    } else {
+        r = PyObject_GC_New(RecordObject, tp);
+        if (!r) return NULL;
+    }
+    memset((char *)r + sizeof(PyObject), 0, sizeof(RecordObject) - sizeof(PyObject));
+    return r;
+}
+
+#define OBJ_MEMBER(name, field) {name, T_OBJECT_EX, offsetof(RecordObject, field), 0, NULL}
+static PyMemberDef rec_members[] = {
+    OBJ_MEMBER("batch", batch),
+    OBJ_MEMBER("key", key),
+    OBJ_MEMBER("value", value),
+    OBJ_MEMBER("headers", headers),
+    OBJ_MEMBER("offset", offset),
+    OBJ_MEMBER("timestamp", timestamp),
+    {"sequence", T_LONGLONG, offsetof(RecordObject, sequence), 0, NULL},
+    {"size_in_bytes", T_PYSSIZET, offsetof(RecordObject, size), 0, NULL},
+    OBJ_MEMBER("_buf", buf),
+    {"_key_pos", T_PYSSIZET, offsetof(RecordObject, key_pos), 0, NULL},
+    {"_key_len", T_PYSSIZET, offsetof(RecordObject, key_len), 0, NULL},
+    {"_value_pos", T_PYSSIZET, offsetof(RecordObject, value_pos), 0, NULL},
+    {"_value_len", T_PYSSIZET, offsetof(RecordObject, value_len), 0, NULL},
+    OBJ_MEMBER("_headers", hspans),
+    OBJ_MEMBER("crc", crc),
+    {"magic", T_LONGLONG, offsetof(RecordObject, magic), 0, NULL},
+    {"attributes", T_LONGLONG, offsetof(RecordObject, attributes), 0, NULL},
+    OBJ_MEMBER("_legacy_valid", legacy_valid),
+    {NULL, 0, 0, 0, NULL},
+};
+
+/* batch.Header: two __slots__ members, key and value, filled directly. */
 static PyTypeObject *header_type = NULL;
 static Py_ssize_t header_key_offset, header_value_offset;
 
@@ -468,6 +519,17 @@ static int learn_header_type(PyObject *cls) {
     return 0;
 }
 
+/* record_cls must be RecordBase or a subclass adding no fields (batch.Record: __slots__ = ()). */
+static PyTypeObject *record_class(PyObject *cls) {
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &RecordBaseType) ||
+        ((PyTypeObject *)cls)->tp_basicsize != (Py_ssize_t)sizeof(RecordObject) ||
+        ((PyTypeObject *)cls)->tp_dictoffset != 0) {
+        PyErr_SetString(PyExc_TypeError, "record_cls must be RecordBase or a subclass with __slots__ = ()");
+        return NULL;
+    }
+    return (PyTypeObject *)cls;
+}
+
 /* Java's int arithmetic (batch.increment_sequence), on unsigned values: no signed overflow. */
 static inline int32_t wrap32(int64_t v) { return s32((uint32_t)(uint64_t)v); }
 static int32_t increment_sequence(int32_t sequence, int32_t increment) {
@@ -493,8 +555,9 @@ static PyObject *span_bytes(const uint8_t *b, Py_ssize_t pos, Py_ssize_t len) {
 }
 
 static PyObject *headers_tuple(parse_out *o, rec_t *r) {
+    if (!r->header_count) { Py_INCREF(EmptyTuple); return EmptyTuple; }
     PyObject *headers = PyTuple_New(r->header_count);
-    if (!headers || !r->header_count) return headers;
+    if (!headers) return NULL;
     for (int32_t h = 0; h < r->header_count; h++) {
         hdr_t *hd = &o->hdrs[r->header_start + h];
         PyObject *t = Py_BuildValue("(nnnn)", hd->key_pos, hd->key_len, hd->value_pos, hd->value_len);
@@ -523,85 +586,184 @@ static PyObject *java_utf8(const uint8_t *p, Py_ssize_t n) {
     return s;
 }
 
+/* One header_cls(key text, value bytes | None), its slots filled as Header.__init__ would. */
+static PyObject *make_header(const uint8_t *b, Py_ssize_t kp, Py_ssize_t kl, Py_ssize_t vp, Py_ssize_t vl) {
+    PyObject *k = java_utf8(b + kp, kl);
+    PyObject *v = k ? span_bytes(b, vp, vl) : NULL;
+    PyObject *obj = v ? header_type->tp_alloc(header_type, 0) : NULL;
+    if (!obj) {
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        return NULL;
+    }
+    *(PyObject **)((char *)obj + header_key_offset) = k;
+    *(PyObject **)((char *)obj + header_value_offset) = v;
+    return obj;
+}
+
 /* Record.headers: [header_cls(key text, value bytes | None), ...] */
-static PyObject *header_list(PyObject *header_cls, const uint8_t *b, parse_out *o, rec_t *r) {
+static PyObject *header_list(const uint8_t *b, parse_out *o, rec_t *r) {
     PyObject *list = PyList_New(r->header_count);
     if (!list) return NULL;
     for (int32_t h = 0; h < r->header_count; h++) {
         hdr_t *hd = &o->hdrs[r->header_start + h];
-        PyObject *k = java_utf8(b + hd->key_pos, hd->key_len);
-        PyObject *v = k ? span_bytes(b, hd->value_pos, hd->value_len) : NULL;
-        PyObject *obj = v ? header_type->tp_alloc(header_type, 0) : NULL;
-        if (!obj) {
-            Py_XDECREF(k);
-            Py_XDECREF(v);
-            Py_DECREF(list);
-            return NULL;
-        }
-        /* what Header.__init__ stores (references handed over) */
-        *(PyObject **)((char *)obj + header_key_offset) = k;
-        *(PyObject **)((char *)obj + header_value_offset) = v;
+        PyObject *obj = make_header(b, hd->key_pos, hd->key_len, hd->value_pos, hd->value_len);
+        if (!obj) { Py_DECREF(list); return NULL; }
         PyList_SET_ITEM(list, h, obj);
     }
     return list;
 }
 
-static PyObject *py_build_v2_records(PyObject *self, PyObject *args) {
-    PyObject *cls, *header_cls, *batch, *data, *log_append_obj;
-    Py_ssize_t pos, end, count;
-    long long base_offset, base_ts;
-    int base_seq;
+/* Python's buf[pos : pos + len] bounds on a buffer of n bytes (slice clamping, negative starts included). */
+static void slice_bounds(Py_ssize_t n, Py_ssize_t pos, Py_ssize_t len, Py_ssize_t *start, Py_ssize_t *stop) {
+    Py_ssize_t a = pos, z;
+    if (__builtin_add_overflow(pos, len, &z)) z = PY_SSIZE_T_MAX;
+    PySlice_AdjustIndices(n, &a, &z, 1);
+    if (z < a) z = a;
+    *start = a;
+    *stop = z;
+}
+
+/* RecordBase.__init__: Record.__init__ of the pure-Python twin (batch._PyRecord), field for field. */
+static int rec_init(RecordObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"batch", "buf", "offset", "timestamp", "sequence", "size_in_bytes", "key_pos", "key_len",
+                             "value_pos", "value_len", "headers", "crc", "magic", "attributes", "legacy_valid", NULL};
+    PyObject *batch, *buf, *offset, *timestamp, *hspans, *crc = Py_None, *legacy_valid = Py_None;
+    long long sequence, magic = 2, attributes = 0;
+    Py_ssize_t size, kp, kl, vp, vl;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOLnnnnnO|OLLO", kwlist, &batch, &buf, &offset, &timestamp,
+                                     &sequence, &size, &kp, &kl, &vp, &vl, &hspans, &crc, &magic, &attributes,
+                                     &legacy_valid))
+        return -1;
+    if (!header_type) {
+        PyErr_SetString(PyExc_RuntimeError, "RecordBase: register_classes(Record, Header) was not called");
+        return -1;
+    }
     Py_buffer v;
-    parse_out o = {0};
+    if (PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE) < 0) return -1;
+    const uint8_t *b = (const uint8_t *)v.buf;
+    PyObject *key = NULL, *value = NULL, *headers = NULL;
+    Py_ssize_t a, z;
+    if (kl < 0) { key = Py_None; Py_INCREF(key); }
+    else { slice_bounds(v.len, kp, kl, &a, &z); key = PyBytes_FromStringAndSize((const char *)b + a, z - a); }
+    if (vl < 0) { value = Py_None; Py_INCREF(value); }
+    else { slice_bounds(v.len, vp, vl, &a, &z); value = PyBytes_FromStringAndSize((const char *)b + a, z - a); }
+    int truth = key && value ? PyObject_IsTrue(hspans) : -1;
+    if (truth == 0) headers = PyList_New(0);
+    else if (truth > 0) {
+        PyObject *seq = PySequence_Fast(hspans, "headers must be a sequence of (key_pos, key_len, value_pos, value_len)");
+        if (seq) {
+            Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+            headers = PyList_New(n);
+            for (Py_ssize_t i = 0; headers && i < n; i++) {
+                Py_ssize_t hkp, hkl, hvp, hvl, ka, kz, va = 0, vz = 0;
+                PyObject *item = PySequence_Fast_GET_ITEM(seq, i), *h = NULL;
+                if (PyArg_ParseTuple(item, "nnnn", &hkp, &hkl, &hvp, &hvl)) {
+                    slice_bounds(v.len, hkp, hkl, &ka, &kz);
+                    if (hvl >= 0) slice_bounds(v.len, hvp, hvl, &va, &vz);
+                    h = make_header(b, ka, kz - ka, va, hvl < 0 ? -1 : vz - va);
+                }
+                if (!h) Py_CLEAR(headers);
+                else PyList_SET_ITEM(headers, i, h);
+            }
+            Py_DECREF(seq);
+        }
+    }
+    PyBuffer_Release(&v);
+    if (!headers) {
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        return -1;
+    }
+    Py_INCREF(batch); Py_INCREF(buf); Py_INCREF(offset); Py_INCREF(timestamp); Py_INCREF(hspans);
+    Py_INCREF(crc); Py_INCREF(legacy_valid);
+    Py_XSETREF(self->batch, batch);
+    Py_XSETREF(self->buf, buf);
+    Py_XSETREF(self->offset, offset);
+    Py_XSETREF(self->timestamp, timestamp);
+    Py_XSETREF(self->hspans, hspans);
+    Py_XSETREF(self->crc, crc);
+    Py_XSETREF(self->legacy_valid, legacy_valid);
+    Py_XSETREF(self->key, key);
+    Py_XSETREF(self->value, value);
+    Py_XSETREF(self->headers, headers);
+    self->sequence = sequence;
+    self->size = size;
+    self->key_pos = kp;
+    self->key_len = kl;
+    self->value_pos = vp;
+    self->value_len = vl;
+    self->magic = magic;
+    self->attributes = attributes;
+    return 0;
+}
+
+static PyTypeObject RecordBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kstore_cli.segment._decode_c.RecordBase",
+    .tp_basicsize = sizeof(RecordObject),
+    .tp_dealloc = (destructor)rec_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The fields of batch.Record (offset, timestamp, key, value, headers, ...), filled natively.",
+    .tp_traverse = (traverseproc)rec_traverse,
+    .tp_clear = (inquiry)rec_clear,
+    .tp_members = rec_members,
+    .tp_init = (initproc)rec_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* register_classes(Record, Header): the classes RecordBase.__init__ builds headers with. */
+static PyObject *py_register_classes(PyObject *self, PyObject *args) {
+    PyObject *rcls, *hcls;
+    if (!PyArg_ParseTuple(args, "OO", &rcls, &hcls)) return NULL;
+    if (!record_class(rcls) || learn_header_type(hcls) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* build_v2_records' work once its arguments are known; a new reference to the list, or NULL. */
+static PyObject *build_v2(PyTypeObject *tp, PyObject *batch, PyObject *data, Py_ssize_t pos, Py_ssize_t end,
+                          Py_ssize_t count, long long base_offset, long long base_ts, PyObject *log_append_obj,
+                          int base_seq) {
+    Py_buffer v;
+    parse_out o;
+    memset(&o, 0, sizeof o);
     PyObject *list = NULL;
-    if (!PyArg_ParseTuple(args, "OOOOnnnLLOi", &cls, &header_cls, &batch, &data, &pos, &end, &count, &base_offset, &base_ts,
-                          &log_append_obj, &base_seq))
-        return NULL;
-    if (learn_record_type(cls) < 0 || learn_header_type(header_cls) < 0) return NULL;
     if (get_view(data, &v, pos, end) < 0) return NULL;
     const uint8_t *b = (const uint8_t *)v.buf;
     if (parse_v2(b, pos, end, count, &o) < 0) goto error;
     list = PyList_New(o.nrecs);
     if (!list) goto error;
+    int log_append = log_append_obj != Py_None;
     for (Py_ssize_t i = 0; i < o.nrecs; i++) {
         rec_t *r = &o.recs[i];
-        PyObject *rec = record_type->tp_alloc(record_type, 0);
+        RecordObject *rec = rec_alloc(tp);
         if (!rec) goto error;
-        PyList_SET_ITEM(list, i, rec);
+        PyList_SET_ITEM(list, i, (PyObject *)rec);
         Py_INCREF(batch);
-        SLOT(rec, S_BATCH) = batch;
+        rec->batch = batch;
         Py_INCREF(data);
-        SLOT(rec, S_BUF) = data;
-        PyObject *ts = log_append_obj != Py_None ? (Py_INCREF(log_append_obj), log_append_obj)
-                                                 : add_exact(base_ts, r->timestamp_delta);
-        PyObject *vals[] = {
-            add_exact(base_offset, r->offset_delta),
-            ts,
-            PyLong_FromLong(base_seq >= 0 ? increment_sequence(base_seq, r->offset_delta) : -1),
-            PyLong_FromSsize_t(r->size),
-            PyLong_FromSsize_t(r->key_pos),
-            PyLong_FromSsize_t(r->key_len),
-            PyLong_FromSsize_t(r->value_pos),
-            PyLong_FromSsize_t(r->value_len),
-            headers_tuple(&o, r),
-            span_bytes(b, r->key_pos, r->key_len),
-            span_bytes(b, r->value_pos, r->value_len),
-            PyLong_FromLong(2),
-            PyLong_FromLong(0),
-            header_list(header_cls, b, &o, r),
-        };
-        static const int where[] = {S_OFFSET, S_TIMESTAMP, S_SEQUENCE, S_SIZE, S_KEY_POS, S_KEY_LEN, S_VALUE_POS,
-                                    S_VALUE_LEN, S_HEADERS, S_KEY, S_VALUE, S_MAGIC, S_ATTRIBUTES, S_HEADER_LIST};
-        int bad = 0;
-        for (size_t k = 0; k < sizeof where / sizeof where[0]; k++) {
-            if (!vals[k]) bad = 1;
-            SLOT(rec, where[k]) = vals[k];
-        }
+        rec->buf = data;
+        rec->offset = add_exact(base_offset, r->offset_delta);
+        if (log_append) { Py_INCREF(log_append_obj); rec->timestamp = log_append_obj; }
+        else rec->timestamp = add_exact(base_ts, r->timestamp_delta);
+        rec->sequence = base_seq >= 0 ? increment_sequence(base_seq, r->offset_delta) : -1;
+        rec->size = r->size;
+        rec->key_pos = r->key_pos;
+        rec->key_len = r->key_len;
+        rec->value_pos = r->value_pos;
+        rec->value_len = r->value_len;
+        rec->hspans = headers_tuple(&o, r);
+        rec->key = span_bytes(b, r->key_pos, r->key_len);
+        rec->value = span_bytes(b, r->value_pos, r->value_len);
+        rec->headers = header_list(b, &o, r);
+        rec->magic = 2;
+        rec->attributes = 0;
         Py_INCREF(Py_None);
-        SLOT(rec, S_CRC) = Py_None;
+        rec->crc = Py_None;
         Py_INCREF(Py_None);
-        SLOT(rec, S_LEGACY_VALID) = Py_None;
-        if (bad) goto error;
+        rec->legacy_valid = Py_None;
+        PyObject_GC_Track(rec);
+        if (!rec->offset || !rec->timestamp || !rec->hspans || !rec->key || !rec->value || !rec->headers) goto error;
     }
     PyBuffer_Release(&v);
     parse_out_free(&o);
@@ -611,6 +773,19 @@ error:
     PyBuffer_Release(&v);
     parse_out_free(&o);
     return NULL;
+}
+
+static PyObject *py_build_v2_records(PyObject *self, PyObject *args) {
+    PyObject *cls, *header_cls, *batch, *data, *log_append_obj;
+    Py_ssize_t pos, end, count;
+    long long base_offset, base_ts;
+    int base_seq;
+    if (!PyArg_ParseTuple(args, "OOOOnnnLLOi", &cls, &header_cls, &batch, &data, &pos, &end, &count, &base_offset, &base_ts,
+                          &log_append_obj, &base_seq))
+        return NULL;
+    PyTypeObject *tp = record_class(cls);
+    if (!tp || learn_header_type(header_cls) < 0) return NULL;
+    return build_v2(tp, batch, data, pos, end, count, base_offset, base_ts, log_append_obj, base_seq);
 }
 
 /* ------------------------------------------------------------------ columnar mode (Arrow) */
@@ -641,7 +816,8 @@ static PyObject *py_decode_v2_columns(PyObject *self, PyObject *args) {
     Py_ssize_t pos, end, count, key_base, value_base;
     long long base_offset, base_ts;
     Py_buffer v;
-    parse_out o = {0};
+    parse_out o;
+    memset(&o, 0, sizeof o);
     gbuf offs = {0}, tss = {0}, kends = {0}, kdata = {0}, kvalid = {0}, vends = {0}, vdata = {0}, vvalid = {0};
     PyObject *out = NULL;
     if (!PyArg_ParseTuple(args, "OnnnLLOnn", &obj, &pos, &end, &count, &base_offset, &base_ts, &log_append_obj,
@@ -724,59 +900,75 @@ static PyObject *py_pack_validity(PyObject *self, PyObject *obj) {
 
 /* ------------------------------------------------------------------ legacy messages */
 
-static PyObject *py_decode_legacy_message(PyObject *self, PyObject *args) {
-    PyObject *obj;
-    Py_ssize_t pos, end;
-    Py_buffer v;
+/* One legacy entry (see _decode_py.decode_legacy_message). */
+typedef struct {
+    int64_t offset, timestamp;
+    Py_ssize_t size, key_pos, key_len, value_pos, value_len, msg;
+    uint32_t crc;
+    int magic, attributes;
+} leg_t;
+
+/* The legacy entry at pos: 1 when parsed, 0 when it does not fit before end, -1 with InvalidRecordError set. */
+static int parse_legacy(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, leg_t *e) {
     char msg[160];
-    if (!PyArg_ParseTuple(args, "Onn", &obj, &pos, &end)) return NULL;
-    if (get_view(obj, &v, pos, end) < 0) return NULL;
-    const uint8_t *b = (const uint8_t *)v.buf;
-    if (end - pos < LOG_OVERHEAD) { PyBuffer_Release(&v); Py_RETURN_NONE; }
-    int64_t offset = s64(be64(b + pos));
+    if (end - pos < LOG_OVERHEAD) return 0;
+    e->offset = s64(be64(b + pos));
     int32_t size = s32(be32(b + pos + 8));
     if (size < RECORD_OVERHEAD_V0) {
-        PyBuffer_Release(&v);
         snprintf(msg, sizeof msg, "Record size %d is less than the minimum record overhead (%d)", (int)size,
                  RECORD_OVERHEAD_V0);
         PyErr_SetString(InvalidRecordError, msg);
-        return NULL;
+        return -1;
     }
     Py_ssize_t m = pos + LOG_OVERHEAD;
     Py_ssize_t msg_end = m + size;
-    if (msg_end > end) { PyBuffer_Release(&v); Py_RETURN_NONE; }
+    if (msg_end > end) return 0;
     /* size >= 14, so crc, magic and attributes lie inside the message. */
-    uint32_t crc = be32(b + m);
-    int magic = s8(b[m + 4]);
-    int attributes = s8(b[m + 5]);
+    e->crc = be32(b + m);
+    e->magic = s8(b[m + 4]);
+    e->attributes = s8(b[m + 5]);
     Py_ssize_t p = m + 6;
-    int64_t timestamp = -1;
     int32_t key_len, value_len;
-    Py_ssize_t key_pos, value_pos;
-    if (magic > 0) {
+    e->timestamp = -1;
+    if (e->magic > 0) {
         if (p + 8 > msg_end) goto invalid;
-        timestamp = s64(be64(b + p));
+        e->timestamp = s64(be64(b + p));
         p += 8;
     }
     if (p + 4 > msg_end) goto invalid;
     key_len = s32(be32(b + p));
     p += 4;
-    key_pos = p;
+    e->key_pos = p;
     if (key_len < 0) key_len = -1; else p += key_len;
     if (p + 4 > msg_end) goto invalid;
     value_len = s32(be32(b + p));
     p += 4;
-    value_pos = p;
+    e->value_pos = p;
     if (value_len < 0) value_len = -1; else p += value_len;
     if (p > msg_end) goto invalid;
-    PyBuffer_Release(&v);
-    return Py_BuildValue("(LnkiiLninin)", (long long)offset, (Py_ssize_t)(LOG_OVERHEAD + (Py_ssize_t)size),
-                         (unsigned long)crc, magic, attributes, (long long)timestamp, key_pos, (int)key_len,
-                         value_pos, (int)value_len, m);
+    e->key_len = key_len;
+    e->value_len = value_len;
+    e->size = LOG_OVERHEAD + (Py_ssize_t)size;
+    e->msg = m;
+    return 1;
 invalid:
-    PyBuffer_Release(&v);
     PyErr_SetString(InvalidRecordError, INVALID_STRUCTURE);
-    return NULL;
+    return -1;
+}
+
+static PyObject *py_decode_legacy_message(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t pos, end;
+    Py_buffer v;
+    leg_t e;
+    if (!PyArg_ParseTuple(args, "Onn", &obj, &pos, &end)) return NULL;
+    if (get_view(obj, &v, pos, end) < 0) return NULL;
+    int rc = parse_legacy((const uint8_t *)v.buf, pos, end, &e);
+    PyBuffer_Release(&v);
+    if (rc < 0) return NULL;
+    if (rc == 0) Py_RETURN_NONE;
+    return Py_BuildValue("(LnkiiLninin)", (long long)e.offset, e.size, (unsigned long)e.crc, e.magic, e.attributes,
+                         (long long)e.timestamp, e.key_pos, (int)e.key_len, e.value_pos, (int)e.value_len, e.msg);
 }
 
 /* ------------------------------------------------------------------ CRC-32C (java.util.zip.CRC32C) */
@@ -1004,6 +1196,285 @@ error:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ legacy message sets */
+
+/* CRC-32 (zlib's crc32, java.util.zip.CRC32): slice-by-8 tables. */
+static uint32_t crc32_table[8][256];
+
+static void crc32_init_tables(void) {
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+        crc32_table[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++)
+        for (int t = 1; t < 8; t++)
+            crc32_table[t][n] = (crc32_table[t - 1][n] >> 8) ^ crc32_table[0][crc32_table[t - 1][n] & 0xFF];
+}
+
+static uint32_t crc32_ieee(const uint8_t *p, size_t n) {
+    uint32_t crc = 0xFFFFFFFFu;
+    while (n >= 8) {
+        uint32_t lo = crc ^ ((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24));
+        uint32_t hi = (uint32_t)p[4] | ((uint32_t)p[5] << 8) | ((uint32_t)p[6] << 16) | ((uint32_t)p[7] << 24);
+        crc = crc32_table[7][lo & 0xFF] ^ crc32_table[6][(lo >> 8) & 0xFF] ^ crc32_table[5][(lo >> 16) & 0xFF] ^
+              crc32_table[4][lo >> 24] ^ crc32_table[3][hi & 0xFF] ^ crc32_table[2][(hi >> 8) & 0xFF] ^
+              crc32_table[1][(hi >> 16) & 0xFF] ^ crc32_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = crc32_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return crc ^ 0xFFFFFFFFu;
+}
+
+/* A signed 128-bit value as a Python int. */
+static PyObject *long_from_i128(__int128 v) {
+    if (v >= INT64_MIN && v <= INT64_MAX) return PyLong_FromLongLong((long long)v);
+    unsigned char bytes[16];
+    unsigned __int128 u = (unsigned __int128)v;
+    for (int i = 0; i < 16; i++) { bytes[i] = (unsigned char)(u & 0xFF); u >>= 8; }
+    return _PyLong_FromByteArray(bytes, 16, 1, 1);
+}
+
+/*
+ * build_legacy_records(record_cls, batch, data, wrapper_magic, wrapper_offset, log_append_time):
+ * the inner messages of a decompressed legacy wrapper as records; see _decode_py.build_legacy_records.
+ */
+static PyObject *py_build_legacy_records(PyObject *self, PyObject *args) {
+    PyObject *cls, *batch, *data, *log_append_obj;
+    int wrapper_magic;
+    long long wrapper_offset;
+    Py_buffer v;
+    char msg[320];
+    if (!PyArg_ParseTuple(args, "OOOiLO", &cls, &batch, &data, &wrapper_magic, &wrapper_offset, &log_append_obj))
+        return NULL;
+    PyTypeObject *tp = record_class(cls);
+    if (!tp) return NULL;
+    if (PyObject_GetBuffer(data, &v, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *b = (const uint8_t *)v.buf;
+    Py_ssize_t end = v.len, pos = 0, n = 0, cap = 0;
+    leg_t *es = NULL;
+    PyObject *list = NULL;
+    for (;;) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            leg_t *ne = PyMem_Realloc(es, (size_t)cap * sizeof(leg_t));
+            if (!ne) { PyErr_NoMemory(); goto done; }
+            es = ne;
+        }
+        int rc = parse_legacy(b, pos, end, &es[n]);
+        if (rc < 0) goto done;
+        if (rc == 0) break; /* a truncated trailing inner entry ends the iteration silently */
+        if (es[n].attributes & 0x07) {
+            PyErr_SetString(InvalidRecordError, "Inner messages must not be compressed");
+            goto done;
+        }
+        pos += es[n].size;
+        n++;
+    }
+    if (!n) {
+        PyErr_SetString(InvalidRecordError, "Found invalid compressed record set with no inner records");
+        goto done;
+    }
+    __int128 absolute_base = 0;
+    if (wrapper_magic > 0) {
+        int64_t last_inner = es[n - 1].offset;
+        if (wrapper_offset == 0) absolute_base = 0; /* some librdkafka versions send wrapper offset 0 */
+        else if (wrapper_offset < last_inner) {
+            snprintf(msg, sizeof msg,
+                     "Found invalid wrapper offset in compressed v1 message set, wrapper offset '%lld' is less than "
+                     "the last inner message offset '%lld' and it is not zero.",
+                     (long long)wrapper_offset, (long long)last_inner);
+            PyErr_SetString(InvalidRecordError, msg);
+            goto done;
+        } else absolute_base = (__int128)wrapper_offset - last_inner;
+    }
+    int log_append = log_append_obj != Py_None;
+    list = PyList_New(n);
+    if (!list) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        leg_t *e = &es[i];
+        RecordObject *rec = rec_alloc(tp);
+        if (!rec) { Py_CLEAR(list); goto done; }
+        PyList_SET_ITEM(list, i, (PyObject *)rec);
+        Py_INCREF(batch);
+        rec->batch = batch;
+        Py_INCREF(data);
+        rec->buf = data;
+        rec->offset = wrapper_magic > 0 ? long_from_i128(absolute_base + e->offset) : PyLong_FromLongLong(e->offset);
+        if (e->magic == 0) rec->timestamp = PyLong_FromLong(-1);
+        else if (log_append) { Py_INCREF(log_append_obj); rec->timestamp = log_append_obj; }
+        else rec->timestamp = PyLong_FromLongLong(e->timestamp);
+        rec->sequence = -1;
+        rec->size = e->size;
+        rec->key_pos = e->key_pos;
+        rec->key_len = e->key_len;
+        rec->value_pos = e->value_pos;
+        rec->value_len = e->value_len;
+        Py_INCREF(EmptyTuple);
+        rec->hspans = EmptyTuple;
+        rec->key = span_bytes(b, e->key_pos, e->key_len);
+        rec->value = span_bytes(b, e->value_pos, e->value_len);
+        rec->headers = PyList_New(0);
+        rec->crc = PyLong_FromUnsignedLong(e->crc);
+        rec->magic = e->magic;
+        rec->attributes = e->attributes;
+        /* the message's own CRC-32, from its magic byte to its end */
+        int valid = e->crc == crc32_ieee(b + e->msg + 4, (size_t)(e->size - LOG_OVERHEAD - 4));
+        rec->legacy_valid = PyBool_FromLong(valid);
+        PyObject_GC_Track(rec);
+        if (!rec->offset || !rec->timestamp || !rec->key || !rec->value || !rec->headers || !rec->crc) {
+            Py_CLEAR(list);
+            goto done;
+        }
+    }
+done:
+    PyMem_Free(es);
+    PyBuffer_Release(&v);
+    return list;
+}
+
+/* ------------------------------------------------------------------ batch objects */
+
+/*
+ * frame_batches: scan_batches, but each plain v2 batch comes back as a batch_cls instance
+ * (batch.RecordBatch) whose __slots__ are filled here exactly as batch.batch_from_head fills them:
+ * no head tuple, no Python call per batch.
+ */
+enum {
+    B_PATH, B_POSITION, B_SIZE, B_MAGIC, B_BUF, B_VALID, B_BASE_OFFSET, B_EPOCH, B_CRC, B_ATTRIBUTES, B_LAST_DELTA,
+    B_BASE_TS, B_MAX_TS, B_PID, B_PEPOCH, B_BASE_SEQ, B_COUNT, B_NFIELDS
+};
+static const char *batch_slot_names[B_NFIELDS] = {
+    "path", "position", "size", "magic", "_buf", "_valid", "base_offset", "partition_leader_epoch", "crc",
+    "attributes", "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
+    "base_sequence", "count",
+};
+static PyTypeObject *batch_type = NULL;
+static Py_ssize_t batch_slot[B_NFIELDS];
+
+static int learn_batch_type(PyObject *cls) {
+    if ((PyObject *)batch_type == cls) return 0;
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "batch_cls must be a class");
+        return -1;
+    }
+    Py_ssize_t offs[B_NFIELDS];
+    for (int i = 0; i < B_NFIELDS; i++)
+        if ((offs[i] = member_offset(cls, batch_slot_names[i])) < 0) return -1;
+    memcpy(batch_slot, offs, sizeof offs);
+    Py_INCREF(cls);
+    Py_XSETREF(batch_type, (PyTypeObject *)cls);
+    return 0;
+}
+
+#define BSLOT(obj, i) (*(PyObject **)((char *)(obj) + batch_slot[i]))
+
+static PyObject *py_frame_batches(PyObject *self, PyObject *args) {
+    PyObject *cls, *obj, *path;
+    Py_ssize_t pos, end, max_batches;
+    int check_crc;
+    Py_buffer v;
+    if (!PyArg_ParseTuple(args, "OOnnnpO", &cls, &obj, &pos, &end, &max_batches, &check_crc, &path)) return NULL;
+    if (learn_batch_type(cls) < 0) return NULL;
+    if (get_view(obj, &v, pos, end) < 0) return NULL;
+    const uint8_t *b = (const uint8_t *)v.buf;
+    PyObject *out = PyList_New(0);
+    if (!out) { PyBuffer_Release(&v); return NULL; }
+    Py_ssize_t limit = end - HEADER_SIZE_UP_TO_MAGIC;
+    int status = SCAN_END;
+    PyObject *valid = check_crc ? Py_True : Py_None;
+    while (pos < limit) {
+        if (PyList_GET_SIZE(out) >= max_batches) { status = SCAN_MORE; break; }
+        int32_t size = s32(be32(b + pos + 8));
+        int magic = s8(b[pos + 16]);
+        if (size < RECORD_OVERHEAD_V0 || (Py_ssize_t)size + LOG_OVERHEAD > end - pos || magic < 2 ||
+            (Py_ssize_t)size + LOG_OVERHEAD < V2_HEADER_SIZE) {
+            status = SCAN_OTHER;
+            break;
+        }
+        Py_ssize_t entry_end = pos + LOG_OVERHEAD + size;
+        const uint8_t *h = b + pos;
+        uint32_t stored = be32(h + V2_CRC_POS);
+        if (check_crc && stored != crc32c(h + V2_CRC_START, (size_t)(entry_end - pos - V2_CRC_START))) {
+            status = SCAN_OTHER;
+            break;
+        }
+        PyObject *batch = batch_type->tp_alloc(batch_type, 0);
+        if (!batch) goto error;
+        if (PyList_Append(out, batch) < 0) { Py_DECREF(batch); goto error; }
+        Py_DECREF(batch); /* the list holds it */
+        PyObject *f[B_NFIELDS];
+        f[B_PATH] = path; Py_INCREF(path);
+        f[B_POSITION] = PyLong_FromSsize_t(pos);
+        f[B_SIZE] = PyLong_FromSsize_t(LOG_OVERHEAD + (Py_ssize_t)size);
+        f[B_MAGIC] = PyLong_FromLong(magic);
+        f[B_BUF] = PySequence_GetSlice(obj, pos, entry_end);
+        f[B_VALID] = valid; Py_INCREF(valid);
+        f[B_BASE_OFFSET] = PyLong_FromLongLong(s64(be64(h)));
+        f[B_EPOCH] = PyLong_FromLong(s32(be32(h + 12)));
+        f[B_CRC] = PyLong_FromUnsignedLong(stored);
+        f[B_ATTRIBUTES] = PyLong_FromLong(s16((uint32_t)h[21] << 8 | h[22]));
+        f[B_LAST_DELTA] = PyLong_FromLong(s32(be32(h + 23)));
+        f[B_BASE_TS] = PyLong_FromLongLong(s64(be64(h + 27)));
+        f[B_MAX_TS] = PyLong_FromLongLong(s64(be64(h + 35)));
+        f[B_PID] = PyLong_FromLongLong(s64(be64(h + 43)));
+        f[B_PEPOCH] = PyLong_FromLong(s16((uint32_t)h[51] << 8 | h[52]));
+        f[B_BASE_SEQ] = PyLong_FromLong(s32(be32(h + 53)));
+        f[B_COUNT] = PyLong_FromLong(s32(be32(h + 57)));
+        int bad = 0;
+        for (int k = 0; k < B_NFIELDS; k++) {
+            if (!f[k]) bad = 1;
+            Py_XSETREF(BSLOT(batch, k), f[k]);
+        }
+        if (bad) goto error;
+        pos = entry_end;
+    }
+    PyBuffer_Release(&v);
+    return Py_BuildValue("(Nni)", out, pos, status);
+error:
+    PyBuffer_Release(&v);
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* A batch slot as a C long long; 0 with *ok cleared when it is not an int that fits. */
+static long long slot_ll(PyObject *batch, int i, int *ok) {
+    PyObject *o = BSLOT(batch, i);
+    if (!o || !PyLong_Check(o)) { *ok = 0; return 0; }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) { PyErr_Clear(); *ok = 0; return 0; }
+    return v;
+}
+
+/*
+ * v2_batch_records(record_cls, header_cls, batch): RecordBatch.records() of a plain batch (count > 0,
+ * no codec, size >= 61) straight from the batch's slots; None for any other batch (the caller's
+ * general path). See _decode_py.v2_batch_records.
+ */
+static PyObject *py_v2_batch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "v2_batch_records(record_cls, header_cls, batch)");
+        return NULL;
+    }
+    PyObject *batch = args[2];
+    PyTypeObject *tp = record_class(args[0]);
+    if (!tp || learn_header_type(args[1]) < 0 || learn_batch_type((PyObject *)Py_TYPE(batch)) < 0) return NULL;
+    int ok = 1;
+    long long count = slot_ll(batch, B_COUNT, &ok), attributes = slot_ll(batch, B_ATTRIBUTES, &ok);
+    long long size = slot_ll(batch, B_SIZE, &ok), base_offset = slot_ll(batch, B_BASE_OFFSET, &ok);
+    long long base_ts = slot_ll(batch, B_BASE_TS, &ok), base_seq = slot_ll(batch, B_BASE_SEQ, &ok);
+    PyObject *data = BSLOT(batch, B_BUF), *max_ts = BSLOT(batch, B_MAX_TS);
+    if (!ok || !data || !max_ts || count <= 0 || (attributes & 0x07) || size < V2_HEADER_SIZE ||
+        base_seq < INT32_MIN || base_seq > INT32_MAX || count > PY_SSIZE_T_MAX)
+        Py_RETURN_NONE;
+    Py_ssize_t len = PyObject_Length(data);
+    if (len < 0) return NULL;
+    return build_v2(tp, batch, data, V2_HEADER_SIZE, len, (Py_ssize_t)count, base_offset, base_ts,
+                    (attributes & 0x08) ? max_ts : Py_None, (int)base_seq);
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -1014,12 +1485,20 @@ static PyMethodDef methods[] = {
      "Decode exactly `count` records from buf[pos:end]; leftover bytes are an error, as in Kafka."},
     {"decode_legacy_message", py_decode_legacy_message, METH_VARARGS,
      "The legacy entry at pos, or None when it does not fit before end (a truncated tail)."},
+    {"build_legacy_records", py_build_legacy_records, METH_VARARGS,
+     "The inner messages of a decompressed legacy wrapper as records; see _decode_py.build_legacy_records."},
+    {"register_classes", py_register_classes, METH_VARARGS,
+     "register_classes(Record, Header): the classes RecordBase.__init__ builds headers with."},
     {"build_v2_records", py_build_v2_records, METH_VARARGS,
      "decode_v2_records, then one record_cls (batch.Record) per record; see _decode_py.build_v2_records."},
     {"decode_v2_columns", py_decode_v2_columns, METH_VARARGS,
      "A batch's records as Arrow-ready column pieces; see _decode_py.decode_v2_columns."},
     {"pack_validity", py_pack_validity, METH_O, "Bytes of 0/1 per row as an Arrow validity bitmap: (bitmap, nulls)."},
     {"crc32c", py_crc32c, METH_O, "CRC-32C (Castagnoli), as java.util.zip.CRC32C computes it."},
+    {"v2_batch_records", (PyCFunction)(void (*)(void))py_v2_batch_records, METH_FASTCALL,
+     "RecordBatch.records() of a plain uncompressed batch, or None; see _decode_py.v2_batch_records."},
+    {"frame_batches", py_frame_batches, METH_VARARGS,
+     "scan_batches with batch_cls instances instead of heads: (batches, stop, status); see _decode_py.frame_batches."},
     {"scan_batches", py_scan_batches, METH_VARARGS,
      "Frame plain v2 batches from pos: (heads, stop, status); see _decode_py.scan_batches."},
     {NULL, NULL, 0, NULL},
@@ -1042,6 +1521,9 @@ PyMODINIT_FUNC PyInit__decode_c(void) {
     Py_DECREF(common);
     if (!Underflow) return NULL;
     crc_init_tables();
+    crc32_init_tables();
+    EmptyTuple = PyTuple_New(0);
+    if (!EmptyTuple || PyType_Ready(&RecordBaseType) < 0) return NULL;
 #ifdef KSTORE_HW_CRC
     __builtin_cpu_init();
     crc_hw = __builtin_cpu_supports("sse4.2");
@@ -1051,6 +1533,7 @@ PyMODINIT_FUNC PyInit__decode_c(void) {
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
     if (PyModule_AddStringConstant(m, "CRC32C_IMPL", crc_hw ? "sse4.2" : "table") < 0) return NULL;
-    (void)JavaUtf8;
+    Py_INCREF(&RecordBaseType);
+    if (PyModule_AddObject(m, "RecordBase", (PyObject *)&RecordBaseType) < 0) return NULL;
     return m;
 }

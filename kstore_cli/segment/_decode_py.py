@@ -25,6 +25,7 @@ Varints are zigzag-encoded LEB128 (Kafka's ByteUtils).
 from __future__ import annotations
 
 import struct
+import zlib
 from array import array
 from typing import List, Optional, Tuple
 
@@ -297,6 +298,29 @@ def scan_batches(buf: "bytes | memoryview", pos: int, end: int, max_batches: int
     return heads, pos, SCAN_END
 
 
+def frame_batches(batch_cls: type, buf: "bytes | memoryview", pos: int, end: int, max_batches: int, check_crc: bool,
+                  path: Optional[str]) -> Tuple[list, int, int]:
+    """:func:`scan_batches`, each head made a ``batch_cls`` (batch.RecordBatch) instance without calling
+    its constructor: ``path``, ``_buf`` (buf[position : position + size]), ``_valid`` (True when the
+    CRC was checked, else None), ``size`` (12 + batch length) and the head's fields set as attributes.
+    Returns (batches, stop, status)."""
+    heads, stop, status = scan_batches(buf, pos, end, max_batches, check_crc)
+    out = []
+    valid = True if check_crc else None
+    new = batch_cls.__new__
+    for head in heads:
+        batch = new(batch_cls)
+        (batch.position, batch.base_offset, length, batch.partition_leader_epoch, batch.magic, batch.crc,
+         batch.attributes, batch.last_offset_delta, batch.base_timestamp, batch.max_timestamp, batch.producer_id,
+         batch.producer_epoch, batch.base_sequence, batch.count) = head
+        batch.path = path
+        batch.size = LOG_OVERHEAD + length
+        batch._buf = buf[head[0] : head[0] + LOG_OVERHEAD + length]
+        batch._valid = valid
+        out.append(batch)
+    return out, stop, status
+
+
 def build_v2_records(record_cls: type, header_cls: type, batch: object, data: "bytes | memoryview", pos: int, end: int, count: int,
                      base_offset: int, base_timestamp: int, log_append_time: Optional[int],
                      base_sequence: int) -> list:
@@ -313,6 +337,78 @@ def build_v2_records(record_cls: type, header_cls: type, batch: object, data: "b
         timestamp = log_append_time if log_append_time is not None else base_timestamp + ts_delta
         append(record_cls(batch, data, base_offset + offset_delta, timestamp, seq, size, kp, kl, vp, vl, headers))
     return out
+
+
+def build_legacy_records(record_cls: type, batch: object, data: "bytes | memoryview", wrapper_magic: int,
+                         wrapper_offset: int, log_append_time: Optional[int]) -> list:
+    """The inner messages of a decompressed legacy wrapper (LegacyRecord's deep iterator), one
+    ``record_cls`` (batch.Record) each.
+
+    A truncated trailing inner entry ends the iteration silently; a compressed inner message, an
+    empty set, or (v1) a wrapper offset below the last inner offset other than 0 is an
+    InvalidRecordError. v1 inner offsets are relative: absolute = wrapper offset - last inner +
+    inner (a wrapper offset of 0 keeps them). Timestamps: -1 for magic 0 messages, the wrapper's
+    under LogAppendTime (log_append_time), else the message's own. Each record carries its
+    message's CRC-32 check (``legacy_valid``).
+    """
+    entries = []
+    pos = 0
+    end = len(data)
+    while True:
+        entry = decode_legacy_message(data, pos, end)
+        if entry is None:
+            break  # a truncated trailing inner entry ends the iteration silently
+        if entry[4] & 0x07:
+            raise InvalidRecordError("Inner messages must not be compressed")
+        entries.append(entry)
+        pos += entry[1]
+    if not entries:
+        raise InvalidRecordError("Found invalid compressed record set with no inner records")
+    absolute_base = 0
+    if wrapper_magic > 0:
+        last_inner = entries[-1][0]
+        if wrapper_offset == 0:
+            absolute_base = 0  # some librdkafka versions send wrapper offset 0
+        elif wrapper_offset < last_inner:
+            raise InvalidRecordError(
+                "Found invalid wrapper offset in compressed v1 message set, wrapper offset "
+                f"'{wrapper_offset}' is less than the last inner message offset '{last_inner}' and it is not zero."
+            )
+        else:
+            absolute_base = wrapper_offset - last_inner
+    mv = memoryview(data)
+    out = []
+    for (offset, size, crc, magic, attributes, timestamp, kp, kl, vp, vl, msg) in entries:
+        if wrapper_magic > 0:
+            offset = absolute_base + offset
+        if magic == 0:
+            timestamp = -1
+        elif log_append_time is not None:
+            timestamp = log_append_time
+        valid = size - LOG_OVERHEAD >= RECORD_OVERHEAD_V0 and crc == zlib.crc32(mv[msg + 4 : msg + size - LOG_OVERHEAD])
+        out.append(record_cls(batch, data, offset, timestamp, -1, size, kp, kl, vp, vl, (), crc, magic, attributes, valid))
+    return out
+
+
+def register_classes(record_cls: type, header_cls: type) -> None:
+    """The native twin learns batch.Record and batch.Header here; nothing to learn in Python."""
+
+
+#: The native twin's C record type (batch.Record's base there); the pure-Python Record needs none.
+RecordBase = None
+
+
+def v2_batch_records(record_cls: type, header_cls: type, batch) -> Optional[list]:
+    """``batch.records()`` (batch.RecordBatch) for a plain batch: count > 0, no codec, size >= 61; None
+    for any other batch (the caller's general path handles it). Records as :func:`build_v2_records`."""
+    count = batch.count
+    attributes = batch.attributes
+    if count <= 0 or attributes & 0x07 or batch.size < V2_HEADER_SIZE:
+        return None
+    data = batch._buf
+    return build_v2_records(record_cls, header_cls, batch, data, V2_HEADER_SIZE, len(data), count, batch.base_offset,
+                            batch.base_timestamp, batch.max_timestamp if attributes & 0x08 else None,
+                            batch.base_sequence)
 
 
 def decode_v2_columns(buf: "bytes | memoryview", pos: int, end: int, count: int, base_offset: int,

@@ -149,34 +149,36 @@ class Header:
         return f"Header({self.key!r}, {self.value!r})"
 
 
-class Record:
-    """One record: ``key`` and ``value`` are bytes (None when null) and ``headers`` a list of
-    :class:`Header`, as the decoder copied them out; ``key_view()``/``value_view()`` give views
-    without a copy.
+#: The fields every record holds (``Record.__init__``'s parameters, as stored); the native twin's
+#: C base type (``decode.RecordBase``) has exactly these attributes.
+RECORD_FIELDS = (
+    "batch",
+    "key",
+    "value",
+    "headers",
+    "offset",
+    "timestamp",
+    "sequence",
+    "size_in_bytes",
+    "_buf",
+    "_key_pos",
+    "_key_len",
+    "_value_pos",
+    "_value_len",
+    "_headers",
+    "crc",
+    "magic",
+    "attributes",
+    "_legacy_valid",
+)
 
-    The native decoder fills these slots directly (``build_v2_records``): keep the slot names,
-    and what ``__init__`` stores in them, in step with ``_decode_c.c``."""
 
-    __slots__ = (
-        "batch",
-        "key",
-        "value",
-        "headers",
-        "offset",
-        "timestamp",
-        "sequence",
-        "size_in_bytes",
-        "_buf",
-        "_key_pos",
-        "_key_len",
-        "_value_pos",
-        "_value_len",
-        "_headers",
-        "crc",
-        "magic",
-        "attributes",
-        "_legacy_valid",
-    )
+class _PyRecord:
+    """The fields of a record, in pure Python (the base of :class:`Record` under the pure-Python
+    decoder; the native decoder's base is the C type ``decode.RecordBase`` with the same fields,
+    filled by the same constructor)."""
+
+    __slots__ = RECORD_FIELDS
 
     def __init__(self, batch: "Batch", buf, offset: int, timestamp: int, sequence: int, size_in_bytes: int,
                  key_pos: int, key_len: int, value_pos: int, value_len: int, headers: tuple,
@@ -202,6 +204,19 @@ class Record:
         self.magic = magic
         self.attributes = attributes
         self._legacy_valid = legacy_valid
+
+
+class Record(decode.RecordBase or _PyRecord):  # type: ignore[misc]
+    """One record: ``key`` and ``value`` are bytes (None when null) and ``headers`` a list of
+    :class:`Header`, as the decoder copied them out; ``key_view()``/``value_view()`` give views
+    without a copy.
+
+    ``Record(batch, buf, offset, timestamp, sequence, size_in_bytes, key_pos, key_len, value_pos,
+    value_len, headers, crc=None, magic=2, attributes=0, legacy_valid=None)``; its fields are
+    :data:`RECORD_FIELDS`. The native decoder builds records itself (``build_v2_records``,
+    ``build_legacy_records``), holding exactly what this constructor stores."""
+
+    __slots__ = ()
 
     @property
     def key_size(self) -> int:
@@ -271,6 +286,10 @@ class Record:
 
     def __repr__(self) -> str:
         return f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, value={self.value!r})"
+
+
+decode.register_classes(Record, Header)
+_v2_batch_records = decode.v2_batch_records
 
 
 class Batch:
@@ -417,6 +436,12 @@ class RecordBatch(Batch):
 
     def records(self) -> List[Record]:
         """Decode the records (decompressing first when needed)."""
+        try:
+            fast = _v2_batch_records(Record, Header, self)  # a plain uncompressed batch, in one call
+        except KstoreError as exc:
+            raise self._fail(exc) from None
+        if fast is not None:
+            return fast
         count = self.count
         if count < 0:
             raise self._fail(InvalidRecordError(f"Found invalid record count {count} in magic v2 batch"))
@@ -506,7 +531,7 @@ def batch_from_head(buf: memoryview, head: tuple, path: Optional[str], valid: Op
 class LegacyBatch(Batch):
     """A magic v0/v1 log entry: one message, or a compressed wrapper of inner messages."""
 
-    __slots__ = ("offset", "crc", "attributes", "timestamp", "_entry", "_inner")
+    __slots__ = ("offset", "crc", "attributes", "timestamp", "_entry", "_inner", "_first_offset")
 
     is_legacy = True
     count = None
@@ -526,6 +551,7 @@ class LegacyBatch(Batch):
         self._buf = buf
         self._valid = None
         self._inner = None
+        self._first_offset = None
         self.size = len(buf)
         self.offset, _size, self.crc, self.magic, self.attributes = decode.LEGACY_ENTRY_HEADER.unpack_from(
             _padded(buf, decode.LEGACY_ENTRY_HEADER.size), 0
@@ -544,8 +570,11 @@ class LegacyBatch(Batch):
         """First offset; for a compressed wrapper this decompresses it (Kafka does the same)."""
         if self.compression == 0:
             return self.offset
-        inner = self.records()
-        return inner[0].offset if inner else self.offset
+        if self._first_offset is None:
+            inner = self.records()
+            self._inner = inner  # the next records() call takes these instead of decoding again
+            self._first_offset = inner[0].offset if inner else self.offset
+        return self._first_offset
 
     @property
     def compression(self) -> int:
@@ -596,19 +625,21 @@ class LegacyBatch(Batch):
 
     def records(self) -> List[Record]:
         """The message itself, or the inner messages of a compressed wrapper."""
-        if self._inner is not None:
-            return self._inner
+        inner = self._inner
+        if inner is not None:
+            # Handed over, not kept: records refer to their batch, so a batch holding its records
+            # would make a reference cycle per batch (left to the garbage collector).
+            self._inner = None
+            return inner
         (offset, size, crc, magic, attributes, timestamp, kp, kl, vp, vl, msg) = self._outer_entry()
         codec_id = attributes & COMPRESSION_MASK
         if codec_id == 0:
             valid = self.is_valid
-            self._inner = [Record(self, self._buf, offset, timestamp, -1, size, kp, kl, vp, vl, (), crc, magic, attributes, valid)]
-            return self._inner
+            return [Record(self, self._buf, offset, timestamp, -1, size, kp, kl, vp, vl, (), crc, magic, attributes, valid)]
         try:
-            self._inner = self._deep_records(codec_id, magic, vp, vl)
+            return self._deep_records(codec_id, magic, vp, vl)
         except KstoreError as exc:
             raise self._fail(exc) from None
-        return self._inner
 
     def _deep_records(self, codec_id: int, wrapper_magic: int, vp: int, vl: int) -> List[Record]:
         if codec_id == 4:
@@ -618,44 +649,8 @@ class LegacyBatch(Batch):
         if vl < 0:
             raise InvalidRecordError(f"Found invalid compressed record set with null value (magic = {wrapper_magic})")
         data = get_codec(codec_id).decompress(self._buf[vp : vp + vl], wrapper_magic)
-        entries = []
-        pos = 0
-        end = len(data)
-        while True:
-            entry = decode.decode_legacy_message(data, pos, end)
-            if entry is None:
-                break  # a truncated trailing inner entry ends the iteration silently
-            if entry[4] & COMPRESSION_MASK:
-                raise InvalidRecordError("Inner messages must not be compressed")
-            entries.append(entry)
-            pos += entry[1]
-        if not entries:
-            raise InvalidRecordError("Found invalid compressed record set with no inner records")
-        wrapper_offset = self.offset
-        absolute_base = 0
-        if wrapper_magic > 0:
-            last_inner = entries[-1][0]
-            if wrapper_offset == 0:
-                absolute_base = 0  # some librdkafka versions send wrapper offset 0
-            elif wrapper_offset < last_inner:
-                raise InvalidRecordError(
-                    "Found invalid wrapper offset in compressed v1 message set, wrapper offset "
-                    f"'{wrapper_offset}' is less than the last inner message offset '{last_inner}' and it is not zero."
-                )
-            else:
-                absolute_base = wrapper_offset - last_inner
-        log_append = wrapper_magic > 0 and self.attributes & TIMESTAMP_TYPE_MASK
-        out = []
-        for (offset, size, crc, magic, attributes, timestamp, kp, kl, vp2, vl2, msg) in entries:
-            if wrapper_magic > 0:
-                offset = absolute_base + offset
-            if magic == 0:
-                timestamp = -1
-            elif log_append:
-                timestamp = self.timestamp
-            valid = size - LOG_OVERHEAD >= decode.RECORD_OVERHEAD_V0 and crc == crc32(memoryview(data)[msg + 4 : msg + size - LOG_OVERHEAD])
-            out.append(Record(self, data, offset, timestamp, -1, size, kp, kl, vp2, vl2, (), crc, magic, attributes, valid))
-        return out
+        log_append = self.timestamp if wrapper_magic > 0 and self.attributes & TIMESTAMP_TYPE_MASK else None
+        return decode.build_legacy_records(Record, self, data, wrapper_magic, self.offset, log_append)
 
     def __repr__(self) -> str:
         return (

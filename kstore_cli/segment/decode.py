@@ -13,8 +13,8 @@ Both twins return equal values and raise the same error classes with Kafka's mes
 
 What each function returns is documented on the pure twin (the reference):
 :func:`decode_v2_records`, :func:`decode_legacy_message`, :func:`read_varint`,
-:func:`read_varlong`, :func:`size_of_varint`, :func:`crc32c`, :func:`scan_batches`,
-:func:`build_v2_records`, :func:`decode_v2_columns` (columnar mode), :func:`pack_validity`.
+:func:`read_varlong`, :func:`size_of_varint`, :func:`crc32c`, :func:`scan_batches`, :func:`frame_batches`,
+:func:`build_v2_records`, :func:`build_legacy_records`, :func:`decode_v2_columns` (columnar mode), :func:`pack_validity`.
 """
 
 from __future__ import annotations
@@ -66,7 +66,13 @@ decode_v2_records = _impl.decode_v2_records
 decode_legacy_message = _impl.decode_legacy_message
 crc32c = _impl.crc32c
 scan_batches = _impl.scan_batches
+frame_batches = _impl.frame_batches
 build_v2_records = _impl.build_v2_records
+build_legacy_records = _impl.build_legacy_records
+v2_batch_records = _impl.v2_batch_records
+register_classes = _impl.register_classes
+#: batch.Record's base: the C type holding a record's fields (native), or None (pure Python).
+RecordBase = _impl.RecordBase
 decode_v2_columns = _impl.decode_v2_columns
 pack_validity = _impl.pack_validity
 
@@ -79,7 +85,12 @@ __all__ = [
     "size_of_varint",
     "crc32c",
     "scan_batches",
+    "frame_batches",
     "build_v2_records",
+    "build_legacy_records",
+    "v2_batch_records",
+    "register_classes",
+    "RecordBase",
     "decode_v2_columns",
     "pack_validity",
     "LEGACY_ENTRY_HEADER",

@@ -25,17 +25,18 @@ from kstore_cli.segment.batch import (
     Batch,
     LegacyBatch,
     RecordBatch,
-    batch_from_head,
 )
-from kstore_cli.segment.decode import SCAN_OTHER, scan_batches
+from kstore_cli.segment.decode import SCAN_OTHER, frame_batches
 
 _PREFIX = struct.Struct(">qiib")  # offset, size, (leader epoch | crc), magic
 MIN_ENTRY_SIZE = 14  # LegacyRecord.RECORD_OVERHEAD_V0
 _RELEASE_EVERY = 64 * 1024 * 1024
 _PAGE = mmap.PAGESIZE
-#: Batch headers framed per scan_batches call: few at first (a caller may stop after one), then more.
+#: Batches framed per frame_batches call: few at first (a caller may stop after one), then more; at most
+#: 64, so few batch objects are alive at once (thousands surviving each young-generation GC pass made
+#: the collector cost more than the framing on 1-record batches).
 _SCAN_FIRST = 8
-_SCAN_MAX = 1024
+_SCAN_MAX = 64
 
 Source = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
 
@@ -111,11 +112,10 @@ def _iterate(buf: memoryview, pos: int, end: int, path: Optional[str], check_crc
     unpack = _PREFIX.unpack_from
     chunk = _SCAN_FIRST
     while pos < limit:
-        # Plain v2 batches are framed in bulk by the record decoder (header fields parsed there).
-        heads, pos, status = scan_batches(buf, pos, end, chunk, check_crc)
-        for head in heads:
-            p = head[0]
-            yield batch_from_head(buf[p : p + LOG_OVERHEAD + head[2]], head, path, check_crc or None)
+        # Plain v2 batches are framed in bulk by the record decoder (header fields parsed, batch objects
+        # made there).
+        batches, pos, status = frame_batches(RecordBatch, buf, pos, end, chunk, check_crc, path)
+        yield from batches
         chunk = min(chunk * 4, _SCAN_MAX)
         if pos - released >= _RELEASE_EVERY:
             _release(buf, released, pos)

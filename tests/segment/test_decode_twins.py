@@ -182,9 +182,9 @@ def test_record_sizes_at_the_limits_agree(length) -> None:
 
 
 def _slots(record) -> tuple:
-    from kstore_cli.segment.batch import Record
+    from kstore_cli.segment.batch import RECORD_FIELDS
 
-    return tuple(getattr(record, name, "<unset>") for name in Record.__slots__)
+    return tuple(getattr(record, name, "<unset>") for name in RECORD_FIELDS)
 
 
 @needs_native
@@ -192,15 +192,47 @@ def _slots(record) -> tuple:
 @given(RECORDS, st.lists(DAMAGE, max_size=2), st.integers(-(2**63), 2**63 - 1), st.integers(-(2**63), 2**63 - 1),
        st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), st.integers(-(2**31), 2**31 - 1))
 def test_built_records_agree(records, damages, base_offset, base_ts, log_append, base_seq) -> None:
-    """Record objects built natively hold exactly what Record.__init__ stores (extreme bases included)."""
-    from kstore_cli.segment.batch import Header, Record
+    """Record objects built natively hold exactly what the pure-Python Record.__init__ stores (extreme
+    bases included), and so does the native base's own constructor."""
+    from kstore_cli.segment.batch import Header, Record, _PyRecord
 
     body, n = _v2_body(records)
     for kind, where, value in damages:
         body = _damage(body, kind, where, value)
-    args = (Record, Header, "batch", memoryview(body), 0, len(body), n, base_offset, base_ts, log_append, base_seq)
-    ours = _outcome(py.build_v2_records, *args)
-    theirs = _outcome(native.build_v2_records, *args)
+    tail = (Header, "batch", memoryview(body), 0, len(body), n, base_offset, base_ts, log_append, base_seq)
+    ours = _outcome(py.build_v2_records, _PyRecord, *tail)
+    theirs = _outcome(native.build_v2_records, Record, *tail)
+    via_init = _outcome(py.build_v2_records, Record, *tail)
+    if ours[0] != "ok":
+        assert theirs == ours
+        return
+    assert theirs[0] == "ok" and via_init[0] == "ok"
+    assert [_slots(r) for r in theirs[1]] == [_slots(r) for r in ours[1]]
+    assert [_slots(r) for r in via_init[1]] == [_slots(r) for r in ours[1]]
+
+
+@needs_native
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(-(2**63), 2**63 - 1), st.one_of(st.none(), st.binary(max_size=20)),
+                          st.one_of(st.none(), st.binary(max_size=40)), st.integers(0, 0xFF)), min_size=0, max_size=6),
+       st.lists(DAMAGE, max_size=2), st.integers(0, 1), st.integers(-(2**63), 2**63 - 1),
+       st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), st.booleans())
+def test_built_legacy_records_agree(messages, damages, wrapper_magic, wrapper_offset, log_append, flip_crc) -> None:
+    """The inner messages of a legacy wrapper: both twins build the same records or raise the same error."""
+    from kstore_cli.segment.batch import Record, _PyRecord
+
+    body = b""
+    for magic, offset, key, value, attributes in messages:
+        entry = bytearray(build_legacy_entry(offset, magic, attributes & 0x09, 1_600_000_000_000 if magic else -1,
+                                             key, value))
+        if flip_crc:
+            entry[12] ^= 1
+        body += bytes(entry)
+    for kind, where, value in damages:
+        body = _damage(body, kind, where, value)
+    args = ("batch", body, wrapper_magic, wrapper_offset, log_append)
+    ours = _outcome(py.build_legacy_records, _PyRecord, *args)
+    theirs = _outcome(native.build_legacy_records, Record, *args)
     if ours[0] != "ok":
         assert theirs == ours
         return
