@@ -3,7 +3,7 @@
     python bench/child.py decode kstore|kstore-columns|kafka-python|aiokafka FILE
     python bench/child.py scan FILE
     python bench/child.py crc FILE
-    python bench/child.py spark MASTER DATA_DIR OUT_DIR
+    python bench/child.py spark MASTER DATA_DIR OUT_DIR [spark|arrow]
     python bench/child.py spark-core DATA_DIR OUT_FILE
     python bench/child.py compact RECORDS WORKDIR
 
@@ -206,20 +206,66 @@ def task_crc(path: str) -> dict:
 
 
 # ----------------------------------------------------------------------------- spark-export
-def task_spark(master: str, data_dir: str, out: str) -> dict:
-    """kstore spark-export's own path (build_session + export_with); session start timed apart."""
+def task_spark(master: str, data_dir: str, out: str, writer: str = "spark") -> dict:
+    """kstore spark-export's own path (build_session + export_with), with Spark's writer or the arrow one.
+
+    Session start is timed apart; then the first export (what one CLI run pays: it includes the JVM's
+    JIT warm-up and the Python daemons' start) and a second, warm export in the same session (the
+    per-row cost), each with the CPU seconds the JVM, the Python workers and this driver spent."""
+    import shutil
+
     from kstore_cli.spark.export import ExportRequest, build_session, export_with
 
     t0 = time.perf_counter()
     spark = build_session(master)
     session_s = time.perf_counter() - t0
+    runs = []
     try:
-        summary = export_with(spark, ExportRequest([data_dir], out))
+        for i in range(2):
+            target = out if i == 0 else out + "-warm"
+            before = descendants_cpu()
+            summary = export_with(spark, ExportRequest([data_dir], target, writer=writer))
+            after = descendants_cpu()
+            runs.append((summary, {k: round(after[k] - before[k], 3) for k in after}))
+            if i:
+                shutil.rmtree(target, ignore_errors=True)
         memory = descendants_peak_rss()  # before stop(): the JVM and its Python workers are still there
     finally:
         spark.stop()
-    return {"master": master, "rows": summary.records, "seconds": summary.seconds, "session_seconds": session_s,
-            "bytes_in": summary.bytes_in, "spark_partitions": summary.tasks, "backend": kstore_backend(), **memory}
+    (first, first_cpu), (warm, warm_cpu) = runs
+    return {"master": master, "writer": writer, "rows": first.records, "seconds": first.seconds,
+            "warm_rows": warm.records, "warm_seconds": warm.seconds, "cpu_seconds": first_cpu,
+            "warm_cpu_seconds": warm_cpu, "session_seconds": session_s, "bytes_in": first.bytes_in,
+            "spark_partitions": first.tasks, "backend": kstore_backend(), **memory}
+
+
+def descendants_cpu() -> dict:
+    """CPU seconds (user + system) so far of this process (driver), its JVMs and its Python workers."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents, comms, cpu = {}, {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        pid = int(entry)
+        parents[pid], comms[pid] = int(fields[1]), stat[stat.index("(") + 1:stat.rindex(")")]
+        cpu[pid] = (int(fields[11]) + int(fields[12])) / tick
+    family, grew = {os.getpid()}, True
+    while grew:
+        grew = False
+        for pid, ppid in parents.items():
+            if ppid in family and pid not in family:
+                family.add(pid)
+                grew = True
+    out = {"driver": cpu.get(os.getpid(), 0.0), "jvm": 0.0, "python_workers": 0.0}
+    for pid in family - {os.getpid()}:
+        out["jvm" if comms[pid] == "java" else "python_workers"] += cpu[pid]
+    return out
 
 
 def descendants_peak_rss() -> dict:

@@ -19,6 +19,8 @@ from kstore_cli.spark.plan import Plan, plan_read
 PARTITION_BY = {"topic,partition": ["topic", "partition"], "date": ["date"], "none": []}
 PARQUET_COMPRESSION = ("snappy", "zstd", "gzip", "none")
 MODES = {"error": "errorifexists", "overwrite": "overwrite", "append": "append"}
+#: Who writes the Parquet files: Spark's writer (rows go through the JVM) or each task with pyarrow.
+WRITERS = ("spark", "arrow")
 
 #: Session settings the export needs (a --spark-conf of the same key wins).
 DEFAULT_CONF = {
@@ -43,13 +45,16 @@ class ExportRequest:
                  include_metadata: bool = False, partition_by: str = "topic,partition",
                  parquet_compression: str = "snappy", mode: str = "error",
                  spark_conf: Optional[Dict[str, str]] = None, max_bytes_per_partition: Optional[int] = None,
-                 extra_options: Optional[Dict[str, str]] = None, progress: bool = False) -> None:
+                 extra_options: Optional[Dict[str, str]] = None, progress: bool = False,
+                 writer: str = "spark") -> None:
         if partition_by not in PARTITION_BY:
             raise UsageError(f"--partition-by must be one of {', '.join(PARTITION_BY)}, not {partition_by!r}")
         if parquet_compression not in PARQUET_COMPRESSION:
             raise UsageError(f"--parquet-compression must be one of {', '.join(PARQUET_COMPRESSION)}")
         if mode not in MODES:
             raise UsageError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if writer not in WRITERS:
+            raise UsageError(f"--writer must be one of {', '.join(WRITERS)}, not {writer!r}")
         self.paths = [os.path.abspath(p) if "://" not in p else p for p in paths]
         self.output = output
         self.master = master
@@ -68,6 +73,7 @@ class ExportRequest:
         self.max_bytes_per_partition = max_bytes_per_partition
         self.extra_options = dict(extra_options or {})
         self.progress = progress
+        self.writer = writer
 
     def reader_options(self, min_partitions: Optional[int] = None) -> Dict[str, str]:
         """The data source options (Spark's Kafka-source names where they exist)."""
@@ -201,6 +207,10 @@ def export_with(spark, request: ExportRequest) -> ExportSummary:
     summary.tasks = max(1, len(plan.tasks))
     summary.bytes_in = plan.bytes_in
     register(spark)
+    if request.writer == "arrow":
+        _export_arrow(spark, request, plan, summary)
+        summary.seconds = time.perf_counter() - started
+        return summary
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     before = _parquet_files(request.output)
     try:
@@ -228,6 +238,71 @@ def export_with(spark, request: ExportRequest) -> ExportSummary:
     summary.records = _count_rows(request.output, new)
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _spark_row_metadata(request: ExportRequest) -> Optional[str]:
+    """The Spark schema Spark's own writer stores in each file (partition columns left out)."""
+    try:
+        from pyspark.sql.types import StructType, _parse_datatype_string
+
+        from kstore_cli.spark.columns import spark_ddl
+
+        schema = _parse_datatype_string(spark_ddl(request.include_headers, request.include_metadata))
+        dropped = set(PARTITION_BY[request.partition_by])
+        return StructType([f for f in schema.fields if f.name not in dropped]).json()
+    except Exception:  # noqa: BLE001 - the metadata is a courtesy to Spark readers
+        return None
+
+
+def _export_arrow(spark, request: ExportRequest, plan: Plan, summary: ExportSummary) -> None:
+    """The ``arrow`` writer: Spark schedules the planned tasks, each writes Parquet with pyarrow."""
+    import uuid
+
+    import pyarrow.fs as pafs
+
+    from kstore_cli.spark.write import WriteJob, filesystem, write_partition
+
+    if request.partition_by == "date" and spark.conf.get("spark.sql.session.timeZone", "UTC") not in ("UTC", "Z"):
+        raise UsageError("--writer arrow partitions by the UTC date; drop spark.sql.session.timeZone or use --writer spark")
+    try:
+        fs, root = filesystem(request.output)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--writer arrow cannot write to {request.output} ({exc}); use --writer spark") from None
+    info = fs.get_file_info(root)
+    if info.type != pafs.FileType.NotFound:
+        if request.mode == "error":
+            raise SparkJobError(f"Spark job failed: [PATH_ALREADY_EXISTS] Path {request.output} already exists. "
+                                f"Set mode as \"overwrite\" to overwrite the existing path.")
+        if request.mode == "overwrite":
+            if info.type == pafs.FileType.Directory:
+                fs.delete_dir(root)
+            else:
+                fs.delete_file(root)
+    job = WriteJob(request.output, uuid.uuid4().hex, request.include_headers, request.include_metadata,
+                   request.partition_by, request.parquet_compression, _spark_row_metadata(request))
+    tasks = list(enumerate(plan.tasks))
+    try:
+        written = []
+        if tasks:
+            from functools import partial
+
+            rdd = spark.sparkContext.parallelize(tasks, len(tasks))
+            written = rdd.mapPartitions(partial(write_partition, job)).collect()
+        fs.create_dir(root, recursive=True)
+        with fs.open_output_stream(f"{root}/_SUCCESS"):
+            pass
+    except KstoreError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Py4J/PySpark errors become one KstoreError
+        from py4j.protocol import Py4JError
+        from pyspark.errors import PySparkException
+
+        if isinstance(exc, (Py4JError, PySparkException)):
+            raise _spark_error(exc) from None
+        raise
+    summary.parquet_files = len(written)
+    summary.parquet_bytes = sum(w["bytes"] for w in written)
+    summary.records = sum(w["rows"] for w in written)
 
 
 def run_export(request: ExportRequest) -> ExportSummary:

@@ -210,3 +210,34 @@ def test_parquet_options_partitioning_and_modes(spark, tmp_path):
     table = read_parquet(flat, partitioning=None)
     assert table.schema.names == [f.name for f in KAFKA_SCHEMA.fields]
     assert by_key(arrow_rows(table)) == by_key(core_rows([TXN_PARTITION]))
+
+
+@pytest.mark.parametrize("partition_by", ["topic,partition", "none", "date"])
+def test_arrow_writer_writes_what_sparks_writer_writes(spark, tmp_path, partition_by):
+    """--writer arrow (each task writes its files with pyarrow): same directories, file count, Spark
+    schema and rows as Spark's writer, read back by Spark and by pyarrow; the modes behave alike."""
+    outs = {}
+    for writer in ("spark", "arrow"):
+        out = tmp_path / writer
+        req = ExportRequest([str(CORPUS_LOGS)], str(out), include_headers=True, include_metadata=True,
+                            partition_by=partition_by, writer=writer)
+        summary = export_with(spark, req)
+        files = sorted(glob.glob(str(out / "**" / "*.parquet"), recursive=True))
+        df = spark.read.parquet(str(out))
+        table = read_parquet(out, partitioning=None if partition_by == "none" else "hive")
+        outs[writer] = (summary.records, summary.parquet_files, sorted(os.path.relpath(os.path.dirname(f), out)
+                                                                       for f in files),
+                        df.schema, sorted(map(str, df.collect())),
+                        sorted(map(str, table.to_pylist())), os.path.exists(out / "_SUCCESS"))
+        if writer == "arrow":
+            with pytest.raises(SparkJobError, match="already exists"):
+                export_with(spark, req)
+            export_with(spark, ExportRequest([str(TXN_PARTITION)], str(out), partition_by=partition_by,
+                                             writer=writer, include_headers=True, include_metadata=True, mode="append"))
+            assert spark.read.parquet(str(out)).count() == summary.records + len(core_rows([TXN_PARTITION]))
+            export_with(spark, ExportRequest([str(TXN_PARTITION)], str(out), partition_by=partition_by,
+                                             writer=writer, include_headers=True, include_metadata=True,
+                                             mode="overwrite"))
+            assert spark.read.parquet(str(out)).count() == len(core_rows([TXN_PARTITION]))
+    assert outs["arrow"] == outs["spark"]
+    assert outs["arrow"][0] == len(core_rows([CORPUS_LOGS]))
