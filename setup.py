@@ -47,7 +47,15 @@ setup(
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,
-        )
+        ),
+        # dump-segment's native text formatter (kstore_cli/dumplog.py falls back to Python without it).
+        Extension(
+            "kstore_cli._dumptext_c",
+            sources=["kstore_cli/_dumptext_c.c"],
+            extra_compile_args=_CFLAGS,
+            extra_link_args=_LDFLAGS,
+            optional=True,
+        ),
     ],
     cmdclass={"build_ext": OptionalBuildExt},
 )

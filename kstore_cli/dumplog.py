@@ -28,7 +28,7 @@ import os
 from array import array
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple
 
-from kstore_cli.codecs import CODEC_NAMES
+from kstore_cli.codecs import CODEC_NAMES, get_codec
 from kstore_cli.errors import (
     CorruptIndexError,
     CorruptRecordError,
@@ -38,7 +38,8 @@ from kstore_cli.errors import (
     KstoreError,
     UsageError,
 )
-from kstore_cli.parsers import decode_control, make_parser, render_control
+from kstore_cli.parsers import DecoderMessageParser, decode_control, make_parser, render_control
+from kstore_cli.parsers.decoders import decoder_for
 from kstore_cli.segment.text import java_utf8
 from kstore_cli.segment import read_batches
 from kstore_cli.segment.batch import (
@@ -46,9 +47,11 @@ from kstore_cli.segment.batch import (
     RECORD_BATCH_OVERHEAD,
     Batch,
     Record,
+    RecordBatch,
     increment_sequence,
     parse_control_key,
 )
+from kstore_cli.segment import decode as _decode
 from kstore_cli.segment.decode import decode_v2_records
 from kstore_cli.segment.index import OffsetIndex, TimeIndex, TransactionIndex
 from kstore_cli.segment.names import base_offset_from_name
@@ -79,6 +82,29 @@ DEPRECATED_DECODERS = {
 }
 
 
+
+def _load_native_formatter() -> Optional[Callable[..., Any]]:
+    """The native record-line formatter (``kstore_cli._dumptext_c``), or None.
+
+    It follows the record decoder's backend switch: with ``KSTORE_DECODER=python`` (or without the
+    native decoder) every line is formatted in Python; a missing extension means the same.
+    """
+    if _decode.BACKEND != "native":
+        return None
+    try:
+        from kstore_cli import _dumptext_c
+    except ImportError:
+        return None
+    return _dumptext_c.format_v2_records
+
+
+#: ``format_v2_records(data, pos, end, count, base_offset, base_timestamp, log_append_time,
+#: base_sequence, last, flags)``: one v2 batch's record lines as one str (None: let Python do it).
+_native_format_v2 = _load_native_formatter()
+_NATIVE_METADATA = 1  # _dumptext_c.FLAG_METADATA
+_NATIVE_DATA = 2  # _dumptext_c.FLAG_DATA
+
+
 # ------------------------------------------------------------------------------ small Java-isms
 
 
@@ -95,6 +121,10 @@ def optional_long(value: Optional[int]) -> str:
 def java_long(value: int) -> int:
     """Wrap to a signed 64-bit value, as Java's long arithmetic does."""
     return ((value + (1 << 63)) & 0xFFFFFFFFFFFFFFFF) - (1 << 63)
+
+
+_LONG_MIN = -(1 << 63)
+_LONG_MAX = (1 << 63) - 1
 
 
 def split_files_option(value: str) -> List[str]:
@@ -204,6 +234,30 @@ def format_batch_tail(batch: Batch, position: int) -> str:
     )
 
 
+def _v2_batch_line(batch: RecordBatch, position: int) -> str:
+    """format_batch_head + format_batch_tail + newline for a v2 batch with a known codec, from the
+    raw header fields (no property calls: dump-segment prints one per batch)."""
+    a = batch.attributes
+    base_sequence = batch.base_sequence
+    delta = batch.last_offset_delta
+    last_sequence = -1 if base_sequence == -1 else increment_sequence(base_sequence, delta)
+    last_offset = batch.base_offset + delta
+    if not _LONG_MIN <= last_offset <= _LONG_MAX:
+        last_offset = java_long(last_offset)
+    horizon = f"OptionalLong[{batch.base_timestamp}]" if a & 0x40 else "OptionalLong.empty"
+    return (
+        f"baseOffset: {batch.base_offset} lastOffset: {last_offset} count: {batch.count}"
+        f" baseSequence: {base_sequence} lastSequence: {last_sequence}"
+        f" producerId: {batch.producer_id} producerEpoch: {batch.producer_epoch}"
+        f" partitionLeaderEpoch: {batch.partition_leader_epoch}"
+        f" isTransactional: {'true' if a & 0x10 else 'false'} isControl: {'true' if a & 0x20 else 'false'}"
+        f" deleteHorizonMs: {horizon}"
+        f" position: {position} {'LogAppendTime' if a & 0x08 else 'CreateTime'}: {batch.max_timestamp}"
+        f" size: {batch.size} magic: 2 compresscodec: {CODEC_NAMES[a & 0x07]}"
+        f" crc: {batch.crc} isvalid: {'true' if batch.is_valid else 'false'}\n"
+    )
+
+
 def format_batch_line(batch: Batch, position: Optional[int] = None) -> str:
     """One batch line exactly as kafka-dump-log prints it (no newline).
 
@@ -222,8 +276,14 @@ def header_keys_text(record: Record) -> str:
 
 def format_record_metadata(batch: Batch, record: Record) -> str:
     """``| offset: ... keySize: ... valueSize: ...`` plus the v2 or legacy extras (no control part)."""
+    offset = record.offset
+    timestamp = record.timestamp
+    if not (_LONG_MIN <= offset <= _LONG_MAX and _LONG_MIN <= timestamp <= _LONG_MAX):
+        # DefaultRecord.readFrom: baseOffset + offsetDelta and baseTimestamp + timestampDelta are longs
+        offset = java_long(offset)
+        timestamp = java_long(timestamp)
     text = (
-        f"{RECORD_INDENT} offset: {record.offset} {batch.timestamp_type_name}: {record.timestamp}"
+        f"{RECORD_INDENT} offset: {offset} {batch.timestamp_type_name}: {timestamp}"
         f" keySize: {record.key_size} valueSize: {record.value_size}"
     )
     if batch.magic >= 2:
@@ -250,7 +310,10 @@ def format_record_data(parser: Any, record: Record, prefix: str = "| ") -> str:
     `prefix` goes before ``key:`` (``"| "`` when no metadata was printed, else ``" "``);
     ``payload:`` always gets a single space. Raises what the parser raises.
     """
-    key, payload = parser.parse(record.offset, record.key, record.value)
+    offset = record.offset
+    if not _LONG_MIN <= offset <= _LONG_MAX:
+        offset = java_long(offset)
+    key, payload = parser.parse(offset, record.key, record.value)
     text = ""
     if key is not None:
         text = f"{prefix}key: {key}"
@@ -508,6 +571,7 @@ class _TextDumper(_Dumper):
         self.time_out_of_order: Dict[str, List[Tuple[int, int]]] = {}
         self.time_not_found: Dict[str, List[Tuple[int, int]]] = {}
         self.non_consecutive: Dict[str, array] = {}
+        self._native_flags = self.native_flags() if _native_format_v2 is not None else None
 
     # stderr lines: flush stdout first so a shared pipe keeps the call order
     def error_line(self, line: str) -> None:
@@ -556,9 +620,19 @@ class _TextDumper(_Dumper):
         deep = o.deep_iteration
         self._last_offset = -1  # Kafka tracks consecutive offsets per file
         for batch in read_batches(buf, end=limit, path=path, check_crc=True):
-            write(format_batch_head(batch))
-            check_codec(batch)
-            write(format_batch_tail(batch, valid) + "\n")
+            if type(batch) is RecordBatch and batch.magic == 2 and batch.attributes & 0x07 in CODEC_NAMES:
+                write(_v2_batch_line(batch, valid))
+                if not batch.is_valid:
+                    self.problem()
+                if deep:
+                    self.dump_records(path, batch)
+                valid += batch.size
+                continue
+            head = format_batch_head(batch)
+            if batch.compression not in CODEC_NAMES:
+                write(head)  # Kafka prints the line up to the codec, then dies
+                check_codec(batch)
+            write(head + format_batch_tail(batch, valid) + "\n")
             if not batch.is_valid:
                 self.problem()
             if deep:
@@ -569,21 +643,80 @@ class _TextDumper(_Dumper):
             write(f"Found {trailing} invalid bytes at the end of {file_name(path)}\n")
             self.problem()
 
+    def native_flags(self) -> Optional[int]:
+        """The flags for the native formatter under these options, or None when it cannot print them."""
+        o = self.o
+        flags = 0 if o.skip_record_metadata else _NATIVE_METADATA
+        if o.print_data:
+            parser = o.parser
+            # Only Kafka's default (StringDecoder keys and values) is native.
+            string = decoder_for(None)
+            if type(parser) is not DecoderMessageParser or parser._key is not string or parser._value is not string:
+                return None
+            flags |= _NATIVE_DATA
+        return flags
+
+    def dump_records_native(self, path: str, batch: Batch, flags: int) -> bool:
+        """Print a plain v2 batch's record lines natively, in one write; False when Python must."""
+        count = batch.count
+        if count <= 0 or batch.size < RECORD_BATCH_OVERHEAD:
+            return False
+        codec = batch.attributes & 0x07
+        if codec == 0:
+            data = batch.buffer
+            start = RECORD_BATCH_OVERHEAD
+        else:
+            try:
+                data = get_codec(codec).decompress(batch.buffer[RECORD_BATCH_OVERHEAD:], 2)
+            except KstoreError:
+                return False  # the Python path raises it, after the same output
+            start = 0
+        out = _native_format_v2(
+            data, start, len(data), count, batch.base_offset, batch.base_timestamp,
+            batch.max_timestamp if batch.attributes & 0x08 else None, batch.base_sequence, self._last_offset, flags,
+        )
+        if out is None:
+            return False
+        text, self._last_offset, gaps = out
+        if gaps:
+            absolute = java_absolute_path(path)
+            seq = self.non_consecutive.get(absolute)
+            if seq is None:
+                seq = self.non_consecutive[absolute] = array("q")
+            seq.extend(gaps)
+        self.out.write(text)
+        return True
+
     def dump_records(self, path: str, batch: Batch) -> None:
         o = self.o
         write = self.out.write
+        flags = self._native_flags
+        if flags is not None and batch.magic == 2 and not batch.is_legacy and not batch.is_control:
+            if self.dump_records_native(path, batch, flags):
+                return
         records, failure = records_as_iterated(batch)
         pairs = self.non_consecutive
         absolute = None
         last = self._last_offset
         skip = o.skip_record_metadata
-        parser = o.parser if o.print_data and not batch.is_control else None
         control = batch.is_control
+        parser = o.parser if o.print_data and not control else None
+        # Kafka's default parser (StringDecoder keys and values) inline: no call per record.
+        string = decoder_for(None)
+        default_parser = (type(parser) is DecoderMessageParser and parser._key is string  # type: ignore[attr-defined]
+                          and parser._value is string)  # type: ignore[attr-defined]
+        v2 = batch.magic >= 2
+        ts_label = f" {batch.timestamp_type_name}: "
+        # One write per batch; what a failing record had printed so far goes out before the error.
+        parts: List[str] = []
+        append = parts.append
         for record in records:
             offset = record.offset
+            if not _LONG_MIN <= offset <= _LONG_MAX:
+                offset = java_long(offset)  # Java's baseOffset + offsetDelta wraps
             if last == -1:
                 last = offset
-            elif offset != last + 1:
+            elif offset != last + 1 and offset != java_long(last + 1):
                 if absolute is None:
                     absolute = java_absolute_path(path)
                 seq = pairs.get(absolute)
@@ -594,17 +727,46 @@ class _TextDumper(_Dumper):
             last = offset
             self._last_offset = last
             prefix = "| "
+            line = ""
             try:
                 if not skip:
-                    write(format_record_metadata(batch, record))
+                    timestamp = record.timestamp
+                    if not _LONG_MIN <= timestamp <= _LONG_MAX:
+                        timestamp = java_long(timestamp)
+                    line = (f"| offset: {offset}{ts_label}{timestamp}"
+                            f" keySize: {record.key_size} valueSize: {record.value_size}")
+                    if v2:
+                        keys = header_keys_text(record) if record._headers else "[]"
+                        line += f" sequence: {record.sequence} headerKeys: {keys}"
+                    elif record.is_legacy:
+                        # The stray '}' is Kafka's (a typo in DumpLogSegments).
+                        line += f" isValid: {java_bool(record.is_valid)} crc: {record.crc}}}"
                     prefix = " "
                     if control:
-                        write(format_control(record))
-                if parser is not None:
-                    write(format_record_data(parser, record, prefix))
+                        line += format_control(record)
+                if default_parser:
+                    key = record.key
+                    if key is not None:
+                        try:
+                            line += f"{prefix}key: {key.decode()}"
+                        except UnicodeDecodeError:
+                            line += f"{prefix}key: {java_utf8(key)}"
+                    value = record.value
+                    if value is not None:
+                        try:
+                            line += f" payload: {value.decode()}"
+                        except UnicodeDecodeError:
+                            line += f" payload: {java_utf8(value)}"
+                elif parser is not None:
+                    line += format_record_data(parser, record, prefix)
             except KstoreError as exc:
+                append(line)
+                write("".join(parts))
                 raise _located(exc, path, batch.position) from None
-            write("\n")
+            append(line)
+            append("\n")
+        if parts:
+            write("".join(parts))
         self._last_offset = last
         if failure is not None:
             raise _located(failure, path, batch.position)

@@ -28,6 +28,12 @@ def _open_utf8(stream: TextIO) -> Tuple[TextIO, bool]:
     except (AttributeError, ValueError):
         pass
     wrapper = io.TextIOWrapper(buffer, encoding="utf-8", errors="backslashreplace", newline="", line_buffering=tty)
+    if not tty:
+        # Fewer, larger writes to a pipe or file (the default hands 8 KiB pieces to the buffer).
+        try:
+            wrapper._CHUNK_SIZE = 1 << 16  # type: ignore[attr-defined]
+        except (AttributeError, ValueError):  # pragma: no cover - not CPython's TextIOWrapper
+            pass
     return wrapper, True
 
 
