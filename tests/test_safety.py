@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
-import json
 import mmap
 import os
 import shutil
@@ -29,15 +28,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import pytest
 
 from kstore_cli.cli import main
 from kstore_cli.segment import fileops
 from tests.conftest import ROOT
-from tests.safety_data import INTERVAL, LEFTOVER_SUFFIXES, T0, check_loadable, diff, loader_view, make_data_dir, tree_bytes
-from tests.test_crash_matrix import SCENARIOS, Scenario, _damaged_tail, _journals, _second_pass_state, _second_pass_window
+from tests.safety_data import LEFTOVER_SUFFIXES, T0, check_loadable, diff, loader_view, make_data_dir, tree_bytes
+from tests.test_crash_matrix import SCENARIOS, Scenario, _damaged_tail
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 MUTATING = {sc.argv(Path("/x"))[0]: sc for sc in reversed(SCENARIOS)}  # one scenario per command (the first)
@@ -329,10 +328,6 @@ def test_read_only_commands_run_on_a_read_only_mount(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- full disk, no permission
 
 
-#: Commands that leave their .cleaned files for the next run when an error stops them before the
-#: swap (none: compact used to, see test_compact_removes_its_cleaned_files_when_the_swap_cannot_start).
-KEEPS_CLEANED_ON_ERROR: set = set()
-
 
 def _first_swap(journal: List[tuple]) -> Optional[int]:
     """The operation index of the first .cleaned -> .swap rename (the commit point of a rewrite)."""
@@ -356,12 +351,6 @@ def test_disk_full_and_permission_errors_at_every_operation(sc: Scenario, tmp_pa
     want = tree_bytes(reference / "data")
     original = tree_bytes(template / "data")
     swap_at = _first_swap(journal)
-    second_window: range = range(0)
-    second = None
-    if sc.second_pass_from:
-        _journals[sc.name] = journal
-        second_window = _second_pass_window(sc)
-        second = _second_pass_state(sc, template, tmp_path)
     for n, (kind, path) in enumerate(journal, 1):
         # A full disk shows when data is written; a permission error at any step.
         for err in ((errno.ENOSPC, errno.EACCES) if kind in ("write", "create") else (errno.EACCES,)):
@@ -389,8 +378,6 @@ def test_disk_full_and_permission_errors_at_every_operation(sc: Scenario, tmp_pa
             state = tree_bytes(data)
             if swap_at is not None and n < swap_at:
                 # A rewrite that fails before its commit point leaves the input exactly as it was.
-                if argv[0] in KEEPS_CLEANED_ON_ERROR:
-                    state = {k: v for k, v in state.items() if not k.endswith(".cleaned")}
                 assert state == before, f"{where}: the input changed: {diff(state, before)}"
             if kind == "write" and path.endswith(fileops.TMP_SUFFIX):
                 rel = os.path.relpath(path[: -len(fileops.TMP_SUFFIX)], str(reference / "data"))
@@ -402,10 +389,7 @@ def test_disk_full_and_permission_errors_at_every_operation(sc: Scenario, tmp_pa
             left = [str(p) for p in work.rglob("*") if p.name.endswith(LEFTOVER_SUFFIXES)]
             assert not left, f"{where}: leftovers after the rerun: {left}"
             state = tree_bytes(data)
-            if n in second_window:  # a scenario's known second pass (Scenario.second_pass_from)
-                assert state in (want, second), f"{where}: the rerun does not converge"
-            else:
-                assert state == want, f"{where}: the rerun does not converge: {diff(state, want)}"
+            assert state == want, f"{where}: the rerun does not converge: {diff(state, want)}"
             shutil.rmtree(work)
     assert original != want
 
