@@ -1338,7 +1338,7 @@ done:
 
 /*
  * frame_batches: scan_batches, but each plain v2 batch comes back as a batch_cls instance
- * (batch.RecordBatch) whose __slots__ are filled here exactly as batch.batch_from_head fills them:
+ * (batch.RecordBatch) whose __slots__ are filled here from the head fields:
  * no head tuple, no Python call per batch.
  */
 enum {

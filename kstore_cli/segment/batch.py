@@ -501,33 +501,6 @@ class RecordBatch(Batch):
         )
 
 
-def batch_from_head(buf: memoryview, head: tuple, path: Optional[str], valid: Optional[bool] = None) -> RecordBatch:
-    """A RecordBatch from a ``decode.scan_batches`` head (position, then the V2_HEADER fields);
-    `valid` True when the scan already checked the CRC."""
-    batch = RecordBatch.__new__(RecordBatch)
-    batch.path = path
-    batch._buf = buf
-    batch._valid = valid
-    (
-        batch.position,
-        batch.base_offset,
-        batch_length,
-        batch.partition_leader_epoch,
-        batch.magic,
-        batch.crc,
-        batch.attributes,
-        batch.last_offset_delta,
-        batch.base_timestamp,
-        batch.max_timestamp,
-        batch.producer_id,
-        batch.producer_epoch,
-        batch.base_sequence,
-        batch.count,
-    ) = head
-    batch.size = LOG_OVERHEAD + batch_length
-    return batch
-
-
 class LegacyBatch(Batch):
     """A magic v0/v1 log entry: one message, or a compressed wrapper of inner messages."""
 
