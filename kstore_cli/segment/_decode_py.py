@@ -30,6 +30,7 @@ from array import array
 from typing import List, Optional, Tuple
 
 from kstore_cli.errors import InvalidRecordError
+from kstore_cli.segment.crc import crc32c
 from kstore_cli.segment._decode_common import (
     HEADER_SIZE_UP_TO_MAGIC,
     LOG_OVERHEAD,
@@ -47,11 +48,6 @@ from kstore_cli.segment._decode_common import (
     _Underflow,
     increment_sequence,
 )
-
-try:
-    from crc32c import crc32c as _crc32c_lib
-except ImportError:  # pragma: no cover - the crc32c package is a declared dependency
-    _crc32c_lib = None
 
 
 def read_varint(buf: "bytes | memoryview", pos: int, end: int) -> Tuple[int, int]:
@@ -239,31 +235,6 @@ def decode_legacy_message(buf: "bytes | memoryview", pos: int, end: int) -> Opti
     return (offset, LOG_OVERHEAD + size, crc, magic, attributes, timestamp, key_pos, key_len, value_pos, value_len, msg)
 
 
-def _crc32c_table() -> List[int]:
-    table = []
-    for n in range(256):
-        c = n
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-_TABLE: Optional[List[int]] = None
-
-
-def crc32c(data: "bytes | memoryview") -> int:
-    """CRC-32C (Castagnoli), as java.util.zip.CRC32C computes it."""
-    if _crc32c_lib is not None:
-        return _crc32c_lib(data)
-    global _TABLE
-    if _TABLE is None:
-        _TABLE = _crc32c_table()
-    table = _TABLE
-    crc = 0xFFFFFFFF
-    for byte in bytes(data):
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
 
 
 _FRAME = struct.Struct(">qiib")  # offset, size, (leader epoch | crc), magic
