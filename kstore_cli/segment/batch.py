@@ -448,23 +448,24 @@ class RecordBatch(Batch):
         if count == 0:
             return []
         try:
-            if self.size < RECORD_BATCH_OVERHEAD:
-                raise InvalidRecordError(
-                    f"Record batch is corrupt (the size {self.size} is smaller than the minimum allowed overhead {RECORD_BATCH_OVERHEAD})"
-                )
-            codec_id = self.attributes & COMPRESSION_MASK
-            if codec_id == 0:
-                data = self._buf
-                start = RECORD_BATCH_OVERHEAD
-            else:
-                data = get_codec(codec_id).decompress(self._buf[RECORD_BATCH_OVERHEAD:], 2)
-                start = 0
+            data, start = self._record_data()
             return decode.build_v2_records(
                 Record, Header, self, data, start, len(data), count, self.base_offset, self.base_timestamp,
                 self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None, self.base_sequence,
             )
         except KstoreError as exc:
             raise self._fail(exc) from None
+
+    def _record_data(self) -> tuple:
+        """(buffer, start) of the records: the batch itself past its header, or the decompressed data."""
+        if self.size < RECORD_BATCH_OVERHEAD:
+            raise InvalidRecordError(
+                f"Record batch is corrupt (the size {self.size} is smaller than the minimum allowed overhead {RECORD_BATCH_OVERHEAD})"
+            )
+        codec_id = self.attributes & COMPRESSION_MASK
+        if codec_id == 0:
+            return self._buf, RECORD_BATCH_OVERHEAD
+        return get_codec(codec_id).decompress(self._buf[RECORD_BATCH_OVERHEAD:], 2), 0
 
     def columns(self, key_base: int = 0, value_base: int = 0) -> tuple:
         """The records as Arrow-ready column pieces (``decode.decode_v2_columns``; decompresses first).
@@ -478,17 +479,7 @@ class RecordBatch(Batch):
         if count == 0:
             return decode.decode_v2_columns(b"", 0, 0, 0, 0, 0, None, key_base, value_base)
         try:
-            if self.size < RECORD_BATCH_OVERHEAD:
-                raise InvalidRecordError(
-                    f"Record batch is corrupt (the size {self.size} is smaller than the minimum allowed overhead {RECORD_BATCH_OVERHEAD})"
-                )
-            codec_id = self.attributes & COMPRESSION_MASK
-            if codec_id == 0:
-                data = self._buf
-                start = RECORD_BATCH_OVERHEAD
-            else:
-                data = get_codec(codec_id).decompress(self._buf[RECORD_BATCH_OVERHEAD:], 2)
-                start = 0
+            data, start = self._record_data()
             return decode.decode_v2_columns(data, start, len(data), count, self.base_offset, self.base_timestamp,
                                             log_append, key_base, value_base)
         except KstoreError as exc:
