@@ -1,8 +1,13 @@
-"""What the commands share about the terminal: whether stdout is one, and human sizes."""
+"""What the commands share about the terminal: whether stdout is one, human sizes, per-partition problems."""
 
 from __future__ import annotations
 
 import sys
+from typing import List
+
+import click
+
+from kstore_cli.errors import ExitStatus
 
 
 def is_tty() -> bool:
@@ -21,3 +26,10 @@ def human_bytes(n: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} B"
+
+
+def exit_with_problems(ctx: click.Context, problems: List[dict], status: int = ExitStatus.PROBLEMS) -> None:
+    """One "kstore: <partition>: <problem>" line per partition a command could not handle, then exit."""
+    for row in problems:
+        click.echo(f"kstore: {row['partition']}: {row['problem']}", err=True)
+    ctx.exit(int(status))

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 
 import click
 
-from kstore_cli.commands._console import human_bytes, is_tty
+from kstore_cli.commands._console import exit_with_problems, human_bytes, is_tty
 from kstore_cli.errors import ExitStatus, KstoreError, UsageError
 from kstore_cli.segment import fileops
 from kstore_cli.segment.cleaner import PassResult, compact_partition
@@ -253,6 +253,4 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
         else:
             _render_text(rows, dry_run)
     if problems:
-        for row in problems:
-            click.echo(f"kstore: {row['partition']}: {row['problem']}", err=True)
-        ctx.exit(int(worst))
+        exit_with_problems(ctx, problems, worst)

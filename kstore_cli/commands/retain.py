@@ -9,8 +9,9 @@ from typing import Dict, List, Optional
 
 import click
 
+from kstore_cli.commands._console import exit_with_problems
 from kstore_cli.commands._console import is_tty as _is_tty
-from kstore_cli.errors import ExitStatus, UsageError
+from kstore_cli.errors import UsageError
 from kstore_cli.segment import fileops
 from kstore_cli.segment.config import ConfigResolver, retention_flags
 from kstore_cli.segment.logdir import Partition, group_by_data_dir, resolve
@@ -203,6 +204,4 @@ def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_mi
         else:
             _render_text(rows, dry_run)
     if problems:
-        for row in problems:
-            click.echo(f"kstore: {row['partition']}: {row['problem']}", err=True)
-        ctx.exit(int(ExitStatus.PROBLEMS))
+        exit_with_problems(ctx, problems)
