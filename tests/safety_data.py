@@ -348,3 +348,18 @@ def check_loadable(view: Path) -> List[str]:
             if key in ends and value > ends[key]:
                 problems.append(f"{name}: {key[0]}-{key[1]} at {value}, past the log end {ends[key]}")
     return problems
+
+
+#: `python -c PAUSED_RUN <paused-flag> <go-flag> <kstore args...>`: runs kstore, and at its first file
+#: operation creates <paused-flag> and waits until <go-flag> exists (a run caught holding the lock).
+PAUSED_RUN = (
+    "import os, sys, time\n"
+    "from kstore_cli.segment import fileops\n"
+    "def pause(n, kind, path):\n"
+    "    open(sys.argv[1], 'w').close()\n"
+    "    while not os.path.exists(sys.argv[2]):\n"
+    "        time.sleep(0.01)\n"
+    "fileops.arm_crash(1, pause)\n"
+    "from kstore_cli.cli import main\n"
+    "main(sys.argv[3:])\n"
+)

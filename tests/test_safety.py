@@ -35,7 +35,7 @@ import pytest
 from kstore_cli.cli import main
 from kstore_cli.segment import fileops
 from tests.conftest import ROOT
-from tests.safety_data import LEFTOVER_SUFFIXES, T0, check_loadable, diff, loader_view, make_data_dir, tree_bytes
+from tests.safety_data import LEFTOVER_SUFFIXES, PAUSED_RUN, T0, check_loadable, diff, loader_view, make_data_dir, tree_bytes
 from tests.test_crash_matrix import SCENARIOS, Scenario, _damaged_tail
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -114,19 +114,6 @@ def test_a_process_holding_the_lock_makes_every_mutating_command_refuse(command:
         assert tree_bytes(tmp_path) != before
 
 
-_PAUSED_RUN = (
-    "import os, sys, time\n"
-    "from kstore_cli.segment import fileops\n"
-    "def pause(n, kind, path):\n"
-    "    open(sys.argv[1], 'w').close()\n"
-    "    while not os.path.exists(sys.argv[2]):\n"
-    "        time.sleep(0.01)\n"
-    "fileops.arm_crash(1, pause)\n"
-    "from kstore_cli.cli import main\n"
-    "main(sys.argv[3:])\n"
-)
-
-
 @pytest.mark.parametrize("command", sorted(MUTATING))
 def test_two_runs_on_one_data_dir_never_both_mutate(command: str, tmp_path: Path) -> None:
     sc = MUTATING[command]
@@ -135,7 +122,7 @@ def test_two_runs_on_one_data_dir_never_both_mutate(command: str, tmp_path: Path
     shutil.copytree(tmp_path / "a", reference)
     assert run_main(sc.argv(reference / "data"))[0] == sc.exit_code
     paused, go = tmp_path / "paused", tmp_path / "go"
-    first = subprocess.Popen([sys.executable, "-c", _PAUSED_RUN, str(paused), str(go), *sc.argv(data)],
+    first = subprocess.Popen([sys.executable, "-c", PAUSED_RUN, str(paused), str(go), *sc.argv(data)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     try:
         deadline = time.time() + 60

@@ -23,6 +23,7 @@ from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.names import filename_prefix
 from tests.conftest import CORPUS, ROOT
 from tests.segment.partition_factory import DAY, T0, SegSpec, make_partition, tree_state
+from tests.safety_data import PAUSED_RUN
 
 _register_commands()
 
@@ -184,19 +185,6 @@ def test_lock_held_by_another_process_makes_it_refuse_unless_forced(tmp_path: Pa
         holder.wait()
 
 
-_PAUSED_RUN = (
-    "import os, sys, time\n"
-    "from kstore_cli.segment import fileops\n"
-    "def pause(n, kind, path):\n"
-    "    open(sys.argv[1], 'w').close()\n"
-    "    while not os.path.exists(sys.argv[2]):\n"
-    "        time.sleep(0.01)\n"
-    "fileops.arm_crash(1, pause)\n"
-    "from kstore_cli.cli import main\n"
-    "main(sys.argv[3:])\n"
-)
-
-
 def test_two_concurrent_runs_never_both_act(tmp_path: Path) -> None:
     data = tmp_path / "data"
     two_partitions(data)
@@ -204,7 +192,7 @@ def test_two_concurrent_runs_never_both_act(tmp_path: Path) -> None:
     shutil.copytree(data, reference)
     assert run(*POLICY, str(reference)).exit_code == 0
     paused, go = tmp_path / "paused", tmp_path / "go"
-    first = subprocess.Popen([sys.executable, "-c", _PAUSED_RUN, str(paused), str(go), "retain", "--json", *POLICY,
+    first = subprocess.Popen([sys.executable, "-c", PAUSED_RUN, str(paused), str(go), "retain", "--json", *POLICY,
                               str(data)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     try:
         deadline = time.time() + 30
