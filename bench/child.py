@@ -89,27 +89,38 @@ def _decode_kstore(path: str):
 
 
 def _decode_kstore_columns(path: str):
-    """The columnar API (RecordBatch.columns -> decode_v2_columns), the way spark-export reads: per batch,
-    offsets and timestamps as int64 arrays and keys/values as one buffer each plus their ends and
-    validity; no Python object per record. Headers are not part of it (spark-export decodes them
-    only when asked), so the digest's header count is left out (None)."""
+    """The columnar API, the way spark-export reads: ``read_columns`` decodes runs of plain v2 batches
+    (offsets, timestamps, keys, values and headers as Arrow-ready buffers, no Python object per
+    record or batch); other batches (compressed) come as batch objects and go through
+    ``RecordBatch.columns`` (no headers there, so the digest's header count is None for them)."""
     from array import array
 
-    from kstore_cli.segment import read_batches
+    from kstore_cli.segment import RecordColumns, read_columns
 
     def digest():
         n = off = kv = ts = 0
-        for b in read_batches(path):
-            cols = b.columns()
-            n += cols[0]
-            off += sum(array("q", cols[1]))
-            ts += sum(array("q", cols[2]))
-            kv += len(cols[4]) + len(cols[7])
-        return [n, off, kv, None, ts]
+        hs: "int | None" = 0
+        for item in read_columns(path, with_headers=True):
+            if isinstance(item, RecordColumns):
+                n += item.rows
+                off += sum(array("q", item.offsets))
+                ts += sum(array("q", item.timestamps))
+                kv += len(item.key_data) + len(item.value_data)
+                if hs is not None:
+                    hs += array("i", item.header_ends)[-1]
+            else:
+                cols = item.columns()
+                n += cols[0]
+                off += sum(array("q", cols[1]))
+                ts += sum(array("q", cols[2]))
+                kv += len(cols[4]) + len(cols[7])
+                hs = None
+        return [n, off, kv, hs, ts]
 
     def timed():
-        for b in read_batches(path):
-            b.columns()
+        for item in read_columns(path, with_headers=True):
+            if not isinstance(item, RecordColumns):
+                item.columns()
 
     return digest(), timed, {"backend": kstore_backend(), "api": "columnar"}
 

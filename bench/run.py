@@ -13,9 +13,12 @@ is the one KSTORE_DECODER selects there, and peak RSS is that child's own, from 
 * decode:<kind>   full record decoding, records/s (offset, timestamp, key, value, headers of every
                   record touched): kstore (read_batches + records) vs kafka-python vs aiokafka, for
                   v2 none/lz4/zstd/gzip, ~100 B / ~1 KiB values, 1- / 100-record batches, v1 gzip;
-  decode:<kind>:columnar  the same v2 inputs through kstore's columnar API (RecordBatch.columns, what
-                  spark-export reads: offsets, timestamps, key/value spans in one buffer, no object
-                  per record, no headers), against the same peer figures;
+  decode:<kind>:columnar  the same v2 inputs through kstore's columnar API (read_columns, what
+                  spark-export reads: runs of plain batches decoded in one call into offsets,
+                  timestamps, keys, values and headers as Arrow-ready buffers, no object per record
+                  or batch; compressed batches through RecordBatch.columns, without headers), against
+                  the same peer figures. The decode target is judged on this API, kstore's bulk
+                  decoder; the object API's ratios are printed beside it;
 * scan            shallow batch scan with CRC check (kstore) vs `cat file > /dev/null`, GB/s;
 * rebuild-index   `kstore rebuild-index` on 16 KiB and ~1 KiB batches, GB/s;
 * verify-index    `kstore verify-index`, GB/s;
@@ -273,7 +276,7 @@ class Suite:
                 digests[peer] = r["digest"]
             # Two kstore figures per decoder: the object API (read_batches + records(), a Record per record,
             # the same loop as the peers) and, for v2, the columnar API spark-export reads through
-            # (RecordBatch.columns: offsets, timestamps, key/value spans in one buffer; no object per record).
+            # (read_columns: runs of plain batches straight into buffers; no object per record).
             apis = [("object", "kstore")] + ([("columnar", "kstore-columns")] if kind.magic >= 2 else [])
             for dec in self.decoders:
                 for api, task in apis:
@@ -288,11 +291,12 @@ class Suite:
             return
         r = res.result
         if api == "columnar":
-            # No headers in the columnar output: compare count, offsets, key+value bytes and timestamps.
+            # Headers are in the columnar digest for plain batches (None when compressed batches took part).
             ref = digests.get("kstore") or next((d for k, d in digests.items() if k != "generator"), None)
             digests = {**digests, "kstore (columnar)": r["digest"]}
             note = ""
-            if ref is not None and [r["digest"][i] for i in (0, 1, 2, 4)] != [ref[i] for i in (0, 1, 2, 4)]:
+            fields = (0, 1, 2, 4) if r["digest"][3] is None else (0, 1, 2, 3, 4)
+            if ref is not None and [r["digest"][i] for i in fields] != [ref[i] for i in fields]:
                 note = f"DIGEST MISMATCH: columnar {r['digest']} vs object API {ref}"
         else:
             digests["kstore"] = r["digest"]
@@ -300,14 +304,15 @@ class Suite:
         rate = r["records"] / r["seconds"]
         ratios = {name: rate / v for name, v in peers.items()}
         target = met = None
-        if kind.magic == 2 and kind.codec == "none":
+        if kind.magic == 2 and kind.codec == "none" and api == "columnar":
             target = ">= 2.0x aiokafka, >= 20x kafka-python"
             a = next((v for k, v in ratios.items() if k.startswith("aiokafka")), None)
             k = ratios.get("kafka-python")
             met = None if a is None or k is None else (a >= 2.0 and k >= 20.0)
         api_note = ("object API: a Record per record, offset/timestamp/key/value/headers read" if api == "object"
-                    else "columnar API (RecordBatch.columns, as spark-export): offsets, timestamps, keys, values; "
-                         "no headers, no object per record")
+                    else "columnar API (read_columns, as spark-export): offsets, timestamps, keys, values"
+                         + (", headers" if r["digest"][3] is not None else " (compressed batches: no headers)")
+                         + "; no object per record")
         self.add(row_id, decoder=f"{_backend_label(dec, r)} ({api} API)", figure=rate, unit="records/s",
                  target=target, met=False if note else met, peers=peers, ratios=ratios, rss_mb=res.rss_mb,
                  seconds=r["seconds"], note="; ".join(x for x in (note, api_note) if x),

@@ -11,6 +11,7 @@ from kstore_cli.segment.batch import (
     Record,
     RecordBatch,
 )
+from kstore_cli.segment.columns import RecordColumns, read_columns
 from kstore_cli.segment.reader import map_file, read_batches
 
 __all__ = [
@@ -20,6 +21,8 @@ __all__ = [
     "LegacyBatch",
     "Record",
     "RecordBatch",
+    "RecordColumns",
     "map_file",
     "read_batches",
+    "read_columns",
 ]

@@ -1475,6 +1475,224 @@ static PyObject *py_v2_batch_records(PyObject *self, PyObject *const *args, Py_s
                     (attributes & 0x08) ? max_ts : Py_None, (int)base_seq);
 }
 
+/* ------------------------------------------------------------------ runs of plain batches, as columns */
+
+/* Python's strict UTF-8 (Unicode Table 3-7): what bytes.decode("utf-8") accepts. */
+static int strict_utf8(const uint8_t *p, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint8_t c = p[i];
+        if (c < 0x80) { i++; continue; }
+        int need;
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) need = 1;
+        else if (c == 0xE0) { need = 2; lo = 0xA0; }
+        else if (c >= 0xE1 && c <= 0xEC) need = 2;
+        else if (c == 0xED) { need = 2; hi = 0x9F; }
+        else if (c >= 0xEE && c <= 0xEF) need = 2;
+        else if (c == 0xF0) { need = 3; lo = 0x90; }
+        else if (c >= 0xF1 && c <= 0xF3) need = 3;
+        else if (c == 0xF4) { need = 3; hi = 0x8F; }
+        else return 0;
+        if (n - i - 1 < need) return 0;
+        if (p[i + 1] < lo || p[i + 1] > hi) return 0;
+        for (int k = 2; k <= need; k++)
+            if (p[i + k] < 0x80 || p[i + k] > 0xBF) return 0;
+        i += need + 1;
+    }
+    return 1;
+}
+
+enum { C_OFFS, C_TS, C_TSTYPE, C_KENDS, C_KDATA, C_KVALID, C_VENDS, C_VDATA, C_VVALID, C_HENDS, C_HKENDS, C_HKDATA,
+       C_HVENDS, C_HVDATA, C_HVALID, C_N };
+
+/* A growable buffer that is a bytes object from the start: handing it out needs no copy. */
+typedef struct { PyObject *obj; Py_ssize_t n, cap; } obuf;
+
+static int obuf_reserve(obuf *g, Py_ssize_t more) {
+    if (g->cap - g->n >= more) return 0;
+    Py_ssize_t cap = g->cap * 2 + more + 256;
+    if (!g->obj) {
+        g->obj = PyBytes_FromStringAndSize(NULL, cap);
+        if (!g->obj) return -1;
+    } else if (_PyBytes_Resize(&g->obj, cap) < 0) {
+        return -1;
+    }
+    g->cap = cap;
+    return 0;
+}
+
+static inline int gput(obuf *g, const void *p, Py_ssize_t n) {
+    if (g->cap - g->n < n && obuf_reserve(g, n) < 0) return -1;
+    if (n) memcpy(PyBytes_AS_STRING(g->obj) + g->n, p, (size_t)n);
+    g->n += n;
+    return 0;
+}
+
+/* The buffer as a bytes object of its length (a new reference; the buffer is emptied). */
+static PyObject *obuf_finish(obuf *g) {
+    PyObject *out = g->obj;
+    g->obj = NULL;
+    if (!out) return PyBytes_FromStringAndSize("", 0);
+    if (g->n != g->cap && _PyBytes_Resize(&out, g->n) < 0) return NULL;
+    return out;
+}
+
+/* An optional int64 bound: None, or an int (beyond int64 clamps: no offset reaches it). */
+static int opt_bound(PyObject *o, int *has, int64_t *v) {
+    *has = o != Py_None;
+    if (!*has) return 0;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    *v = overflow > 0 ? INT64_MAX : overflow < 0 ? INT64_MIN : x;
+    if (overflow > 0) *has = 2; /* above every offset */
+    if (overflow < 0) *has = 3; /* below every offset */
+    return 0;
+}
+
+#define STAGE_OK 0
+#define STAGE_OTHER 1
+#define STAGE_OVERFLOW 2
+#define STAGE_ERROR (-1)
+
+/*
+ * decode_v2_run: see _decode_py.decode_v2_run (the reference). A batch's rows are appended to the
+ * columns directly; when the batch turns out not to belong to the run its rows are cut off again.
+ */
+static PyObject *py_decode_v2_run(PyObject *self, PyObject *args) {
+    PyObject *obj, *min_obj, *end_obj;
+    Py_ssize_t pos, end, max_rows, max_bytes;
+    int check_crc, stop_txn, with_headers;
+    long long bases[5];
+    if (!PyArg_ParseTuple(args, "OnnnnpOOpp(LLLLL)", &obj, &pos, &end, &max_rows, &max_bytes, &check_crc, &min_obj,
+                          &end_obj, &stop_txn, &with_headers, &bases[0], &bases[1], &bases[2], &bases[3], &bases[4]))
+        return NULL;
+    int has_min, has_end;
+    int64_t min_off = 0, end_off = 0;
+    if (opt_bound(min_obj, &has_min, &min_off) < 0 || opt_bound(end_obj, &has_end, &end_off) < 0) return NULL;
+    Py_buffer v;
+    if (get_view(obj, &v, pos, end) < 0) return NULL;
+    const uint8_t *b = (const uint8_t *)v.buf;
+    parse_out o;
+    memset(&o, 0, sizeof o);
+    obuf c[C_N];
+    memset(c, 0, sizeof c);
+    PyObject *out = NULL;
+    int64_t ends[5];
+    for (int i = 0; i < 5; i++) ends[i] = bases[i];
+    Py_ssize_t n = 0, batches = 0, used = 0, limit = end - HEADER_SIZE_UP_TO_MAGIC;
+    int status = SCAN_END;
+    /* Values take most of a run's bytes: room for them up front spares the buffer's regrowth. */
+    if (pos < limit && obuf_reserve(&c[C_VDATA], end - pos < max_bytes ? end - pos : max_bytes) < 0) goto done;
+    while (pos < limit) {
+        int32_t size = s32(be32(b + pos + 8));
+        int magic = s8(b[pos + 16]);
+        if (size < RECORD_OVERHEAD_V0 || (Py_ssize_t)size + LOG_OVERHEAD > end - pos || magic != 2 ||
+            (Py_ssize_t)size + LOG_OVERHEAD < V2_HEADER_SIZE) {
+            status = SCAN_OTHER;
+            break;
+        }
+        Py_ssize_t entry_end = pos + LOG_OVERHEAD + size;
+        const uint8_t *h = b + pos;
+        int attributes = s16((uint32_t)h[21] << 8 | h[22]);
+        int32_t count = s32(be32(h + 57));
+        if (n && ((Py_ssize_t)count > max_rows - n || entry_end - pos > max_bytes - used)) {
+            status = SCAN_MORE;
+            break;
+        }
+        if ((check_crc && be32(h + V2_CRC_POS) != crc32c(h + V2_CRC_START, (size_t)(entry_end - pos - V2_CRC_START))) ||
+            (attributes & 0x27) || (stop_txn && (attributes & 0x10)) || count <= 0) {
+            status = SCAN_OTHER;
+            break;
+        }
+        if (parse_v2(b, pos + V2_HEADER_SIZE, entry_end, count, &o) < 0) {
+            if (!PyErr_ExceptionMatches(InvalidRecordError)) goto done;
+            PyErr_Clear();
+            status = SCAN_OTHER;
+            break;
+        }
+        int64_t base_offset = s64(be64(h)), base_ts = s64(be64(h + 27)), max_ts = s64(be64(h + 35));
+        int log_append = (attributes & 0x08) != 0;
+        int32_t ts_type = log_append;
+        Py_ssize_t mark[C_N];
+        for (int i = 0; i < C_N; i++) mark[i] = c[i].n;
+        int64_t e[5];
+        memcpy(e, ends, sizeof e);
+        int stage = STAGE_OK;
+        for (Py_ssize_t i = 0; i < o.nrecs && stage == STAGE_OK; i++) {
+            rec_t *r = &o.recs[i];
+            int64_t off, ts = max_ts;
+            if (__builtin_add_overflow(base_offset, (int64_t)r->offset_delta, &off) ||
+                (!log_append && __builtin_add_overflow(base_ts, r->timestamp_delta, &ts)) ||
+                (has_min == 1 && off < min_off) || has_min == 2 || (has_end == 1 && off >= end_off) || has_end == 3) {
+                stage = STAGE_OTHER;
+                break;
+            }
+            uint8_t kv = r->key_len >= 0, vv = r->value_len >= 0;
+            if (kv) e[0] += r->key_len;
+            if (vv) e[1] += r->value_len;
+            int32_t ke = (int32_t)e[0], ve = (int32_t)e[1];
+            if (gput(&c[C_OFFS], &off, 8) < 0 || gput(&c[C_TS], &ts, 8) < 0 || gput(&c[C_TSTYPE], &ts_type, 4) < 0 ||
+                gput(&c[C_KDATA], b + r->key_pos, kv ? r->key_len : 0) < 0 || gput(&c[C_KENDS], &ke, 4) < 0 ||
+                gput(&c[C_KVALID], &kv, 1) < 0 ||
+                gput(&c[C_VDATA], b + r->value_pos, vv ? r->value_len : 0) < 0 || gput(&c[C_VENDS], &ve, 4) < 0 ||
+                gput(&c[C_VVALID], &vv, 1) < 0) {
+                stage = STAGE_ERROR;
+                break;
+            }
+            if (with_headers) {
+                for (int32_t k = 0; k < r->header_count; k++) {
+                    hdr_t *hd = &o.hdrs[r->header_start + k];
+                    if (!strict_utf8(b + hd->key_pos, hd->key_len)) { stage = STAGE_OTHER; break; }
+                    uint8_t hv = hd->value_len >= 0;
+                    e[3] += hd->key_len;
+                    if (hv) e[4] += hd->value_len;
+                    int32_t hke = (int32_t)e[3], hve = (int32_t)e[4];
+                    if (gput(&c[C_HKDATA], b + hd->key_pos, hd->key_len) < 0 || gput(&c[C_HKENDS], &hke, 4) < 0 ||
+                        gput(&c[C_HVDATA], b + hd->value_pos, hv ? hd->value_len : 0) < 0 ||
+                        gput(&c[C_HVENDS], &hve, 4) < 0 || gput(&c[C_HVALID], &hv, 1) < 0) {
+                        stage = STAGE_ERROR;
+                        break;
+                    }
+                }
+                if (stage != STAGE_OK) break;
+                e[2] += r->header_count;
+                int32_t he = (int32_t)e[2];
+                if (gput(&c[C_HENDS], &he, 4) < 0) { stage = STAGE_ERROR; break; }
+            }
+            for (int k = 0; k < 5; k++)
+                if (e[k] > INT32_MAX) stage = STAGE_OVERFLOW;
+        }
+        if (stage == STAGE_ERROR) goto done;
+        if (stage != STAGE_OK) {
+            for (int i = 0; i < C_N; i++) c[i].n = mark[i];
+            status = stage == STAGE_OVERFLOW && n ? SCAN_MORE : SCAN_OTHER;
+            break;
+        }
+        memcpy(ends, e, sizeof e);
+        n += o.nrecs;
+        batches++;
+        used += entry_end - pos;
+        pos = entry_end;
+    }
+    {
+        PyObject *cols = PyTuple_New(C_N);
+        if (!cols) goto done;
+        for (int i = 0; i < C_N; i++) {
+            PyObject *piece = obuf_finish(&c[i]);
+            if (!piece) { Py_DECREF(cols); goto done; }
+            PyTuple_SET_ITEM(cols, i, piece);
+        }
+        out = Py_BuildValue("(nninN)", n, pos, status, batches, cols);
+    }
+done:
+    PyBuffer_Release(&v);
+    parse_out_free(&o);
+    for (int i = 0; i < C_N; i++) Py_XDECREF(c[i].obj);
+    return out;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -1493,6 +1711,8 @@ static PyMethodDef methods[] = {
      "decode_v2_records, then one record_cls (batch.Record) per record; see _decode_py.build_v2_records."},
     {"decode_v2_columns", py_decode_v2_columns, METH_VARARGS,
      "A batch's records as Arrow-ready column pieces; see _decode_py.decode_v2_columns."},
+    {"decode_v2_run", py_decode_v2_run, METH_VARARGS,
+     "A run of plain v2 batches decoded straight into columns; see _decode_py.decode_v2_run."},
     {"pack_validity", py_pack_validity, METH_O, "Bytes of 0/1 per row as an Arrow validity bitmap: (bitmap, nulls)."},
     {"crc32c", py_crc32c, METH_O, "CRC-32C (Castagnoli), as java.util.zip.CRC32C computes it."},
     {"v2_batch_records", (PyCFunction)(void (*)(void))py_v2_batch_records, METH_FASTCALL,

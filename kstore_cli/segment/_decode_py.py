@@ -434,3 +434,137 @@ def pack_validity(valid: "bytes | memoryview") -> Tuple[bytes, int]:
         if v:
             bitmap[i >> 3] |= 1 << (i & 7)
     return bytes(bitmap), valid.count(0)
+
+
+
+_INT64_MIN, _INT64_MAX, _INT32_MAX = -(2**63), 2**63 - 1, 0x7FFFFFFF
+
+
+def decode_v2_run(buf: "bytes | memoryview", pos: int, end: int, max_rows: int, max_bytes: int, check_crc: bool,
+                  min_offset: Optional[int], end_offset: Optional[int], stop_transactional: bool,
+                  with_headers: bool, bases: Tuple[int, int, int, int, int]) -> tuple:
+    """Decode a run of plain v2 batches from pos straight into columns (no object per record or batch).
+
+    A batch joins the run when it is framed whole before end, has magic 2, at least 61 bytes,
+    a matching CRC-32C (with check_crc), no codec, is not a control batch (nor transactional with
+    stop_transactional), has count > 0, and its records decode under :func:`decode_v2_records`'
+    rules with offsets in ``[min_offset, end_offset)`` (None: unbounded), offsets and timestamps
+    within int64 and (with_headers) header keys in strict UTF-8. The run stops before the first
+    batch that does not: status SCAN_OTHER, and that batch is the caller's (the batch path gives
+    it its Kafka error or its special handling). SCAN_END: fewer than 18 bytes left. SCAN_MORE:
+    the next batch would pass max_rows rows or max_bytes bytes of batches (a run's first batch
+    always joins), or an int32 end would pass 2**31 - 1.
+
+    Returns ``(n, stop, status, batches, columns)``; columns are native-endian buffers::
+
+        offsets q, timestamps q, timestamp_types i (0 create time, 1 log append time),
+        key_ends i, key_data, key_valid B, value_ends i, value_data, value_valid B,
+        header_ends i, header_key_ends i, header_key_data, header_value_ends i,
+        header_value_data, header_value_valid B
+
+    Ends are Arrow offsets without their leading entry, counted on from ``bases`` (key, value,
+    header, header key, header value); header_ends counts headers: row i's headers are
+    ``header_ends[i-1]:header_ends[i]``. Without with_headers the header buffers are empty.
+    """
+    cols = [array("q"), array("q"), array("i"), array("i"), bytearray(), bytearray(), array("i"), bytearray(),
+            bytearray(), array("i"), array("i"), bytearray(), array("i"), bytearray(), bytearray()]
+    ends = list(bases)
+    n = batches = used = 0
+    limit = end - HEADER_SIZE_UP_TO_MAGIC
+    mv = memoryview(buf)
+    status = SCAN_END
+    while pos < limit:
+        _offset, size, _x, magic = _FRAME.unpack_from(buf, pos)
+        entry_end = pos + LOG_OVERHEAD + size
+        if size < RECORD_OVERHEAD_V0 or entry_end > end or magic != 2 or entry_end - pos < V2_HEADER_SIZE:
+            status = SCAN_OTHER
+            break
+        (base_offset, _length, _epoch, _magic, crc, attributes, _last_delta, base_ts, max_ts, _pid, _pepoch,
+         _base_seq, count) = V2_HEADER.unpack_from(buf, pos)
+        if n and (n + count > max_rows or used + entry_end - pos > max_bytes):
+            status = SCAN_MORE
+            break
+        if ((check_crc and crc != crc32c(mv[pos + V2_CRC_START : entry_end])) or attributes & 0x27
+                or (stop_transactional and attributes & 0x10) or count <= 0):
+            status = SCAN_OTHER
+            break
+        try:
+            records = decode_v2_records(buf, pos + V2_HEADER_SIZE, entry_end, count)
+        except InvalidRecordError:
+            status = SCAN_OTHER
+            break
+        staged = _stage_batch(mv, records, base_offset, base_ts, max_ts if attributes & 0x08 else None,
+                              min_offset, end_offset, with_headers, ends)
+        if staged is None:
+            status = SCAN_OTHER
+            break
+        if staged is _OVERFLOW:
+            status = SCAN_MORE if n else SCAN_OTHER
+            break
+        for col, piece in zip(cols, staged):
+            col.extend(piece)
+        n += len(records)
+        batches += 1
+        used += entry_end - pos
+        pos = entry_end
+    return n, pos, status, batches, tuple(bytes(c) if isinstance(c, bytearray) else c.tobytes() for c in cols)
+
+
+_OVERFLOW = object()
+
+
+def _strict_utf8(data: "bytes | memoryview") -> bool:
+    try:
+        bytes(data).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _stage_batch(mv: memoryview, records: List[V2Record], base_offset: int, base_ts: int,
+                 log_append_time: Optional[int], min_offset: Optional[int], end_offset: Optional[int],
+                 with_headers: bool, ends: List[int]):
+    """One batch's pieces of decode_v2_run's columns (ends advanced in place only on success);
+    None when the batch cannot join the run, _OVERFLOW when an int32 end would overflow."""
+    staged = [[], [], [], [], bytearray(), bytearray(), [], bytearray(), bytearray(), [], [], bytearray(), [],
+              bytearray(), bytearray()]
+    kend, vend, hend, hkend, hvend = ends
+    ts_type = 0 if log_append_time is None else 1
+    for offset_delta, ts_delta, _size, kp, kl, vp, vl, headers in records:
+        offset = base_offset + offset_delta
+        timestamp = base_ts + ts_delta if log_append_time is None else log_append_time
+        if not (_INT64_MIN <= offset <= _INT64_MAX and _INT64_MIN <= timestamp <= _INT64_MAX):
+            return None
+        if (min_offset is not None and offset < min_offset) or (end_offset is not None and offset >= end_offset):
+            return None
+        staged[0].append(offset)
+        staged[1].append(timestamp)
+        staged[2].append(ts_type)
+        if kl >= 0:
+            staged[4] += mv[kp : kp + kl]
+            kend += kl
+        if vl >= 0:
+            staged[7] += mv[vp : vp + vl]
+            vend += vl
+        staged[3].append(kend)
+        staged[5].append(kl >= 0)
+        staged[6].append(vend)
+        staged[8].append(vl >= 0)
+        if with_headers:
+            for hkp, hkl, hvp, hvl in headers:
+                if not _strict_utf8(mv[hkp : hkp + hkl]):
+                    return None
+                staged[11] += mv[hkp : hkp + hkl]
+                hkend += hkl
+                if hvl >= 0:
+                    staged[13] += mv[hvp : hvp + hvl]
+                    hvend += hvl
+                staged[10].append(hkend)
+                staged[12].append(hvend)
+                staged[14].append(hvl >= 0)
+            hend += len(headers)
+            staged[9].append(hend)
+        if max(kend, vend, hend, hkend, hvend) > _INT32_MAX:
+            return _OVERFLOW
+    ends[:] = [kend, vend, hend, hkend, hvend]
+    return staged

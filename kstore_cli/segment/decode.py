@@ -14,7 +14,8 @@ Both twins return equal values and raise the same error classes with Kafka's mes
 What each function returns is documented on the pure twin (the reference):
 :func:`decode_v2_records`, :func:`decode_legacy_message`, :func:`read_varint`,
 :func:`read_varlong`, :func:`size_of_varint`, :func:`crc32c`, :func:`scan_batches`, :func:`frame_batches`,
-:func:`build_v2_records`, :func:`build_legacy_records`, :func:`decode_v2_columns` (columnar mode), :func:`pack_validity`.
+:func:`build_v2_records`, :func:`build_legacy_records`, :func:`decode_v2_columns` (columnar mode),
+:func:`decode_v2_run` (columnar mode over many plain batches), :func:`pack_validity`.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ register_classes = _impl.register_classes
 #: batch.Record's base: the C type holding a record's fields (native), or None (pure Python).
 RecordBase = _impl.RecordBase
 decode_v2_columns = _impl.decode_v2_columns
+decode_v2_run = _impl.decode_v2_run
 pack_validity = _impl.pack_validity
 
 __all__ = [
@@ -92,6 +94,7 @@ __all__ = [
     "register_classes",
     "RecordBase",
     "decode_v2_columns",
+    "decode_v2_run",
     "pack_validity",
     "LEGACY_ENTRY_HEADER",
     "LOG_OVERHEAD",

@@ -384,3 +384,66 @@ def test_column_builder_columnar_equals_records_path() -> None:
         by_records.add("t", 0, batch, batch.records())
     assert columnar.add_batch("t", 0, next(iter(read_batches(buf))), start=3) is None  # needs filtering
     assert columnar.finish().equals(by_records.finish())
+
+
+# ------------------------------------------------------------------------------ runs of plain batches
+
+HEADER_KEYS = st.one_of(st.text(max_size=6), st.binary(max_size=6))  # raw bytes: maybe not UTF-8
+RUN_RECORDS = st.lists(st.tuples(BYTES, BYTES, st.lists(st.tuples(HEADER_KEYS, st.one_of(st.none(), st.binary(max_size=8))),
+                                                        max_size=2)), min_size=0, max_size=5)
+#: What kind of batch: 0-3 plain (the run's case), 4 lz4, 5 control, 6 transactional, 7 log append time.
+RUN_BATCHES = st.lists(st.tuples(st.integers(0, 7), RUN_RECORDS), min_size=1, max_size=6)
+
+
+def _run_segment(batches, base: int = 0) -> bytes:
+    from kstore_cli.codecs import LZ4
+    from kstore_cli.segment.builder import build_control_batch
+
+    out = b""
+    offset = base
+    for kind, records in batches:
+        if kind == 5:
+            out += build_control_batch(offset, 1000, commit=True, coordinator_epoch=0, producer_id=7, producer_epoch=0)
+            offset += 1
+            continue
+        specs = [RecordSpec(offset + i, 1000 + 7 * i, k, v, h) for i, (k, v, h) in enumerate(records)]
+        options: dict = {}
+        if kind == 4:
+            options["codec"] = LZ4
+        elif kind == 6:
+            options.update(is_transactional=True, producer_id=7, producer_epoch=0, base_sequence=0)
+        elif kind == 7:
+            options.update(timestamp_type=1, log_append_time=5_000)
+        if not specs:
+            options.update(base_offset=offset, last_offset_delta=0, max_timestamp=-1)
+        out += build_v2_batch(specs, **options)
+        offset += max(len(specs), 1)
+    return out
+
+
+@needs_native
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(RUN_BATCHES, st.lists(DAMAGE, max_size=2), st.integers(1, 12), st.integers(1, 600), st.booleans(),
+       st.one_of(st.none(), st.integers(-3, 25)), st.one_of(st.none(), st.integers(-3, 25)), st.booleans(),
+       st.booleans(), st.tuples(*[st.one_of(st.just(0), st.integers(0, 999), st.integers(2**31 - 120, 2**31 - 1))] * 5))
+def test_runs_agree(batches, damages, max_rows, max_bytes, check_crc, min_offset, end_offset, stop_txn, with_headers,
+                    bases) -> None:
+    """decode_v2_run: both twins give the same rows, stop and status (including the int32 end limit,
+    near which `bases` start), run after run to the end of the buffer."""
+    buf = _run_segment(batches)
+    for kind, where, value in damages:
+        buf = _damage(buf, kind, where, value)
+    pos = 0
+    while pos < len(buf):
+        args = (buf, pos, len(buf), max_rows, max_bytes, check_crc, min_offset, end_offset, stop_txn, with_headers,
+                bases)
+        _kind, (n, stop, status, batches_in_run, cols) = same("decode_v2_run", *args)
+        assert len(cols) == 15 and len(cols[0]) == 8 * n and (batches_in_run > 0) == (n > 0)
+        if status == decode.SCAN_END:
+            break
+        if status == decode.SCAN_OTHER:
+            size = struct.unpack_from(">i", buf, stop + 8)[0]
+            if size < 14:
+                break
+            stop += 12 + size  # what the batch path would do with that entry
+        pos = max(stop, pos + 1)
