@@ -25,12 +25,13 @@ from __future__ import annotations
 
 from array import array
 from itertools import accumulate
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from kstore_cli.segment import decode
+from kstore_cli.segment.columns import RecordColumns
 
 KAFKA_DDL = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 HEADERS_DDL = "headers array<struct<key:string,value:binary>>"
@@ -121,9 +122,10 @@ class ColumnBuilder:
         self._value_data: List[bytes] = []
         self._value_valid: List[bytes] = []
         self._value_size = 0
-        self._topics: List[str] = []
-        self._partitions: List[int] = []
-        self._ts_types: List[int] = []
+        # Runs of (value, rows): a task's rows come from few partitions.
+        self._topics: List[Tuple[str, int]] = []
+        self._partitions: List[Tuple[int, int]] = []
+        self._ts_types: List[bytes] = []
         self._headers: list = []
         self._epochs: list = []
         self._pids: List[int] = []
@@ -152,11 +154,34 @@ class ColumnBuilder:
         self._value_size += len(value_data)
 
     def _per_batch(self, topic: str, partition: int, batch, n: int) -> None:
+        self._per_rows(topic, partition, batch.size, n, array("i", [batch.timestamp_type]).tobytes() * n)
+
+    def _per_rows(self, topic: str, partition: int, size: int, n: int, ts_types: bytes) -> None:
         self.rows += n
-        self.batch_bytes += batch.size
-        self._topics += [topic] * n
-        self._partitions += [partition] * n
-        self._ts_types += [batch.timestamp_type] * n
+        self.batch_bytes += size
+        if self._topics and self._topics[-1][0] == topic and self._partitions[-1][0] == partition:
+            self._topics[-1] = (topic, self._topics[-1][1] + n)
+            self._partitions[-1] = (partition, self._partitions[-1][1] + n)
+        else:
+            self._topics.append((topic, n))
+            self._partitions.append((partition, n))
+        self._ts_types.append(ts_types)
+
+    def add_run(self, topic: str, partition: int, run: RecordColumns) -> None:
+        """Append a run of plain batches decoded by ``read_columns`` (the builder must be :attr:`columnar`)."""
+        self._piece(run.rows, run.offsets, run.timestamps, self._rebased(run.key_ends, self._key_size), run.key_data,
+                    run.key_valid, self._rebased(run.value_ends, self._value_size), run.value_data, run.value_valid)
+        self._per_rows(topic, partition, run.stop - run.position, run.rows, run.timestamp_types)
+
+    @staticmethod
+    def _rebased(ends: bytes, base: int):
+        """int32 ends counted from 0 made ends counted from base (the data already collected)."""
+        if not base:
+            return ends
+        if base + (array("i", ends[-4:])[0] if ends else 0) > 0x7FFFFFFF:
+            raise OverflowError("more than 2 GiB of keys or values in one Arrow array")
+        arr = pa.Array.from_buffers(pa.int32(), len(ends) // 4, [None, pa.py_buffer(ends)])
+        return pc.add(arr, pa.scalar(base, pa.int32())).buffers()[1]
 
     def add_batch(self, topic: str, partition: int, batch, start: Optional[int] = None,
                   end: Optional[int] = None) -> Optional[int]:
@@ -232,11 +257,11 @@ class ColumnBuilder:
         arrays = [
             self._binary(n, self._key_ends, self._key_data, self._key_valid),
             self._binary(n, self._value_ends, self._value_data, self._value_valid),
-            pa.array(self._topics, pa.string()),
-            pa.array(self._partitions, pa.int32()),
+            _repeated(self._topics, pa.string()),
+            _repeated(self._partitions, pa.int32()),
             offsets,
             ts,
-            pa.array(self._ts_types, pa.int32()),
+            pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(b"".join(self._ts_types))]),
         ]
         if self.include_headers:
             arrays.append(pa.array(self._headers, HEADER_TYPE))
@@ -253,3 +278,10 @@ class ColumnBuilder:
         out = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
         self._reset()
         return out
+
+
+def _repeated(runs: List[tuple], type_: pa.DataType) -> pa.Array:
+    """An array of `type_` from runs of (value, count)."""
+    if not runs:
+        return pa.array([], type_)
+    return pa.concat_arrays([pa.repeat(pa.scalar(value, type_), count) for value, count in runs])

@@ -22,6 +22,7 @@ from typing import Iterator, Optional
 import pyarrow as pa
 
 from kstore_cli.segment import decode
+from kstore_cli.segment.columns import RecordColumns, read_columns
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.spark.columns import ColumnBuilder
 from kstore_cli.spark.plan import Slice, Task
@@ -57,7 +58,22 @@ def _read_slice(sl: Slice, builder: ColumnBuilder, trace: SliceTrace) -> Iterato
     topic, partition = scan.topic, scan.partition
     # The planner gives a partition transaction facts only for read_committed.
     read_committed = scan.aborted is not None or scan.open_txns is not None
-    for batch in read_batches(sl.log, start=sl.start, end=sl.end):
+    if builder.columnar and offsets_in is None and ts_lo is None and ts_hi is None:
+        # Runs of plain batches wholly in [start, end) (not transactional when aborts matter) come
+        # decoded as columns; anything else comes as a batch, for the checks below.
+        entries = read_columns(sl.log, start=sl.start, end=sl.end, min_offset=start, end_offset=end,
+                               stop_transactional=read_committed)
+    else:
+        entries = read_batches(sl.log, start=sl.start, end=sl.end)
+    for batch in entries:
+        if isinstance(batch, RecordColumns):
+            trace.bytes_read += batch.stop - batch.position
+            trace.batches += batch.batches
+            trace.rows += batch.rows
+            builder.add_run(topic, partition, batch)
+            if builder.full:
+                yield builder.finish()
+            continue
         trace.bytes_read += batch.size
         trace.batches += 1
         if end is not None and batch.magic >= 2 and batch.base_offset >= end:

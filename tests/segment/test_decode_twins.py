@@ -383,7 +383,17 @@ def test_column_builder_columnar_equals_records_path() -> None:
         assert columnar.add_batch("t", 0, batch) == 7
         by_records.add("t", 0, batch, batch.records())
     assert columnar.add_batch("t", 0, next(iter(read_batches(buf))), start=3) is None  # needs filtering
-    assert columnar.finish().equals(by_records.finish())
+    expected = by_records.finish()
+    assert columnar.finish().equals(expected)
+    # the same rows from runs of batches (read_columns), split into several runs and pieces
+    from kstore_cli.segment.columns import RecordColumns, read_columns
+
+    by_runs = ColumnBuilder()
+    runs = list(read_columns(buf, max_bytes=150))
+    assert len(runs) > 2 and all(isinstance(r, RecordColumns) for r in runs)
+    for run in runs:
+        by_runs.add_run("t", 0, run)
+    assert by_runs.finish().equals(expected)
 
 
 # ------------------------------------------------------------------------------ runs of plain batches
