@@ -311,10 +311,12 @@ class SegmentIndexBuilder:
         "base_offset",
         "index_interval_bytes",
         "path",
-        "offsets",
-        "times",
         "max_timestamp",
         "offset_of_max_timestamp",
+        "_index",
+        "_timeindex",
+        "_last_offset",
+        "_last_time",
         "_last_entry_position",
         "_bytes_since_last_entry",
     )
@@ -324,13 +326,37 @@ class SegmentIndexBuilder:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.path = path
-        self.offsets: List[Tuple[int, int]] = []
-        self.times: List[Tuple[int, int]] = []
+        # Entries are kept packed, as the files hold them (8 and 12 bytes each): a segment's index can have
+        # hundreds of thousands of entries, and a tuple of two ints per entry cost ~15 times the file's size.
+        self._index = bytearray()
+        self._timeindex = bytearray()
+        self._last_offset: Optional[int] = None  # offset of the last .index entry
+        self._last_time: Optional[Tuple[int, int]] = None  # (timestamp, offset) of the last .timeindex entry
         # TimestampOffset read from an empty time index: (-1, base offset).
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
         self._last_entry_position = 0
         self._bytes_since_last_entry = 0
+
+    @property
+    def index_entries(self) -> int:
+        return len(self._index) // OFFSET_ENTRY.size
+
+    @property
+    def time_entries(self) -> int:
+        return len(self._timeindex) // TIME_ENTRY.size
+
+    @property
+    def offsets(self) -> List[Tuple[int, int]]:
+        """The offset index's (absolute offset, position) entries so far."""
+        base = self.base_offset
+        return [(base + relative, position) for relative, position in OFFSET_ENTRY.iter_unpack(self._index)]
+
+    @property
+    def times(self) -> List[Tuple[int, int]]:
+        """The time index's (timestamp, absolute offset) entries so far."""
+        base = self.base_offset
+        return [(timestamp, base + relative) for timestamp, relative in TIME_ENTRY.iter_unpack(self._timeindex)]
 
     # -- Kafka's two primitive appends
     def append_offset(self, offset: int, position: int) -> None:
@@ -338,27 +364,29 @@ class SegmentIndexBuilder:
         relative = offset - self.base_offset
         if relative < 0 or relative > MAX_INT32:
             raise IndexAppendError(f"Integer overflow for offset: {offset} ({self.path})", path=self.path)
-        if self.offsets and offset <= self.offsets[-1][0]:
+        last = self._last_offset
+        if last is not None and offset <= last:
             raise IndexAppendError(
-                f"Attempt to append an offset {offset} to position {len(self.offsets)} no larger than "
-                f"the last offset appended ({self.offsets[-1][0]}) to {self.path}.",
+                f"Attempt to append an offset {offset} to position {self.index_entries} no larger than "
+                f"the last offset appended ({last}) to {self.path}.",
                 path=self.path,
             )
-        self.offsets.append((offset, position))
+        self._index += OFFSET_ENTRY.pack(relative, position)
+        self._last_offset = offset
 
     def maybe_append_time(self, timestamp: int, offset: int) -> None:
         """TimeIndex.maybeAppend: append only when timestamp > the last entry's."""
-        if self.times:
-            last_ts, last_offset = self.times[-1]
+        if self._last_time is not None:
+            last_ts, last_offset = self._last_time
             if offset < last_offset:
                 raise IndexAppendError(
-                    f"Attempt to append an offset ({offset}) to slot {len(self.times)} no larger than "
+                    f"Attempt to append an offset ({offset}) to slot {self.time_entries} no larger than "
                     f"the last offset appended ({last_offset}) to {self.path}.",
                     path=self.path,
                 )
             if timestamp < last_ts:
                 raise IndexAppendError(
-                    f"Attempt to append a timestamp ({timestamp}) to slot {len(self.times)} no larger than "
+                    f"Attempt to append a timestamp ({timestamp}) to slot {self.time_entries} no larger than "
                     f"the last timestamp appended ({last_ts}) to {self.path}.",
                     path=self.path,
                 )
@@ -368,7 +396,8 @@ class SegmentIndexBuilder:
             relative = offset - self.base_offset
             if relative < 0 or relative > MAX_INT32:
                 raise IndexAppendError(f"Integer overflow for offset: {offset} ({self.path})", path=self.path)
-            self.times.append((timestamp, offset))
+            self._timeindex += TIME_ENTRY.pack(timestamp, relative)
+            self._last_time = (timestamp, offset)
 
     # -- recovery (§6.1)
     def recovered_batch(self, position: int, size: int, last_offset: int, max_timestamp: int) -> None:
@@ -401,7 +430,7 @@ class SegmentIndexBuilder:
         self.maybe_append_time(self.max_timestamp, self.offset_of_max_timestamp)
 
     def offset_index_bytes(self) -> bytes:
-        return pack_offset_entries(self.base_offset, self.offsets)
+        return bytes(self._index)
 
     def time_index_bytes(self) -> bytes:
-        return pack_time_entries(self.base_offset, self.times)
+        return bytes(self._timeindex)

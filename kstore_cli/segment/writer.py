@@ -275,8 +275,8 @@ class PartitionWriter:
         builder = cur.builder
         builder.finish()  # the final time-index entry (onBecomeInactiveSegment / close)
         seg.max_timestamp = builder.max_timestamp
-        seg.index_entries = len(builder.offsets)
-        seg.time_entries = len(builder.times)
+        seg.index_entries = builder.index_entries
+        seg.time_entries = builder.time_entries
         seg.index_bytes = builder.offset_index_bytes()
         seg.timeindex_bytes = builder.time_index_bytes()
         if cur.log is not None:
