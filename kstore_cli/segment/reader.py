@@ -30,11 +30,16 @@ from kstore_cli.segment.decode import SCAN_OTHER, frame_batches
 
 _PREFIX = struct.Struct(">qiib")  # offset, size, (leader epoch | crc), magic
 MIN_ENTRY_SIZE = 14  # LegacyRecord.RECORD_OVERHEAD_V0
-_RELEASE_EVERY = 64 * 1024 * 1024
+#: Pages of a mapped file that were read count in the process's RSS until released: every time this many
+#: bytes were walked past they are dropped (MADV_DONTNEED), so a scan holds about this much of the file
+#: (plus one framing call's batches) however large the file is. 64 MiB held ~64 MB of RSS for nothing;
+#: 1-4 MiB scan as fast (one madvise per window).
+_RELEASE_EVERY = 4 * 1024 * 1024
 _PAGE = mmap.PAGESIZE
 #: Batches framed per frame_batches call: few at first (a caller may stop after one), then more; at most
 #: 64, so few batch objects are alive at once (thousands surviving each young-generation GC pass made
-#: the collector cost more than the framing on 1-record batches).
+#: the collector cost more than the framing on 1-record batches), and no more than about _RELEASE_EVERY
+#: bytes of them (64 batches of 1 MiB would keep 64 MiB of the file mapped in until the next release).
 _SCAN_FIRST = 8
 _SCAN_MAX = 64
 
@@ -114,9 +119,12 @@ def _iterate(buf: memoryview, pos: int, end: int, path: Optional[str], check_crc
     while pos < limit:
         # Plain v2 batches are framed in bulk by the record decoder (header fields parsed, batch objects
         # made there).
+        start = pos
         batches, pos, status = frame_batches(RecordBatch, buf, pos, end, chunk, check_crc, path)
         yield from batches
         chunk = min(chunk * 4, _SCAN_MAX)
+        if batches:
+            chunk = max(1, min(chunk, _RELEASE_EVERY * len(batches) // (pos - start)))
         if pos - released >= _RELEASE_EVERY:
             _release(buf, released, pos)
             released = pos

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import struct
 import tracemalloc
+from pathlib import Path
+from typing import Optional
+
+import pytest
 
 from kstore_cli.segment.builder import RecordSpec, build_v2_batch
 from kstore_cli.segment.crc import crc32c
+from kstore_cli.segment.reader import read_batches
 from kstore_cli.segment.recovery import recover_segment
 
 TS0 = 1_700_000_000_000
@@ -31,6 +36,21 @@ def _segment(batches: int, value_size: int = 60) -> bytes:
     return bytes(out)
 
 
+def _rss_file_kib() -> Optional[int]:
+    """Pages of mapped files this process holds (Linux), in KiB."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssFile:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+needs_rss_file = pytest.mark.skipif(_rss_file_kib() is None, reason="needs Linux's /proc/self/status RssFile")
+
+
 def test_recovery_keeps_index_entries_packed() -> None:
     # One index entry per batch (interval 0): 40,000 entries in each index. As tuples of ints they took
     # ~10 MB; packed as the files hold them, 20 bytes per entry (0.8 MB) plus the final copy.
@@ -46,3 +66,19 @@ def test_recovery_keeps_index_entries_packed() -> None:
     assert len(result.index_bytes) == 8 * (batches - 1)  # the first batch is never indexed
     assert len(result.timeindex_bytes) == 12 * (batches - 1)
     assert peak < 2 * 20 * batches + MiB, f"recovery peaked at {peak / MiB:.1f} MiB of Python allocations"
+
+
+@needs_rss_file
+@pytest.mark.parametrize("value_size", [120, 8000])
+def test_scan_releases_mapped_pages_as_it_goes(tmp_path: Path, value_size: int) -> None:
+    # 48 MiB of ~16 KiB or ~1 MiB batches. The reader used to release the mapping every 64 MiB, so all of
+    # it was held; and 64 batches of 1 MiB framed in one call would hold 64 MiB however often it released.
+    batch = build_v2_batch([RecordSpec(n, TS0, b"key", b"v" * value_size) for n in range(128)])
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(batch * (48 * MiB // len(batch)))
+    before = _rss_file_kib()
+    held = 0
+    for b in read_batches(str(path), check_crc=True):
+        assert b.is_valid
+        held = max(held, _rss_file_kib() - before)
+    assert held < 16 * 1024, f"the scan held {held} KiB of the mapped file"
