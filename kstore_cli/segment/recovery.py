@@ -62,7 +62,7 @@ from kstore_cli.segment.index import (
     pack_aborted_txns,
 )
 from kstore_cli.segment.logdir import Partition, Segment
-from kstore_cli.segment.reader import map_file, read_batches
+from kstore_cli.segment.reader import _RELEASE_EVERY, _release, map_file, read_batches
 from kstore_cli.segment.snapshot import read_snapshot
 
 # Kinds of trouble found where the valid data of a segment ends.
@@ -83,13 +83,22 @@ _ZERO_CHUNK = bytes(1 << 20)
 
 
 def is_zero(buf: memoryview, start: int, end: int) -> bool:
-    """Whether bytes [start, end) of buf are all zero."""
+    """Whether bytes [start, end) of buf are all zero.
+
+    A preallocated segment is mostly zeros: pages of a mapped file are released as they are checked
+    (else all of them would count in RSS), and each 1 MiB is copied out to be compared with memcmp
+    (comparing a memoryview goes item by item, ~10 times slower).
+    """
     pos = start
+    released = start
     while pos < end:
         n = min(end - pos, len(_ZERO_CHUNK))
-        if buf[pos : pos + n] != _ZERO_CHUNK[:n]:
+        if bytes(buf[pos : pos + n]) != _ZERO_CHUNK[:n]:
             return False
         pos += n
+        if pos - released >= _RELEASE_EVERY:
+            _release(buf, released, pos)
+            released = pos
     return True
 
 

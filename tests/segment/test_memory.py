@@ -7,6 +7,7 @@ each one is several times under what the earlier code used on the same input.
 
 from __future__ import annotations
 
+import os
 import struct
 import tracemalloc
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from kstore_cli.segment.builder import RecordSpec, build_v2_batch
 from kstore_cli.segment.crc import crc32c
 from kstore_cli.segment.reader import read_batches
-from kstore_cli.segment.recovery import recover_segment
+from kstore_cli.segment.recovery import ZERO_TAIL, is_zero, recover_segment
 
 TS0 = 1_700_000_000_000
 MiB = 1 << 20
@@ -82,3 +83,29 @@ def test_scan_releases_mapped_pages_as_it_goes(tmp_path: Path, value_size: int) 
         assert b.is_valid
         held = max(held, _rss_file_kib() - before)
     assert held < 16 * 1024, f"the scan held {held} KiB of the mapped file"
+
+
+@needs_rss_file
+def test_zero_tail_check_releases_mapped_pages(tmp_path: Path) -> None:
+    # A preallocated segment: a few batches, then zeros (sparse here) to 48 MiB. Checking the zeros used to
+    # map every page of them into the process.
+    data = _segment(100)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(data)
+    os.truncate(path, 48 * MiB)
+    before = _rss_file_kib()
+    result, _ = recover_segment(str(path), 0)
+    held = _rss_file_kib() - before
+    assert result.problem is not None and result.problem.kind == ZERO_TAIL
+    assert result.problem.position == len(data)
+    assert held < 16 * 1024, f"recovery held {held} KiB of the mapped file"
+
+
+def test_is_zero_finds_a_byte_anywhere() -> None:
+    buf = bytearray(3 * MiB + 5)
+    assert is_zero(memoryview(buf), 0, len(buf))
+    for at in (0, MiB - 1, MiB, 3 * MiB + 4):
+        buf[at] = 1
+        assert not is_zero(memoryview(buf), 0, len(buf))
+        assert is_zero(memoryview(buf), at + 1, len(buf))
+        buf[at] = 0
