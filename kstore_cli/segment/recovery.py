@@ -25,6 +25,8 @@ from __future__ import annotations
 import datetime
 import json
 import os
+from array import array
+from bisect import bisect_left
 from typing import Callable, Dict, List, Optional, Tuple
 
 from kstore_cli.errors import (
@@ -218,17 +220,9 @@ class TailProblem:
         return f"TailProblem({self.kind}, position={self.position}, tail_bytes={self.tail_bytes})"
 
 
-class BatchInfo:
-    """What verification needs of one batch (kept only when asked for)."""
-
-    __slots__ = ("position", "size", "base_offset", "last_offset", "max_timestamp")
-
-    def __init__(self, position: int, size: int, base_offset: Optional[int], last_offset: int, max_timestamp: int) -> None:
-        self.position = position
-        self.size = size
-        self.base_offset = base_offset
-        self.last_offset = last_offset
-        self.max_timestamp = max_timestamp
+#: Called with each batch recovery accepts: (position, base offset or None for a legacy entry, last offset,
+#: max timestamp). Nothing per batch is kept by recovery itself: a 1 GiB segment can hold millions.
+BatchSink = Callable[[int, Optional[int], int, int], None]
 
 
 class RecoveryResult:
@@ -252,7 +246,6 @@ class RecoveryResult:
         self.aborted: List[AbortedTxn] = []
         self.index_bytes = b""
         self.timeindex_bytes = b""
-        self.batch_infos: Optional[List[BatchInfo]] = None
         self.offset_of_max_timestamp = base_offset
 
     @property
@@ -306,15 +299,16 @@ def recover_segment(
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
     txn_state: Optional[Callable[[], TxnState]] = None,
     path: Optional[str] = None,
-    keep_batches: bool = False,
+    on_batch: Optional[BatchSink] = None,
 ) -> Tuple[RecoveryResult, Optional[TxnState]]:
     """Run LogSegment.recover over one segment (a path or a buffer), in memory.
 
     `txn_state` is called (at most once, at the first transactional or control
     batch with a producer id) for the producer state at the segment's base
-    offset; it may also be omitted when there are no transactions. Returns the
-    result and the producer state at the end of the valid data (None when the
-    segment never needed it).
+    offset; it may also be omitted when there are no transactions. `on_batch`
+    sees every batch recovery accepts, in file order. Returns the result and
+    the producer state at the end of the valid data (None when the segment
+    never needed it).
     """
     if isinstance(source, (bytes, bytearray, memoryview)):
         buf = memoryview(source)
@@ -324,7 +318,6 @@ def recover_segment(
     size = len(buf)
     result = RecoveryResult(base_offset, path, size)
     builder = SegmentIndexBuilder(base_offset, index_interval_bytes, path)
-    infos: Optional[List[BatchInfo]] = [] if keep_batches else None
     state: Optional[TxnState] = None
     valid = 0
     exc: Optional[KstoreError] = None
@@ -374,8 +367,8 @@ def recover_segment(
             if max_ts >= 0 and (min_ts is None or max_ts < min_ts):
                 min_ts = max_ts
             n += 1
-            if infos is not None:
-                infos.append(BatchInfo(position, batch.size, batch.base_offset if magic >= 2 else None, last, max_ts))
+            if on_batch is not None:
+                on_batch(position, batch.base_offset if magic >= 2 else None, last, max_ts)
             if magic >= 2:
                 records += batch.count
                 pid = batch.producer_id
@@ -400,7 +393,6 @@ def recover_segment(
     result.first_offset = first_offset
     result.last_offset = last_offset
     result.min_timestamp = min_ts
-    result.batch_infos = infos
     if valid < size or kind in (OFFSET_OVERFLOW, OFFSETS_NOT_INCREASING):
         result.problem = _classify_tail(buf, valid, size, exc, kind)
     builder.finish()
@@ -550,9 +542,10 @@ def plan_partition(
     *,
     only: Optional[int] = None,
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
-    keep_batches: bool = False,
     progress: Optional[Callable[[int], None]] = None,
     stop_at_damage: bool = True,
+    batch_sink: Optional[Callable[[Segment], Optional[BatchSink]]] = None,
+    on_segment: Optional[Callable[[SegmentPlan], None]] = None,
 ) -> PartitionPlan:
     """Recover (in memory) every segment of a partition, or only the one at base offset `only`.
 
@@ -561,6 +554,10 @@ def plan_partition(
     earlier segments. After a segment whose tail Kafka would cut, later segments
     are not recovered: their files (and snapshots past the new log end) are listed
     in ``dropped_files``, as LogLoader deletes them.
+
+    `batch_sink(segment)`, called before a segment is recovered, may give the
+    ``on_batch`` of its recovery; `on_segment` gets each segment's plan as soon as
+    it is complete (so a caller can check a segment and drop what it gathered).
     """
     plan = PartitionPlan(partition)
     segments = partition.segments
@@ -574,6 +571,8 @@ def plan_partition(
         plan.segments.append(splan)
         if plan.damaged is not None and stop_at_damage:
             splan.skipped = f"after the damaged segment {plan.damaged.segment.base_offset}, which Kafka's recovery cuts"
+            if on_segment is not None:
+                on_segment(splan)
             continue
         if carried is not None and carried_upto == segment.base_offset:
             start_state = carried
@@ -583,11 +582,13 @@ def plan_partition(
         try:
             result, state = recover_segment(
                 segment.log, segment.base_offset, index_interval_bytes=index_interval_bytes,
-                txn_state=factory, keep_batches=keep_batches,
+                txn_state=factory, on_batch=batch_sink(segment) if batch_sink is not None else None,
             )
         except KstoreError as exc:
             splan.error = exc
             carried = None
+            if on_segment is not None:
+                on_segment(splan)
             continue
         if progress is not None:
             progress(result.log_size)
@@ -603,6 +604,8 @@ def plan_partition(
         splan.changes = _changes_for(segment, result)
         if result.problem is not None and result.truncated_bytes > 0 and plan.damaged is None:
             plan.damaged = splan
+        if on_segment is not None:
+            on_segment(splan)
     if plan.damaged is not None:
         new_end = plan.damaged.result.next_offset
         later = [s for s in segments if s.base_offset > plan.damaged.segment.base_offset]
@@ -849,13 +852,23 @@ def verify_partition(partition: Partition, *, only: Optional[int] = None,
                 "index file without a .log (Kafka deletes it at startup)")
         for leftover in partition.leftovers:
             add(None, leftover, NOTE, "leftover-file", "left by an interrupted delete, clean or swap")
-    plan = plan_partition(partition, only=only, keep_batches=True, progress=progress, stop_at_damage=False)
-    for splan in plan.segments:
+    # Each segment is checked as soon as it is recovered, against what its scan gathered at the
+    # indexes' entries (nothing per batch is kept: a 1 GiB segment can hold millions of batches).
+    at_entries: Optional[_BatchesAtEntries] = None
+
+    def sink(segment: Segment) -> BatchSink:
+        nonlocal at_entries
+        at_entries = _BatchesAtEntries.of_indexes(segment)
+        return at_entries.sink
+
+    def check(splan: SegmentPlan) -> None:
+        nonlocal at_entries
+        batches, at_entries = at_entries, None
         seg = splan.segment
         base = seg.base_offset
         if splan.error is not None:
             add(base, seg.log, ERROR, "log-unreadable", str(splan.error.message))
-            continue
+            return
         result = splan.result
         problem = result.problem
         if problem is not None:
@@ -866,8 +879,6 @@ def verify_partition(partition: Partition, *, only: Optional[int] = None,
             else:
                 add(base, seg.log, ERROR, "log-" + problem.kind,
                     f"valid data ends at byte {problem.position}: {problem.message}")
-        batches = result.batch_infos or []
-        by_position = {b.position: i for i, b in enumerate(batches)}
         prealloc = splan.is_last and looks_preallocated(_length(seg.index), _length(seg.timeindex))
         # ---- .index
         if seg.index is None:
@@ -876,7 +887,7 @@ def verify_partition(partition: Partition, *, only: Optional[int] = None,
         else:
             try:
                 idx = OffsetIndex(seg.index, base)
-                _verify_offset_index(idx, result, batches, by_position, prealloc, add)
+                _verify_offset_index(idx, result, batches, prealloc, add)
             except KstoreError as exc:
                 add(base, seg.index, ERROR, "index-unreadable", str(exc.message))
         # ---- .timeindex
@@ -914,7 +925,117 @@ def verify_partition(partition: Partition, *, only: Optional[int] = None,
                         f"{len(got)} entries, the ABORT markers give {len(expected)}; {detail}")
             except KstoreError as exc:
                 add(base, seg.txnindex, ERROR, "txnindex-unreadable", str(exc.message))
+
+    plan = plan_partition(partition, only=only, progress=progress, stop_at_damage=False, batch_sink=sink,
+                          on_segment=check)
     return findings, plan
+
+
+_NEVER = float("inf")  # above every position and offset
+
+
+class _BatchesAtEntries:
+    """What the checks of one segment's .index and .timeindex need of its batches, gathered during
+    recovery's scan (:attr:`sink`) at the places their entries name: for each position in the .index,
+    the batch starting there (its base offset, and the last offset of the batch before it); for each
+    offset in the .timeindex, the last batch ending there (its max timestamp and the running maximum
+    through it). Memory follows the indexes' entries (at most segment.index.bytes of them), not the
+    segment's batches. An index that cannot be read names nothing (its check reports why).
+    """
+
+    __slots__ = ("positions", "found", "lower", "base", "offsets", "ended", "max_ts", "running", "sink")
+
+    def __init__(self, positions: "array[int]", offsets: "array[int]", base_offset: int) -> None:
+        """`positions` and `offsets`: the places to watch, distinct and sorted."""
+        self.positions = positions
+        self.offsets = offsets
+        n, m = len(positions), len(offsets)
+        self.found = bytearray(n)  # 1: a v2 batch starts at positions[k], 2: a legacy entry
+        self.lower = array("q", bytes(8 * n))
+        self.base = array("q", bytes(8 * n))
+        self.ended = bytearray(m)  # 1: a batch ends at offsets[k]
+        self.max_ts = array("q", bytes(8 * m))
+        self.running = array("q", bytes(8 * m))
+        self.sink = self._sink(base_offset)
+
+    @classmethod
+    def of_indexes(cls, segment: Segment) -> "_BatchesAtEntries":
+        """Watching the positions of the segment's .index entries and the offsets of its .timeindex's."""
+        from kstore_cli.segment.index import OffsetIndex, TimeIndex
+
+        base_offset = segment.base_offset
+        return cls(_entry_keys(OffsetIndex, segment.index, base_offset, 1),
+                   _entry_keys(TimeIndex, segment.timeindex, base_offset, 1), base_offset)
+
+    def _sink(self, base_offset: int) -> BatchSink:
+        positions, found, lower, base = self.positions, self.found, self.lower, self.base
+        offsets, ended, max_ts_at, running_at = self.offsets, self.ended, self.max_ts, self.running
+        n, m = len(positions), len(offsets)
+        i = 0  # positions[:i] lie before the batches still to come (positions only grow)
+        next_position = positions[0] if n else _NEVER
+        j = 0  # offsets[:j] lie below the highest last offset so far
+        next_offset = offsets[0] if m else _NEVER
+        top = None  # the highest last offset so far
+        prev_last = base_offset - 1
+        running = -1
+
+        def sink(position: int, batch_base: Optional[int], last: int, max_ts: int) -> None:
+            nonlocal i, next_position, j, next_offset, top, prev_last, running
+            if position >= next_position:
+                while i < n and positions[i] < position:
+                    i += 1
+                if i < n and positions[i] == position:
+                    found[i] = 2 if batch_base is None else 1
+                    lower[i] = prev_last
+                    if batch_base is not None:
+                        base[i] = batch_base
+                    i += 1
+                next_position = positions[i] if i < n else _NEVER
+            prev_last = last
+            if max_ts > running:
+                running = max_ts
+            if top is not None and last < top:  # offsets went back (damaged data): look it up
+                k = bisect_left(offsets, last)
+            else:
+                top = last
+                if last < next_offset:
+                    return
+                while j < m and offsets[j] < last:
+                    j += 1
+                next_offset = offsets[j] if j < m else _NEVER
+                k = j
+            if k < m and offsets[k] == last:  # a later batch ending at the same offset replaces an earlier one
+                ended[k] = 1
+                max_ts_at[k] = max_ts
+                running_at[k] = running
+
+        return sink
+
+    def at_position(self, position: int) -> Optional[Tuple[int, Optional[int]]]:
+        """(last offset of the batch before, base offset or None for legacy) of the batch starting at
+        `position`, or None when no batch starts there."""
+        k = bisect_left(self.positions, position)
+        if k == len(self.positions) or self.positions[k] != position or not self.found[k]:
+            return None
+        return self.lower[k], (self.base[k] if self.found[k] == 1 else None)
+
+    def at_offset(self, offset: int) -> Optional[Tuple[int, int]]:
+        """(max timestamp, running max timestamp) of the last batch ending at `offset`, or None."""
+        k = bisect_left(self.offsets, offset)
+        if k == len(self.offsets) or self.offsets[k] != offset or not self.ended[k]:
+            return None
+        return self.max_ts[k], self.running[k]
+
+
+def _entry_keys(kind, path: Optional[str], base_offset: int, field: int) -> "array[int]":
+    """The distinct values of one field of an index's entries (as ``entry(n)`` gives them), sorted."""
+    if path is None:
+        return array("q")
+    try:
+        index = kind(path, base_offset)
+        return array("q", sorted({index.entry(n)[field] for n in range(index.entries)}))
+    except KstoreError:
+        return array("q")
 
 
 def _zero_tail(index, prealloc: bool, add, base: int, kind: str) -> int:
@@ -947,8 +1068,7 @@ def _check_sanity(index, kind: str, prealloc: bool, add) -> None:
             str(exc.message) + (" (because of the preallocated zero slots)" if explained else ""))
 
 
-def _verify_offset_index(idx, result: RecoveryResult, batches: List[BatchInfo], by_position: Dict[int, int],
-                         prealloc: bool, add) -> None:
+def _verify_offset_index(idx, result: RecoveryResult, batches: _BatchesAtEntries, prealloc: bool, add) -> None:
     base = idx.base_offset
     path = idx.path
     _check_sanity(idx, "index", prealloc, add)
@@ -967,34 +1087,26 @@ def _verify_offset_index(idx, result: RecoveryResult, batches: List[BatchInfo], 
         if position >= result.valid_bytes:
             add(base, path, ERROR, "index-position", f"{where}: position is past the valid data ({result.valid_bytes} bytes)")
             continue
-        k = by_position.get(position)
-        if k is None:
+        found = batches.at_position(position)
+        if found is None:
             add(base, path, ERROR, "index-position", f"{where}: position is not the start of a batch")
             continue
-        batch = batches[k]
-        lower = batches[k - 1].last_offset if k > 0 else base - 1
+        lower, batch_base = found
         if offset <= lower:
             add(base, path, ERROR, "index-offset",
                 f"{where}: the batches before this position already reach offset {lower}")
-        elif batch.base_offset is not None and offset < batch.base_offset:
-            add(base, path, ERROR, "index-offset", f"{where}: the batch there starts at offset {batch.base_offset}")
+        elif batch_base is not None and offset < batch_base:
+            add(base, path, ERROR, "index-offset", f"{where}: the batch there starts at offset {batch_base}")
         elif last_offset is not None and offset > last_offset:
             add(base, path, ERROR, "index-offset", f"{where}: past the segment's last offset {last_offset}")
 
 
-def _verify_time_index(tidx, result: RecoveryResult, batches: List[BatchInfo], prealloc: bool, is_last: bool,
+def _verify_time_index(tidx, result: RecoveryResult, batches: _BatchesAtEntries, prealloc: bool, is_last: bool,
                        add) -> None:
     base = tidx.base_offset
     path = tidx.path
     _check_sanity(tidx, "timeindex", prealloc, add)
     n = _zero_tail(tidx, prealloc, add, base, "timeindex")
-    # running max timestamp through each batch, keyed by the batch's last offset
-    running: Dict[int, Tuple[int, int]] = {}
-    current = -1
-    for b in batches:
-        if b.max_timestamp > current:
-            current = b.max_timestamp
-        running[b.last_offset] = (b.max_timestamp, current)
     prev = None
     for i in range(n):
         ts, offset = tidx.entry(i)
@@ -1005,7 +1117,7 @@ def _verify_time_index(tidx, result: RecoveryResult, batches: List[BatchInfo], p
             if offset < prev[1]:
                 add(base, path, ERROR, "timeindex-order", f"{where}: offset below the previous entry's {prev[1]}")
         prev = (ts, offset)
-        found = running.get(offset)
+        found = batches.at_offset(offset)
         if found is None:
             add(base, path, ERROR, "timeindex-offset", f"{where}: no batch of the segment ends at this offset")
         elif found[0] != ts or found[1] != ts:

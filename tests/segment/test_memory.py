@@ -11,14 +11,19 @@ import os
 import struct
 import tracemalloc
 from pathlib import Path
-from typing import Optional
+from array import array
+from typing import List, Optional, Tuple
 
 import pytest
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from kstore_cli.segment.builder import RecordSpec, build_v2_batch
 from kstore_cli.segment.crc import crc32c
+from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.reader import read_batches
-from kstore_cli.segment.recovery import ZERO_TAIL, is_zero, recover_segment
+from kstore_cli.segment.recovery import ZERO_TAIL, _BatchesAtEntries, is_zero, recover_segment, verify_partition
 
 TS0 = 1_700_000_000_000
 MiB = 1 << 20
@@ -109,3 +114,58 @@ def test_is_zero_finds_a_byte_anywhere() -> None:
         assert not is_zero(memoryview(buf), 0, len(buf))
         assert is_zero(memoryview(buf), at + 1, len(buf))
         buf[at] = 0
+
+
+def test_verify_keeps_nothing_per_batch(tmp_path: Path) -> None:
+    # 40,000 batches, ~1,200 index entries: verification used to keep an object per batch and two dicts
+    # keyed by batch (~16 MB here); it now keeps what the indexes' entries need.
+    batches = 40_000
+    data = _segment(batches)
+    part = tmp_path / "t-0"
+    part.mkdir()
+    (part / "00000000000000000000.log").write_bytes(data)
+    result, _ = recover_segment(data, 0)
+    (part / "00000000000000000000.index").write_bytes(result.index_bytes)
+    (part / "00000000000000000000.timeindex").write_bytes(result.timeindex_bytes)
+    tracemalloc.start()
+    try:
+        findings, plan = verify_partition(Partition(str(part)))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert findings == [] and plan.segments[0].result.batches == batches
+    assert peak < 2 * MiB, f"verification peaked at {peak / MiB:.1f} MiB of Python allocations"
+
+
+_batch_runs = st.lists(
+    st.tuples(st.integers(1, 50), st.one_of(st.none(), st.integers(0, 60)), st.integers(-5, 60), st.integers(-3, 30)),
+    max_size=40,
+)
+
+
+@given(_batch_runs, st.sets(st.integers(-5, 1500)), st.sets(st.integers(-10, 70)), st.integers(0, 3))
+def test_batches_at_entries_equal_a_lookup_over_every_batch(runs, positions, offsets, base_offset) -> None:
+    # What verification used to compute from every batch kept in a list (damaged data included: last
+    # offsets that go back, repeat, or sit below a batch's base), against the one-pass watcher.
+    batches: List[Tuple[int, Optional[int], int, int]] = []
+    position = 0
+    for gap, batch_base, last, max_ts in runs:
+        batches.append((position, batch_base, last, max_ts))
+        position += gap
+    positions |= {b[0] for b in batches[::3]}
+    offsets |= {b[2] for b in batches[1::3]}
+    watcher = _BatchesAtEntries(array("q", sorted(positions)), array("q", sorted(offsets)), base_offset)
+    for batch in batches:
+        watcher.sink(*batch)
+    by_position = {b[0]: k for k, b in enumerate(batches)}
+    running = {}
+    current = -1
+    for _, _, last, max_ts in batches:
+        current = max(current, max_ts)
+        running[last] = (max_ts, current)
+    for p in positions | {-1, 10_000}:
+        k = by_position.get(p)
+        want = None if k is None else (batches[k - 1][2] if k else base_offset - 1, batches[k][1])
+        assert watcher.at_position(p) == want
+    for o in offsets | {-100, 10_000}:
+        assert watcher.at_offset(o) == running.get(o)
