@@ -84,8 +84,9 @@ class OffsetIndex(IndexFile):
         return self.base_offset + relative, position
 
     def __iter__(self) -> Iterator[Tuple[int, int]]:
-        for n in range(self.entries):
-            yield self.entry(n)
+        base = self.base_offset
+        for relative, position in OFFSET_ENTRY.iter_unpack(self._buf[: self.entries * OFFSET_ENTRY.size]):
+            yield base + relative, position
 
     def last_offset(self) -> int:
         """Offset of the last slot (the base offset when empty), as Kafka's lastOffset."""
@@ -124,8 +125,9 @@ class TimeIndex(IndexFile):
         return timestamp, self.base_offset + relative
 
     def __iter__(self) -> Iterator[Tuple[int, int]]:
-        for n in range(self.entries):
-            yield self.entry(n)
+        base = self.base_offset
+        for timestamp, relative in TIME_ENTRY.iter_unpack(self._buf[: self.entries * TIME_ENTRY.size]):
+            yield timestamp, base + relative
 
     def last_entry(self) -> Tuple[int, int]:
         """The last slot, or (-1, base offset) when empty (TimeIndex.lastEntry)."""

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import datetime
 import json
+import operator
 import os
 from array import array
 from bisect import bisect_left
+from itertools import islice
 from typing import Callable, Dict, List, Optional, Tuple
 
 from kstore_cli.errors import (
@@ -943,7 +945,8 @@ class _BatchesAtEntries:
     segment's batches. An index that cannot be read names nothing (its check reports why).
     """
 
-    __slots__ = ("positions", "found", "lower", "base", "offsets", "ended", "max_ts", "running", "sink")
+    __slots__ = ("positions", "found", "lower", "base", "offsets", "ended", "max_ts", "running", "sink", "_next_p",
+                 "_next_o")
 
     def __init__(self, positions: "array[int]", offsets: "array[int]", base_offset: int) -> None:
         """`positions` and `offsets`: the places to watch, distinct and sorted."""
@@ -957,6 +960,10 @@ class _BatchesAtEntries:
         self.max_ts = array("q", bytes(8 * m))
         self.running = array("q", bytes(8 * m))
         self.sink = self._sink(base_offset)
+        # The checks look entries up in file order, which for a healthy index is the keys' order: the slot
+        # after the last one found is tried before a binary search.
+        self._next_p = 0
+        self._next_o = 0
 
     @classmethod
     def of_indexes(cls, segment: Segment) -> "_BatchesAtEntries":
@@ -1014,15 +1021,27 @@ class _BatchesAtEntries:
     def at_position(self, position: int) -> Optional[Tuple[int, Optional[int]]]:
         """(last offset of the batch before, base offset or None for legacy) of the batch starting at
         `position`, or None when no batch starts there."""
-        k = bisect_left(self.positions, position)
-        if k == len(self.positions) or self.positions[k] != position or not self.found[k]:
+        positions = self.positions
+        k = self._next_p
+        if k >= len(positions) or positions[k] != position:
+            k = bisect_left(positions, position)
+            if k == len(positions) or positions[k] != position:
+                return None
+        self._next_p = k + 1
+        if not self.found[k]:
             return None
         return self.lower[k], (self.base[k] if self.found[k] == 1 else None)
 
     def at_offset(self, offset: int) -> Optional[Tuple[int, int]]:
         """(max timestamp, running max timestamp) of the last batch ending at `offset`, or None."""
-        k = bisect_left(self.offsets, offset)
-        if k == len(self.offsets) or self.offsets[k] != offset or not self.ended[k]:
+        offsets = self.offsets
+        k = self._next_o
+        if k >= len(offsets) or offsets[k] != offset:
+            k = bisect_left(offsets, offset)
+            if k == len(offsets) or offsets[k] != offset:
+                return None
+        self._next_o = k + 1
+        if not self.ended[k]:
             return None
         return self.max_ts[k], self.running[k]
 
@@ -1032,10 +1051,12 @@ def _entry_keys(kind, path: Optional[str], base_offset: int, field: int) -> "arr
     if path is None:
         return array("q")
     try:
-        index = kind(path, base_offset)
-        return array("q", sorted({index.entry(n)[field] for n in range(index.entries)}))
+        values = [entry[field] for entry in kind(path, base_offset)]
     except KstoreError:
         return array("q")
+    if any(map(operator.ge, values, islice(values, 1, None))):  # not strictly increasing (a damaged index)
+        values = sorted(set(values))
+    return array("q", values)
 
 
 def _zero_tail(index, prealloc: bool, add, base: int, kind: str) -> int:
