@@ -41,29 +41,57 @@ class ChildResult:
         return f"exit {self.exit}: {tail[0][:200]}"
 
 
+# Linux carries a process's peak RSS across exec: a child forked from this (large) process would
+# report at least this process's RSS. So children start from a small launcher (a fresh `python -S`),
+# which forks the command, times it, and writes its peak RSS (KiB) and wall seconds to a file.
+_LAUNCHER = """
+import os, sys, time
+report, cmd = sys.argv[1], sys.argv[2:]
+start = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(cmd[0], cmd)
+    finally:
+        os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+wall = time.perf_counter() - start
+with open(report, "w") as f:
+    f.write(f"{usage.ru_maxrss} {wall!r}")
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
 def run_child(cmd: List[str], env: Dict[str, str], *, stdout_to_devnull: bool = False, cwd: Optional[str] = None,
               timeout: Optional[float] = None) -> ChildResult:
-    """Run cmd as a fresh child; peak RSS is that child's (and its reaped descendants') from os.wait4.
+    """Run cmd as a fresh child; wall time and peak RSS are that child's (and its reaped descendants'), as
+    os.wait4 reports them in a small launcher (see _LAUNCHER).
 
     stdout goes to /dev/null (the command's own output, e.g. a dump) or is read for the
     ``BENCH-RESULT`` line of bench/child.py; stderr is kept (the tail) for error messages.
     """
     err = tempfile.TemporaryFile()
     out_target = subprocess.DEVNULL if stdout_to_devnull else tempfile.TemporaryFile()
+    fd, report = tempfile.mkstemp(prefix="kstore-bench-rss-")
+    os.close(fd)
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=out_target, stderr=err, env=env, cwd=cwd or tempfile.gettempdir())
-    deadline = None if timeout is None else start + timeout
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG if deadline else 0)
-        if pid:
-            break
-        if time.perf_counter() > deadline:
-            proc.kill()
-            pid, status, usage = os.wait4(proc.pid, 0)
-            break
-        time.sleep(0.05)
-    wall = time.perf_counter() - start
-    proc.returncode = code = os.waitstatus_to_exitcode(status)
+    proc = subprocess.Popen([sys.executable, "-S", "-c", _LAUNCHER, report, *cmd], stdout=out_target, stderr=err,
+                            env=env, cwd=cwd or tempfile.gettempdir(), start_new_session=True)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+    code = proc.returncode
+    try:
+        with open(report) as f:
+            maxrss_kib, wall = f.read().split()
+        rss_mb, wall = int(maxrss_kib) / 1024.0, float(wall)  # Linux: ru_maxrss in KiB
+    except (OSError, ValueError):  # killed before it could report
+        rss_mb, wall = 0.0, time.perf_counter() - start
+    finally:
+        os.unlink(report)
     err.seek(0)
     stderr = err.read().decode("utf-8", "replace")[-4000:]
     err.close()
@@ -74,7 +102,7 @@ def run_child(cmd: List[str], env: Dict[str, str], *, stdout_to_devnull: bool = 
             if line.startswith(RESULT_PREFIX):
                 result = json.loads(line[len(RESULT_PREFIX):])
         out_target.close()
-    return ChildResult(code, wall, usage.ru_maxrss / 1024.0, result, stderr)  # Linux: ru_maxrss in KiB
+    return ChildResult(code, wall, rss_mb, result, stderr)
 
 
 def child_cmd(*args: str) -> List[str]:
