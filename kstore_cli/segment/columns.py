@@ -11,13 +11,12 @@ entries as :func:`read_batches`.
 
 from __future__ import annotations
 
-import os
 from typing import Iterator, NamedTuple, Optional, Union
 
 from kstore_cli.segment import decode
 from kstore_cli.segment.batch import Batch
 from kstore_cli.segment.decode import SCAN_MORE, SCAN_OTHER
-from kstore_cli.segment.reader import _RELEASE_EVERY, Source, _iterate, _release, map_file
+from kstore_cli.segment.reader import _RELEASE_EVERY, Source, _iterate, _release, open_source
 
 #: Records per run (one decode call).
 MAX_ROWS = 65536
@@ -79,13 +78,7 @@ def read_columns(
     is transactional with `stop_transactional`, fails its CRC with `check_crc`, or (with
     `with_headers`) has a header key that is not strict UTF-8 (Java's decoder replaces bytes there).
     """
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        buf = memoryview(source)
-        if buf.ndim != 1 or buf.itemsize != 1:
-            buf = buf.cast("B")
-    else:
-        path = os.fspath(source) if path is None else path
-        buf = map_file(source)
+    buf, path = open_source(source, path)
     end = len(buf) if end is None else min(end, len(buf))
     return _runs(buf, start, end, path, check_crc, with_headers, min_offset, end_offset, stop_transactional,
                  max_rows, max_bytes)

@@ -101,14 +101,18 @@ def read_batches(
     With `check_crc`, CRCs are checked while framing (natively, in bulk): a batch's
     ``is_valid``/``ensure_valid`` then costs nothing (what recovery and verification want).
     """
+    buf, path = open_source(source, path)
+    return _iterate(buf, start, len(buf) if end is None else min(end, len(buf)), path, check_crc)
+
+
+def open_source(source: Source, path: Optional[str] = None) -> "tuple[memoryview, Optional[str]]":
+    """A segment source as a byte memoryview (a file mapped, a buffer cast), and the path errors name."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         buf = memoryview(source)
         if buf.ndim != 1 or buf.itemsize != 1:
             buf = buf.cast("B")
-    else:
-        path = os.fspath(source) if path is None else path
-        buf = map_file(source)
-    return _iterate(buf, start, len(buf) if end is None else min(end, len(buf)), path, check_crc)
+        return buf, path
+    return map_file(source), os.fspath(source) if path is None else path
 
 
 def _iterate(buf: memoryview, pos: int, end: int, path: Optional[str], check_crc: bool = False) -> Iterator[Batch]:
