@@ -29,7 +29,7 @@ export KSTORE_DECODER=native PYTHONMALLOC=malloc PYTHONPATH="$WORK"
 python3 -c "from kstore_cli.segment import decode, _decode_c; assert decode.BACKEND == 'native'; print('sanitized', _decode_c.__file__)"
 python3 -c "from kstore_cli import dumplog, _dumptext_c; assert dumplog._native_format_v2 is not None; print('sanitized', _dumptext_c.__file__)"
 status=0
-python3 -m pytest -q -p no:cacheprovider tests/segment/test_decode_twins.py tests/segment/test_fuzz.py \
+python3 -m pytest -q -p no:cacheprovider tests/segment/test_decode_twins.py tests/segment/test_columns.py tests/segment/test_fuzz.py \
     tests/segment/test_properties.py tests/test_dumplog_damaged.py \
     tests/test_dumptext_native.py tests/test_dumplog.py tests/commands/test_dump_segment_golden.py || status=$?
 python3 bench/fuzz_long.py "$N" --no-memory --seed 7 || status=$?
