@@ -790,20 +790,52 @@ static PyObject *py_build_v2_records(PyObject *self, PyObject *args) {
 
 /* ------------------------------------------------------------------ columnar mode (Arrow) */
 
-/* A growable byte buffer that becomes a bytes object. */
-typedef struct { char *p; Py_ssize_t n, cap; } gbuf;
+/* A growable buffer that is a bytes object from the start: handing it out needs no copy. */
+typedef struct { PyObject *obj; Py_ssize_t n, cap; } obuf;
 
-static int gbuf_reserve(gbuf *g, Py_ssize_t more) {
+static int obuf_reserve(obuf *g, Py_ssize_t more) {
     if (g->cap - g->n >= more) return 0;
-    Py_ssize_t cap = g->cap * 2 + more + 64;
-    char *p = PyMem_Realloc(g->p, (size_t)cap);
-    if (!p) { PyErr_NoMemory(); return -1; }
-    g->p = p;
+    Py_ssize_t cap = g->cap * 2 + more + 256;
+    if (!g->obj) {
+        g->obj = PyBytes_FromStringAndSize(NULL, cap);
+        if (!g->obj) return -1;
+    } else if (_PyBytes_Resize(&g->obj, cap) < 0) {
+        return -1;
+    }
     g->cap = cap;
     return 0;
 }
 
-static PyObject *gbuf_bytes(gbuf *g) { return PyBytes_FromStringAndSize(g->p ? g->p : "", g->n); }
+static inline int gput(obuf *g, const void *p, Py_ssize_t n) {
+    if (g->cap - g->n < n && obuf_reserve(g, n) < 0) return -1;
+    if (n) memcpy(PyBytes_AS_STRING(g->obj) + g->n, p, (size_t)n);
+    g->n += n;
+    return 0;
+}
+
+/* The buffer as a bytes object of its length (a new reference; the buffer is emptied). */
+static PyObject *obuf_finish(obuf *g) {
+    PyObject *out = g->obj;
+    g->obj = NULL;
+    if (!out) return PyBytes_FromStringAndSize("", 0);
+    if (g->n != g->cap && _PyBytes_Resize(&out, g->n) < 0) return NULL;
+    return out;
+}
+
+/* (first, c[0], ..., c[n-1]) as a tuple of first (stolen; NULL: left out) and bytes objects; the buffers
+ * are emptied. A new reference, or NULL. */
+static PyObject *obufs_tuple(PyObject *first, obuf *c, int n) {
+    int lead = first != NULL;
+    PyObject *t = PyTuple_New(n + lead);
+    if (!t) { Py_XDECREF(first); return NULL; }
+    if (lead) PyTuple_SET_ITEM(t, 0, first);
+    for (int i = 0; i < n; i++) {
+        PyObject *piece = obuf_finish(&c[i]);
+        if (!piece) { Py_DECREF(t); return NULL; }
+        PyTuple_SET_ITEM(t, i + lead, piece);
+    }
+    return t;
+}
 
 /*
  * decode_v2_columns: decode a batch's records (same checks and errors as decode_v2_records) into
@@ -818,7 +850,9 @@ static PyObject *py_decode_v2_columns(PyObject *self, PyObject *args) {
     Py_buffer v;
     parse_out o;
     memset(&o, 0, sizeof o);
-    gbuf offs = {0}, tss = {0}, kends = {0}, kdata = {0}, kvalid = {0}, vends = {0}, vdata = {0}, vvalid = {0};
+    enum { OFFS, TS, KENDS, KDATA, KVALID, VENDS, VDATA, VVALID, NCOLS };
+    obuf c[NCOLS];
+    memset(c, 0, sizeof c);
     PyObject *out = NULL;
     if (!PyArg_ParseTuple(args, "OnnnLLOnn", &obj, &pos, &end, &count, &base_offset, &base_ts, &log_append_obj,
                           &key_base, &value_base))
@@ -833,8 +867,8 @@ static PyObject *py_decode_v2_columns(PyObject *self, PyObject *args) {
     const uint8_t *b = (const uint8_t *)v.buf;
     if (parse_v2(b, pos, end, count, &o) < 0) goto done;
     Py_ssize_t n = o.nrecs;
-    if (gbuf_reserve(&offs, n * 8) < 0 || gbuf_reserve(&tss, n * 8) < 0 || gbuf_reserve(&kends, n * 4) < 0 ||
-        gbuf_reserve(&vends, n * 4) < 0 || gbuf_reserve(&kvalid, n) < 0 || gbuf_reserve(&vvalid, n) < 0)
+    if (obuf_reserve(&c[OFFS], n * 8) < 0 || obuf_reserve(&c[TS], n * 8) < 0 || obuf_reserve(&c[KENDS], n * 4) < 0 ||
+        obuf_reserve(&c[VENDS], n * 4) < 0 || obuf_reserve(&c[KVALID], n) < 0 || obuf_reserve(&c[VVALID], n) < 0)
         goto done;
     Py_ssize_t kpos = key_base, vpos = value_base;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -846,37 +880,27 @@ static PyObject *py_decode_v2_columns(PyObject *self, PyObject *args) {
             goto done;
         }
         if (log_append) ts = log_append_ts;
-        memcpy(offs.p + offs.n, &off, 8); offs.n += 8;
-        memcpy(tss.p + tss.n, &ts, 8); tss.n += 8;
-        if (r->key_len > 0) {
-            if (gbuf_reserve(&kdata, r->key_len) < 0) goto done;
-            memcpy(kdata.p + kdata.n, b + r->key_pos, (size_t)r->key_len);
-            kdata.n += r->key_len;
-            kpos += r->key_len;
-        }
-        if (r->value_len > 0) {
-            if (gbuf_reserve(&vdata, r->value_len) < 0) goto done;
-            memcpy(vdata.p + vdata.n, b + r->value_pos, (size_t)r->value_len);
-            vdata.n += r->value_len;
-            vpos += r->value_len;
-        }
+        uint8_t kv = r->key_len >= 0, vv = r->value_len >= 0;
+        if (kv) kpos += r->key_len;
+        if (vv) vpos += r->value_len;
         if (kpos > INT32_MAX || vpos > INT32_MAX) {
             PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of keys or values in one Arrow array");
             goto done;
         }
         int32_t ke = (int32_t)kpos, ve = (int32_t)vpos;
-        memcpy(kends.p + kends.n, &ke, 4); kends.n += 4;
-        memcpy(vends.p + vends.n, &ve, 4); vends.n += 4;
-        kvalid.p[kvalid.n++] = r->key_len >= 0;
-        vvalid.p[vvalid.n++] = r->value_len >= 0;
+        if (gput(&c[OFFS], &off, 8) < 0 || gput(&c[TS], &ts, 8) < 0 ||
+            gput(&c[KDATA], b + r->key_pos, kv ? r->key_len : 0) < 0 || gput(&c[KENDS], &ke, 4) < 0 ||
+            gput(&c[KVALID], &kv, 1) < 0 ||
+            gput(&c[VDATA], b + r->value_pos, vv ? r->value_len : 0) < 0 || gput(&c[VENDS], &ve, 4) < 0 ||
+            gput(&c[VVALID], &vv, 1) < 0)
+            goto done;
     }
-    out = Py_BuildValue("(nNNNNNNNN)", n, gbuf_bytes(&offs), gbuf_bytes(&tss), gbuf_bytes(&kends), gbuf_bytes(&kdata),
-                        gbuf_bytes(&kvalid), gbuf_bytes(&vends), gbuf_bytes(&vdata), gbuf_bytes(&vvalid));
+    PyObject *count_obj = PyLong_FromSsize_t(n);
+    if (count_obj) out = obufs_tuple(count_obj, c, NCOLS);
 done:
     PyBuffer_Release(&v);
     parse_out_free(&o);
-    PyMem_Free(offs.p); PyMem_Free(tss.p); PyMem_Free(kends.p); PyMem_Free(kdata.p); PyMem_Free(kvalid.p);
-    PyMem_Free(vends.p); PyMem_Free(vdata.p); PyMem_Free(vvalid.p);
+    for (int i = 0; i < NCOLS; i++) Py_XDECREF(c[i].obj);
     return out;
 }
 
@@ -1506,38 +1530,6 @@ static int strict_utf8(const uint8_t *p, Py_ssize_t n) {
 enum { C_OFFS, C_TS, C_TSTYPE, C_KENDS, C_KDATA, C_KVALID, C_VENDS, C_VDATA, C_VVALID, C_HENDS, C_HKENDS, C_HKDATA,
        C_HVENDS, C_HVDATA, C_HVALID, C_N };
 
-/* A growable buffer that is a bytes object from the start: handing it out needs no copy. */
-typedef struct { PyObject *obj; Py_ssize_t n, cap; } obuf;
-
-static int obuf_reserve(obuf *g, Py_ssize_t more) {
-    if (g->cap - g->n >= more) return 0;
-    Py_ssize_t cap = g->cap * 2 + more + 256;
-    if (!g->obj) {
-        g->obj = PyBytes_FromStringAndSize(NULL, cap);
-        if (!g->obj) return -1;
-    } else if (_PyBytes_Resize(&g->obj, cap) < 0) {
-        return -1;
-    }
-    g->cap = cap;
-    return 0;
-}
-
-static inline int gput(obuf *g, const void *p, Py_ssize_t n) {
-    if (g->cap - g->n < n && obuf_reserve(g, n) < 0) return -1;
-    if (n) memcpy(PyBytes_AS_STRING(g->obj) + g->n, p, (size_t)n);
-    g->n += n;
-    return 0;
-}
-
-/* The buffer as a bytes object of its length (a new reference; the buffer is emptied). */
-static PyObject *obuf_finish(obuf *g) {
-    PyObject *out = g->obj;
-    g->obj = NULL;
-    if (!out) return PyBytes_FromStringAndSize("", 0);
-    if (g->n != g->cap && _PyBytes_Resize(&out, g->n) < 0) return NULL;
-    return out;
-}
-
 /* An optional int64 bound: None, or an int (beyond int64 clamps: no offset reaches it). */
 static int opt_bound(PyObject *o, int *has, int64_t *v) {
     *has = o != Py_None;
@@ -1677,14 +1669,8 @@ static PyObject *py_decode_v2_run(PyObject *self, PyObject *args) {
         pos = entry_end;
     }
     {
-        PyObject *cols = PyTuple_New(C_N);
-        if (!cols) goto done;
-        for (int i = 0; i < C_N; i++) {
-            PyObject *piece = obuf_finish(&c[i]);
-            if (!piece) { Py_DECREF(cols); goto done; }
-            PyTuple_SET_ITEM(cols, i, piece);
-        }
-        out = Py_BuildValue("(nninN)", n, pos, status, batches, cols);
+        PyObject *cols = obufs_tuple(NULL, c, C_N);
+        if (cols) out = Py_BuildValue("(nninN)", n, pos, status, batches, cols);
     }
 done:
     PyBuffer_Release(&v);
