@@ -438,6 +438,7 @@ def pack_validity(valid: "bytes | memoryview") -> Tuple[bytes, int]:
 
 
 _INT64_MIN, _INT64_MAX, _INT32_MAX = -(2**63), 2**63 - 1, 0x7FFFFFFF
+_OVERFLOW = object()  # _stage_batch: an int32 end would pass 2**31 - 1
 
 
 def decode_v2_run(buf: "bytes | memoryview", pos: int, end: int, max_rows: int, max_bytes: int, check_crc: bool,
@@ -508,9 +509,6 @@ def decode_v2_run(buf: "bytes | memoryview", pos: int, end: int, max_rows: int, 
         used += entry_end - pos
         pos = entry_end
     return n, pos, status, batches, tuple(bytes(c) if isinstance(c, bytearray) else c.tobytes() for c in cols)
-
-
-_OVERFLOW = object()
 
 
 def _strict_utf8(data: "bytes | memoryview") -> bool:
