@@ -242,6 +242,10 @@ static int set_invalid(const char *msg) {
     return -1;
 }
 
+/* parse_v2 prefetches the batch this far ahead of the record it parses. A record's fields sit on both
+ * ends of its value (lengths before it, header count after it), so with ~1 KiB values every record
+ * waited for memory twice; the window made decoding them 2.5x faster (bench decode:v2-none-1K-x100). */
+#define PREFETCH_AHEAD 2048
 #define PREMATURE_EOF "Incorrect declared batch size, premature EOF reached"
 #define INVALID_STRUCTURE "Found invalid record structure"
 
@@ -257,9 +261,12 @@ static int parse_v2(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t
     Py_ssize_t want = count < (end - pos) / 7 + 1 ? count : (end - pos) / 7 + 1;
     if (want < 1) want = 1;
     if (recs_reserve(o, want) < 0) return -1;
+    Py_ssize_t fetched = pos;
     for (Py_ssize_t i = 0; i < count; i++) {
         int32_t length;
         if (pos >= end) return set_invalid(PREMATURE_EOF);
+        for (Py_ssize_t ahead = pos + PREFETCH_AHEAD < end ? pos + PREFETCH_AHEAD : end; fetched < ahead; fetched += 64)
+            __builtin_prefetch(b + fetched);
         Py_ssize_t body = pos;
         int rc = rd_varint(b, &body, end, &length);
         if (rc == RD_UNDERFLOW) return set_invalid(PREMATURE_EOF);
