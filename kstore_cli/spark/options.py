@@ -25,7 +25,9 @@ LATEST = -1
 #: (topic, partition) -> offset or timestamp; -2/-1 keep Spark's earliest/latest meaning.
 PerPartition = Dict[Tuple[str, int], int]
 
-DEFAULT_MAX_BYTES_PER_PARTITION = 64 * 1024 * 1024
+#: Spark's own default for file sources (spark.sql.files.maxPartitionBytes). At 64 MiB a 2 M-row export
+#: paid Spark's ~20 ms between tasks twice as often, for no gain in balance.
+DEFAULT_MAX_BYTES_PER_PARTITION = 128 * 1024 * 1024
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 

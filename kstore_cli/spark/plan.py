@@ -16,7 +16,8 @@ The steps, per partition directory:
    the first batch that cannot hold an offset below ``end``);
 3. large byte ranges cut at ``.index`` positions (every index entry points at the first
    byte of a batch; each cut is checked against the batch found there);
-4. slices packed into tasks of about ``target`` bytes (Spark input partitions).
+4. slices packed, in log order, into tasks of about equal bytes (Spark input partitions): at most
+   ``maxBytesPerPartition`` each, as many as a multiple of ``minPartitions``.
 
 For read_committed, the aborted transactions come from every ``.txnindex`` of the
 partition (a transaction's ABORT marker may sit in a later segment than its data) and
@@ -395,25 +396,37 @@ def _cut(log: str, lo: int, hi: int, entries: List[Tuple[int, int]], target: int
 # --------------------------------------------------------------------------- the plan
 
 
-def _target_bytes(total: int, opts: ReadOptions) -> int:
-    target = opts.max_bytes_per_partition
+def _task_count(total: int, opts: ReadOptions) -> int:
+    """How many tasks: none above ``max_bytes_per_partition``, and a multiple of ``min_partitions``
+    (every core then gets as many tasks; 3 tasks on 2 cores took 2 waves, the second half idle)."""
+    count = max(1, math.ceil(total / opts.max_bytes_per_partition))
     if opts.min_partitions:
-        target = min(target, max(1, math.ceil(total / opts.min_partitions)))
-    return max(1, target)
+        count = math.ceil(count / opts.min_partitions) * opts.min_partitions
+    return count
 
 
-def _pack(slices: List[Slice], target: int) -> List[Task]:
+def _pack(slices: List[Slice], count: int) -> List[Task]:
+    """The slices, in log order, as at most `count` tasks of about equal bytes.
+
+    Each task takes slices while that brings it closer to an equal share of what is left. Filling
+    tasks up to a fixed size instead made one task more than `count` whenever the sizes did not
+    divide evenly (4 partitions of ~64 MB, 2 cores: 3 tasks)."""
     tasks: List[Task] = []
-    current: List[Slice] = []
-    size = 0
-    for sl in slices:
-        if current and size + sl.size > target:
-            tasks.append(Task(current))
-            current, size = [], 0
-        current.append(sl)
-        size += sl.size
-    if current:
-        tasks.append(Task(current))
+    remaining = sum(sl.size for sl in slices)
+    i = 0
+    for left in range(count, 0, -1):
+        if i >= len(slices):
+            break
+        share = remaining / left
+        group, size = [slices[i]], slices[i].size
+        i += 1
+        while i < len(slices) and (left == 1 or (len(slices) - i >= left and  # a slice for each later task
+                                                 abs(size + slices[i].size - share) <= abs(size - share))):
+            group.append(slices[i])
+            size += slices[i].size
+            i += 1
+        tasks.append(Task(group))
+        remaining -= size
     return tasks
 
 
@@ -477,9 +490,10 @@ def plan_read(opts: ReadOptions, pushed: Optional[Pushed] = None) -> Plan:
             if hi > lo:
                 ranges.append((Slice(scan, segment.log, segment.base_offset, lo, hi), entries))
     total = sum(sl.size for sl, _e in ranges)
-    plan.target_bytes = target = _target_bytes(total, opts)
+    count = _task_count(total, opts)
+    plan.target_bytes = target = max(1, math.ceil(total / count))
     for sl, entries in ranges:
         for lo, hi in _cut(sl.log, sl.start, sl.end, entries, target, stats):
             plan.slices.append(Slice(sl.scan, sl.log, sl.base_offset, lo, hi))
-    plan.tasks = _pack(plan.slices, target)
+    plan.tasks = _pack(plan.slices, count)
     return plan

@@ -6,6 +6,8 @@ import json
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kstore_cli.errors import UsageError
 from kstore_cli.segment.logdir import Partition
@@ -129,3 +131,55 @@ def test_pushed_filters_prune_partitions_and_offsets(gen_dir):
     assert {(s.topic, s.partition) for s in plan.scans} == {("clicks", 2)}
     got = [r["offset"] for r in rows_of(plan)]
     assert got == list(range(1000, 1500))
+
+
+# --------------------------------------------------------------------------- packing slices into tasks
+
+def _slices(sizes):
+    from kstore_cli.spark.plan import Slice
+
+    out, pos = [], 0
+    for size in sizes:
+        out.append(Slice(None, "x.log", 0, pos, pos + size))
+        pos += size
+    return out
+
+
+def test_four_near_equal_partitions_make_one_task_per_core():
+    # The bench's spark input: 4 partitions of ~64 MB; filling tasks up to total/2 made 3 tasks
+    # (two waves on 2 cores) because the first two were 20 KB over.
+    from kstore_cli.spark.plan import _pack, _task_count
+
+    sizes = [63851497, 63848067, 64034442, 63632167]
+    for cores in (1, 2):
+        opts = ReadOptions({"path": "x", "minPartitions": str(cores)})
+        count = _task_count(sum(sizes), opts)
+        assert count == 2
+        tasks = _pack(_slices(sizes), count)
+        assert [len(t.slices) for t in tasks] == [2, 2]
+
+
+def test_task_count_is_a_multiple_of_min_partitions_and_respects_max_bytes():
+    from kstore_cli.spark.plan import _task_count
+
+    mib = 1 << 20
+    assert _task_count(300 * mib, ReadOptions({"path": "x"})) == 3  # 128 MiB by default
+    assert _task_count(300 * mib, ReadOptions({"path": "x", "minPartitions": "2"})) == 4
+    assert _task_count(10, ReadOptions({"path": "x", "minPartitions": "8"})) == 8
+    assert _task_count(10 * mib, ReadOptions({"path": "x", "maxBytesPerPartition": str(mib)})) == 10
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 10_000), min_size=0, max_size=40), st.integers(1, 12))
+def test_packing_keeps_log_order_and_balances(sizes, count):
+    from kstore_cli.spark.plan import _pack
+
+    slices = _slices(sizes)
+    tasks = _pack(slices, count)
+    assert [sl for t in tasks for sl in t.slices] == slices  # every slice once, in log order
+    assert len(tasks) <= count and all(t.slices for t in tasks)
+    if len(slices) >= count:
+        assert len(tasks) == count
+    if tasks:
+        # No task holds more than an equal share plus one slice.
+        assert max(t.size for t in tasks) <= sum(sizes) / len(tasks) + max(sizes)

@@ -1,0 +1,30 @@
+"""The export's session settings (no Spark started here)."""
+
+from __future__ import annotations
+
+from kstore_cli.spark.export import ARROW_JAVA_OPTIONS, DEFAULT_CONF, session_settings
+
+
+def test_arrow_sessions_stop_the_jit_at_c1_and_spark_sessions_keep_the_jvm_defaults():
+    arrow = session_settings("local[2]", writer="arrow")
+    assert arrow["spark.driver.extraJavaOptions"] == ARROW_JAVA_OPTIONS == "-XX:TieredStopAtLevel=1"
+    spark = session_settings("local[2]", writer="spark")
+    assert "spark.driver.extraJavaOptions" not in spark
+    for key, value in DEFAULT_CONF.items():
+        assert arrow[key] == spark[key] == value
+
+
+def test_the_users_settings_win():
+    conf = {"spark.driver.extraJavaOptions": "-Xss4m -XX:TieredStopAtLevel=4", "spark.python.worker.reuse": "false"}
+    arrow = session_settings("local[1]", conf, writer="arrow")
+    # Both sets of JVM options are kept; the JVM takes the later (the user's) when they name the same flag.
+    assert arrow["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 -Xss4m -XX:TieredStopAtLevel=4"
+    assert arrow["spark.python.worker.reuse"] == "false"
+    assert conf == {"spark.driver.extraJavaOptions": "-Xss4m -XX:TieredStopAtLevel=4",
+                    "spark.python.worker.reuse": "false"}  # not modified
+
+
+def test_local_sessions_bind_to_loopback_only():
+    assert session_settings("local[*]")["spark.driver.bindAddress"] == "127.0.0.1"
+    assert "spark.driver.bindAddress" not in session_settings("spark://host:7077")
+    assert session_settings(progress=True)["spark.ui.showConsoleProgress"] == "true"
