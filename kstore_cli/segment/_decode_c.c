@@ -20,6 +20,10 @@
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
+#include <stdlib.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <nmmintrin.h>
@@ -873,9 +877,15 @@ static PyObject *py_decode_v2_columns(PyObject *self, PyObject *args) {
     if (get_view(obj, &v, pos, end) < 0) return NULL;
     const uint8_t *b = (const uint8_t *)v.buf;
     if (parse_v2(b, pos, end, count, &o) < 0) goto done;
-    Py_ssize_t n = o.nrecs;
+    Py_ssize_t n = o.nrecs, key_bytes = 0, value_bytes = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (o.recs[i].key_len > 0) key_bytes += o.recs[i].key_len;
+        if (o.recs[i].value_len > 0) value_bytes += o.recs[i].value_len;
+    }
+    /* Every column's size up front: growing the value buffer by doubling copied ~1 KiB values twice. */
     if (obuf_reserve(&c[OFFS], n * 8) < 0 || obuf_reserve(&c[TS], n * 8) < 0 || obuf_reserve(&c[KENDS], n * 4) < 0 ||
-        obuf_reserve(&c[VENDS], n * 4) < 0 || obuf_reserve(&c[KVALID], n) < 0 || obuf_reserve(&c[VVALID], n) < 0)
+        obuf_reserve(&c[VENDS], n * 4) < 0 || obuf_reserve(&c[KVALID], n) < 0 || obuf_reserve(&c[VVALID], n) < 0 ||
+        obuf_reserve(&c[KDATA], key_bytes) < 0 || obuf_reserve(&c[VDATA], value_bytes) < 0)
         goto done;
     Py_ssize_t kpos = key_base, vpos = value_base;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1722,6 +1732,27 @@ static struct PyModuleDef moduledef = {
     NULL, NULL, NULL, NULL,
 };
 
+/*
+ * glibc's malloc returns the top of its heap to the kernel as soon as 128 KiB of it are free, until a
+ * freed mmap chunk raises its thresholds. Decoding allocates and frees a few 100 KiB-1 MiB buffers per
+ * batch (decompressed records, column buffers), so depending on what ran before, every batch's buffers
+ * were fresh pages from the kernel: lz4 batches of 100 x 1 KiB decoded 2x slower (0.24 s vs 0.115 s
+ * for 200k records; a quarter of the time in page faults). Set up front the values glibc's dynamic
+ * thresholds end at (mmap 32 MiB, trim twice that); freed memory stays for reuse, peak RSS is unchanged.
+ * Left alone when the user tunes malloc through the environment. Returns whether it was set.
+ */
+static int tune_malloc(void) {
+#if defined(__GLIBC__) && defined(M_TRIM_THRESHOLD) && defined(M_MMAP_THRESHOLD)
+    static const char *const users[] = {"MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_",
+                                        "MALLOC_MMAP_MAX_", "GLIBC_TUNABLES", NULL};
+    for (int i = 0; users[i]; i++)
+        if (getenv(users[i])) return 0;
+    return mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1 && mallopt(M_TRIM_THRESHOLD, 64 << 20) == 1;
+#else
+    return 0;
+#endif
+}
+
 PyMODINIT_FUNC PyInit__decode_c(void) {
     PyObject *errors = PyImport_ImportModule("kstore_cli.errors");
     if (!errors) return NULL;
@@ -1746,6 +1777,7 @@ PyMODINIT_FUNC PyInit__decode_c(void) {
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
     if (PyModule_AddStringConstant(m, "CRC32C_IMPL", crc_hw ? "sse4.2" : "table") < 0) return NULL;
+    if (PyModule_AddIntConstant(m, "MALLOC_TUNED", tune_malloc()) < 0) return NULL;
     Py_INCREF(&RecordBaseType);
     if (PyModule_AddObject(m, "RecordBase", (PyObject *)&RecordBaseType) < 0) return NULL;
     return m;

@@ -46,6 +46,39 @@ def test_ci_builds_the_native_decoder() -> None:
     assert native is not None, "CI must build kstore_cli.segment._decode_c (pip install -e . with gcc)"
 
 
+_MALLOC_PROBE = """
+import ctypes, sys
+from kstore_cli.segment import decode
+libc = ctypes.CDLL(None)
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc.mallinfo2.restype = Info
+held = bytes(4 << 20)   # above glibc's default mmap threshold (128 KiB)
+mapped = libc.mallinfo2().hblkhd >= 4 << 20
+del held
+print(decode.BACKEND, int(mapped), libc.mallinfo2().arena >= 4 << 20)
+"""
+
+
+@needs_native
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None,
+                    reason="glibc only")
+def test_native_decoder_keeps_freed_buffers_for_reuse() -> None:
+    # glibc's defaults give a 4 MiB buffer pages of its own and return them when it is freed; with the
+    # native decoder loaded it comes from the heap and stays there for the next batch's buffers.
+    env = dict(os.environ, KSTORE_DECODER="native")
+    for name in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_",
+                 "GLIBC_TUNABLES"):
+        env.pop(name, None)
+    out = subprocess.run([sys.executable, "-c", _MALLOC_PROBE], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.split() == ["native", "0", "True"], out.stderr
+    # A user's own malloc settings are left alone.
+    env["MALLOC_TOP_PAD_"] = "0"
+    out = subprocess.run([sys.executable, "-c", _MALLOC_PROBE], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.split() == ["native", "1", "False"], out.stderr
+
+
 def test_backend_follows_the_environment() -> None:
     code = "from kstore_cli.segment import decode; print(decode.BACKEND)"
     env = dict(os.environ, KSTORE_DECODER="python")
