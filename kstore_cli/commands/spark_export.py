@@ -48,7 +48,7 @@ def _spark_conf(pairs: Tuple[str, ...]) -> Dict[str, str]:
 @click.option("--mode", type=click.Choice(["error", "overwrite", "append"]), default="error", show_default=True,
               help="What to do when the output already exists.")
 @click.option("--max-bytes-per-partition", type=click.IntRange(min=1), metavar="BYTES",
-              help="Most bytes one Spark task reads (default 128 MiB, as Spark's maxPartitionBytes).")
+              help="Most bytes one Spark task reads (default 64 MiB; 128 MiB with --writer arrow).")
 @click.option("--writer", type=click.Choice(["spark", "arrow"]), default="spark", show_default=True,
               help="Who writes Parquet: Spark's writer (rows pass through the JVM), or arrow: each task writes "
                    "its files with pyarrow (same layout, schema and rows; several times less CPU; local paths and "

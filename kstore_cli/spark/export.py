@@ -22,6 +22,11 @@ MODES = {"error": "errorifexists", "overwrite": "overwrite", "append": "append"}
 #: Who writes the Parquet files: Spark's writer (rows go through the JVM) or each task with pyarrow.
 WRITERS = ("spark", "arrow")
 
+#: Task size of the arrow writer (Spark's file-source default, maxPartitionBytes). Its tasks stream rows
+#: to pyarrow without sorting them, so larger tasks only save Spark's ~20 ms between tasks: local[1]
+#: 0.67 -> 0.63 s for 2 M rows. Spark's writer keeps the source's 64 MiB.
+ARROW_MAX_BYTES_PER_TASK = 128 * 1024 * 1024
+
 #: Session settings the export needs (a --spark-conf of the same key wins).
 DEFAULT_CONF = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
@@ -94,8 +99,9 @@ class ExportRequest:
             opts["endingTimestamp"] = str(self.ending_timestamp)
         if min_partitions:
             opts["minPartitions"] = str(min_partitions)
-        if self.max_bytes_per_partition:
-            opts["maxBytesPerPartition"] = str(self.max_bytes_per_partition)
+        max_bytes = self.max_bytes_per_partition or (ARROW_MAX_BYTES_PER_TASK if self.writer == "arrow" else None)
+        if max_bytes:
+            opts["maxBytesPerPartition"] = str(max_bytes)
         opts.update(self.extra_options)
         return opts
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kstore_cli.spark.export import ARROW_JAVA_OPTIONS, DEFAULT_CONF, session_settings
+from kstore_cli.spark.export import ARROW_JAVA_OPTIONS, DEFAULT_CONF, ExportRequest, session_settings
 
 
 def test_arrow_sessions_stop_the_jit_at_c1_and_spark_sessions_keep_the_jvm_defaults():
@@ -28,3 +28,10 @@ def test_local_sessions_bind_to_loopback_only():
     assert session_settings("local[*]")["spark.driver.bindAddress"] == "127.0.0.1"
     assert "spark.driver.bindAddress" not in session_settings("spark://host:7077")
     assert session_settings(progress=True)["spark.ui.showConsoleProgress"] == "true"
+
+
+def test_arrow_tasks_are_128_mib_unless_asked_and_sparks_writer_keeps_the_sources_64():
+    assert ExportRequest(["d"], "o", writer="arrow").reader_options()["maxBytesPerPartition"] == str(128 << 20)
+    assert "maxBytesPerPartition" not in ExportRequest(["d"], "o", writer="spark").reader_options()
+    asked = ExportRequest(["d"], "o", writer="arrow", max_bytes_per_partition=1 << 20)
+    assert asked.reader_options()["maxBytesPerPartition"] == str(1 << 20)

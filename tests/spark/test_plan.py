@@ -152,7 +152,7 @@ def test_four_near_equal_partitions_make_one_task_per_core():
 
     sizes = [63851497, 63848067, 64034442, 63632167]
     for cores in (1, 2):
-        opts = ReadOptions({"path": "x", "minPartitions": str(cores)})
+        opts = ReadOptions({"path": "x", "minPartitions": str(cores), "maxBytesPerPartition": str(128 << 20)})
         count = _task_count(sum(sizes), opts)
         assert count == 2
         tasks = _pack(_slices(sizes), count)
@@ -163,8 +163,8 @@ def test_task_count_is_a_multiple_of_min_partitions_and_respects_max_bytes():
     from kstore_cli.spark.plan import _task_count
 
     mib = 1 << 20
-    assert _task_count(300 * mib, ReadOptions({"path": "x"})) == 3  # 128 MiB by default
-    assert _task_count(300 * mib, ReadOptions({"path": "x", "minPartitions": "2"})) == 4
+    assert _task_count(300 * mib, ReadOptions({"path": "x"})) == 5  # 64 MiB by default
+    assert _task_count(300 * mib, ReadOptions({"path": "x", "minPartitions": "2"})) == 6
     assert _task_count(10, ReadOptions({"path": "x", "minPartitions": "8"})) == 8
     assert _task_count(10 * mib, ReadOptions({"path": "x", "maxBytesPerPartition": str(mib)})) == 10
 
