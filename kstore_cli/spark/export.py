@@ -289,7 +289,7 @@ def _export_arrow(spark, request: ExportRequest, plan: Plan, summary: ExportSumm
 
     import pyarrow.fs as pafs
 
-    from kstore_cli.spark.write import WriteJob, filesystem, write_partition
+    from kstore_cli.spark.write import WriteJob, abort_job, commit_job, filesystem, write_partition
 
     if request.partition_by == "date" and spark.conf.get("spark.sql.session.timeZone", "UTC") not in ("UTC", "Z"):
         raise UsageError("--writer arrow partitions by the UTC date; drop spark.sql.session.timeZone or use --writer spark")
@@ -317,17 +317,15 @@ def _export_arrow(spark, request: ExportRequest, plan: Plan, summary: ExportSumm
 
             rdd = spark.sparkContext.parallelize(tasks, len(tasks))
             written = rdd.mapPartitions(partial(write_partition, job)).collect()
-        fs.create_dir(root, recursive=True)
-        with fs.open_output_stream(f"{root}/_SUCCESS"):
-            pass
-    except KstoreError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - Py4J/PySpark errors become one KstoreError
-        from py4j.protocol import Py4JError
-        from pyspark.errors import PySparkException
+        commit_job(fs, root, job, written)
+    except BaseException as exc:
+        abort_job(fs, root, job)
+        if isinstance(exc, Exception) and not isinstance(exc, KstoreError):
+            from py4j.protocol import Py4JError
+            from pyspark.errors import PySparkException
 
-        if isinstance(exc, (Py4JError, PySparkException)):
-            raise _spark_error(exc) from None
+            if isinstance(exc, (Py4JError, PySparkException)):
+                raise _spark_error(exc) from None
         raise
     summary.parquet_files = len(written)
     summary.parquet_bytes = sum(w["bytes"] for w in written)

@@ -9,9 +9,12 @@ reader as the data source) and writes each Kafka partition's rows with ``pyarrow
 the same Hive-style layout (``topic=T/partition=P/part-*.parquet``, partition columns kept out of
 the files), with the same schema and Parquet types as Spark's writer. Rows never enter the JVM.
 
-File names are fixed per (job, task, Kafka partition), and each file is written under a hidden
-name and renamed into place, so a retried or speculative task attempt replaces its files rather
-than adding to them. ``_SUCCESS`` is written last, as Spark does.
+Commits work as Spark's default committer (FileOutputCommitter v1) does: a task writes under
+``_temporary/<job id>/`` (a hidden name while open, renamed when the task commits), and only when
+every task has committed does the driver move the files into place (:func:`commit_job`) and write
+``_SUCCESS``; a failed job removes its ``_temporary/<job id>`` (:func:`abort_job`), so it leaves no
+partial output for a reader to take as complete. File names are fixed per (job, task, Kafka
+partition), so a retried or speculative task attempt replaces its files rather than adding to them.
 
 Runs on executors; imports only pyarrow and this package's pure modules.
 """
@@ -87,11 +90,44 @@ def _groups(task: Task, by_partition: bool) -> List[Tuple[Optional[Tuple[str, in
     return out
 
 
+def staging_dir(root: str, job: WriteJob) -> str:
+    """Where the job's tasks write their files until the job commits."""
+    return f"{root}/_temporary/{job.job_id}"
+
+
+def commit_job(fs: pafs.FileSystem, root: str, job: WriteJob, written: List[Dict]) -> None:
+    """Move every committed task's files into place, write ``_SUCCESS``, drop the staging directory."""
+    staging = staging_dir(root, job)
+    for entry in written:
+        final = f"{root}/{entry['path']}"
+        fs.create_dir(os.path.dirname(final), recursive=True)
+        fs.move(f"{staging}/{entry['path']}", final)
+    fs.create_dir(root, recursive=True)
+    with fs.open_output_stream(f"{root}/_SUCCESS"):
+        pass
+    abort_job(fs, root, job)
+
+
+def abort_job(fs: pafs.FileSystem, root: str, job: WriteJob) -> None:
+    """Remove the job's staging directory (and ``_temporary`` when nothing else is in it)."""
+    try:
+        fs.delete_dir(staging_dir(root, job))
+    except (FileNotFoundError, OSError):
+        pass
+    try:
+        if not fs.get_file_info(pafs.FileSelector(f"{root}/_temporary", allow_not_found=True)):
+            fs.delete_dir(f"{root}/_temporary")
+    except (FileNotFoundError, OSError):
+        pass
+
+
 class _Files:
-    """The task's open Parquet writers, one per output directory, under hidden names until done."""
+    """The task's open Parquet writers, one per output directory (relative to the output), under
+    ``_temporary/<job id>`` and hidden names until the task commits."""
 
     def __init__(self, job: WriteJob, index: int) -> None:
-        self.fs, self.root = filesystem(job.output)
+        self.fs, root = filesystem(job.output)
+        self.staging = staging_dir(root, job)
         self.schema = _file_schema(job)
         self.codec = None if job.compression == "none" else job.compression
         self.job = job
@@ -103,8 +139,10 @@ class _Files:
         if entry is None:
             suffix = "" if self.codec is None else f".{self.codec}"
             name = f"part-{self.index:05d}-{len(self.open):04d}-{self.job.job_id}.c000{suffix}.parquet"
-            hidden, final = f"{directory}/.{name}.inprogress", f"{directory}/{name}"
-            self.fs.create_dir(directory, recursive=True)
+            final = f"{directory}/{name}" if directory else name
+            staged = f"{self.staging}/{directory}" if directory else self.staging
+            hidden = f"{staged}/.{name}.inprogress"
+            self.fs.create_dir(staged, recursive=True)
             entry = self.open[directory] = [
                 pq.ParquetWriter(hidden, self.schema, filesystem=self.fs, compression=self.codec), hidden, final, 0]
         entry[0].write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=self.schema))
@@ -114,8 +152,9 @@ class _Files:
         out = []
         for writer, hidden, final, rows in self.open.values():
             writer.close()
-            self.fs.move(hidden, final)
-            out.append({"path": final, "rows": rows, "bytes": self.fs.get_file_info(final).size})
+            staged = f"{self.staging}/{final}"
+            self.fs.move(hidden, staged)
+            out.append({"path": final, "rows": rows, "bytes": self.fs.get_file_info(staged).size})
         self.open = {}
         return out
 
@@ -142,7 +181,6 @@ def _by_date(batch: pa.RecordBatch) -> Iterator[Tuple[str, pa.RecordBatch]]:
 def write_task(job: WriteJob, index: int, task: Task) -> List[Dict]:
     """Write one planned task's rows; one summary per Parquet file written (none without rows)."""
     files = _Files(job, index)
-    root = files.root
     try:
         for key, group in _groups(task, job.partition_by == "topic,partition"):
             for batch in read_task(group, include_headers=job.include_headers,
@@ -150,13 +188,13 @@ def write_task(job: WriteJob, index: int, task: Task) -> List[Dict]:
                 if not batch.num_rows:
                     continue
                 if key is not None:
-                    files.write(f"{root}/topic={escape_path_name(key[0])}/partition={key[1]}",
+                    files.write(f"topic={escape_path_name(key[0])}/partition={key[1]}",
                                 batch.drop_columns(["topic", "partition"]))
                 elif job.partition_by == "date":
                     for name, rows in _by_date(batch):
-                        files.write(f"{root}/{name}", rows)
+                        files.write(name, rows)
                 else:
-                    files.write(root, batch)
+                    files.write("", batch)
         return files.commit()
     except BaseException:
         files.abort()

@@ -239,5 +239,28 @@ def test_arrow_writer_writes_what_sparks_writer_writes(spark, tmp_path, partitio
                                              writer=writer, include_headers=True, include_metadata=True,
                                              mode="overwrite"))
             assert spark.read.parquet(str(out)).count() == len(core_rows([TXN_PARTITION]))
+        assert not os.path.exists(out / "_temporary")
     assert outs["arrow"] == outs["spark"]
     assert outs["arrow"][0] == len(core_rows([CORPUS_LOGS]))
+
+
+def test_a_failed_arrow_export_leaves_no_partial_output(spark, tmp_path):
+    """A task that fails (a damaged segment) fails the job; the tasks that did commit are not left
+    behind as Parquet files a reader would take for the whole export (Spark's committer neither)."""
+    import shutil
+    import struct
+
+    data = tmp_path / "data"
+    shutil.copytree(TXN_PARTITION, data / "good-0")
+    shutil.copytree(TXN_PARTITION, data / "broken-0")
+    last = sorted((data / "broken-0").glob("*.log"))[-1]
+    with open(last, "r+b") as f:
+        f.seek(8)
+        f.write(struct.pack(">i", 5))  # a batch size below Kafka's minimum: CorruptRecordError
+    out = tmp_path / "out"
+    with pytest.raises(SparkJobError, match="CorruptRecordError"):
+        export_with(spark, ExportRequest([str(data)], str(out), writer="arrow", max_bytes_per_partition=4096))
+    left = [os.path.relpath(p, out) for p in glob.glob(str(out / "**" / "*"), recursive=True)
+            if os.path.isfile(p)] if out.exists() else []
+    assert left == []
+    assert not (out / "_SUCCESS").exists() and not (out / "_temporary").exists()
