@@ -25,9 +25,11 @@ is the one KSTORE_DECODER selects there, and peak RSS is that child's own, from 
 * dump-segment    `kstore dump-segment --deep-iteration --print-data-log > /dev/null`, lines/s;
 * compact         `kstore compact` through bench/compact.py's run() (a "not available" row without it);
 * convert-format  `kstore convert-format` v1 gzip -> v2 zstd, MiB/s of input;
-* spark-export    the export on Spark local[1] and local[2], with Spark's writer and with --writer arrow
-                  (a warm export; the first one, session start excluded, and CPU per process kind
-                  beside it), and the same reading path in one process without Spark, rows/s.
+* spark-export    the export on Spark local[1] and local[2], with Spark's writer (spark-export:local[N])
+                  and with the arrow writer (spark-export:arrow:local[N]; what --writer auto, the
+                  default, picks for a local output): the fastest of 3 warm exports (the first one,
+                  session start excluded, and CPU per process kind beside it), and the same reading
+                  path in one process without Spark, rows/s.
 
 Command timings are wall time of `python -m kstore_cli ...` minus the measured start-up of
 `kstore --version` (interpreter + imports), best of up to --repeat runs, page cache warm.

@@ -19,8 +19,13 @@ from kstore_cli.spark.plan import Plan, plan_read
 PARTITION_BY = {"topic,partition": ["topic", "partition"], "date": ["date"], "none": []}
 PARQUET_COMPRESSION = ("snappy", "zstd", "gzip", "none")
 MODES = {"error": "errorifexists", "overwrite": "overwrite", "append": "append"}
-#: Who writes the Parquet files: Spark's writer (rows go through the JVM) or each task with pyarrow.
-WRITERS = ("spark", "arrow")
+#: Who writes the Parquet files: Spark's writer (rows go through the JVM), each task with pyarrow, or
+#: auto: arrow where it writes what Spark's writer would (see ExportRequest.writer), else Spark's.
+WRITERS = ("auto", "spark", "arrow")
+#: --spark-conf keys only Spark's writer reads (Parquet writer, file-source and Hadoop settings): with
+#: one of them, auto picks Spark's writer so that the setting is honoured.
+SPARK_WRITER_SETTINGS = ("spark.sql.parquet.", "spark.sql.sources.", "spark.sql.files.", "spark.hadoop.",
+                         "spark.sql.hive.")
 
 #: Task size of the arrow writer (Spark's file-source default, maxPartitionBytes). Its tasks stream rows
 #: to pyarrow without sorting them, so larger tasks only save Spark's ~20 ms between tasks: local[1]
@@ -51,7 +56,7 @@ class ExportRequest:
                  parquet_compression: str = "snappy", mode: str = "error",
                  spark_conf: Optional[Dict[str, str]] = None, max_bytes_per_partition: Optional[int] = None,
                  extra_options: Optional[Dict[str, str]] = None, progress: bool = False,
-                 writer: str = "spark") -> None:
+                 writer: str = "auto") -> None:
         if partition_by not in PARTITION_BY:
             raise UsageError(f"--partition-by must be one of {', '.join(PARTITION_BY)}, not {partition_by!r}")
         if parquet_compression not in PARQUET_COMPRESSION:
@@ -78,7 +83,23 @@ class ExportRequest:
         self.max_bytes_per_partition = max_bytes_per_partition
         self.extra_options = dict(extra_options or {})
         self.progress = progress
-        self.writer = writer
+        self.requested_writer = writer
+        #: The writer this export uses ("spark" or "arrow"; auto resolved).
+        self.writer = writer if writer != "auto" else self._auto_writer()
+
+    def _auto_writer(self) -> str:
+        """arrow for a local output, unless a setting asks for what only Spark's writer does.
+
+        The arrow writer writes the same directories, schema and rows, and commits as Spark's default
+        committer does, at a quarter of the CPU. Other URIs go to Spark's writer: it writes through
+        Hadoop's filesystems and credentials (s3a://, hdfs://, abfs://), which pyarrow does not share."""
+        if any(key.startswith(SPARK_WRITER_SETTINGS) for key in self.spark_conf):
+            return "spark"
+        if self.partition_by == "date" and self.spark_conf.get("spark.sql.session.timeZone", "UTC") not in ("UTC", "Z"):
+            return "spark"  # the arrow writer takes dates in UTC
+        if "://" in self.output and not self.output.startswith("file://"):
+            return "spark"
+        return "arrow"
 
     def reader_options(self, min_partitions: Optional[int] = None) -> Dict[str, str]:
         """The data source options (Spark's Kafka-source names where they exist)."""
@@ -122,17 +143,19 @@ class ExportSummary:
         self.parquet_bytes = 0
         self.seconds = 0.0
         self.output = ""
+        self.writer = ""
 
     def to_dict(self) -> dict:
         return {"kafkaPartitions": self.kafka_partitions, "sparkPartitions": self.tasks, "records": self.records,
                 "bytesIn": self.bytes_in, "parquetFiles": self.parquet_files, "parquetBytes": self.parquet_bytes,
-                "seconds": round(self.seconds, 3), "output": self.output}
+                "seconds": round(self.seconds, 3), "output": self.output, "writer": self.writer}
 
     def text(self) -> str:
         rate = self.records / self.seconds if self.seconds else 0.0
         return (f"exported {self.records} records from {self.kafka_partitions} Kafka partitions "
                 f"({self.tasks} Spark partitions): {self.bytes_in} bytes in, {self.parquet_bytes} Parquet bytes out "
-                f"in {self.parquet_files} files, {self.seconds:.1f} s ({rate:,.0f} records/s) -> {self.output}")
+                f"in {self.parquet_files} files ({self.writer} writer), {self.seconds:.1f} s ({rate:,.0f} records/s) "
+                f"-> {self.output}")
 
 
 def _parquet_files(output: str) -> Dict[str, int]:
@@ -232,6 +255,7 @@ def export_with(spark, request: ExportRequest) -> ExportSummary:
     plan = plan_read(ReadOptions(options))
     summary = ExportSummary()
     summary.output = request.output
+    summary.writer = request.writer
     summary.kafka_partitions = len(plan.scans)
     summary.tasks = max(1, len(plan.tasks))
     summary.bytes_in = plan.bytes_in

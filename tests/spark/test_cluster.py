@@ -89,6 +89,14 @@ def test_export_on_a_standalone_cluster_matches_local(tmp_path, spark):
         done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
         assert done.returncode == 0, done.stderr[-3000:]
         summary = json.loads(done.stdout.strip().splitlines()[-1])
+        assert summary["writer"] == "arrow"  # auto, for a local --output
+        # Spark's writer on the same cluster.
+        spark_out = tmp_path / "cluster-out-spark"
+        cmd[cmd.index(str(out))] = str(spark_out)
+        done = subprocess.run(cmd + ["--writer", "spark"], env=env, cwd=ROOT, capture_output=True, text=True,
+                              timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout.strip().splitlines()[-1])["writer"] == "spark"
         # Executors on the worker read every segment, with kstore from the zip the launcher shipped.
         traces = [json.loads(line) for f in trace.glob("*.jsonl") for line in f.read_text().splitlines()]
         assert traces and {t["log"] for t in traces} == {s.log for t in resolve([str(CORPUS_LOGS)]) for s in t.segments
@@ -114,4 +122,4 @@ def test_export_on_a_standalone_cluster_matches_local(tmp_path, spark):
 
     expected = by_key(core_rows([CORPUS_LOGS], headers=True))
     assert summary["records"] == len(expected)
-    assert rows(out) == rows(local) == expected
+    assert rows(out) == rows(spark_out) == rows(local) == expected

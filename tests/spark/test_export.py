@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from kstore_cli.errors import UsageError
 from kstore_cli.spark.export import ARROW_JAVA_OPTIONS, DEFAULT_CONF, ExportRequest, session_settings
 
 
@@ -35,3 +38,26 @@ def test_arrow_tasks_are_128_mib_unless_asked_and_sparks_writer_keeps_the_source
     assert "maxBytesPerPartition" not in ExportRequest(["d"], "o", writer="spark").reader_options()
     asked = ExportRequest(["d"], "o", writer="arrow", max_bytes_per_partition=1 << 20)
     assert asked.reader_options()["maxBytesPerPartition"] == str(1 << 20)
+
+
+@pytest.mark.parametrize("output, conf, partition_by, writer", [
+    ("/lake/kafka", {}, "topic,partition", "arrow"),
+    ("file:///lake/kafka", {}, "date", "arrow"),
+    ("relative/out", {"spark.executor.memory": "2g", "spark.sql.session.timeZone": "UTC"}, "date", "arrow"),
+    ("s3a://bucket/kafka", {}, "topic,partition", "spark"),        # Hadoop's filesystems and credentials
+    ("hdfs://nn/kafka", {}, "none", "spark"),
+    ("/lake/kafka", {"spark.sql.parquet.compression.codec": "lz4"}, "none", "spark"),  # only Spark's writer reads it
+    ("/lake/kafka", {"spark.hadoop.fs.defaultFS": "hdfs://nn"}, "none", "spark"),
+    ("/lake/kafka", {"spark.sql.session.timeZone": "Europe/Paris"}, "date", "spark"),  # dates in that zone
+    ("/lake/kafka", {"spark.sql.session.timeZone": "Europe/Paris"}, "topic,partition", "arrow"),
+])
+def test_auto_writer_is_arrow_where_it_writes_what_sparks_writer_would(output, conf, partition_by, writer):
+    request = ExportRequest(["d"], output, spark_conf=conf, partition_by=partition_by)
+    assert request.requested_writer == "auto" and request.writer == writer
+    assert ExportRequest(["d"], "s3a://b/k", writer="arrow").writer == "arrow"  # asked for: kept
+    assert ExportRequest(["d"], "/lake", writer="spark").writer == "spark"
+
+
+def test_an_unknown_writer_is_a_usage_error():
+    with pytest.raises(UsageError, match="--writer must be one of auto, spark, arrow"):
+        ExportRequest(["d"], "o", writer="parquet-mr")
