@@ -62,8 +62,8 @@ print(decode.BACKEND, int(mapped), libc.mallinfo2().arena >= 4 << 20)
 
 
 @needs_native
-@pytest.mark.skipif(not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None,
-                    reason="glibc only")
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None
+                    or "libasan" in os.environ.get("LD_PRELOAD", ""), reason="glibc's own malloc only")
 def test_native_decoder_keeps_freed_buffers_for_reuse() -> None:
     # glibc's defaults give a 4 MiB buffer pages of its own and return them when it is freed; with the
     # native decoder loaded it comes from the heap and stays there for the next batch's buffers.
