@@ -339,11 +339,23 @@ def _export_arrow(spark, request: ExportRequest, plan: Plan, summary: ExportSumm
         if tasks:
             from functools import partial
 
-            rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-            written = rdd.mapPartitions(partial(write_partition, job)).collect()
+            sc = spark.sparkContext
+            previous = {key: sc.getLocalProperty(key) for key in _JOB_GROUP_PROPERTIES}
+            sc.setJobGroup(job.job_id, "kstore spark-export (arrow writer)")
+            try:
+                rdd = sc.parallelize(tasks, len(tasks))
+                written = rdd.mapPartitions(partial(write_partition, job)).collect()
+            finally:
+                for key, value in previous.items():
+                    sc.setLocalProperty(key, value)  # None removes it
         commit_job(fs, root, job, written)
     except BaseException as exc:
+        # Spark fails the job at the first failed task while others are still being killed; they
+        # could write into the staging directory after it is removed.
+        _wait_for_tasks(spark, job.job_id)
         abort_job(fs, root, job)
+        if info.type == pafs.FileType.NotFound:
+            _remove_if_empty(fs, root)  # so that the same command can run again once the input is mended
         if isinstance(exc, Exception) and not isinstance(exc, KstoreError):
             from py4j.protocol import Py4JError
             from pyspark.errors import PySparkException
@@ -354,6 +366,35 @@ def _export_arrow(spark, request: ExportRequest, plan: Plan, summary: ExportSumm
     summary.parquet_files = len(written)
     summary.parquet_bytes = sum(w["bytes"] for w in written)
     summary.records = sum(w["rows"] for w in written)
+
+
+#: The thread-local properties SparkContext.setJobGroup sets.
+_JOB_GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+
+
+def _wait_for_tasks(spark, group: str, timeout: float = 60.0) -> None:
+    """Wait (at most `timeout` s) until no task of the job group is running."""
+    try:
+        tracker = spark.sparkContext.statusTracker()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            stages = [tracker.getStageInfo(sid) for jid in tracker.getJobIdsForGroup(group)
+                      for sid in (getattr(tracker.getJobInfo(jid), "stageIds", None) or [])]
+            if not any(stage and stage.numActiveTasks for stage in stages):
+                return
+            time.sleep(0.05)
+    except Exception:  # noqa: BLE001 - cleanup is best effort: a session that is gone has no tasks
+        return
+
+
+def _remove_if_empty(fs, root: str) -> None:
+    import pyarrow.fs as pafs
+
+    try:
+        if not fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
+            fs.delete_dir(root)
+    except OSError:
+        pass
 
 
 def run_export(request: ExportRequest) -> ExportSummary:

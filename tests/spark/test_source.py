@@ -260,7 +260,26 @@ def test_a_failed_arrow_export_leaves_no_partial_output(spark, tmp_path):
     out = tmp_path / "out"
     with pytest.raises(SparkJobError, match="CorruptRecordError"):
         export_with(spark, ExportRequest([str(data)], str(out), writer="arrow", max_bytes_per_partition=4096))
-    left = [os.path.relpath(p, out) for p in glob.glob(str(out / "**" / "*"), recursive=True)
-            if os.path.isfile(p)] if out.exists() else []
-    assert left == []
-    assert not (out / "_SUCCESS").exists() and not (out / "_temporary").exists()
+    # The output did not exist: nothing of it is left, so the same command runs again once the input is mended.
+    assert not out.exists()
+    # An output that existed (mode append) keeps what it had, and gets nothing of the failed job.
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    with pytest.raises(SparkJobError, match="CorruptRecordError"):
+        export_with(spark, ExportRequest([str(data)], str(out), writer="arrow", max_bytes_per_partition=4096,
+                                         mode="append"))
+    assert sorted(os.listdir(out)) == ["keep.txt"]
+
+
+def test_the_arrow_writer_leaves_the_callers_job_group_alone(spark, tmp_path):
+    sc = spark.sparkContext
+    sc.setJobGroup("mine", "my description")
+    try:
+        export_with(spark, ExportRequest([str(TXN_PARTITION)], str(tmp_path / "out"), writer="arrow"))
+        assert sc.getLocalProperty("spark.jobGroup.id") == "mine"
+        assert sc.getLocalProperty("spark.job.description") == "my description"
+    finally:
+        for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
+            sc.setLocalProperty(key, None)
+    export_with(spark, ExportRequest([str(TXN_PARTITION)], str(tmp_path / "out2"), writer="arrow"))
+    assert sc.getLocalProperty("spark.jobGroup.id") is None
