@@ -1101,41 +1101,36 @@ static inline uint32_t crc_shift(uint32_t zeros[4][256], uint32_t crc) {
     return zeros[0][crc & 0xFF] ^ zeros[1][(crc >> 8) & 0xFF] ^ zeros[2][(crc >> 16) & 0xFF] ^ zeros[3][crc >> 24];
 }
 
+/* The CRC of 3 * block bytes from p, as three streams of block bytes (the instruction's latency
+ * overlapped), combined by shifting the first two over the zeros that follow them. */
+__attribute__((target("sse4.2"), always_inline)) static inline uint64_t crc32c_hw3(uint64_t c0, const uint8_t *p,
+                                                                                size_t block, uint32_t zeros[4][256]) {
+    uint64_t c1 = 0, c2 = 0, w0, w1, w2;
+    const uint8_t *end = p + block;
+    do {
+        memcpy(&w0, p, 8);
+        memcpy(&w1, p + block, 8);
+        memcpy(&w2, p + 2 * block, 8);
+        c0 = _mm_crc32_u64(c0, w0);
+        c1 = _mm_crc32_u64(c1, w1);
+        c2 = _mm_crc32_u64(c2, w2);
+        p += 8;
+    } while (p < end);
+    c0 = crc_shift(zeros, (uint32_t)c0) ^ (uint32_t)c1;
+    return crc_shift(zeros, (uint32_t)c0) ^ (uint32_t)c2;
+}
+
 __attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p, size_t n) {
     uint64_t c0 = crc;
     while (n && ((uintptr_t)p & 7)) { c0 = _mm_crc32_u8((uint32_t)c0, *p++); n--; }
     while (n >= 3 * CRC_LONG) {
-        uint64_t c1 = 0, c2 = 0, w0, w1, w2;
-        const uint8_t *end = p + CRC_LONG;
-        do {
-            memcpy(&w0, p, 8);
-            memcpy(&w1, p + CRC_LONG, 8);
-            memcpy(&w2, p + 2 * CRC_LONG, 8);
-            c0 = _mm_crc32_u64(c0, w0);
-            c1 = _mm_crc32_u64(c1, w1);
-            c2 = _mm_crc32_u64(c2, w2);
-            p += 8;
-        } while (p < end);
-        c0 = crc_shift(crc_long_zeros, (uint32_t)c0) ^ (uint32_t)c1;
-        c0 = crc_shift(crc_long_zeros, (uint32_t)c0) ^ (uint32_t)c2;
-        p += 2 * CRC_LONG;
+        c0 = crc32c_hw3(c0, p, CRC_LONG, crc_long_zeros);
+        p += 3 * CRC_LONG;
         n -= 3 * CRC_LONG;
     }
     while (n >= 3 * CRC_SHORT) {
-        uint64_t c1 = 0, c2 = 0, w0, w1, w2;
-        const uint8_t *end = p + CRC_SHORT;
-        do {
-            memcpy(&w0, p, 8);
-            memcpy(&w1, p + CRC_SHORT, 8);
-            memcpy(&w2, p + 2 * CRC_SHORT, 8);
-            c0 = _mm_crc32_u64(c0, w0);
-            c1 = _mm_crc32_u64(c1, w1);
-            c2 = _mm_crc32_u64(c2, w2);
-            p += 8;
-        } while (p < end);
-        c0 = crc_shift(crc_short_zeros, (uint32_t)c0) ^ (uint32_t)c1;
-        c0 = crc_shift(crc_short_zeros, (uint32_t)c0) ^ (uint32_t)c2;
-        p += 2 * CRC_SHORT;
+        c0 = crc32c_hw3(c0, p, CRC_SHORT, crc_short_zeros);
+        p += 3 * CRC_SHORT;
         n -= 3 * CRC_SHORT;
     }
     while (n >= 8) {
