@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import time
-from typing import Callable, Tuple
+from typing import Callable, Dict, Tuple
 
 from harness import RESULT_PREFIX  # noqa: E402 - this script's directory is sys.path[0]
 
@@ -258,32 +258,43 @@ def task_spark(master: str, data_dir: str, out: str, writer: str = "spark") -> d
             "spark_partitions": first.tasks, "backend": kstore_backend(), **memory}
 
 
-def descendants_cpu() -> dict:
-    """CPU seconds (user + system) so far of this process (driver), its JVMs and its Python workers."""
+def _processes() -> Dict[int, Tuple[int, str, float]]:
+    """{pid: (parent pid, command name, CPU seconds so far)} of every process in /proc."""
     tick = os.sysconf("SC_CLK_TCK")
-    parents, comms, cpu = {}, {}, {}
+    out = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as f:
                 stat = f.read()
-        except OSError:
+            fields = stat[stat.rindex(")") + 2:].split()
+            out[int(entry)] = (int(fields[1]), stat[stat.index("(") + 1:stat.rindex(")")],
+                               (int(fields[11]) + int(fields[12])) / tick)
+        except (OSError, ValueError):
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        pid = int(entry)
-        parents[pid], comms[pid] = int(fields[1]), stat[stat.index("(") + 1:stat.rindex(")")]
-        cpu[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _descendants(processes: Dict[int, Tuple[int, str, float]]) -> set:
+    """The pids of this process's descendants (children, their children, ...)."""
     family, grew = {os.getpid()}, True
     while grew:
         grew = False
-        for pid, ppid in parents.items():
+        for pid, (ppid, _comm, _cpu) in processes.items():
             if ppid in family and pid not in family:
                 family.add(pid)
                 grew = True
-    out = {"driver": cpu.get(os.getpid(), 0.0), "jvm": 0.0, "python_workers": 0.0}
-    for pid in family - {os.getpid()}:
-        out["jvm" if comms[pid] == "java" else "python_workers"] += cpu[pid]
+    return family - {os.getpid()}
+
+
+def descendants_cpu() -> dict:
+    """CPU seconds (user + system) so far of this process (driver), its JVMs and its Python workers."""
+    processes = _processes()
+    out = {"driver": processes.get(os.getpid(), (0, "", 0.0))[2], "jvm": 0.0, "python_workers": 0.0}
+    for pid in _descendants(processes):
+        _ppid, comm, cpu = processes[pid]
+        out["jvm" if comm == "java" else "python_workers"] += cpu
     return out
 
 
@@ -293,25 +304,7 @@ def descendants_peak_rss() -> dict:
     os.wait4 in run.py only sees processes that are reaped; Spark's JVM and workers are not
     waited for by this process, so they are read from /proc while alive.
     """
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-            parents[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
-        except (OSError, ValueError):
-            continue
-    family = {os.getpid()}
-    grew = True
-    while grew:
-        grew = False
-        for pid, ppid in parents.items():
-            if ppid in family and pid not in family:
-                family.add(pid)
-                grew = True
-    family.discard(os.getpid())
+    family = _descendants(_processes())
     jvm = workers = 0.0
     for pid in family:
         try:
