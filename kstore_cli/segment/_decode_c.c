@@ -1167,6 +1167,24 @@ static PyObject *py_crc32c(PyObject *self, PyObject *obj) {
 
 /* ------------------------------------------------------------------ v2 batch framing */
 
+/*
+ * The end of the v2 batch at pos (pos + 17 < end: offset, size, epoch and magic are inside), or -1
+ * when the entry there is for the generic framing: a size below 14 or past `end`, magic below 2, a
+ * batch shorter than its header, or (with check_crc) a CRC that does not match.
+ */
+static inline Py_ssize_t framed_v2_end(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, int check_crc) {
+    int32_t size = s32(be32(b + pos + 8));
+    int magic = s8(b[pos + 16]);
+    if (size < RECORD_OVERHEAD_V0 || (Py_ssize_t)size + LOG_OVERHEAD > end - pos || magic < 2 ||
+        (Py_ssize_t)size + LOG_OVERHEAD < V2_HEADER_SIZE)
+        return -1;
+    Py_ssize_t entry_end = pos + LOG_OVERHEAD + size;
+    const uint8_t *h = b + pos;
+    if (check_crc && be32(h + V2_CRC_POS) != crc32c(h + V2_CRC_START, (size_t)(entry_end - pos - V2_CRC_START)))
+        return -1;
+    return entry_end;
+}
+
 /* The scan of reader.py's FileLogInputStream framing; see _decode_py.scan_batches. */
 static PyObject *py_scan_batches(PyObject *self, PyObject *args) {
     PyObject *obj;
@@ -1182,21 +1200,12 @@ static PyObject *py_scan_batches(PyObject *self, PyObject *args) {
     int status = SCAN_END;
     while (pos < limit) {
         if (PyList_GET_SIZE(heads) >= max_batches) { status = SCAN_MORE; break; }
-        /* pos + 17 < end: offset, size, epoch and magic are inside. */
-        int32_t size = s32(be32(b + pos + 8));
-        int magic = s8(b[pos + 16]);
-        if (size < RECORD_OVERHEAD_V0 || (Py_ssize_t)size + LOG_OVERHEAD > end - pos || magic < 2 ||
-            (Py_ssize_t)size + LOG_OVERHEAD < V2_HEADER_SIZE) {
-            status = SCAN_OTHER;
-            break;
-        }
-        Py_ssize_t entry_end = pos + LOG_OVERHEAD + size;
+        Py_ssize_t entry_end = framed_v2_end(b, pos, end, check_crc);
+        if (entry_end < 0) { status = SCAN_OTHER; break; }
         const uint8_t *h = b + pos;
         uint32_t stored = be32(h + V2_CRC_POS);
-        if (check_crc && stored != crc32c(h + V2_CRC_START, (size_t)(entry_end - pos - V2_CRC_START))) {
-            status = SCAN_OTHER;
-            break;
-        }
+        int32_t size = (int32_t)(entry_end - pos - LOG_OVERHEAD);
+        int magic = s8(h[16]);
         PyObject *t = PyTuple_New(14);
         if (!t) goto error;
         PyObject *f[14] = {
@@ -1422,20 +1431,10 @@ static PyObject *py_frame_batches(PyObject *self, PyObject *args) {
     PyObject *valid = check_crc ? Py_True : Py_None;
     while (pos < limit) {
         if (PyList_GET_SIZE(out) >= max_batches) { status = SCAN_MORE; break; }
-        int32_t size = s32(be32(b + pos + 8));
-        int magic = s8(b[pos + 16]);
-        if (size < RECORD_OVERHEAD_V0 || (Py_ssize_t)size + LOG_OVERHEAD > end - pos || magic < 2 ||
-            (Py_ssize_t)size + LOG_OVERHEAD < V2_HEADER_SIZE) {
-            status = SCAN_OTHER;
-            break;
-        }
-        Py_ssize_t entry_end = pos + LOG_OVERHEAD + size;
+        Py_ssize_t entry_end = framed_v2_end(b, pos, end, check_crc);
+        if (entry_end < 0) { status = SCAN_OTHER; break; }
         const uint8_t *h = b + pos;
         uint32_t stored = be32(h + V2_CRC_POS);
-        if (check_crc && stored != crc32c(h + V2_CRC_START, (size_t)(entry_end - pos - V2_CRC_START))) {
-            status = SCAN_OTHER;
-            break;
-        }
         PyObject *batch = batch_type->tp_alloc(batch_type, 0);
         if (!batch) goto error;
         if (PyList_Append(out, batch) < 0) { Py_DECREF(batch); goto error; }
@@ -1443,8 +1442,8 @@ static PyObject *py_frame_batches(PyObject *self, PyObject *args) {
         PyObject *f[B_NFIELDS];
         f[B_PATH] = path; Py_INCREF(path);
         f[B_POSITION] = PyLong_FromSsize_t(pos);
-        f[B_SIZE] = PyLong_FromSsize_t(LOG_OVERHEAD + (Py_ssize_t)size);
-        f[B_MAGIC] = PyLong_FromLong(magic);
+        f[B_SIZE] = PyLong_FromSsize_t(entry_end - pos);
+        f[B_MAGIC] = PyLong_FromLong(s8(h[16]));
         f[B_BUF] = PySequence_GetSlice(obj, pos, entry_end);
         f[B_VALID] = valid; Py_INCREF(valid);
         f[B_BASE_OFFSET] = PyLong_FromLongLong(s64(be64(h)));
