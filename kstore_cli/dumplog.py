@@ -747,16 +747,10 @@ class _TextDumper(_Dumper):
                 if default_parser:
                     key = record.key
                     if key is not None:
-                        try:
-                            line += f"{prefix}key: {key.decode()}"
-                        except UnicodeDecodeError:
-                            line += f"{prefix}key: {java_utf8(key)}"
+                        line += f"{prefix}key: {java_utf8(key)}"
                     value = record.value
                     if value is not None:
-                        try:
-                            line += f" payload: {value.decode()}"
-                        except UnicodeDecodeError:
-                            line += f" payload: {java_utf8(value)}"
+                        line += f" payload: {java_utf8(value)}"
                 elif parser is not None:
                     line += format_record_data(parser, record, prefix)
             except KstoreError as exc:
