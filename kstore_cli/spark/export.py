@@ -45,6 +45,12 @@ class SparkJobError(KstoreError):
     """The Spark job failed (the first line of Spark's error, and kstore's own error when it is one)."""
 
 
+def _arrow_dates_hold(partition_by: str, time_zone: Optional[str]) -> bool:
+    """Whether the arrow writer's directories match Spark's: it takes a record's date in UTC, Spark's
+    writer in the session time zone (None: not set, UTC)."""
+    return partition_by != "date" or time_zone in (None, "UTC", "Z")
+
+
 class ExportRequest:
     """What to export, where, and how."""
 
@@ -95,8 +101,8 @@ class ExportRequest:
         Hadoop's filesystems and credentials (s3a://, hdfs://, abfs://), which pyarrow does not share."""
         if any(key.startswith(SPARK_WRITER_SETTINGS) for key in self.spark_conf):
             return "spark"
-        if self.partition_by == "date" and self.spark_conf.get("spark.sql.session.timeZone", "UTC") not in ("UTC", "Z"):
-            return "spark"  # the arrow writer takes dates in UTC
+        if not _arrow_dates_hold(self.partition_by, self.spark_conf.get("spark.sql.session.timeZone")):
+            return "spark"
         if "://" in self.output and not self.output.startswith("file://"):
             return "spark"
         return "arrow"
@@ -162,11 +168,10 @@ def _parquet_files(output: str) -> Dict[str, int]:
     """{path: size} of the Parquet files under `output` (any pyarrow filesystem URI)."""
     import pyarrow.fs as pafs
 
+    from kstore_cli.spark.write import filesystem
+
     try:
-        if "://" in output:
-            fs, root = pafs.FileSystem.from_uri(output)
-        else:
-            fs, root = pafs.LocalFileSystem(), os.path.abspath(output)
+        fs, root = filesystem(output)
         infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
     except (OSError, ValueError):
         return {}
@@ -175,10 +180,11 @@ def _parquet_files(output: str) -> Dict[str, int]:
 
 
 def _count_rows(output: str, files: List[str]) -> int:
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    fs = pafs.FileSystem.from_uri(output)[0] if "://" in output else pafs.LocalFileSystem()
+    from kstore_cli.spark.write import filesystem
+
+    fs = filesystem(output)[0]
     total = 0
     for path in files:
         with fs.open_input_file(path) as f:
@@ -313,9 +319,9 @@ def _export_arrow(spark, request: ExportRequest, plan: Plan, summary: ExportSumm
 
     import pyarrow.fs as pafs
 
-    from kstore_cli.spark.write import WriteJob, abort_job, commit_job, filesystem, write_partition
+    from kstore_cli.spark.write import WriteJob, abort_job, commit_job, filesystem, remove_if_empty, write_partition
 
-    if request.partition_by == "date" and spark.conf.get("spark.sql.session.timeZone", "UTC") not in ("UTC", "Z"):
+    if not _arrow_dates_hold(request.partition_by, spark.conf.get("spark.sql.session.timeZone", "UTC")):
         raise UsageError("--writer arrow partitions by the UTC date; drop spark.sql.session.timeZone or use --writer spark")
     try:
         fs, root = filesystem(request.output)
@@ -355,7 +361,7 @@ def _export_arrow(spark, request: ExportRequest, plan: Plan, summary: ExportSumm
         _wait_for_tasks(spark, job.job_id)
         abort_job(fs, root, job)
         if info.type == pafs.FileType.NotFound:
-            _remove_if_empty(fs, root)  # so that the same command can run again once the input is mended
+            remove_if_empty(fs, root)  # so that the same command can run again once the input is mended
         if isinstance(exc, Exception) and not isinstance(exc, KstoreError):
             from py4j.protocol import Py4JError
             from pyspark.errors import PySparkException
@@ -385,16 +391,6 @@ def _wait_for_tasks(spark, group: str, timeout: float = 60.0) -> None:
             time.sleep(0.05)
     except Exception:  # noqa: BLE001 - cleanup is best effort: a session that is gone has no tasks
         return
-
-
-def _remove_if_empty(fs, root: str) -> None:
-    import pyarrow.fs as pafs
-
-    try:
-        if not fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
-            fs.delete_dir(root)
-    except OSError:
-        pass
 
 
 def run_export(request: ExportRequest) -> ExportSummary:

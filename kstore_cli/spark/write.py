@@ -112,12 +112,17 @@ def abort_job(fs: pafs.FileSystem, root: str, job: WriteJob) -> None:
     """Remove the job's staging directory (and ``_temporary`` when nothing else is in it)."""
     try:
         fs.delete_dir(staging_dir(root, job))
-    except (FileNotFoundError, OSError):
+    except OSError:
         pass
+    remove_if_empty(fs, f"{root}/_temporary")
+
+
+def remove_if_empty(fs: pafs.FileSystem, directory: str) -> None:
+    """Remove `directory` when it exists and holds nothing (best effort)."""
     try:
-        if not fs.get_file_info(pafs.FileSelector(f"{root}/_temporary", allow_not_found=True)):
-            fs.delete_dir(f"{root}/_temporary")
-    except (FileNotFoundError, OSError):
+        if not fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True)):
+            fs.delete_dir(directory)
+    except OSError:
         pass
 
 
