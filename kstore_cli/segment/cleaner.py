@@ -1271,12 +1271,7 @@ def _clean_groups(partition: Partition, view: LogView, groups: List[List[Segment
             # range: it goes through the swap with the segment, as convert-format's do.
             kept = partition.snapshots.get(new.base_offset)
             if kept is not None and new.next_offset > new.base_offset:
-                with open(kept, "rb") as f:
-                    snapshot = f.read()
-                out = fileops.create_file(kept + names.CLEANED_SUFFIX)
-                extra.append(out.path)
-                out.write(snapshot)
-                out.finish()
+                swap.stage_extra(kept, extra)
             intent.data.update(current=number, txnBefore=txn_before, txnAfter=txns.to_json(), newFiles={
                 os.path.basename(p)[len(names.filename_prefix(new.base_offset)):-len(names.CLEANED_SUFFIX)]:
                     _identity(p) for p in new.files})

@@ -635,15 +635,7 @@ def convert_partition(
         extra: List[str] = []
         try:
             for path in in_range:
-                if path in emptied:
-                    data = emptied[path]
-                else:
-                    with open(path, "rb") as f:
-                        data = f.read()
-                out = fileops.create_file(path + names.CLEANED_SUFFIX)
-                extra.append(out.path)
-                out.write(data)
-                out.finish()
+                swap.stage_extra(path, extra, emptied.get(path))
             swap.replace_segments(dest, result.new_segments, segments,
                                   old_next_offset=old_next if last_of_partition else None,
                                   new_next_offset=new[-1].next_offset if last_of_partition else None,

@@ -66,6 +66,18 @@ class ReplaceReport:
         self.removed: List[str] = []
 
 
+def stage_extra(path: str, extra: List[str], data: Optional[bytes] = None) -> None:
+    """Write `path`'s bytes (or `data`) to ``<path>.cleaned``, one of :func:`replace_segments`' `extra`
+    files. It is named in `extra` as soon as it exists, so a failure's clean-up finds it."""
+    if data is None:
+        with open(path, "rb") as f:
+            data = f.read()
+    out = fileops.create_file(path + names.CLEANED_SUFFIX)
+    extra.append(out.path)
+    out.write(data)
+    out.finish()
+
+
 def replace_segments(directory: str, new_bases: Sequence[int], old: Sequence[Segment], *,
                      old_next_offset: Optional[int] = None,
                      new_next_offset: Optional[int] = None,
