@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import List
+from typing import Callable, List, Optional
 
 import click
 
@@ -33,3 +33,18 @@ def exit_with_problems(ctx: click.Context, problems: List[dict], status: int = E
     for row in problems:
         click.echo(f"kstore: {row['partition']}: {row['problem']}", err=True)
     ctx.exit(int(status))
+
+
+
+def byte_progress(show: bool, label: str, total: Callable[[], int]) -> "tuple[Optional[object], Optional[Callable[[int], None]]]":
+    """A transient progress bar over `total()` bytes when `show` (a terminal), else (None, None):
+    (the bar, to ``stop()`` when done; the callback the core advances it with). `total` is called
+    only when the bar is shown (summing sizes is I/O)."""
+    if not show:
+        return None, None
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn(label), BarColumn(), DownloadColumn(), TimeRemainingColumn(), transient=True)
+    bar.start()
+    task = bar.add_task(label, total=total())
+    return bar, lambda n: bar.update(task, advance=n)

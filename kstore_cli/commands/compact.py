@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 
 import click
 
-from kstore_cli.commands._console import exit_with_problems, human_bytes, is_tty
+from kstore_cli.commands._console import byte_progress, exit_with_problems, human_bytes, is_tty
 from kstore_cli.errors import ExitStatus, KstoreError, UsageError
 from kstore_cli.segment import fileops
 from kstore_cli.segment.cleaner import PassResult, compact_partition
@@ -169,20 +169,8 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
     groups = group_by_data_dir(targets)
     rows: List[dict] = []
     tty = is_tty() and not as_json and not quiet
-    progress_cm = None
-    advance = None
-    if tty:
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
-        total = sum(s.log_size for t in targets for s in t.partition.segments)
-        progress_cm = Progress(TextColumn("compacting"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                               transient=True)
-        progress_cm.start()
-        task = progress_cm.add_task("compact", total=total)
-
-        def advance(n: int) -> None:
-            progress_cm.update(task, advance=n)
-
+    progress_cm, advance = byte_progress(tty, "compacting",
+                                         lambda: sum(s.log_size for t in targets for s in t.partition.segments))
     worst = ExitStatus.PROBLEMS  # raised to the worst status of an error that stopped a partition
     try:
         with contextlib.ExitStack() as stack:

@@ -8,6 +8,7 @@ from typing import List, Optional
 
 import click
 
+from kstore_cli.commands._console import byte_progress
 from kstore_cli.commands._console import human_bytes as _human
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.codecs import CODEC_IDS
@@ -109,20 +110,8 @@ def command(ctx: click.Context, paths, to_magic: str, compression: Optional[str]
     tty = _is_tty() and not as_json
     total = ConvertStats()
     results: List[PartitionResult] = []
-    progress_cm = None
-    advance = None
-    if tty:
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
-        size = sum(os.path.getsize(s.log) for t in targets for s in t.segments)
-        progress_cm = Progress(TextColumn("converting"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                               transient=True)
-        progress_cm.start()
-        task = progress_cm.add_task("convert", total=size)
-
-        def advance(n: int) -> None:
-            progress_cm.update(task, advance=n)
-
+    progress_cm, advance = byte_progress(tty, "converting",
+                                         lambda: sum(os.path.getsize(s.log) for t in targets for s in t.segments))
     try:
         if output_dir and not dry_run:
             for raw in paths:
