@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -33,3 +37,24 @@ def load_manifest() -> dict:
 @pytest.fixture(scope="session")
 def manifest() -> dict:
     return load_manifest()
+
+
+_HOLD = (
+    "import fcntl, os, sys, time\n"
+    "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+    "fcntl.lockf(fd, fcntl.LOCK_EX)\n"
+    "print('locked', flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+@contextlib.contextmanager
+def lock_held(data: Path) -> Iterator[subprocess.Popen]:
+    """`data`/.lock held by another process (as a running broker holds it) for the block's duration."""
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(data / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()

@@ -34,7 +34,7 @@ import pytest
 
 from kstore_cli.cli import main
 from kstore_cli.segment import fileops
-from tests.conftest import ROOT
+from tests.conftest import ROOT, lock_held
 from tests.safety_data import LEFTOVER_SUFFIXES, PAUSED_RUN, T0, check_loadable, diff, loader_view, make_data_dir, tree_bytes
 from tests.test_crash_matrix import SCENARIOS, Scenario, _damaged_tail
 
@@ -74,25 +74,6 @@ def no_fsync(monkeypatch):
 
 # --------------------------------------------------------------------------- the broker's lock
 
-
-_HOLD = (
-    "import fcntl, os, sys, time\n"
-    "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
-    "fcntl.lockf(fd, fcntl.LOCK_EX)\n"
-    "print('locked', flush=True)\n"
-    "time.sleep(120)\n"
-)
-
-
-@contextlib.contextmanager
-def lock_held(data: Path):
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(data / ".lock")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "locked"
-        yield holder
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 @pytest.mark.parametrize("command", sorted(MUTATING))

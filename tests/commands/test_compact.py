@@ -25,7 +25,7 @@ from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.names import filename_prefix
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.segment.swap import resolve_leftovers
-from tests.conftest import GOLDEN, ROOT
+from tests.conftest import GOLDEN, ROOT, lock_held
 from tests.segment.partition_factory import tree_state
 
 _register_commands()
@@ -248,21 +248,10 @@ def test_not_eligible_below_the_dirty_ratio_unless_forced(tmp_path: Path) -> Non
     assert json.loads(forced.output)["partitions"][0]["cleaned"]
 
 
-_HOLD = (
-    "import fcntl, os, sys, time\n"
-    "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
-    "fcntl.lockf(fd, fcntl.LOCK_EX)\n"
-    "print('locked', flush=True)\n"
-    "time.sleep(60)\n"
-)
-
-
 def test_lock_held_by_another_process_makes_it_refuse(tmp_path: Path) -> None:
     data = tmp_path / "data"
     part = write_partition(data)
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(data / ".lock")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with lock_held(data):
         before = tree_state(data)
         assert isinstance(run(*NOW, str(part)).exception, LogDirLockedError)
         refused = kstore("compact", *NOW, str(part))
@@ -271,9 +260,6 @@ def test_lock_held_by_another_process_makes_it_refuse(tmp_path: Path) -> None:
         assert tree_state(data) == before
         dry = run(*NOW, "--dry-run", "--json", str(part))
         assert "a real run would refuse" in " ".join(json.loads(dry.output)["partitions"][0]["notes"])
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_a_file_path_and_a_tiny_dedupe_buffer_are_usage_errors(tmp_path: Path) -> None:

@@ -19,8 +19,8 @@ from kstore_cli.segment import fileops
 from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.segment.snapshot import ProducerEntry, build_snapshot, read_snapshot
-from tests.commands.test_rebuild_index import _HOLD, dir_hash
-from tests.conftest import CORPUS, ROOT
+from tests.commands.test_rebuild_index import dir_hash
+from tests.conftest import CORPUS, ROOT, lock_held
 from tests.segment.test_convert import (
     IMPLS,
     expected_after,
@@ -112,10 +112,7 @@ def test_text_summary_reports_losses_and_strict_refuses(tmp_path: Path) -> None:
 def test_lock_held_by_a_broker_is_refused_unless_forced(tmp_path: Path) -> None:
     shutil.copytree(CORPUS / "logs" / "legacy-v0-0", tmp_path / "data" / "legacy-v0-0")
     part = tmp_path / "data" / "legacy-v0-0"
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(tmp_path / "data" / ".lock")],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with lock_held(tmp_path / "data"):
         before = dir_hash(tmp_path / "data")
         refused = run("--to-magic", "2", "--in-place", str(part))
         assert isinstance(refused.exception, LogDirLockedError)
@@ -123,9 +120,6 @@ def test_lock_held_by_a_broker_is_refused_unless_forced(tmp_path: Path) -> None:
         forced = run("--to-magic", "2", "--in-place", "--force", str(part))
         assert forced.exit_code == 0, forced.output
         assert {b.magic for s in Partition(str(part)).segments for b in read_batches(s.log)} == {2}
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 # --------------------------------------------------------------------------- crash test

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from kstore_cli.cli import _register_commands, cli
 from kstore_cli.errors import LogDirLockedError
-from tests.conftest import CORPUS, ROOT
+from tests.conftest import CORPUS, ROOT, lock_held
 
 _register_commands()
 
@@ -137,36 +137,18 @@ def test_lock_held_in_process_is_refused(tmp_path: Path) -> None:
     part = copy_case("missing-indexes", tmp_path)
     fd = os.open(tmp_path / "data" / ".lock", os.O_RDWR | os.O_CREAT)
     # lockf locks are per process: a child holds it so that our process sees it held.
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(tmp_path / "data" / ".lock")],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with lock_held(tmp_path / "data"):
         result = run(str(part))
         assert isinstance(result.exception, LogDirLockedError)
         assert not (part / "00000000000000000000.index").exists()
-    finally:
-        holder.kill()
-        holder.wait()
-        os.close(fd)
+    os.close(fd)
     del fcntl
-
-
-_HOLD = (
-    "import fcntl, os, sys, time\n"
-    "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
-    "fcntl.lockf(fd, fcntl.LOCK_EX)\n"
-    "print('locked', flush=True)\n"
-    "time.sleep(60)\n"
-)
 
 
 def test_real_process_lock_makes_the_real_command_refuse_unless_forced(tmp_path: Path) -> None:
     part = copy_case("missing-indexes", tmp_path)
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(tmp_path / "data" / ".lock")],
-                              stdout=subprocess.PIPE, text=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with lock_held(tmp_path / "data"):
         refused = subprocess.run([sys.executable, "-m", "kstore_cli", "rebuild-index", str(part)],
                                  capture_output=True, text=True, env=env)
         assert refused.returncode != 0
@@ -177,9 +159,6 @@ def test_real_process_lock_makes_the_real_command_refuse_unless_forced(tmp_path:
                                  "--index-interval-bytes", "100", str(part)], capture_output=True, text=True, env=env)
         assert forced.returncode == 0, forced.stderr
         assert (part / "00000000000000000000.index").exists()
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_missing_path_is_unreadable() -> None:

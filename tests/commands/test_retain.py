@@ -21,7 +21,7 @@ from kstore_cli.segment import fileops
 from kstore_cli.segment.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
 from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.names import filename_prefix
-from tests.conftest import CORPUS, ROOT
+from tests.conftest import CORPUS, ROOT, lock_held
 from tests.segment.partition_factory import DAY, T0, SegSpec, make_partition, tree_state
 from tests.safety_data import PAUSED_RUN
 
@@ -154,21 +154,10 @@ def test_a_partition_it_cannot_handle_exits_1_with_a_one_line_reason(tmp_path: P
 # --------------------------------------------------------------------------- locking
 
 
-_HOLD = (
-    "import fcntl, os, sys, time\n"
-    "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
-    "fcntl.lockf(fd, fcntl.LOCK_EX)\n"
-    "print('locked', flush=True)\n"
-    "time.sleep(60)\n"
-)
-
-
 def test_lock_held_by_another_process_makes_it_refuse_unless_forced(tmp_path: Path) -> None:
     data = tmp_path / "data"
     two_partitions(data)
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(data / ".lock")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with lock_held(data):
         before = tree_state(data)
         in_process = run(*POLICY, str(data))
         assert isinstance(in_process.exception, LogDirLockedError)
@@ -180,9 +169,6 @@ def test_lock_held_by_another_process_makes_it_refuse_unless_forced(tmp_path: Pa
         forced = kstore("retain", "--force", *POLICY, str(data))
         assert forced.returncode == 0, forced.stderr
         assert tree_state(data) != before
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_two_concurrent_runs_never_both_act(tmp_path: Path) -> None:
@@ -340,13 +326,8 @@ def test_terminal_gets_a_table_and_dry_run_notes_a_running_broker(tmp_path: Path
     two_partitions(data)
     monkeypatch.setattr(retain, "_is_tty", lambda: True)
     monkeypatch.setenv("COLUMNS", "400")  # no folding inside the table's cells
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(data / ".lock")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with lock_held(data):
         result = run("--dry-run", "--delete-delay-ms", "1000", *POLICY, str(data))
-    finally:
-        holder.kill()
-        holder.wait()
     assert result.exit_code == 0, result.output
     assert "kstore retain (dry run" in result.output and "orders-0" in result.output
     assert "a real run would refuse" in result.output
