@@ -58,3 +58,20 @@ def lock_held(data: Path) -> Iterator[subprocess.Popen]:
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.fixture(scope="session")
+def oracle():
+    """Apache Kafka's own code (../shared/kafka-oracle): skips where absent, fails under CI."""
+    from tests.oracle import require_oracle
+
+    return require_oracle()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    from tests.oracle import _instance
+
+    oracle = _instance.get("o")
+    if oracle is not None and oracle.invocations:
+        terminalreporter.write_line(
+            f"kafka-oracle: {oracle.invocations} Kafka invocations in {oracle.jvm_starts} JVM(s)")

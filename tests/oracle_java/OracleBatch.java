@@ -1,0 +1,60 @@
+import java.io.BufferedReader;
+import java.io.FileInputStream;
+import java.io.InputStream;
+import java.io.InputStreamReader;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
+import java.nio.charset.StandardCharsets;
+import java.security.Permission;
+import java.util.Arrays;
+
+/**
+ * Test-suite launcher (kstore's own code, run with `java OracleBatch.java`): runs many invocations of
+ * the kafka-oracle harnesses in one JVM, so the suite pays the JVM start once per batch, not per input.
+ *
+ * Each stdin line is tab-separated: MAIN_CLASS, STDIN_FILE (or empty), ARG... The harnesses end with
+ * System.exit, which is trapped and reported: after each run one line {"type":"oracle_batch_end","rc":N}.
+ */
+public class OracleBatch {
+    static final class ExitTrap extends SecurityException {
+        final int status;
+        ExitTrap(int status) { this.status = status; }
+    }
+
+    public static void main(String[] argv) throws Exception {
+        System.setSecurityManager(new SecurityManager() {
+            @Override public void checkPermission(Permission p) {}
+            @Override public void checkPermission(Permission p, Object context) {}
+            @Override public void checkExit(int status) { throw new ExitTrap(status); }
+        });
+        InputStream realIn = System.in;
+        BufferedReader in = new BufferedReader(new InputStreamReader(realIn, StandardCharsets.UTF_8));
+        String line;
+        while ((line = in.readLine()) != null) {
+            if (line.isEmpty()) continue;
+            String[] parts = line.split("\t", -1);
+            String[] args = Arrays.copyOfRange(parts, 2, parts.length);
+            int rc = 0;
+            try (InputStream runIn = parts[1].isEmpty() ? InputStream.nullInputStream() : new FileInputStream(parts[1])) {
+                System.setIn(runIn);
+                Method main = Class.forName(parts[0]).getMethod("main", String[].class);
+                main.invoke(null, (Object) args);
+            } catch (InvocationTargetException e) {
+                Throwable t = e.getCause();
+                while (t != null && !(t instanceof ExitTrap)) t = t.getCause();
+                if (t != null) {
+                    rc = ((ExitTrap) t).status;
+                } else {
+                    e.getCause().printStackTrace();
+                    rc = 99;
+                }
+            } finally {
+                System.setIn(realIn);
+            }
+            scala.Console.out().flush();
+            System.out.flush();
+            System.out.println("{\"type\":\"oracle_batch_end\",\"rc\":" + rc + "}");
+            System.out.flush();
+        }
+    }
+}
