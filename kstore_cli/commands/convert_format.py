@@ -124,7 +124,9 @@ def command(ctx: click.Context, paths, to_magic: str, compression: Optional[str]
                 if os.path.isdir(path) and not is_partition_dir(path):
                     copy_data_dir_files(path, output_dir)
         for data_dir, dir_targets in group_by_data_dir(targets).items():
-            lock = fileops.LogDirLock(data_dir, force=force, partitions=[t.partition.path for t in dir_targets]) if (in_place and not dry_run) else None
+            lock = None
+            if in_place and not dry_run:
+                lock = fileops.LogDirLock(data_dir, force=force, partitions=[t.partition.path for t in dir_targets])
             if lock is not None:
                 lock.__enter__()
             try:

@@ -727,7 +727,8 @@ def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Option
         new_manifest["movedFiles"] = [m for m in manifest.get("movedFiles", []) if m["from"] not in seen] + \
             new_manifest["movedFiles"]
         done = {c["file"] for c in checkpoints}
-        new_manifest["checkpoints"] = [c for c in manifest.get("checkpoints", []) if c["file"] not in done] + checkpoints
+        earlier = [c for c in manifest.get("checkpoints", []) if c["file"] not in done]
+        new_manifest["checkpoints"] = earlier + checkpoints
     if new_manifest != manifest:
         # The manifest first: a quarantine dir left by a killed run still says what it was for.
         fileops.atomic_write(os.path.join(qdir, MANIFEST), (json.dumps(new_manifest, indent=2) + "\n").encode())

@@ -122,7 +122,8 @@ def test_a_tail_is_quarantined_exactly_once_whatever_the_kill_point(template: Pa
     want_data, want_q = tree_bytes(ref / "data"), _quarantined(ref)
     assert any(name.endswith(".tail") for name in want_q) and len(want_q) == 10
     (ref_qdir,) = quarantine_dirs(ref)
-    want_checkpoints = json.loads((ref_qdir / "kstore-quarantine.json").read_text().replace(str(ref), "W")).get("checkpoints")
+    ref_manifest = (ref_qdir / "kstore-quarantine.json").read_text().replace(str(ref), "W")
+    want_checkpoints = json.loads(ref_manifest).get("checkpoints")
     killed = 0
     for n in range(1, ops + 1):
         work = fresh(template, tmp_path, f"k{n}")

@@ -14,7 +14,8 @@ import pytest
 from kstore_cli.errors import FileUnreadableError, UnsafeFileError
 from kstore_cli.segment import fileops
 
-from tests.ownership import GID, UID, as_root, kafka_dir, owner, unopenable_as, umask077, world_tmp as tmp_path  # noqa: F401
+from tests.ownership import (  # noqa: F401 (fixtures)
+    GID, UID, as_root, kafka_dir, owner, umask077, unopenable_as, world_tmp as tmp_path)
 
 
 @as_root
