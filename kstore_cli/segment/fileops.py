@@ -9,6 +9,11 @@ kill at any step leaves a recoverable directory, or a fault (:func:`arm_fault`:
 the N-th operation fails with an errno such as ENOSPC or EACCES, as the OS would
 report a full disk or a permission problem) to prove that errors are reported
 and leave a recoverable directory too.
+
+Every file created here takes its owner, group and mode from the file it replaces, else from the
+directory's segment files (:func:`owner_for`), as the broker created them, whatever user and umask
+kstore runs with; every file is created ``O_CREAT|O_EXCL|O_NOFOLLOW`` and no write, truncation or
+append goes through a symbolic link (:func:`refuse_link`).
 """
 
 from __future__ import annotations
