@@ -859,12 +859,14 @@ def _checkpoint_changes(partition: Partition, end_offset: int) -> List[dict]:
         before = entries.get(key)
         if before is None or before <= end_offset:
             continue
+        change = {"file": path, "topic": key[0], "partition": key[1], "before": before}
         if name == CLEANER_OFFSET_CHECKPOINT:
+            change["line"] = list(entries).index(key)  # where restore puts the entry back
             del entries[key]
         else:
             entries[key] = end_offset
-        changes.append({"file": path, "topic": key[0], "partition": key[1], "before": before,
-                        "after": entries.get(key), "_data": format_offset_checkpoint(entries).encode()})
+        change.update(after=entries.get(key), _data=format_offset_checkpoint(entries).encode())
+        changes.append(change)
     return changes
 
 

@@ -232,7 +232,13 @@ def apply_restore(plan: RestorePlan) -> None:
             data = format_leader_epoch_checkpoint([tuple(e) for e in change["before"]]).encode()
         else:
             entries = read_offset_checkpoint(path) if os.path.exists(path) else {}
-            entries[(change["topic"], int(change["partition"]))] = int(change["before"])
+            key = (change["topic"], int(change["partition"]))
+            if key not in entries and isinstance(change.get("line"), int):
+                # A dropped entry goes back to its line: the file as it was, byte for byte.
+                items = list(entries.items())
+                items.insert(change["line"], (key, int(change["before"])))
+                entries = dict(items)
+            entries[key] = int(change["before"])
             data = format_offset_checkpoint(entries).encode()
         fileops.atomic_write(path, data)
     done = dict(manifest)
