@@ -217,9 +217,14 @@ def test_restore_finishes_after_a_kill_at_every_step(template: Path, tmp_path: P
     ops = ops_of(["restore", str(ref_q)])
     want = _state(ref / "data")
     assert want == _state(template / "data")
+    cut, cut_q = _cut(template, tmp_path, "cut")
     killed = 0
     for n in range(1, ops + 1):
-        work, qdir = _cut(template, tmp_path, f"k{n}")
+        work = tmp_path / f"k{n}"
+        shutil.copytree(cut, work)
+        qdir = work / cut_q.relative_to(cut)
+        manifest = qdir / "kstore-quarantine.json"
+        manifest.write_text(manifest.read_text().replace(str(cut), str(work)))
         killed += forked_crash(["restore", str(qdir)], n)
         res = invoke(["restore", str(qdir)])
         assert res.exit_code == 0, (n, res.output)
