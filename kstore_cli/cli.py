@@ -5,11 +5,13 @@ Exit codes (also in the README):
     0  success, nothing wrong found
     1  problems found in the data (corruption, index mismatches, failed checks)
     2  usage error
-    3  a file could not be opened or read
+    3  a file could not be opened, read or written (also the command's own output: stdout on
+       a full disk); a closed pipe (``| head``) is not an error: kstore stops quietly, exit 0
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from typing import List, Optional
@@ -17,7 +19,7 @@ from typing import List, Optional
 import click
 
 from kstore_cli import __version__
-from kstore_cli.errors import ExitStatus, KstoreError
+from kstore_cli.errors import ExitStatus, KstoreError, OutputError
 
 TRACEBACK_ENV = "KSTORE_TRACEBACK"
 
@@ -68,6 +70,35 @@ def report_error(exc: KstoreError) -> int:
     return int(exc.exit_status)
 
 
+#: errnos of a failed write to an output stream (an OSError without a file name: not one of the
+#: core's own file operations, which raise KstoreErrors naming their file).
+_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF, errno.EINVAL,
+                            errno.EPERM, errno.EACCES, errno.EROFS, errno.ECONNRESET})
+
+
+def _reason(exc: OSError) -> str:
+    return "no space left on device" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush of what is still buffered does
+    not fail again (a second message, exit 120)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _internal_error(exc: BaseException) -> None:
+    click.echo(
+        f"kstore: internal error: {type(exc).__name__}: {exc} "
+        f"(rerun with --traceback and report it)",
+        err=True,
+    )
+    sys.exit(ExitStatus.PROBLEMS)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Entry point of the ``kstore`` script."""
     _register_commands()
@@ -91,21 +122,25 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(ExitStatus.USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
     except BrokenPipeError:
         # A pager or `head` closed the pipe: stop quietly, as Unix tools do.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _silence_stdout()
         sys.exit(ExitStatus.OK)
+    except OSError as exc:
+        if exc.filename is not None or exc.errno not in _OUTPUT_ERRNOS:
+            if os.environ.get(TRACEBACK_ENV):
+                raise
+            _internal_error(exc)
+        # Writing the command's output failed (stdout on a full disk, /dev/full, a broken device):
+        # the output is incomplete, which the caller must know.
+        _silence_stdout()
+        sys.exit(report_error(OutputError(f"could not write: {_reason(exc)}; the output is incomplete",
+                                          path="standard output")))
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
         sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - last line of defence: never a traceback
         if os.environ.get(TRACEBACK_ENV):
             raise
-        click.echo(
-            f"kstore: internal error: {type(exc).__name__}: {exc} "
-            f"(rerun with --traceback and report it)",
-            err=True,
-        )
-        sys.exit(ExitStatus.PROBLEMS)
+        _internal_error(exc)
     sys.exit(rv if isinstance(rv, int) else ExitStatus.OK)
 
 

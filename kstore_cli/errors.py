@@ -62,6 +62,15 @@ class FileUnreadableError(KstoreError):
     exit_status = ExitStatus.UNREADABLE
 
 
+class UnsafeFileError(FileUnreadableError):
+    """A file kstore was to write, cut or move is a symbolic link or not a regular file (a FIFO, a
+    device...): refused, since writing through it could change a file outside the data dir."""
+
+
+class OutputError(FileUnreadableError):
+    """The command's own output (stdout, an output file) could not be written."""
+
+
 class CorruptDataError(KstoreError):
     """Bytes on disk do not follow Kafka's format."""
 

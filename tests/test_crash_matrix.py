@@ -394,6 +394,9 @@ def test_the_matrix_knows_every_mutating_command() -> None:
         if any(p.name == "force" for p in command.params):
             mutating.add(command.name)
     covered = {sc.argv(Path("/x"))[0] for sc in SCENARIOS}
+    # restore undoes a cut (more records after it than before: not this matrix's invariant); it is
+    # killed before each of its file operations in tests/commands/test_restore.py.
+    covered.add("restore")
     assert mutating == covered, f"mutating commands without a crash scenario: {mutating - covered}"
 
 

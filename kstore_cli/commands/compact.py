@@ -176,7 +176,8 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
         with contextlib.ExitStack() as stack:
             if not dry_run:
                 for data_dir in sorted(groups):  # every lock first: nothing changes unless all are ours
-                    stack.enter_context(fileops.LogDirLock(data_dir, force=force))
+                    stack.enter_context(fileops.LogDirLock(
+                        data_dir, force=force, partitions=[t.partition.path for t in groups[data_dir]]))
             for data_dir in sorted(groups):
                 state = DataDirState(data_dir)
                 in_use = dry_run and not force and fileops.is_locked(data_dir)

@@ -98,10 +98,15 @@ def command(ctx: click.Context, paths, to_magic: str, compression: Optional[str]
     if not targets:
         raise UsageError("no partitions found in " + ", ".join(paths))
     if output_dir:
-        out_abs = os.path.abspath(output_dir)
-        for t in targets:
-            if out_abs == t.partition.data_dir or out_abs.startswith(t.partition.path + os.sep):
-                raise UsageError("the output dir must not be the input's data dir or inside a partition", path=output_dir)
+        # Real paths: an alias (symlink) of the input is the input. The output must not be, or lie
+        # inside, an input's data dir (where it would write into the live partition, or leave a stray
+        # directory the broker refuses to start with), nor any input path.
+        out_real = os.path.realpath(output_dir)
+        inputs = {os.path.realpath(raw) for raw in paths} | {t.partition.data_dir for t in targets}
+        for inp in sorted(inputs):
+            if out_real == inp or out_real.startswith(inp.rstrip(os.sep) + os.sep):
+                raise UsageError(f"the output dir is or lies inside the input {inp}; choose a directory "
+                                 "outside the data dir", path=output_dir)
         names_seen = {}
         for t in targets:
             other = names_seen.setdefault(t.partition.name, t.partition.path)
@@ -119,7 +124,9 @@ def command(ctx: click.Context, paths, to_magic: str, compression: Optional[str]
                 if os.path.isdir(path) and not is_partition_dir(path):
                     copy_data_dir_files(path, output_dir)
         for data_dir, dir_targets in group_by_data_dir(targets).items():
-            lock = fileops.LogDirLock(data_dir, force=force) if (in_place and not dry_run) else None
+            lock = None
+            if in_place and not dry_run:
+                lock = fileops.LogDirLock(data_dir, force=force, partitions=[t.partition.path for t in dir_targets])
             if lock is not None:
                 lock.__enter__()
             try:

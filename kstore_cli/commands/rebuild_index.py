@@ -162,7 +162,7 @@ def command(ctx: click.Context, paths, index_interval_bytes: int, truncate: bool
     tty = _is_tty() and not as_json
     problems = False
     for data_dir, dir_targets in group_by_data_dir(targets).items():
-        lock = fileops.LogDirLock(data_dir, force=force)
+        lock = fileops.LogDirLock(data_dir, force=force, partitions=[t.partition.path for t in dir_targets])
         if dry_run:
             lock = None
         if lock is not None:

@@ -168,7 +168,8 @@ def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_mi
     with contextlib.ExitStack() as stack:
         if not dry_run:
             for data_dir in sorted(groups):  # every lock first: nothing changes unless all are ours
-                stack.enter_context(fileops.LogDirLock(data_dir, force=force))
+                stack.enter_context(fileops.LogDirLock(data_dir, force=force,
+                                                      partitions=[t.partition.path for t in groups[data_dir]]))
         planned: Dict[str, tuple] = {}
         for data_dir in sorted(groups):  # plan everything before changing anything
             state = DataDirState(data_dir)

@@ -9,6 +9,11 @@ kill at any step leaves a recoverable directory, or a fault (:func:`arm_fault`:
 the N-th operation fails with an errno such as ENOSPC or EACCES, as the OS would
 report a full disk or a permission problem) to prove that errors are reported
 and leave a recoverable directory too.
+
+Every file created here takes its owner, group and mode from the file it replaces, else from the
+directory's segment files (:func:`owner_for`), as the broker created them, whatever user and umask
+kstore runs with; every file is created ``O_CREAT|O_EXCL|O_NOFOLLOW`` and no write, truncation or
+append goes through a symbolic link (:func:`refuse_link`).
 """
 
 from __future__ import annotations
@@ -17,13 +22,21 @@ import errno
 import fcntl
 import os
 import signal
-from typing import Callable, Dict, List, Optional
+import stat
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-from kstore_cli.errors import FileUnreadableError, KstoreError, LogDirLockedError
+from kstore_cli.errors import FileUnreadableError, KstoreError, LogDirLockedError, UnsafeFileError
 
 CRASH_ENV = "KSTORE_CRASH_AT"
 LOCK_FILE = ".lock"
 TMP_SUFFIX = ".kstore-tmp"
+#: Suffixes of the transient names a file has on its way to its final name (the final name's
+#: owner and mode are what the transient file gets).
+_TRANSIENT_SUFFIXES = (TMP_SUFFIX, ".cleaned", ".swap", ".deleted")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+#: Flags of every file kstore creates: never an existing entry, never through a symbolic link.
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
 
 _op_count = 0
 _crash_at: Optional[int] = None
@@ -106,6 +119,169 @@ def _fail(action: str, path: str, exc: OSError, consequence: str = _NEW_FILE) ->
     return FileUnreadableError(f"could not {action}: {reason}; {consequence}", path=path)
 
 
+# --------------------------------------------------------------------------- owners, modes, links
+
+#: (uid, gid, permission bits) a new file gets.
+Owner = Tuple[int, int, int]
+
+
+def describe_kind(mode: int) -> str:
+    """What a non-regular file is, for a message ("a symbolic link", "a FIFO (named pipe)"...)."""
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def refuse_link(path: str) -> None:
+    """Raise UnsafeFileError when path exists and is not a regular file (a symbolic link, a FIFO...):
+    kstore never writes through a link nor onto anything but a regular file."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise FileUnreadableError(f"cannot be examined: {exc.strerror or exc}", path=path) from None
+    if stat.S_ISREG(st.st_mode):
+        return
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        raise UnsafeFileError(
+            f"is a symbolic link (to {target}); kstore never writes through a link: replace it with the "
+            "file itself (or name the real path) and rerun", path=path)
+    raise UnsafeFileError(f"is {describe_kind(st.st_mode)}, not a regular file; refusing to change it", path=path)
+
+
+def refuse_links(paths: Iterable[str]) -> None:
+    """:func:`refuse_link` for each path (checked before a command changes anything)."""
+    for path in paths:
+        refuse_link(path)
+
+
+def partition_files(partition_dir: str, data_dir: Optional[str] = None) -> List[str]:
+    """Every entry a mutating command may write, rename or cut for a partition: the entries of
+    the partition dir (segments, indexes, snapshots, checkpoints, leftovers), and the data dir's
+    checkpoints and .lock."""
+    out: List[str] = []
+    try:
+        with os.scandir(partition_dir) as it:
+            out.extend(e.path for e in it if not e.is_dir(follow_symlinks=False))
+    except OSError as exc:
+        raise FileUnreadableError(f"cannot be listed: {exc.strerror or exc}", path=partition_dir) from None
+    if data_dir is not None:
+        try:
+            with os.scandir(data_dir) as it:
+                out.extend(e.path for e in it
+                           if (e.name.endswith("-checkpoint") or e.name == LOCK_FILE)
+                           and not e.is_dir(follow_symlinks=False))
+        except OSError as exc:
+            raise FileUnreadableError(f"cannot be listed: {exc.strerror or exc}", path=data_dir) from None
+    return out
+
+
+def _owner_of(st: os.stat_result, from_dir: bool = False) -> Owner:
+    mode = stat.S_IMODE(st.st_mode)
+    if from_dir:
+        mode &= 0o666  # a directory's x bits mean "searchable", not "executable"
+    return st.st_uid, st.st_gid, mode
+
+
+def owner_for(path: str) -> Optional[Owner]:
+    """The owner and mode a file kstore writes at path gets, as the broker created its files: those
+    of the file it replaces (or becomes, for a transient name); else of the directory's segment files
+    (another regular file of the directory when it has none); else the directory's own (x bits off)."""
+    path = os.fspath(path)
+    candidates = [path]
+    stripped = path
+    while stripped.endswith(_TRANSIENT_SUFFIXES):
+        stripped = stripped[: stripped.rfind(".")]
+        candidates.append(stripped)
+    for candidate in candidates:
+        try:
+            st = os.lstat(candidate)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            return _owner_of(st)
+    directory = os.path.dirname(os.path.abspath(path))
+    other: Optional[os.stat_result] = None
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                if entry.name.endswith(_TRANSIENT_SUFFIXES) or entry.name == LOCK_FILE:
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                if entry.name.endswith(".log"):
+                    return _owner_of(st)
+                if other is None:
+                    other = st
+        if other is not None:
+            return _owner_of(other)
+        return _owner_of(os.stat(directory), from_dir=True)
+    except OSError:
+        return None
+
+
+def apply_owner(fd: int, owner: Optional[Owner]) -> None:
+    """Give an open file (just created by kstore) the owner, group and mode `owner`."""
+    if owner is None:
+        return
+    uid, gid, mode = owner
+    st = os.fstat(fd)
+    if (st.st_uid, st.st_gid) != (uid, gid):
+        try:
+            os.fchown(fd, uid, gid)
+        except PermissionError:
+            if os.geteuid() == 0:
+                raise
+            # Not root: the file stays ours (the user running kstore), as any tool's output would.
+    os.fchmod(fd, mode)  # after the chown, which clears set-id bits
+
+
+def _create(path: str, owner: Optional[Owner]) -> int:
+    """Create path exclusively (O_EXCL|O_NOFOLLOW: never an existing entry, never through a link),
+    private until it has `owner`'s owner and mode."""
+    fd = os.open(path, _CREATE_FLAGS, 0o600)
+    try:
+        apply_owner(fd, owner)
+    except OSError:
+        os.close(fd)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        raise
+    return fd
+
+
+def _create_tmp(tmp: str, owner: Optional[Owner]) -> int:
+    """:func:`_create` for kstore's own temporary name: a leftover under that name (a killed run's,
+    or anything planted there) is removed first -- unlink removes a link, never its target."""
+    try:
+        return _create(tmp, owner)
+    except FileExistsError:
+        st = os.lstat(tmp)
+        if stat.S_ISDIR(st.st_mode):
+            raise
+        os.unlink(tmp)
+    return _create(tmp, owner)
+
+
 def fsync_dir(directory: str) -> None:
     """fsync a directory so renames and deletes in it survive a power loss."""
     _step("fsync-dir", directory)
@@ -123,15 +299,22 @@ def fsync_dir(directory: str) -> None:
 def atomic_write(path: str, data: "bytes | Callable[[object], None]") -> None:
     """Replace path with data: temporary file, fsync, rename over path, fsync the directory.
 
-    data may be bytes or a function that writes to the open binary file.
+    data may be bytes or a function that writes to the open binary file. The new file keeps the
+    owner and mode of the one it replaces (:func:`owner_for`); the temporary file is created
+    exclusively in path's own directory without following links, and a path that is a symbolic
+    link (or not a regular file) is refused.
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     tmp = path + TMP_SUFFIX
+    refuse_link(path)
     _step("write", tmp)
+    created = False
     try:
-        with open(tmp, "wb") as f:
-            _injected()
+        _injected()
+        fd = _create_tmp(tmp, owner_for(path))
+        created = True
+        with os.fdopen(fd, "wb") as f:
             if callable(data):
                 data(f)
             else:
@@ -140,10 +323,11 @@ def atomic_write(path: str, data: "bytes | Callable[[object], None]") -> None:
             _step("fsync", tmp)
             os.fsync(f.fileno())
     except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        if created:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
         raise _fail("write", tmp, exc, f"{os.path.basename(path)} was not replaced") from None
     rename(tmp, path)
     fsync_dir(directory)
@@ -178,36 +362,57 @@ def unlink(path: str, missing_ok: bool = True) -> None:
 
 
 def truncate(path: str, size: int) -> None:
-    """Cut a file to size bytes and fsync it."""
+    """Cut a file to size bytes and fsync it (never through a link: a link is refused)."""
+    refuse_link(path)
     _step("truncate", path)
     try:
         _injected()
-        with open(path, "r+b") as f:
-            f.truncate(size)
-            f.flush()
-            os.fsync(f.fileno())
+        fd = os.open(path, os.O_WRONLY | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UnsafeFileError("is not a regular file; refusing to truncate it", path=path)
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            refuse_link(path)
         raise _fail("truncate", path, exc, _PARTIAL) from None
 
 
+def _open_source(src: str) -> int:
+    """Open a file kstore copies from: read-only, not through a link, a regular file (no hang on a FIFO)."""
+    fd = os.open(src, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafeFileError("is not a regular file; refusing to copy it", path=src)
+    return fd
+
+
 def copy_range(src: str, dst: str, start: int, end: int) -> None:
-    """Write bytes [start, end) of src to a new file dst (fsynced), e.g. to keep a cut tail aside."""
+    """Write bytes [start, end) of src to a new file dst (fsynced), e.g. to keep a cut tail aside.
+    dst gets src's owner and mode."""
+    refuse_link(src)
     _step("write", dst)
     created = False
     try:
-        with open(src, "rb") as fin, open(dst, "xb") as fout:
+        fdin = _open_source(src)
+        with os.fdopen(fdin, "rb") as fin:
+            fd = _create(dst, _owner_of(os.fstat(fdin)))
             created = True
-            _injected()
-            fin.seek(start)
-            remaining = end - start
-            while remaining > 0:
-                chunk = fin.read(min(remaining, 1 << 20))
-                if not chunk:
-                    break
-                fout.write(chunk)
-                remaining -= len(chunk)
-            fout.flush()
-            os.fsync(fout.fileno())
+            with os.fdopen(fd, "wb") as fout:
+                _injected()
+                fin.seek(start)
+                remaining = end - start
+                while remaining > 0:
+                    chunk = fin.read(min(remaining, 1 << 20))
+                    if not chunk:
+                        break
+                    fout.write(chunk)
+                    remaining -= len(chunk)
+                fout.flush()
+                os.fsync(fout.fileno())
     except OSError as exc:
         if created:  # a half copy is worth nothing; the source still has every byte
             try:
@@ -215,6 +420,44 @@ def copy_range(src: str, dst: str, start: int, end: int) -> None:
             except OSError:
                 pass
         raise _fail("write", dst, exc, _PARTIAL) from None
+
+
+def append_range(src: Optional[str], dst: str, start: int, end: int, *, expected_size: int) -> None:
+    """Append bytes [start, end) of src (zeros when src is None) to dst, which must be expected_size
+    bytes long (so a rerun never appends twice), and fsync it. Never through a link."""
+    refuse_link(dst)
+    _step("append", dst)
+    try:
+        _injected()
+        fd = os.open(dst, os.O_WRONLY | os.O_APPEND | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK)
+        with os.fdopen(fd, "wb") as fout:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise UnsafeFileError("is not a regular file; refusing to append to it", path=dst)
+            if st.st_size != expected_size:
+                raise FileUnreadableError(f"is {st.st_size} bytes, expected {expected_size}; nothing appended",
+                                          path=dst)
+            fin = os.fdopen(_open_source(src), "rb") if src is not None else None
+            try:
+                if fin is not None:
+                    fin.seek(start)
+                remaining = end - start
+                while remaining > 0:
+                    n = min(remaining, 1 << 20)
+                    chunk = fin.read(n) if fin is not None else bytes(n)
+                    if not chunk:
+                        raise FileUnreadableError(f"ends before byte {end}", path=src)
+                    fout.write(chunk)
+                    remaining -= len(chunk)
+            finally:
+                if fin is not None:
+                    fin.close()
+            fout.flush()
+            os.fsync(fout.fileno())
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            refuse_link(dst)
+        raise _fail("append to", dst, exc, _PARTIAL) from None
 
 
 class LogDirLock:
@@ -226,19 +469,22 @@ class LogDirLock:
 
     _held: Dict[str, int] = {}
 
-    def __init__(self, data_dir: str, force: bool = False) -> None:
-        self.data_dir = os.path.abspath(data_dir)
+    def __init__(self, data_dir: str, force: bool = False, partitions: Iterable[str] = ()) -> None:
+        # The real path: a data dir reached through a symlinked alias is the same data dir, one lock.
+        self.data_dir = os.path.realpath(data_dir)
         self.path = os.path.join(self.data_dir, LOCK_FILE)
         self.force = force
+        #: Partition dirs about to be changed: a symbolic link (or a FIFO...) among their files or
+        #: the data dir's checkpoints makes acquisition fail before anything changes, --force or not.
+        self.partitions = list(partitions)
         self._fd: Optional[int] = None
 
     def __enter__(self) -> "LogDirLock":
+        for partition in self.partitions:
+            refuse_links(partition_files(partition, self.data_dir))
         if self.force:
             return self
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise FileUnreadableError(f"cannot open the log dir lock: {exc.strerror}", path=self.path) from None
+        fd = self._open()
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -253,6 +499,30 @@ class LogDirLock:
         self._fd = fd
         return self
 
+    def _open(self) -> int:
+        """The lock file, never through a link; created (exclusively, with the data dir's owner and
+        the mode of its files, as the broker creates it) when missing."""
+        try:
+            try:
+                if not os.path.lexists(self.path):
+                    return _create(self.path, owner_for(self.path))
+                return self._open_existing()
+            except FileExistsError:
+                return self._open_existing()
+        except KstoreError:
+            raise
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                refuse_link(self.path)
+            raise FileUnreadableError(f"cannot open the log dir lock: {exc.strerror}", path=self.path) from None
+
+    def _open_existing(self) -> int:
+        fd = os.open(self.path, os.O_RDWR | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            refuse_link(self.path)
+        return fd
+
     def __exit__(self, *exc_info: object) -> None:
         if self._fd is not None:
             try:
@@ -264,9 +534,9 @@ class LogDirLock:
 
 def is_locked(data_dir: str) -> bool:
     """Whether another process holds the data dir's lock (read-only probe)."""
-    path = os.path.join(data_dir, LOCK_FILE)
+    path = os.path.join(os.path.realpath(data_dir), LOCK_FILE)
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return False
     try:
@@ -281,8 +551,9 @@ def is_locked(data_dir: str) -> bool:
         os.close(fd)
 
 
-def make_dirs(directory: str) -> None:
-    """Create a directory and its parents (fsyncing each new one's parent)."""
+def make_dirs(directory: str, like: Optional[str] = None) -> None:
+    """Create a directory and its parents (fsyncing each new one's parent). Each new directory gets
+    the owner and mode of the directory `like` (default: its nearest existing ancestor)."""
     directory = os.path.abspath(directory)
     missing = []
     d = directory
@@ -292,11 +563,21 @@ def make_dirs(directory: str) -> None:
         if parent == d:
             break
         d = parent
+    try:
+        template = os.stat(like if like is not None else d)
+    except OSError:
+        template = None
     for d in reversed(missing):
         _step("mkdir", d)
         try:
             _injected()
-            os.mkdir(d)
+            os.mkdir(d, 0o700)
+            if template is not None:
+                fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | _CLOEXEC)
+                try:
+                    apply_owner(fd, (template.st_uid, template.st_gid, stat.S_IMODE(template.st_mode)))
+                finally:
+                    os.close(fd)
         except FileExistsError:
             pass
         except OSError as exc:
@@ -320,8 +601,9 @@ def remove_empty_dir(directory: str) -> None:
 def move_file(src: str, dst: str) -> None:
     """Move src to dst (which must not exist): a rename on the same file system, else
     copy (fsynced) then delete. The caller fsyncs the source directory."""
-    if os.path.exists(dst):
+    if os.path.lexists(dst):
         raise FileUnreadableError("destination already exists; nothing was moved", path=dst)
+    refuse_link(src)
     _step("rename", f"{src} -> {dst}")
     try:
         _injected()
@@ -351,7 +633,7 @@ class NewFile:
         try:
             if _pending_fault is not None and _pending_fault != errno.ENOSPC:
                 _injected()  # EACCES & co. come from open(); a full disk from the first write
-            self._f = open(self.path, "xb")
+            self._f = os.fdopen(_create(self.path, owner_for(self.path)), "wb")
         except FileExistsError:
             raise FileUnreadableError("already exists; remove the leftover first", path=self.path) from None
         except OSError as exc:
@@ -404,7 +686,10 @@ def set_mtime(path: str, mtime: float) -> None:
 def copy_file(src: str, dst: str) -> None:
     """Replace dst with a copy of src (atomically, as :func:`atomic_write`)."""
     try:
-        with open(src, "rb") as f:
+        fd = os.open(src, os.O_RDONLY | _CLOEXEC | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UnsafeFileError("is not a regular file; refusing to copy it", path=src)
             data = f.read()
     except OSError as exc:
         raise FileUnreadableError(f"cannot be read: {exc.strerror or exc}", path=src) from None

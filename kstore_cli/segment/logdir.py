@@ -82,8 +82,10 @@ class Partition:
 
     @property
     def data_dir(self) -> str:
-        """The data directory holding this partition (where ``.lock`` and the checkpoints are)."""
-        return os.path.dirname(self.path)
+        """The data directory holding this partition (where ``.lock`` and the checkpoints are): from the
+        real path, so a partition reached through a symlinked alias has its real data dir's lock and
+        checkpoints, not the alias's parent."""
+        return os.path.dirname(os.path.realpath(self.path))
 
     def _scan(self) -> None:
         try:

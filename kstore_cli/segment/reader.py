@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 from typing import Iterator, Optional, Union
 
@@ -27,6 +28,7 @@ from kstore_cli.segment.batch import (
     RecordBatch,
 )
 from kstore_cli.segment.decode import SCAN_OTHER, frame_batches
+from kstore_cli.segment.fileops import describe_kind
 
 _PREFIX = struct.Struct(">qiib")  # offset, size, (leader epoch | crc), magic
 MIN_ENTRY_SIZE = 14  # LegacyRecord.RECORD_OVERHEAD_V0
@@ -50,11 +52,19 @@ def map_file(path: "str | os.PathLike[str]") -> memoryview:
     """The whole file as a read-only memoryview over an mmap (empty files give an empty view)."""
     path = os.fspath(path)
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        # O_NONBLOCK: opening a FIFO named like a segment must not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                if stat.S_ISDIR(st.st_mode):
+                    raise IsADirectoryError
+                raise FileUnreadableError(f"is {describe_kind(st.st_mode)}, not a regular file; refusing to read it",
+                                          path=path)
+            size = st.st_size
             if size == 0:
                 return memoryview(b"")
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     except FileNotFoundError:
         raise FileUnreadableError("no such file", path=path) from None
     except IsADirectoryError:

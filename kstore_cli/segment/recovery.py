@@ -650,62 +650,19 @@ def apply_plan(plan: PartitionPlan, *, truncate: bool = False, quarantine_root: 
     snapshots) into ``<quarantine root>/<partition>/<UTC time>/``.
 
     Order, so that a crash at any step leaves a state a broker loads and a rerun completes:
-    leader epochs and the data dir's offset checkpoints are brought down to the new log end;
-    the quarantine dir gets its manifest (what is about to be moved and cut); later segments are
-    moved out (newest first, each .log after its other files); the tail is copied out; the .log
-    is truncated; the indexes are written. A rerun after a crash finds the cut still to do (or
-    done) and finishes it into a new quarantine dir; kstore's own half-written temporary files
-    in earlier quarantine dirs of the partition are removed.
+    the quarantine dir gets its manifest (what is about to be moved and cut, and the checkpoint
+    values about to be lowered); leader epochs and the data dir's offset checkpoints are brought
+    down to the new log end; later segments are moved out (newest first, each .log after its other
+    files); the tail is copied out (to a temporary name, then renamed: a tail file is complete); the
+    .log is truncated; the indexes are written. A rerun after a crash finds the cut still to do (or
+    done) and finishes it in the same quarantine dir (whose manifest matches the cut and whose tail,
+    if copied, has the same bytes), so every cut byte is quarantined exactly once; kstore's own
+    half-written temporary files in the partition's quarantine dirs are removed.
     """
     report = ApplyReport()
     damaged = plan.damaged
     if damaged is not None and truncate:
-        result = damaged.result
-        problem = result.problem
-        root = quarantine_root or default_quarantine_root(plan.partition)
-        partition_root = os.path.join(os.path.abspath(root), plan.partition.name)
-        _tidy_quarantine(partition_root)
-        qdir = os.path.join(partition_root, _utc_stamp())
-        fileops.make_dirs(qdir)
-        report.quarantine_dir = qdir
-        # Nothing may point past the new log end (so no crash from here on leaves a checkpoint
-        # ahead of the files, and a rerun that no longer sees the cut has nothing left to do).
-        _truncate_leader_epochs(plan.partition, result.next_offset)
-        _clamp_offset_checkpoints(plan.partition, result.next_offset)
-
-        # Newest segment first, and each segment's .log after its indexes: a crash in between leaves
-        # the .log with what remains of its files (which the rerun moves), never an orphan index.
-        def move_order(path: str) -> Tuple[int, bool, str]:
-            name = os.path.basename(path)
-            return (-int(name.split(".", 1)[0]), name.endswith(names.LOG_SUFFIX), name)
-
-        moves = [(path, os.path.join(qdir, os.path.basename(path))) for path in sorted(plan.dropped_files, key=move_order)]
-        tail = None
-        if problem.kind != ZERO_TAIL:
-            tail = os.path.join(qdir, os.path.basename(damaged.segment.log) + ".tail")
-        manifest = {
-            "partition": plan.partition.path,
-            "segment": damaged.segment.log,
-            "validBytes": result.valid_bytes,
-            "logSizeBefore": result.log_size,
-            "problem": problem.to_dict(),
-            "tailFile": tail,
-            "movedFiles": [{"from": a, "to": b} for a, b in moves],
-        }
-        # The manifest first: a quarantine dir left by a killed run still says what it was for.
-        fileops.atomic_write(os.path.join(qdir, "kstore-quarantine.json"),
-                             (json.dumps(manifest, indent=2) + "\n").encode())
-        for path, dst in moves:
-            fileops.move_file(path, dst)
-            report.quarantined.append((path, dst))
-        if tail is not None:
-            fileops.copy_range(damaged.segment.log, tail, result.valid_bytes, result.log_size)
-            report.quarantined.append((f"{damaged.segment.log}[{result.valid_bytes}:{result.log_size}]", tail))
-        fileops.fsync_dir(qdir)
-        if plan.dropped_files:
-            fileops.fsync_dir(plan.partition.path)
-        fileops.truncate(damaged.segment.log, result.valid_bytes)
-        report.truncated.append((damaged.segment.log, result.log_size, result.valid_bytes))
+        _cut_tail(plan, damaged, quarantine_root, report)
     for splan in plan.segments:
         if splan.result is None or splan.skipped is not None:
             continue
@@ -719,6 +676,141 @@ def apply_plan(plan: PartitionPlan, *, truncate: bool = False, quarantine_root: 
     return report
 
 
+MANIFEST = "kstore-quarantine.json"
+
+
+def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Optional[str], report: ApplyReport) -> None:
+    result = damaged.result
+    problem = result.problem
+    partition = plan.partition
+    root = quarantine_root or default_quarantine_root(partition)
+    partition_root = os.path.join(os.path.abspath(root), partition.name)
+    _tidy_quarantine(partition_root)
+    log = damaged.segment.log
+    # Every file to be written here is checked first: none may be a link (or a FIFO...).
+    fileops.refuse_links(fileops.partition_files(partition.path, partition.data_dir))
+    checkpoint_writes = _checkpoint_changes(partition, result.next_offset)
+    checkpoints = [{k: v for k, v in c.items() if k != "_data"} for c in checkpoint_writes]
+
+    # Newest segment first, and each segment's .log after its indexes: a crash in between leaves
+    # the .log with what remains of its files (which the rerun moves), never an orphan index.
+    def move_order(path: str) -> Tuple[int, bool, str]:
+        name = os.path.basename(path)
+        return (-int(name.split(".", 1)[0]), name.endswith(names.LOG_SUFFIX), name)
+
+    resumed = _resumable_quarantine(partition_root, partition, log, result)
+    if resumed is not None:
+        qdir, manifest = resumed
+    else:
+        qdir, manifest = os.path.join(partition_root, _utc_stamp()), None
+        fileops.make_dirs(qdir, like=partition.path)
+    report.quarantine_dir = qdir
+    moves = [(path, os.path.join(qdir, os.path.basename(path))) for path in sorted(plan.dropped_files, key=move_order)]
+    tail = None
+    if problem.kind != ZERO_TAIL:
+        tail = os.path.join(qdir, os.path.basename(log) + ".tail")
+    new_manifest = {
+        "partition": partition.path,
+        "segment": log,
+        "validBytes": result.valid_bytes,
+        "logSizeBefore": result.log_size,
+        "nextOffset": result.next_offset,
+        "problem": problem.to_dict(),
+        "tailFile": tail,
+        "movedFiles": [{"from": a, "to": b} for a, b in moves],
+        # What the cut lowered (a resumed cut keeps what the killed run already lowered): what
+        # `kstore restore` puts back.
+        "checkpoints": checkpoints,
+    }
+    if manifest is not None:
+        seen = {m["from"] for m in new_manifest["movedFiles"]}
+        new_manifest["movedFiles"] = [m for m in manifest.get("movedFiles", []) if m["from"] not in seen] + \
+            new_manifest["movedFiles"]
+        done = {c["file"] for c in checkpoints}
+        earlier = [c for c in manifest.get("checkpoints", []) if c["file"] not in done]
+        new_manifest["checkpoints"] = earlier + checkpoints
+    if new_manifest != manifest:
+        # The manifest first: a quarantine dir left by a killed run still says what it was for.
+        fileops.atomic_write(os.path.join(qdir, MANIFEST), (json.dumps(new_manifest, indent=2) + "\n").encode())
+    # Nothing may point past the new log end (so no crash from here on leaves a checkpoint
+    # ahead of the files, and a rerun that no longer sees the cut has nothing left to do).
+    for change in checkpoint_writes:
+        fileops.atomic_write(change["file"], change["_data"])
+    for path, dst in moves:
+        if os.path.lexists(dst) and _same_bytes(path, dst):
+            fileops.unlink(path)  # a move across file systems killed between its copy and its delete
+        else:
+            fileops.move_file(path, dst)
+        report.quarantined.append((path, dst))
+    if tail is not None:
+        if not os.path.lexists(tail):
+            fileops.copy_range(log, tail + fileops.TMP_SUFFIX, result.valid_bytes, result.log_size)
+            fileops.rename(tail + fileops.TMP_SUFFIX, tail)
+        report.quarantined.append((f"{log}[{result.valid_bytes}:{result.log_size}]", tail))
+    fileops.fsync_dir(qdir)
+    if plan.dropped_files:
+        fileops.fsync_dir(partition.path)
+    fileops.truncate(log, result.valid_bytes)
+    report.truncated.append((log, result.log_size, result.valid_bytes))
+
+
+def _same_bytes(a: str, b: str, a_start: int = 0, a_end: Optional[int] = None) -> bool:
+    """Whether file b holds exactly bytes [a_start, a_end) of file a (read in chunks)."""
+    try:
+        size_a = os.path.getsize(a) if a_end is None else a_end
+        if os.path.getsize(b) != size_a - a_start:
+            return False
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            fa.seek(a_start)
+            remaining = size_a - a_start
+            while remaining > 0:
+                n = min(remaining, 1 << 20)
+                if fa.read(n) != fb.read(n):
+                    return False
+                remaining -= n
+        return True
+    except OSError:
+        return False
+
+
+def read_manifest(qdir: str) -> Optional[dict]:
+    """A quarantine dir's manifest, or None when it has none or it does not parse."""
+    try:
+        with open(os.path.join(qdir, MANIFEST), "rb") as f:
+            manifest = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def _resumable_quarantine(partition_root: str, partition: Partition, log: str,
+                          result: RecoveryResult) -> Optional[Tuple[str, dict]]:
+    """The quarantine dir of a killed run of this very cut (same partition, segment, sizes, and a
+    tail, if it was copied, with the bytes still beyond the cut), to finish it there: the cut
+    bytes must be quarantined once, not once per run."""
+    if not os.path.isdir(partition_root):
+        return None
+    for stamp in sorted(os.listdir(partition_root), reverse=True):
+        qdir = os.path.join(partition_root, stamp)
+        manifest = read_manifest(qdir)
+        if manifest is None or manifest.get("restored"):
+            continue
+        try:
+            same = (os.path.realpath(manifest["partition"]) == os.path.realpath(partition.path)
+                    and os.path.basename(manifest["segment"]) == os.path.basename(log)
+                    and manifest["validBytes"] == result.valid_bytes
+                    and manifest["logSizeBefore"] == result.log_size)
+        except (KeyError, TypeError):
+            continue
+        if not same:
+            continue
+        tail = manifest.get("tailFile")
+        if tail and os.path.lexists(tail) and not _same_bytes(log, tail, result.valid_bytes, result.log_size):
+            continue
+        return qdir, manifest
+    return None
+
+
 def _tidy_quarantine(partition_root: str) -> None:
     """Remove what a killed run left half-done in earlier quarantine dirs of a partition: kstore's
     own temporary files and empty dirs. Quarantined data is never touched."""
@@ -726,7 +818,7 @@ def _tidy_quarantine(partition_root: str) -> None:
         return
     for stamp in sorted(os.listdir(partition_root)):
         qdir = os.path.join(partition_root, stamp)
-        if not os.path.isdir(qdir):
+        if not os.path.isdir(qdir) or os.path.islink(qdir):
             continue
         for name in sorted(os.listdir(qdir)):
             if name.endswith(fileops.TMP_SUFFIX):
@@ -735,24 +827,25 @@ def _tidy_quarantine(partition_root: str) -> None:
             fileops.remove_empty_dir(qdir)
 
 
-def _truncate_leader_epochs(partition: Partition, end_offset: int) -> None:
-    """LeaderEpochFileCache.truncateFromEnd: drop entries starting at or after the new log end."""
+def _checkpoint_changes(partition: Partition, end_offset: int) -> List[dict]:
+    """What the cut must lower so that nothing points past the new log end, as LogLoader does:
+    leader epochs starting at or after it are dropped (LeaderEpochFileCache.truncateFromEnd); the
+    recovery point, high watermark and log start offset come down to it; a cleaner offset past it is
+    dropped (LogCleanerManager resets it to the log start offset, as for no entry). Each change is
+    {file, before, after} (per topic-partition for the data dir's checkpoints; null: no entry), with
+    the new file's bytes under "_data"."""
+    changes: List[dict] = []
     path = os.path.join(partition.path, LEADER_EPOCH_CHECKPOINT)
-    if not os.path.exists(path):
-        return
-    try:
-        entries = read_leader_epoch_checkpoint(path)
-    except KstoreError:
-        return
-    kept = [(epoch, start) for epoch, start in entries if start < end_offset]
-    if kept != entries:
-        fileops.atomic_write(path, format_leader_epoch_checkpoint(kept).encode())
-
-
-def _clamp_offset_checkpoints(partition: Partition, end_offset: int) -> None:
-    """What LogLoader does with the data dir's checkpoints when the log ends before them: the recovery
-    point, high watermark and log start offset come down to the new log end; a cleaner offset past
-    it is dropped (LogCleanerManager resets it to the log start offset, as for no entry)."""
+    if os.path.exists(path):
+        try:
+            entries = read_leader_epoch_checkpoint(path)
+        except KstoreError:
+            entries = None
+        if entries is not None:
+            kept = [(epoch, start) for epoch, start in entries if start < end_offset]
+            if kept != entries:
+                changes.append({"file": path, "before": [list(e) for e in entries], "after": [list(e) for e in kept],
+                                "_data": format_leader_epoch_checkpoint(kept).encode()})
     key = (partition.topic, partition.partition)
     for name in (RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
                  CLEANER_OFFSET_CHECKPOINT):
@@ -763,13 +856,18 @@ def _clamp_offset_checkpoints(partition: Partition, end_offset: int) -> None:
             entries = read_offset_checkpoint(path)
         except KstoreError:
             continue  # a damaged checkpoint: the broker ignores it as well; not ours to rewrite
-        if entries.get(key, end_offset) <= end_offset:
+        before = entries.get(key)
+        if before is None or before <= end_offset:
             continue
+        change = {"file": path, "topic": key[0], "partition": key[1], "before": before}
         if name == CLEANER_OFFSET_CHECKPOINT:
+            change["line"] = list(entries).index(key)  # where restore puts the entry back
             del entries[key]
         else:
             entries[key] = end_offset
-        fileops.atomic_write(path, format_offset_checkpoint(entries).encode())
+        change.update(after=entries.get(key), _data=format_offset_checkpoint(entries).encode())
+        changes.append(change)
+    return changes
 
 
 def check_interval(value: int) -> int:

@@ -1,0 +1,61 @@
+"""``kstore restore``: undo a ``rebuild-index --truncate`` from its quarantine dir."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+from kstore_cli.segment import fileops
+from kstore_cli.segment.restore import apply_restore, plan_restore
+
+
+@click.command(name="restore")
+@click.argument("quarantine_dir", type=click.Path(file_okay=False))
+@click.option("--dry-run", is_flag=True, help="Check and report what would be put back; change nothing.")
+@click.option("--force", is_flag=True, help="Proceed even when the data dir's .lock is held by a running process.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+def command(quarantine_dir: str, dry_run: bool, force: bool, as_json: bool) -> None:
+    """Undo a `rebuild-index --truncate`: append the cut tail back to its .log, move the later
+    segments and snapshots back, and raise the checkpoints it lowered back to their old values.
+
+    QUARANTINE_DIR is one run's dir, <quarantine root>/<partition>/<UTC time>/ (the one holding
+    kstore-quarantine.json). The partition must be exactly as the cut left it: if a broker or
+    another tool wrote it since (new data, a moved checkpoint), nothing changes and the command
+    exits 1. Every step is crash-safe; rerun after a kill and it finishes. The data dir's .lock is
+    taken first (a running broker makes this refuse, unless --force). The quarantine dir keeps its
+    manifest (marked restored) and the tail file, now a copy; delete it when done.
+
+    \b
+    Exit status: 0 restored (or already restored), 1 the partition changed or is locked, 2 usage,
+    3 a file could not be read or written.
+
+    \b
+    Example:
+      kstore restore /var/lib/kafka/kstore-quarantine/orders-0/20261123T213000123456Z
+    """
+    plan = plan_restore(quarantine_dir)
+    if not dry_run and not plan.nothing_to_do:
+        with fileops.LogDirLock(plan.data_dir, force=force, partitions=[plan.partition]):
+            plan = plan_restore(quarantine_dir)  # again under the lock: nothing may change in between
+            apply_restore(plan)
+    if as_json:
+        out = plan.to_dict()
+        out["dryRun"] = dry_run
+        click.echo(json.dumps(out, sort_keys=True))
+        return
+    if plan.already_restored:
+        click.echo(f"{plan.qdir}: already restored into {plan.partition}; nothing to do")
+        return
+    verb = "would" if dry_run else "restored:"
+    parts = []
+    if plan.append_bytes:
+        parts.append(f"append {plan.append_bytes} bytes to {os.path.basename(plan.segment)}" if dry_run
+                     else f"{plan.append_bytes} bytes appended to {os.path.basename(plan.segment)}")
+    if plan.moves:
+        parts.append(f"move {len(plan.moves)} files back" if dry_run else f"{len(plan.moves)} files moved back")
+    for change in plan.checkpoints:
+        name = os.path.basename(change["file"])
+        parts.append(f"{name} {change['after']} -> {change['before']}")
+    click.echo(f"{plan.partition}: {verb} " + ("; ".join(parts) if parts else "nothing left to put back"))
