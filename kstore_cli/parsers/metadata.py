@@ -13,8 +13,25 @@ from typing import Any, Dict, Optional, Tuple
 
 from kstore_cli.parsers import jsonout
 from kstore_cli.parsers.schema import Message, read_message, to_json
-from kstore_cli.parsers.schemas import METADATA_RECORDS
+from kstore_cli.parsers.metadata_records import KAFKA_COMMIT, METADATA_RECORD_TYPES
+from kstore_cli.parsers.schema import MetadataRecordType
 from kstore_cli.parsers.wire import JavaError, WireReader
+
+__all__ = ["KAFKA_COMMIT", "METADATA_RECORD_TYPES", "MetadataRecordType", "record_type", "read_metadata_record",
+           "ClusterMetadataMessageParser"]
+
+#: api key -> (MetadataRecordType enum name, message): the shape ``read_frame`` takes.
+METADATA_RECORDS: Dict[int, Tuple[str, Message]] = {
+    key: (t.name, t.message) for key, t in METADATA_RECORD_TYPES.items()}
+
+
+def record_type(api_key: int) -> MetadataRecordType:
+    """``MetadataRecordType.fromId``; raises :class:`JavaError` (UnsupportedVersionException) if unknown."""
+    try:
+        return METADATA_RECORD_TYPES[api_key]
+    except KeyError:
+        raise JavaError(f"Unknown metadata id {api_key}",
+                        "org.apache.kafka.common.errors.UnsupportedVersionException") from None
 
 
 def _to_short(value: int) -> int:
@@ -56,6 +73,15 @@ def read_frame(records: Dict[int, Tuple[str, Message]], value: Optional[bytes]) 
     if r.remaining() > 0:
         raise JavaError(f"Found {r.remaining()} byte(s) of garbage after {api_key}")
     return api_key, version, values
+
+
+def read_metadata_record(value: Optional[bytes]) -> Tuple[MetadataRecordType, int, Dict[str, Any]]:
+    """``MetadataRecordSerde.read`` of one record value: (record type, version, field values by schema name).
+
+    Raises :class:`JavaError` with the text Kafka's exception would carry.
+    """
+    api_key, version, values = read_frame(METADATA_RECORDS, value)
+    return METADATA_RECORD_TYPES[api_key], version, values
 
 
 class ClusterMetadataMessageParser:

@@ -56,12 +56,14 @@ class Field:
     """One field of a struct; ``fields`` is set for struct and struct-array types."""
 
     __slots__ = ("name", "json_name", "type", "versions", "nullable", "tagged", "tag", "default",
-                 "fields", "element")
+                 "fields", "element", "map_key")
 
     def __init__(self, name: str, type_: str, versions: str = "0+", *, nullable: str = "none",
                  tagged: str = "none", tag: Optional[int] = None, default: Any = None,
-                 fields: Optional[Sequence["Field"]] = None) -> None:
+                 fields: Optional[Sequence["Field"]] = None, map_key: bool = False) -> None:
         self.name = name
+        #: the key of a keyed collection (``mapKey``): Java keeps such arrays in a hash collection
+        self.map_key = map_key
         # FieldSpec.camelCaseName(): the schema name with a lower-case first letter.
         self.json_name = name[:1].lower() + name[1:]
         self.type = type_
@@ -107,6 +109,30 @@ class Message:
         self.valid = Versions(valid)
         self.flexible = Versions(flexible)
         self.fields = list(fields)
+
+
+class MetadataRecordType:
+    """One ``MetadataRecordType``: api key, enum name (``PARTITION_CHANGE_RECORD``) and message schema."""
+
+    __slots__ = ("id", "name", "message")
+
+    def __init__(self, id: int, name: str, message: Message) -> None:  # noqa: A002 - Kafka's name
+        self.id = id
+        self.name = name
+        self.message = message
+
+    @property
+    def lowest_supported_version(self) -> int:
+        """The lowest version of ``validVersions``."""
+        return self.message.valid.lo
+
+    @property
+    def highest_supported_version(self) -> int:
+        """The highest version of ``validVersions``."""
+        return self.message.valid.hi
+
+    def __repr__(self) -> str:
+        return f"MetadataRecordType({self.id}, {self.name!r}, {self.message.name})"
 
 
 def F(name: str, type_: str, versions: str = "0+", **kw: Any) -> Field:
