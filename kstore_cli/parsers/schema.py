@@ -21,8 +21,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+import base64
+import struct
+
 from kstore_cli.segment.text import java_utf8
-from kstore_cli.parsers.wire import JavaError, WireReader
+from kstore_cli.parsers.wire import JavaError, WireReader, encode_unsigned_varint
 
 ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
 
@@ -248,17 +251,107 @@ def _read_field(f: Field, r: WireReader, version: int, flexible: bool) -> Any:
 
 
 # --------------------------------------------------------------------------------------------
+# Writing (the generated ``write``): used to build test data and, later, records kstore writes itself
+
+_FIXED_STRUCTS = {"int8": struct.Struct(">b"), "int16": struct.Struct(">h"), "uint16": struct.Struct(">H"),
+                  "int32": struct.Struct(">i"), "uint32": struct.Struct(">I"), "int64": struct.Struct(">q"),
+                  "float64": struct.Struct(">d")}
+
+
+def write_message(msg: Message, values: Dict[str, Any], version: int) -> bytes:
+    """``X.write(writable, cache, version)``: the message's bytes at ``version``.
+
+    ``values`` maps schema field names to values (missing ones take their default). Tagged fields are
+    written, in tag order, only when they differ from their default, as Kafka's generated code does.
+    Raises ``ValueError`` for a version outside ``validVersions`` or a value the field cannot hold.
+    """
+    if version not in msg.valid:
+        raise ValueError(f"Can't write version {version} of {msg.name}")
+    out = bytearray()
+    _write_struct(msg.fields, values, version, version in msg.flexible, out)
+    return bytes(out)
+
+
+def _write_struct(fields: List[Field], values: Dict[str, Any], version: int, flexible: bool,
+                  out: bytearray) -> None:
+    tagged = []
+    for f in fields:
+        value = values.get(f.name, f.default)
+        if version not in f.versions:
+            if value != f.default:
+                raise ValueError(f"field {f.name} is not in version {version} but has a non-default value")
+            continue
+        if version in f.tagged:
+            if value != f.default:
+                tagged.append((f.tag, f, value))
+            continue
+        _write_field(f, value, version, flexible, out)
+    if flexible:
+        out += encode_unsigned_varint(len(tagged))
+        for tag, f, value in sorted(tagged, key=lambda t: t[0]):
+            data = bytearray()
+            _write_field(f, value, version, True, data)
+            out += encode_unsigned_varint(tag) + encode_unsigned_varint(len(data)) + data
+    elif tagged:
+        raise ValueError("tagged fields in a non-flexible version")
+
+
+def _write_length(n: int, flexible: bool, wide: bool, out: bytearray) -> None:
+    if flexible:
+        out += encode_unsigned_varint(n + 1)
+    else:
+        out += struct.pack(">i" if wide else ">h", n)
+
+
+def _write_field(f: Field, value: Any, version: int, flexible: bool, out: bytearray) -> None:
+    if value is None:
+        if version not in f.nullable:
+            raise ValueError(f"non-nullable field {f.name} has no value")
+        if f.is_struct and f.element is None:
+            out += b"\xff"
+        else:
+            _write_length(-1, flexible, f.type != "string", out)
+        return
+    if f.element is not None:
+        _write_length(len(value), flexible, True, out)
+        for item in value:
+            if f.is_struct:
+                _write_struct(f.fields, item, version, flexible, out)
+            else:
+                _write_field(Field(f.name, f.element), item, version, flexible, out)
+        return
+    if f.is_struct:
+        if version in f.nullable:
+            out += b"\x01"
+        _write_struct(f.fields, value, version, flexible, out)
+        return
+    t = f.type
+    if t == "string":
+        data = value.encode("utf-8")
+        _write_length(len(data), flexible, False, out)
+        out += data
+    elif t == "bytes":
+        _write_length(len(value), flexible, True, out)
+        out += value
+    elif t == "bool":
+        out += b"\x01" if value else b"\x00"
+    elif t == "uuid":
+        out += base64.urlsafe_b64decode(value + "==")
+    else:
+        out += _FIXED_STRUCTS[t].pack(value)
+
+
+# --------------------------------------------------------------------------------------------
 # JsonConverter
 
 
 def to_json(msg: Message, values: Dict[str, Any], version: int) -> Dict[str, Any]:
     """``XJsonConverter.write(message, version)`` as a JSON tree (dicts keep schema order).
 
-    Raises :class:`JavaError` (``UnsupportedVersionException``) for a version outside ``validVersions``.
+    Like Kafka's generated converter, a top-level message is written at ANY version: the generator's
+    version check compares the message's versions with themselves (always true), so a record of a
+    version newer than ``validVersions`` prints with the fields of the versions it knows.
     """
-    if version not in msg.valid:
-        raise JavaError(f"Can't write version {version} of {msg.name}",
-                        "org.apache.kafka.common.errors.UnsupportedVersionException")
     return _struct_json(msg.fields, values, version)
 
 
@@ -288,8 +381,6 @@ def _value_json(f: Field, value: Any, version: int) -> Any:
 
 def plain(tree: Any) -> Any:
     """A JSON tree with ``bytes`` replaced by their base64 text (for ``--json`` style output)."""
-    import base64
-
     if isinstance(tree, dict):
         return {k: plain(v) for k, v in tree.items()}
     if isinstance(tree, list):
