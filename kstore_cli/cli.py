@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback as _traceback
 from typing import List, Optional
 
 import click
@@ -20,6 +21,21 @@ from kstore_cli import __version__
 from kstore_cli.errors import ExitStatus, KstoreError
 
 TRACEBACK_ENV = "KSTORE_TRACEBACK"
+
+#: --traceback given on this invocation (reset by main(), so one in-process run never leaks into the next)
+_traceback_flag = False
+
+
+def traceback_wanted() -> bool:
+    """--traceback was given, or KSTORE_TRACEBACK is set to anything but "" or "0"."""
+    return _traceback_flag or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
+
+
+def _print_traceback() -> None:
+    """The traceback of the exception being handled, on stderr (before the usual one-line message)."""
+    sys.stdout.flush()
+    _traceback.print_exc(file=sys.stderr)
+    sys.stderr.flush()
 
 
 def _version_text() -> str:
@@ -50,9 +66,10 @@ def cli(ctx: click.Context, traceback: bool) -> None:
     Example:
       kstore dump-segment --deep-iteration --print-data-log 00000000000000000000.log
     """
+    global _traceback_flag
     ctx.ensure_object(dict)
     if traceback:
-        os.environ[TRACEBACK_ENV] = "1"
+        _traceback_flag = True
 
 
 def _register_commands() -> None:
@@ -69,7 +86,13 @@ def report_error(exc: KstoreError) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    """Entry point of the ``kstore`` script."""
+    """Entry point of the ``kstore`` script.
+
+    With --traceback/KSTORE_TRACEBACK the traceback is printed before the one-line message; the exit
+    status stays the documented one (2 usage, 3 unreadable, 1 data problems or an internal error).
+    """
+    global _traceback_flag
+    _traceback_flag = False
     _register_commands()
     args = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -78,8 +101,8 @@ def main(argv: Optional[List[str]] = None) -> None:
             rv = cli.invoke(ctx)
         sys.stdout.flush()
     except KstoreError as exc:
-        if os.environ.get(TRACEBACK_ENV):
-            raise
+        if traceback_wanted():
+            _print_traceback()
         sys.exit(report_error(exc))
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
@@ -97,9 +120,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
         sys.exit(130)
-    except Exception as exc:  # noqa: BLE001 - last line of defence: never a traceback
-        if os.environ.get(TRACEBACK_ENV):
-            raise
+    except Exception as exc:  # noqa: BLE001 - last line of defence: never an unasked-for traceback
+        if traceback_wanted():
+            _print_traceback()
         click.echo(
             f"kstore: internal error: {type(exc).__name__}: {exc} "
             f"(rerun with --traceback and report it)",
