@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
 
-from kstore_cli.parsers import jsonout
-from kstore_cli.parsers.schema import Message, read_message, to_json
+from kstore_cli.parsers import RAW, JsonDecoded, jsonout
+from kstore_cli.parsers.schema import Message, plain, read_message, to_json
 from kstore_cli.parsers.metadata_records import KAFKA_COMMIT, METADATA_RECORD_TYPES
 from kstore_cli.parsers.schema import MetadataRecordType
 from kstore_cli.parsers.wire import JavaError, WireReader
@@ -87,11 +87,20 @@ def read_metadata_record(value: Optional[bytes]) -> Tuple[MetadataRecordType, in
 class ClusterMetadataMessageParser:
     """``--cluster-metadata-decoder``: no key; payload ``{"type":NAME,"version":V,"data":{...}}``."""
 
-    def parse(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> Tuple[Optional[str], Optional[str]]:
+    def _tree(self, offset: int, value: Optional[bytes]) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
         try:
-            api_key, version, values = read_frame(METADATA_RECORDS, value)
-            name, msg = METADATA_RECORDS[api_key]
-            text = jsonout.dumps({"type": name, "version": version, "data": to_json(msg, values, version)})
+            t, version, values = read_metadata_record(value)
+            return {"type": t.name, "version": version, "data": to_json(t.message, values, version)}, None
         except JavaError as e:
-            text = f"Error at {offset}, skipping. {e.text}"
-        return None, text
+            return None, f"Error at {offset}, skipping. {e.text}"
+
+    def parse(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> Tuple[Optional[str], Optional[str]]:
+        tree, skipped = self._tree(offset, value)
+        return None, skipped if tree is None else jsonout.dumps(tree)
+
+    def decode_json(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> JsonDecoded:
+        """The value as ``{"type": NAME, "version": V, "data": {...}}``; the key (Kafka ignores it) stays raw."""
+        tree, skipped = self._tree(offset, value)
+        if tree is None:
+            return JsonDecoded(RAW, RAW, skipped)
+        return JsonDecoded(RAW, plain(tree))

@@ -11,7 +11,8 @@ from typing import Dict, Optional, Tuple
 
 from kstore_cli.errors import RecordParseError
 from kstore_cli.parsers.metadata import read_frame
-from kstore_cli.parsers.schema import F, Message
+from kstore_cli.parsers import RAW, JsonDecoded
+from kstore_cli.parsers.schema import F, Message, plain, to_json
 from kstore_cli.parsers.wire import JavaError
 
 _TOPIC_ID_PARTITION = F("TopicIdPartition", "TopicIdPartitionEntry", fields=[
@@ -66,3 +67,15 @@ class RemoteLogMetadataMessageParser:
                           f"state={state}, eventTimestampMs={v['EventTimestampMs']}, brokerId={v['BrokerId']}}}")
         raise RecordParseError(f"offset {offset}: kstore cannot yet print {java_class}.toString() "
                                "(--remote-log-metadata-decoder supports RemotePartitionDeleteMetadata only)")
+
+    def decode_json(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> JsonDecoded:
+        """The value as ``{"type": JAVA_CLASS, "version": V, "data": {...}}`` (every record type, as the
+        record's JSON rather than Java's ``toString``); the key (Kafka ignores it) stays raw."""
+        if value is None:
+            return JsonDecoded(RAW, RAW, self.parse(offset, key, value)[1])
+        try:
+            api_key, version, v = read_frame(REMOTE_RECORDS, value)
+        except JavaError as e:
+            return JsonDecoded(RAW, RAW, f"Error at offset {offset}, skipping. {e.text}")
+        java_class, msg = REMOTE_RECORDS[api_key]
+        return JsonDecoded(RAW, {"type": java_class, "version": version, "data": plain(to_json(msg, v, version))})

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import base64
+import math
 import struct
 
 from kstore_cli.segment.text import java_utf8
@@ -380,12 +381,14 @@ def _value_json(f: Field, value: Any, version: int) -> Any:
 
 
 def plain(tree: Any) -> Any:
-    """A JSON tree with ``bytes`` replaced by their base64 text (for ``--json`` style output)."""
+    """A JSON tree for ``--json`` output: ``bytes`` become their base64 text, and the floats strict JSON
+    cannot hold (NaN, infinities) the strings Java prints for them (``"NaN"``, ``"Infinity"``)."""
     if isinstance(tree, dict):
         return {k: plain(v) for k, v in tree.items()}
     if isinstance(tree, list):
         return [plain(v) for v in tree]
     if isinstance(tree, (bytes, bytearray)):
         return base64.b64encode(bytes(tree)).decode("ascii")
+    if isinstance(tree, float) and not math.isfinite(tree):
+        return "NaN" if math.isnan(tree) else ("Infinity" if tree > 0 else "-Infinity")
     return tree
-

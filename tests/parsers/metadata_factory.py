@@ -35,7 +35,7 @@ _INTS = {
     "uint32": [4294967295, 0, 1, 77],
     "int64": [(1 << 40) + 5, -(1 << 63), (1 << 63) - 1, 4],
 }
-_FLOATS = [0.1, 1e7, -1.5e-300, 123456.789, math.inf, 1e-3, 2.5, float("nan")]
+_FLOATS = [0.1, math.inf, float("nan"), 1e7, -1.5e-300, 123456.789, 1e-3, -math.inf]
 _STRINGS = ['tópic-"q"\\ \t\x01\u20ac\U0001F600/', "", "x" * 300, "plain.name_1"]
 _BYTES = [b"\x00\x01\xfe\xff", b"", bytes(range(256)), b"salt"]
 _UUIDS = ["AAECAwQFBgcICQoLDA0ODw", "AAAAAAAAAAAAAAAAAAAAAA", "AAAAAAAAAAAAAAAAAAAAAQ", "_____________________w"]
