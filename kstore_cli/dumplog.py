@@ -603,6 +603,8 @@ class _TextDumper(_Dumper):
             else:
                 self.error_line(f"Ignoring unknown file {path}")
         self.print_summaries()
+        if getattr(self.o.parser, "skipped", 0):
+            self.problem()  # Kafka's parser printed "skipping" for records it could not decode
         return int(self.status)
 
     # ---------------------------------------------------------------- .log / .checkpoint

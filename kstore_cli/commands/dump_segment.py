@@ -130,7 +130,8 @@ def command(
          compacted topics have gaps)
       1  the data has problems: a batch with isvalid false, index or time-index
          mismatches or offsets not found, a corrupt snapshot, trailing invalid
-         bytes, or a damaged file that stopped the dump (Kafka's tool would die
+         bytes, a record the chosen decoder could not decode (Kafka prints
+         "skipping" for it), or a damaged file that stopped the dump (Kafka's tool would die
          with a stack trace; kstore prints one "kstore: error:" line instead)
       2  usage error (e.g. no files, or a file name without a '.')
       3  a file is missing or cannot be read

@@ -42,7 +42,9 @@ class JsonDecoded(NamedTuple):
 
 
 class MessageParser(Protocol):
-    """What every parser offers."""
+    """What every parser offers; ``skipped`` counts the records ``parse`` answered with a skip text."""
+
+    skipped: int
 
     def parse(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> Tuple[Optional[str], Optional[str]]:
         """(key text or None, payload text or None) for one NON-control record, as DumpLogSegments prints them."""
@@ -57,6 +59,7 @@ class DecoderMessageParser:
     """Kafka's default parser: a key decoder and a value decoder; nothing printed for a null key/value."""
 
     __slots__ = ("_key", "_value", "_key_json", "_value_json")
+    skipped = 0  # StringDecoder & co. never skip
 
     def __init__(self, key_decoder: Optional[str], value_decoder: Optional[str]) -> None:
         self._key = decoder_for(key_decoder)

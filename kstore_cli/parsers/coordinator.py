@@ -85,6 +85,7 @@ class _CoordinatorParser:
     """Shared logic of Kafka's ``OffsetsMessageParser`` and ``ShareGroupStateMessageParser``."""
 
     records: Dict[int, Tuple[Message, Message]] = {}
+    skipped = 0
     topic_words = ""
     value_label = "version"
 
@@ -111,6 +112,7 @@ class _CoordinatorParser:
     def parse(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> Tuple[Optional[str], Optional[str]]:
         key_tree, value_tree, skipped = self._trees(offset, key, value)
         if skipped is not None:
+            self.skipped += 1
             return skipped, None
         return jsonout.dumps(key_tree), "<DELETE>" if value_tree is None else jsonout.dumps(value_tree)
 

@@ -87,6 +87,8 @@ def read_metadata_record(value: Optional[bytes]) -> Tuple[MetadataRecordType, in
 class ClusterMetadataMessageParser:
     """``--cluster-metadata-decoder``: no key; payload ``{"type":NAME,"version":V,"data":{...}}``."""
 
+    skipped = 0
+
     def _tree(self, offset: int, value: Optional[bytes]) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
         try:
             t, version, values = read_metadata_record(value)
@@ -96,7 +98,10 @@ class ClusterMetadataMessageParser:
 
     def parse(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> Tuple[Optional[str], Optional[str]]:
         tree, skipped = self._tree(offset, value)
-        return None, skipped if tree is None else jsonout.dumps(tree)
+        if tree is None:
+            self.skipped += 1
+            return None, skipped
+        return None, jsonout.dumps(tree)
 
     def decode_json(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> JsonDecoded:
         """The value as ``{"type": NAME, "version": V, "data": {...}}``; the key (Kafka ignores it) stays raw."""

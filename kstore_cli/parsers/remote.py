@@ -52,13 +52,17 @@ def _topic_id_partition(tip: dict) -> str:
 class RemoteLogMetadataMessageParser:
     """``--remote-log-metadata-decoder``: no key; payload = the object's ``toString()``."""
 
+    skipped = 0
+
     def parse(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> Tuple[Optional[str], Optional[str]]:
         if value is None:
+            self.skipped += 1
             return None, (f"Error at offset {offset}, skipping. Cannot invoke \"java.nio.ByteBuffer.remaining()\" "
                           "because the return value of \"org.apache.kafka.common.record.Record.value()\" is null")
         try:
             api_key, _, v = read_frame(REMOTE_RECORDS, value)
         except JavaError as e:
+            self.skipped += 1
             return None, f"Error at offset {offset}, skipping. {e.text}"
         java_class = REMOTE_RECORDS[api_key][0]
         if api_key == 2:

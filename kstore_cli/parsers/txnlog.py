@@ -122,6 +122,8 @@ def format_partitions(groups: List[Tuple[str, List[int]]]) -> str:
 class TransactionLogMessageParser:
     """``--transaction-log-decoder``."""
 
+    skipped = 0
+
     def _read(self, key: Optional[bytes], value: Optional[bytes]) -> Tuple[int, Optional[str], Optional[int],
                                                                          Optional[Dict[str, Any]]]:
         """(key version, transactional id, value version, value fields); id None = unknown key version."""
@@ -159,6 +161,7 @@ class TransactionLogMessageParser:
     def parse(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> Tuple[Optional[str], Optional[str]]:
         key_version, transactional_id, _, v = self._read(key, value)
         if transactional_id is None:
+            self.skipped += 1
             return f"unknown::version={key_version}", None
         key_text = f"transaction_metadata::transactionalId={transactional_id}"
         if v is None:
