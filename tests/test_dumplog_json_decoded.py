@@ -60,8 +60,9 @@ def _coordinator(record_type: int, key: dict, version: Optional[int], value: Opt
 
 
 def _commit(group: str, topic: str, partition: int, offset: int) -> Tuple[bytes, Any]:
-    return _coordinator(1, {"Group": group, "Topic": topic, "Partition": partition}, 3,
-                        {"Offset": offset, "LeaderEpoch": 4, "Metadata": "m", "CommitTimestamp": 1700000000000})
+    # field names as Kafka's OffsetCommitKey/Value.json spell them (lower case)
+    return _coordinator(1, {"group": group, "topic": topic, "partition": partition}, 3,
+                        {"offset": offset, "leaderEpoch": 4, "metadata": "m", "commitTimestamp": 1700000000000})
 
 
 def test_offsets_decoder_answers_which_offsets_group_x_committed(tmp_path: Path) -> None:
@@ -138,14 +139,14 @@ def test_remote_log_metadata_decoder_decodes_every_record_type(tmp_path: Path) -
         "RemoteLogSegmentId": {"TopicIdPartition": tip, "Id": "AAAAAAAAAAAAAAAAAAAAAQ"}, "StartOffset": 0,
         "EndOffset": 99, "BrokerId": 1, "MaxTimestampMs": 7, "EventTimestampMs": 8,
         "SegmentLeaderEpochs": [{"LeaderEpoch": 0, "Offset": 0}], "SegmentSizeInBytes": 1024,
-        "CustomMetadata": b"\x01", "RemoteLogSegmentState": 0, "TxnIndexEmpty": True}, 0))
+        "CustomMetadata": b"\x01", "RemoteLogSegmentState": 0}, 0))
     path = _log(tmp_path, "__remote_log_metadata-0", [(None, delete), (None, segment)])
     code, lines = run_json(["--remote-log-metadata-decoder", path])
     d, s = records(lines)
     assert d["value"]["type"] == "RemotePartitionDeleteMetadata"
     assert d["value"]["data"]["topicIdPartition"] == {"name": "orders", "id": tip["Id"], "partition": 3}
     assert s["value"]["type"] == "RemoteLogSegmentMetadata"
-    assert s["value"]["data"]["customMetadata"] == "AQ==" and s["value"]["data"]["txnIndexEmpty"] is True
+    assert s["value"]["data"]["customMetadata"] == "AQ==" and s["value"]["data"]["segmentSizeInBytes"] == 1024
     assert code == 0
 
 

@@ -12,34 +12,17 @@ from typing import Dict, Optional, Tuple
 from kstore_cli.errors import RecordParseError
 from kstore_cli.parsers.metadata import read_frame
 from kstore_cli.parsers import RAW, JsonDecoded
-from kstore_cli.parsers.schema import F, Message, plain, to_json
+from kstore_cli.parsers.schema import Message, plain, to_json
+from kstore_cli.parsers.schemas import REMOTE_LOG_METADATA
 from kstore_cli.parsers.wire import JavaError
 
-_TOPIC_ID_PARTITION = F("TopicIdPartition", "TopicIdPartitionEntry", fields=[
-    F("Name", "string"), F("Id", "uuid"), F("Partition", "int32")])
-_SEGMENT_ID = F("RemoteLogSegmentId", "RemoteLogSegmentIdEntry", fields=[_TOPIC_ID_PARTITION, F("Id", "uuid")])
-_LEADER_EPOCHS = F("SegmentLeaderEpochs", "[]SegmentLeaderEpochEntry", fields=[
-    F("LeaderEpoch", "int32"), F("Offset", "int64")])
+#: Java class each record becomes (``RemoteLogMetadataTransform``s), by api key
+_JAVA_CLASSES = {0: "RemoteLogSegmentMetadata", 1: "RemoteLogSegmentMetadataUpdate",
+                 2: "RemotePartitionDeleteMetadata", 3: "RemoteLogSegmentMetadataSnapshot"}
 
-#: api key -> (Java class the record becomes, message), as of the goldens' Kafka build (all v0).
+#: api key -> (Java class the record becomes, message); the messages are generated from Kafka's schemas.
 REMOTE_RECORDS: Dict[int, Tuple[str, Message]] = {
-    0: ("RemoteLogSegmentMetadata", Message("RemoteLogSegmentMetadataRecord", "0", "0+", [
-        _SEGMENT_ID, F("StartOffset", "int64"), F("EndOffset", "int64"), F("BrokerId", "int32"),
-        F("MaxTimestampMs", "int64"), F("EventTimestampMs", "int64"), _LEADER_EPOCHS,
-        F("SegmentSizeInBytes", "int32"), F("CustomMetadata", "bytes", nullable="0+", default="null"),
-        F("RemoteLogSegmentState", "int8"), F("TxnIndexEmpty", "bool", tagged="0+", tag=0)])),
-    1: ("RemoteLogSegmentMetadataUpdate", Message("RemoteLogSegmentMetadataUpdateRecord", "0", "0+", [
-        _SEGMENT_ID, F("BrokerId", "int32"), F("EventTimestampMs", "int64"),
-        F("CustomMetadata", "bytes", nullable="0+", default="null"), F("RemoteLogSegmentState", "int8")])),
-    2: ("RemotePartitionDeleteMetadata", Message("RemotePartitionDeleteMetadataRecord", "0", "0+", [
-        _TOPIC_ID_PARTITION, F("BrokerId", "int32"), F("EventTimestampMs", "int64"),
-        F("RemotePartitionDeleteState", "int8")])),
-    3: ("RemoteLogSegmentMetadataSnapshot", Message("RemoteLogSegmentMetadataSnapshotRecord", "0", "0+", [
-        F("SegmentId", "uuid"), F("StartOffset", "int64"), F("EndOffset", "int64"), F("BrokerId", "int32"),
-        F("MaxTimestampMs", "int64"), F("EventTimestampMs", "int64"), _LEADER_EPOCHS,
-        F("SegmentSizeInBytes", "int32"), F("CustomMetadata", "bytes", nullable="0+", default="null"),
-        F("RemoteLogSegmentState", "int8"), F("TxnIndexEmpty", "bool", tagged="0+", tag=0)])),
-}
+    key: (_JAVA_CLASSES[key], msg) for key, msg in REMOTE_LOG_METADATA.items()}
 
 _DELETE_STATES = {0: "DELETE_PARTITION_MARKED", 1: "DELETE_PARTITION_STARTED", 2: "DELETE_PARTITION_FINISHED"}
 

@@ -275,6 +275,9 @@ def write_message(msg: Message, values: Dict[str, Any], version: int) -> bytes:
 
 def _write_struct(fields: List[Field], values: Dict[str, Any], version: int, flexible: bool,
                   out: bytearray) -> None:
+    unknown = set(values) - {f.name for f in fields}
+    if unknown:
+        raise ValueError(f"no such field(s): {sorted(unknown)}")
     tagged = []
     for f in fields:
         value = values.get(f.name, f.default)

@@ -17,13 +17,14 @@ import org.apache.kafka.common.protocol.types.Type;
 import org.apache.kafka.common.protocol.types.BoundField;
 
 /**
- * Test helper (kstore's own code, run with `java -cp ORACLE_CP MetadataSchemas.java`): prints, for every
- * MetadataRecordType the oracle's Kafka build knows, what its generated message class says, as one JSON
- * line per record type: id, enum name, version range, the wire Schema of every version (SCHEMAS[v]:
+ * Test helper (kstore's own code, run with `java -cp ORACLE_CP MetadataSchemas.java [CLASS...]`): prints,
+ * for every MetadataRecordType the oracle's Kafka build knows (no arguments) or for the named generated
+ * message classes, what the generated class says, as one JSON line per message: id and enum name (record
+ * types), class, version range, the wire Schema of every version (SCHEMAS[v]:
  * field order, types, nullability, compact encodings, tagged fields by tag), and the default value of
  * every field of the message and of its nested structs (read through the generated accessors of a freshly
  * constructed object). tests/parsers/test_metadata_records_oracle.py compares this with
- * kstore_cli/parsers/metadata_records.py.
+ * kstore_cli/parsers/metadata_records.py, tests/parsers/test_schemas_oracle.py with parsers/schemas.py.
  */
 public class MetadataSchemas {
     static String q(String s) {
@@ -101,24 +102,66 @@ public class MetadataSchemas {
         for (Class<?> inner : c.getDeclaredClasses()) defaults(inner, b);
     }
 
+    static String describe(Message msg, String head) throws Exception {
+        Schema[] schemas = (Schema[]) msg.getClass().getField("SCHEMAS").get(null);
+        StringBuilder b = new StringBuilder("{").append(head)
+            .append("\"class\":").append(q(msg.getClass().getSimpleName()))
+            .append(",\"lowest\":").append(msg.lowestSupportedVersion())
+            .append(",\"highest\":").append(msg.highestSupportedVersion())
+            .append(",\"schemas\":[");
+        for (int v = 0; v < schemas.length; v++) {
+            if (v > 0) b.append(',');
+            b.append(schemas[v] == null ? "null" : type(schemas[v]));
+        }
+        StringBuilder d = new StringBuilder("{");
+        defaults(msg.getClass(), d);
+        return b.append("],\"defaults\":").append(d).append("}}").toString();
+    }
+
+    /** No arguments: every MetadataRecordType. Otherwise each argument names a generated message class. */
     public static void main(String[] args) throws Exception {
-        for (MetadataRecordType t : MetadataRecordType.values()) {
-            ApiMessage msg = t.newMetadataRecord();
-            Schema[] schemas = (Schema[]) msg.getClass().getField("SCHEMAS").get(null);
-            StringBuilder b = new StringBuilder();
-            b.append("{\"id\":").append(t.id()).append(",\"name\":").append(q(t.name()))
-                .append(",\"class\":").append(q(msg.getClass().getSimpleName()))
-                .append(",\"lowest\":").append(t.lowestSupportedVersion())
-                .append(",\"highest\":").append(t.highestSupportedVersion())
-                .append(",\"schemas\":[");
-            for (int v = 0; v < schemas.length; v++) {
-                if (v > 0) b.append(',');
-                b.append(schemas[v] == null ? "null" : type(schemas[v]));
+        if (args.length == 0) {
+            for (MetadataRecordType t : MetadataRecordType.values()) {
+                ApiMessage msg = t.newMetadataRecord();
+                if (msg.lowestSupportedVersion() != t.lowestSupportedVersion()
+                    || msg.highestSupportedVersion() != t.highestSupportedVersion()) {
+                    throw new IllegalStateException(t + ": enum and class disagree on versions");
+                }
+                System.out.println(describe(msg, "\"id\":" + t.id() + ",\"name\":" + q(t.name()) + ","));
             }
-            StringBuilder d = new StringBuilder("{");
-            defaults(msg.getClass(), d);
-            b.append("],\"defaults\":").append(d).append("}}");
-            System.out.println(b);
+        }
+        for (String name : args) {
+            if (name.startsWith("serde:")) {
+                // a CoordinatorRecordSerde: which key/value classes each record type (0..255) maps to
+                Object serde = Class.forName(name.substring(6)).getConstructor().newInstance();
+                Method keyFor = null, valueFor = null;
+                for (Class<?> c = serde.getClass(); c != null; c = c.getSuperclass()) {
+                    for (Method m : c.getDeclaredMethods()) {
+                        if (m.getName().equals("apiMessageKeyFor") && keyFor == null) keyFor = m;
+                        if (m.getName().equals("apiMessageValueFor") && valueFor == null) valueFor = m;
+                    }
+                }
+                keyFor.setAccessible(true);
+                valueFor.setAccessible(true);
+                StringBuilder b = new StringBuilder("{\"serde\":").append(q(name.substring(6))).append(",\"types\":{");
+                boolean first = true;
+                for (short t = 0; t < 256; t++) {
+                    String k, v;
+                    try {
+                        k = keyFor.invoke(serde, t).getClass().getName();
+                        v = valueFor.invoke(serde, t).getClass().getName();
+                    } catch (java.lang.reflect.InvocationTargetException e) {
+                        continue;  // unknown record type
+                    }
+                    if (!first) b.append(',');
+                    first = false;
+                    b.append(q(Short.toString(t))).append(":[").append(q(k)).append(',').append(q(v)).append(']');
+                }
+                System.out.println(b.append("}}"));
+                continue;
+            }
+            Message msg = (Message) Class.forName(name).getConstructor().newInstance();
+            System.out.println(describe(msg, "\"name\":" + q(name) + ","));
         }
     }
 }

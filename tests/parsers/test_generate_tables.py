@@ -21,8 +21,8 @@ SPEC = """// Licensed to the Apache Software Foundation (a comment line, as in K
   "fields": [
     { "name": "Id", "type": "int32", "versions": "0+", "default": "-1", "about": "a // not a comment" },
     { "name": "Things", "type": "[]Thing", "versions": "0+" },
-    { "name": "Note", "type": "string", "versions": "1+", "nullableVersions": "1+", "default": "null",
-      "taggedVersions": "1+", "tag": 0 }
+    { "name": "Note", "type": "string", "nullableVersions": "1+", "default": "null",
+      "taggedVersions": "1+", "tag": 0, "about": "no versions: FieldSpec takes the taggedVersions" }
   ],
   "commonStructs": [
     { "name": "Thing", "versions": "0+", "fields": [
@@ -63,6 +63,8 @@ def test_generated_module_decodes_what_the_schema_describes(tmp_path: Path) -> N
     (SPEC.replace('"about": "a // not a comment"', '"zeroCopy": true, "flexibleVersions": "1+"'),
      "unsupported field keys ['flexibleVersions']"),
     (SPEC.replace('"type": "[]Thing"', '"type": "[]Missing"'), "struct type Missing has no fields"),
+    (SPEC.replace('"name": "Id", "type": "int32", "versions": "0+",', '"name": "Id", "type": "int32",'),
+     "SampleThingRecord.Id: no versions"),
     (SPEC.replace('"validVersions"', '"newKey": 1, "validVersions"'), "unsupported message keys ['newKey']"),
 ])
 def test_generator_refuses_what_it_cannot_represent(tmp_path: Path, text: str, why: str, capsys) -> None:

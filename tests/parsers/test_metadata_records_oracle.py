@@ -9,77 +9,19 @@ are derived here from ``kstore_cli/parsers/metadata_records.py``; any disagreeme
 from __future__ import annotations
 
 import base64
-import json
-import subprocess
-from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import pytest
 
-from kstore_cli.parsers.generate_tables import to_snake_case
 from kstore_cli.parsers.metadata import KAFKA_COMMIT, METADATA_RECORD_TYPES
-from kstore_cli.parsers.schema import Field, Message
+from tests.parsers.schema_compare import check_defaults, kafka_messages, our_schemas
 
-JAVA = Path(__file__).resolve().parent.parent / "oracle_java" / "MetadataSchemas.java"
 ORACLE_COMMIT = "1eb7644349cb07139d6a3c1ad1986979647cac99"  # ../shared/kafka-oracle/README.md
-
-_FIXED = {"bool": "BOOLEAN", "int8": "INT8", "int16": "INT16", "uint16": "UINT16", "int32": "INT32",
-          "uint32": "UINT32", "int64": "INT64", "uuid": "UUID", "float64": "FLOAT64"}
 
 
 @pytest.fixture(scope="module")
 def kafka_types(oracle) -> Dict[int, Dict[str, Any]]:
-    classpath, _ = oracle._env_and_classpath()
-    proc = subprocess.run(["java", "-cp", classpath, str(JAVA)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    return {t["id"]: t for t in lines}
-
-
-def _type_json(f: Field, version: int, flexible: bool, nullable: bool) -> Any:
-    """What SchemaGenerator.fieldTypeToSchemaType produces for a field at a version, as the helper prints it."""
-    if f.element is not None:
-        if f.is_struct:
-            element = _struct_json(f.fields, version, flexible)
-        else:
-            element = _type_json(Field("element", f.element), version, flexible, False)
-        return {"array": element, "compact": flexible, "nullable": nullable}
-    if f.is_struct:
-        return _struct_json(f.fields, version, flexible)
-    if f.type in ("string", "bytes"):
-        return ("COMPACT_" if flexible else "") + ("NULLABLE_" if nullable else "") + f.type.upper()
-    return _FIXED[f.type]
-
-
-def _struct_json(fields: List[Field], version: int, flexible: bool) -> Dict[str, Any]:
-    out = [[to_snake_case(f.name), _type_json(f, version, flexible, version in f.nullable)]
-           for f in fields if version in f.versions and version not in f.tagged]
-    if flexible:
-        tagged = sorted([f.tag, to_snake_case(f.name), _type_json(f, version, True, version in f.nullable)]
-                        for f in fields if version in f.versions and version in f.tagged)
-        out.append(["_tagged_fields", {"tagged": tagged}])
-    return {"struct": out}
-
-
-def _schemas(msg: Message) -> List[Any]:
-    return [_struct_json(msg.fields, v, v in msg.flexible) if v in msg.valid else None
-            for v in range(msg.valid.hi + 1)]
-
-
-def _default_json(f: Field) -> Any:
-    d = f.default
-    if isinstance(d, (bytes, bytearray)):
-        return {"bytes": len(d)}
-    if f.is_struct and f.element is None and d is not None:
-        return "<" + f.type + ">"
-    return d
-
-
-def _defaults(fields: List[Field], struct_name: str, out: Dict[str, Dict[str, Any]]) -> None:
-    out[struct_name] = {f.json_name: _default_json(f) for f in fields}
-    for f in fields:
-        if f.is_struct:
-            _defaults(f.fields, f.element or f.type, out)
+    return {t["id"]: t for t in kafka_messages(oracle)}
 
 
 def test_table_records_the_oracles_kafka_commit() -> None:
@@ -103,7 +45,7 @@ def test_every_version_schema_matches_kafka(kafka_types, api_key: int) -> None:
     kafka = kafka_types.get(api_key)
     assert kafka is not None, f"api key {api_key} unknown to the oracle's Kafka"
     msg = METADATA_RECORD_TYPES[api_key].message
-    ours = _schemas(msg)
+    ours = our_schemas(msg)
     assert len(ours) == len(kafka["schemas"])
     for version, (a, b) in enumerate(zip(ours, kafka["schemas"])):
         assert a == b, f"{msg.name} v{version}"
@@ -112,17 +54,7 @@ def test_every_version_schema_matches_kafka(kafka_types, api_key: int) -> None:
 @pytest.mark.parametrize("api_key", sorted(METADATA_RECORD_TYPES))
 def test_every_field_default_matches_kafka(kafka_types, api_key: int) -> None:
     msg = METADATA_RECORD_TYPES[api_key].message
-    ours: Dict[str, Dict[str, Any]] = {}
-    _defaults(msg.fields, msg.name, ours)
-    kafka = kafka_types[api_key]["defaults"]
-    for struct_name, fields in ours.items():
-        assert struct_name in kafka, f"{struct_name} not a class of {msg.name}"
-        got = {}
-        for name, value in kafka[struct_name].items():
-            if name in fields:
-                got[name] = value
-        # the uuid default: Uuid.ZERO_UUID.toString()
-        assert fields == got, struct_name
+    check_defaults(msg, kafka_types[api_key]["defaults"])
 
 
 def test_partition_change_record_tags_are_kafkas() -> None:
