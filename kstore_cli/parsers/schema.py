@@ -171,7 +171,7 @@ def _read_struct(fields: List[Field], r: WireReader, version: int, flexible: boo
             size = r.unsigned_varint()
             for f in fields:
                 if f.tag == tag and version in f.tagged and version in f.versions:
-                    values[f.name] = _read_field(f, r, version, True)
+                    values[f.name] = _read_field(f, r, version, True, tagged=True)
                     break
             else:
                 r.byte_array(size)  # an unknown tagged field is kept raw, never printed
@@ -217,7 +217,7 @@ def _read_fixed(t: str, r: WireReader) -> Any:
     raise ValueError(f"unknown fixed type {t}")  # a bug in a schema table, not bad data
 
 
-def _read_field(f: Field, r: WireReader, version: int, flexible: bool) -> Any:
+def _read_field(f: Field, r: WireReader, version: int, flexible: bool, tagged: bool = False) -> Any:
     t = f.type
     nullable = version in f.nullable
     if f.element is not None:
@@ -236,7 +236,8 @@ def _read_field(f: Field, r: WireReader, version: int, flexible: bool) -> Any:
             return [_read_string(r, flexible, False, f.json_name + " element") for _ in range(count)]
         return [_read_fixed(el, r) for _ in range(count)]
     if f.is_struct:
-        if nullable and r.int8() < 0:
+        # the null marker: an int8 (< 0 = null), or inside a tagged field an unsigned varint (<= 0 = null)
+        if nullable and ((r.unsigned_varint() <= 0) if tagged else (r.int8() < 0)):
             return None
         return _read_struct(f.fields, r, version, flexible)
     if t == "string":
@@ -286,7 +287,8 @@ def _write_struct(fields: List[Field], values: Dict[str, Any], version: int, fle
                 raise ValueError(f"field {f.name} is not in version {version} but has a non-default value")
             continue
         if version in f.tagged:
-            if value != f.default:
+            # Kafka writes a tagged field only when it is not null and differs from its default
+            if value is not None and value != f.default:
                 tagged.append((f.tag, f, value))
             continue
         _write_field(f, value, version, flexible, out)
@@ -326,7 +328,7 @@ def _write_field(f: Field, value: Any, version: int, flexible: bool, out: bytear
         return
     if f.is_struct:
         if version in f.nullable:
-            out += b"\x01"
+            out += b"\x01"  # the present marker: int8 1, or (tagged) unsigned varint 1 -- the same byte
         _write_struct(f.fields, value, version, flexible, out)
         return
     t = f.type
