@@ -118,9 +118,9 @@ public class MetadataSchemas {
         return b.append("],\"defaults\":").append(d).append("}}").toString();
     }
 
-    /** No arguments: every MetadataRecordType. Otherwise each argument names a generated message class. */
+    /** Every MetadataRecordType, then each argument: a generated message class, or serde:CLASS. */
     public static void main(String[] args) throws Exception {
-        if (args.length == 0) {
+        {
             for (MetadataRecordType t : MetadataRecordType.values()) {
                 ApiMessage msg = t.newMetadataRecord();
                 if (msg.lowestSupportedVersion() != t.lowestSupportedVersion()

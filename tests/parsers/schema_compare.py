@@ -19,11 +19,23 @@ JAVA = Path(__file__).resolve().parent.parent / "oracle_java" / "MetadataSchemas
 
 
 def kafka_messages(oracle, args: Sequence[str] = ()) -> List[Dict[str, Any]]:
-    """One JVM: every MetadataRecordType (no args), or the named classes / ``serde:CLASS`` mappings."""
+    """One JVM: every MetadataRecordType, then the named classes / ``serde:CLASS`` mappings."""
     classpath, _ = oracle._env_and_classpath()
     proc = subprocess.run(["java", "-cp", classpath, str(JAVA), *args], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+_CACHE: Dict[str, List[Dict[str, Any]]] = {}
+
+
+def kafka_everything(oracle) -> List[Dict[str, Any]]:
+    """What both schema test modules need, from ONE JVM per test session."""
+    if "all" not in _CACHE:
+        from tests.parsers.test_schemas_oracle import JAVA_ARGS
+
+        _CACHE["all"] = kafka_messages(oracle, JAVA_ARGS)
+    return _CACHE["all"]
 
 
 _FIXED = {"bool": "BOOLEAN", "int8": "INT8", "int16": "INT16", "uint16": "UINT16", "int32": "INT32",

@@ -14,14 +14,14 @@ from typing import Any, Dict
 import pytest
 
 from kstore_cli.parsers.metadata import KAFKA_COMMIT, METADATA_RECORD_TYPES
-from tests.parsers.schema_compare import check_defaults, kafka_messages, our_schemas
+from tests.parsers.schema_compare import check_defaults, kafka_everything, our_schemas
 
 ORACLE_COMMIT = "1eb7644349cb07139d6a3c1ad1986979647cac99"  # ../shared/kafka-oracle/README.md
 
 
 @pytest.fixture(scope="module")
 def kafka_types(oracle) -> Dict[int, Dict[str, Any]]:
-    return {t["id"]: t for t in kafka_messages(oracle)}
+    return {t["id"]: t for t in kafka_everything(oracle) if "id" in t}
 
 
 def test_table_records_the_oracles_kafka_commit() -> None:

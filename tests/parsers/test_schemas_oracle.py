@@ -16,7 +16,7 @@ import pytest
 from kstore_cli.parsers import schemas as S
 from kstore_cli.parsers.remote import REMOTE_RECORDS
 from kstore_cli.parsers.schema import Message
-from tests.parsers.schema_compare import check_defaults, kafka_messages, our_schemas
+from tests.parsers.schema_compare import check_defaults, kafka_everything, our_schemas
 from tests.parsers.test_metadata_records_oracle import ORACLE_COMMIT
 
 GROUP = "org.apache.kafka.coordinator.group.generated."
@@ -45,6 +45,7 @@ def _messages() -> List[Tuple[str, Message]]:
 
 
 MESSAGES = _messages()
+JAVA_ARGS = [name for name, _ in MESSAGES] + ["serde:" + GROUP_SERDE, "serde:" + SHARE_SERDE]
 
 
 def test_tables_record_the_oracles_kafka_commit() -> None:
@@ -53,8 +54,7 @@ def test_tables_record_the_oracles_kafka_commit() -> None:
 
 @pytest.fixture(scope="module")
 def kafka(oracle) -> Dict[str, Dict[str, Any]]:
-    lines = kafka_messages(oracle, [name for name, _ in MESSAGES] + ["serde:" + GROUP_SERDE, "serde:" + SHARE_SERDE])
-    return {line.get("name") or line["serde"]: line for line in lines}
+    return {line.get("serde") or line["name"]: line for line in kafka_everything(oracle) if "id" not in line}
 
 
 @pytest.mark.parametrize("java_class, msg", MESSAGES, ids=[m.name for _, m in MESSAGES])
