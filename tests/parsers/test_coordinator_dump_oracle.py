@@ -1,7 +1,8 @@
 """``kstore dump-segment`` with the coordinator decoders vs Kafka's ``dump-log``, byte for byte.
 
 ``__consumer_offsets`` (--offsets-decoder), ``__share_group_state`` (--share-group-state-decoder) and
-``__transaction_state`` (--transaction-log-decoder) logs holding every record type, every key and value
+``__transaction_state`` (--transaction-log-decoder) and ``__remote_log_metadata``
+(--remote-log-metadata-decoder) logs holding every record type, every key and value
 version the schema tables know (= what the oracle's Kafka knows: test_schemas_oracle.py), four value
 variants each plus defaults and tombstones, group metadata carrying every consumer-protocol version, and
 records Kafka's parsers skip. One JVM for the module.
@@ -24,7 +25,8 @@ from kstore_cli.parsers.schemas import (
     TRANSACTION_LOG_KEY,
     TRANSACTION_LOG_VALUE,
 )
-from tests.parsers.metadata_factory import VARIANTS, LogWriter, sample_values
+from kstore_cli.parsers.remote import REMOTE_RECORDS
+from tests.parsers.metadata_factory import VARIANTS, LogWriter, frame, sample_values
 from tests.parsers.test_metadata_dump_oracle import _as_oracle_lines, run_kstore
 
 Pair = Tuple[Optional[bytes], Optional[bytes]]
@@ -124,6 +126,26 @@ def null_tagged_struct() -> List[Pair]:
     return [(key, struct.pack(">h", 0) + body[:-1] + bytes([1, 0, 1, 0]))]  # 1 field: tag 0, size 1, marker 0
 
 
+def remote_pairs() -> List[Pair]:
+    """Every __remote_log_metadata record type, with values Kafka's transforms accept and refuse."""
+    out: List[Pair] = []
+    for api_key, (_, msg) in REMOTE_RECORDS.items():
+        for variant in range(VARIANTS):
+            out.append((None, frame(api_key, 0, write_message(msg, sample_values(msg.fields, 0, variant), 0))))
+        for state in range(-1, 5):
+            values = sample_values(msg.fields, 0, 3)
+            state_field = "RemotePartitionDeleteState" if api_key == 2 else "RemoteLogSegmentState"
+            values[state_field] = state
+            if "SegmentLeaderEpochs" in values:
+                values["SegmentLeaderEpochs"] = [{"LeaderEpoch": 5, "Offset": 100}, {"LeaderEpoch": 0, "Offset": 0},
+                                                 {"LeaderEpoch": 5, "Offset": 7}, {"LeaderEpoch": -3, "Offset": 1}]
+            if "EndOffset" in values:
+                values["StartOffset"], values["EndOffset"] = (10, 20) if state != 4 else (20, 10)
+            out.append((None, frame(api_key, 0, write_message(msg, values, 0))))
+    out.append((None, None))
+    return out
+
+
 def _write(directory: Path, topic: str, pairs: List[Pair], per_batch: int = 7) -> Path:
     part = directory / f"{topic}-0"
     part.mkdir(parents=True)
@@ -140,6 +162,7 @@ CASES = [
     ("offsets-skip-metadata", "__consumer_offsets", ["--offsets-decoder", "--skip-record-metadata"]),
     ("share", "__share_group_state", ["--share-group-state-decoder"]),
     ("transactions", "__transaction_state", ["--transaction-log-decoder"]),
+    ("remote", "__remote_log_metadata", ["--remote-log-metadata-decoder"]),
 ]
 
 
@@ -153,6 +176,7 @@ def dumps(oracle, tmp_path_factory):
         "__share_group_state": _write(work, "__share_group_state", coordinator_pairs(SHARE_COORDINATOR_RECORDS)
                                       + skipped_pairs(SHARE_COORDINATOR_RECORDS)),
         "__transaction_state": _write(work, "__transaction_state", transaction_pairs()),
+        "__remote_log_metadata": _write(work, "__remote_log_metadata", remote_pairs()),
     }
     results = oracle.run_many([("dump-log", [*opts, "--files", str(files[topic])]) for _, topic, opts in CASES])
     return {name: (str(files[topic]), opts, r) for (name, topic, opts), r in zip(CASES, results)}
@@ -179,3 +203,8 @@ def test_every_record_type_and_version_was_decoded(dumps) -> None:
     assert share.stdout.count('"type":"0","data"') > 0 and share.stdout.count('"type":"1","data"') > 0
     _, _, txn = dumps["transactions"]
     assert "state=PrepareEpochFence" in txn.stdout and "unknown::version=5" in txn.stdout
+    _, _, remote = dumps["remote"]
+    for java_class in ("RemoteLogSegmentMetadata{", "RemoteLogSegmentMetadataUpdate{", "RemotePartitionDeleteMetadata{",
+                       "RemoteLogSegmentMetadataSnapshot{"):
+        assert "payload: " + java_class in remote.stdout
+    assert "segmentLeaderEpochs={-3=1, 0=0, 5=7}" in remote.stdout
