@@ -188,3 +188,33 @@ def test_cluster_metadata_json_is_the_text_payload_parsed(tmp_path: Path) -> Non
 def test_decode_json_protocol_marks_undecoded_parts_raw() -> None:
     d = make_parser(cluster_metadata=True).decode_json(0, b"k", frame(20, 0, b"\x00"))
     assert d.key is RAW and d.value == {"type": "NO_OP_RECORD", "version": 0, "data": {}} and d.error is None
+
+
+@pytest.mark.parametrize("decoder", ["offsets", "share_group_state", "cluster_metadata"])
+def test_json_values_are_the_text_payloads_parsed_for_every_record_type(decoder: str) -> None:
+    """For the decoders whose text is JSON, decode_json gives exactly that JSON (or Kafka's skip text)."""
+    from kstore_cli.parsers.schemas import GROUP_COORDINATOR_RECORDS, SHARE_COORDINATOR_RECORDS
+    from tests.parsers.metadata_factory import damaged_values, metadata_values
+    from tests.parsers.test_coordinator_dump_oracle import consumer_group_metadata, coordinator_pairs, skipped_pairs
+
+    if decoder == "cluster_metadata":
+        pairs = [(None, v) for _, _, v in metadata_values()] + [(None, v) for v in damaged_values()]
+    else:
+        table = GROUP_COORDINATOR_RECORDS if decoder == "offsets" else SHARE_COORDINATOR_RECORDS
+        pairs = coordinator_pairs(table) + skipped_pairs(table)
+        if decoder == "offsets":
+            pairs += consumer_group_metadata()
+    parser = make_parser(**{decoder: True})
+    for offset, (key, value) in enumerate(pairs):
+        key_text, payload = parser.parse(offset, key, value)
+        d = parser.decode_json(offset, key, value)
+        skip = key_text if decoder != "cluster_metadata" else payload
+        if skip is not None and ("skipping." in skip):
+            assert (d.key, d.value, d.error) == (RAW, RAW, skip)
+            continue
+        assert d.error is None
+        if decoder == "cluster_metadata":
+            assert d.key is RAW and d.value == json.loads(payload)
+        else:
+            assert d.key == json.loads(key_text)
+            assert d.value == (None if payload == "<DELETE>" else json.loads(payload))
