@@ -40,7 +40,6 @@ class JsonDecoded(NamedTuple):
     error: Optional[str] = None
 
 
-
 class MessageParser(Protocol):
     """What every parser offers; ``skipped`` counts the records ``parse`` answered with a skip text."""
 

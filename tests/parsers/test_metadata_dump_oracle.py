@@ -13,7 +13,6 @@ import io
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
