@@ -10,6 +10,14 @@ JSON files are not committed::
     python -m kstore_cli.parsers.generate_tables /path/to/kafka-checkout [--commit SHA] [-o OUT]
 
 With a git checkout the commit is read from it (``git rev-parse HEAD``); ``--commit`` names it otherwise.
+From a bare clone, extract the schema directories first, e.g.::
+
+    git --git-dir kafka.git archive COMMIT metadata/src/main/resources/common/metadata \\
+        group-coordinator/src/main/resources/common/message share-coordinator/src/main/resources/common/message \\
+        transaction-coordinator/src/main/resources/common/message storage/src/main/resources/message \\
+        clients/src/main/resources/common/message | tar -x -C /tmp/kafka
+    python -m kstore_cli.parsers.generate_tables /tmp/kafka --commit COMMIT
+
 The checkout may also be a plain directory holding the metadata ``*.json`` files themselves (then only
 ``metadata_records.py`` is written).
 """
