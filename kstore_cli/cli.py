@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import traceback as _traceback
 from typing import List, Optional
 
 import click
@@ -22,6 +23,21 @@ from kstore_cli import __version__
 from kstore_cli.errors import ExitStatus, KstoreError, OutputError
 
 TRACEBACK_ENV = "KSTORE_TRACEBACK"
+
+#: --traceback given on this invocation (reset by main(), so one in-process run never leaks into the next)
+_traceback_flag = False
+
+
+def traceback_wanted() -> bool:
+    """--traceback was given, or KSTORE_TRACEBACK is set to anything but "" or "0"."""
+    return _traceback_flag or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
+
+
+def _print_traceback() -> None:
+    """The traceback of the exception being handled, on stderr (before the usual one-line message)."""
+    sys.stdout.flush()
+    _traceback.print_exc(file=sys.stderr)
+    sys.stderr.flush()
 
 
 def _version_text() -> str:
@@ -52,9 +68,10 @@ def cli(ctx: click.Context, traceback: bool) -> None:
     Example:
       kstore dump-segment --deep-iteration --print-data-log 00000000000000000000.log
     """
+    global _traceback_flag
     ctx.ensure_object(dict)
     if traceback:
-        os.environ[TRACEBACK_ENV] = "1"
+        _traceback_flag = True
 
 
 def _register_commands() -> None:
@@ -100,7 +117,13 @@ def _internal_error(exc: BaseException) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    """Entry point of the ``kstore`` script."""
+    """Entry point of the ``kstore`` script.
+
+    With --traceback/KSTORE_TRACEBACK the traceback is printed before the one-line message; the exit
+    status stays the documented one (2 usage, 3 unreadable, 1 data problems or an internal error).
+    """
+    global _traceback_flag
+    _traceback_flag = False
     _register_commands()
     args = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -109,8 +132,8 @@ def main(argv: Optional[List[str]] = None) -> None:
             rv = cli.invoke(ctx)
         sys.stdout.flush()
     except KstoreError as exc:
-        if os.environ.get(TRACEBACK_ENV):
-            raise
+        if traceback_wanted():
+            _print_traceback()
         sys.exit(report_error(exc))
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
@@ -126,8 +149,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(ExitStatus.OK)
     except OSError as exc:
         if exc.filename is not None or exc.errno not in _OUTPUT_ERRNOS:
-            if os.environ.get(TRACEBACK_ENV):
-                raise
+            if traceback_wanted():
+                _print_traceback()
             _internal_error(exc)
         # Writing the command's output failed (stdout on a full disk, /dev/full, a broken device):
         # the output is incomplete, which the caller must know.
@@ -137,9 +160,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
         sys.exit(130)
-    except Exception as exc:  # noqa: BLE001 - last line of defence: never a traceback
-        if os.environ.get(TRACEBACK_ENV):
-            raise
+    except Exception as exc:  # noqa: BLE001 - last line of defence: never an unasked-for traceback
+        if traceback_wanted():
+            _print_traceback()
         _internal_error(exc)
     sys.exit(rv if isinstance(rv, int) else ExitStatus.OK)
 

@@ -38,7 +38,7 @@ from kstore_cli.errors import (
     KstoreError,
     UsageError,
 )
-from kstore_cli.parsers import DecoderMessageParser, decode_control, make_parser, render_control
+from kstore_cli.parsers import RAW, DecoderMessageParser, decode_control, make_parser, render_control
 from kstore_cli.parsers.decoders import decoder_for
 from kstore_cli.segment.text import java_utf8
 from kstore_cli.segment import read_batches
@@ -440,7 +440,8 @@ class DumpOptions:
 
     `parser` renders keys and values when `print_data` is set (None: Kafka's default,
     UTF-8 strings); `decoder_notices` are the deprecation lines Kafka prints for each
-    ``.log``/``.checkpoint`` file.
+    ``.log``/``.checkpoint`` file; `json_decoder` names the decoder given on the command line
+    (``--json`` then writes what it decodes as JSON values instead of base64).
     """
 
     __slots__ = (
@@ -454,6 +455,7 @@ class DumpOptions:
         "parser",
         "json_lines",
         "decoder_notices",
+        "json_decoder",
     )
 
     def __init__(
@@ -469,6 +471,7 @@ class DumpOptions:
         parser: Any = None,
         json_lines: bool = False,
         decoder_notices: Sequence[str] = (),
+        json_decoder: Optional[str] = None,
     ) -> None:
         if max_message_size < 0:
             raise UsageError(f"--max-message-size must not be negative (got {max_message_size})")
@@ -484,6 +487,8 @@ class DumpOptions:
         self.parser = parser if parser is not None or not print_data else make_parser()
         self.json_lines = json_lines
         self.decoder_notices = tuple(decoder_notices)
+        #: with --json: the name of the decoder the user gave (keys/values then come out decoded), or None
+        self.json_decoder = json_decoder
 
 
 def dump_files(files: Sequence[str], out: TextIO, err: TextIO, options: DumpOptions) -> int:
@@ -598,6 +603,8 @@ class _TextDumper(_Dumper):
             else:
                 self.error_line(f"Ignoring unknown file {path}")
         self.print_summaries()
+        if getattr(self.o.parser, "skipped", 0):
+            self.problem()  # Kafka's parser printed "skipping" for records it could not decode
         return int(self.status)
 
     # ---------------------------------------------------------------- .log / .checkpoint
@@ -1030,10 +1037,16 @@ class _JsonDumper(_Dumper):
         }
 
     def dump_records(self, path: str, batch: Batch) -> None:
+        o = self.o
         records, failure = records_as_iterated(batch)
+        decoder = o.json_decoder if o.print_data and not batch.is_control else None
         for record in records:
             try:
-                self.emit(record_json(batch, record, print_data=self.o.print_data))
+                obj = record_json(batch, record, print_data=o.print_data,
+                                  parser=o.parser if decoder is not None else None, decoder=decoder)
+                self.emit(obj)
+                if "decodeError" in obj:
+                    self.problem()  # the record was not decoded: said in the line and in the exit status
             except KstoreError as exc:
                 self.error(path, batch.position, f"record at offset {record.offset}: {exc.message}")
         if failure is not None:
@@ -1140,10 +1153,15 @@ def _b64(data: Optional[bytes]) -> Optional[str]:
     return None if data is None else base64.b64encode(data).decode("ascii")
 
 
-def record_json(batch: Batch, record: Record, *, print_data: bool = False) -> Dict[str, Any]:
-    """A record as a JSON-ready dict (``--json --deep-iteration``); keys and values in base64.
+def record_json(batch: Batch, record: Record, *, print_data: bool = False, parser: Any = None,
+                decoder: Optional[str] = None) -> Dict[str, Any]:
+    """A record as a JSON-ready dict (``--json --deep-iteration``).
 
-    Raises KstoreError when a control record's key or value cannot be decoded.
+    Keys and values are base64, unless ``parser`` (the decoder named ``decoder``) decodes them: then
+    they are the decoded JSON values (objects, numbers, strings), ``"decoder"`` names it, and a record
+    the decoder skips keeps its base64 and carries Kafka's text in ``"decodeError"``.
+    Raises KstoreError when a control record's key or value cannot be decoded, or where Kafka's
+    parser aborts.
     """
     obj: Dict[str, Any] = {
         "type": "record",
@@ -1158,11 +1176,25 @@ def record_json(batch: Batch, record: Record, *, print_data: bool = False) -> Di
         obj["crc"] = record.crc
         obj["isValid"] = record.is_valid
     if print_data:
-        obj["key"] = _b64(record.key)
-        obj["value"] = _b64(record.value)
+        key: Any = _b64(record.key)
+        value: Any = _b64(record.value)
+        if parser is not None:
+            offset = record.offset
+            if not _LONG_MIN <= offset <= _LONG_MAX:
+                offset = java_long(offset)
+            decoded = parser.decode_json(offset, record.key, record.value)
+            obj["decoder"] = decoder
+            if decoded.key is not RAW:
+                key = decoded.key
+            if decoded.value is not RAW:
+                value = decoded.value
+            if decoded.error is not None:
+                obj["decodeError"] = decoded.error
+        obj["key"] = key
+        obj["value"] = value
         obj["headers"] = [
-            {"key": java_utf8(key), "value": _b64(h.value)}
-            for key, h in zip(record.header_key_bytes(), record.headers)
+            {"key": java_utf8(header_key), "value": _b64(h.value)}
+            for header_key, h in zip(record.header_key_bytes(), record.headers)
         ]
     if batch.is_control:
         obj["control"] = control_json(record)

@@ -39,7 +39,8 @@ def test_version_names_the_decoder() -> None:
 def test_core_does_not_import_click_or_rich() -> None:
     code = (
         "import sys, kstore_cli, kstore_cli.segment, kstore_cli.codecs, kstore_cli.segment.index, "
-        "kstore_cli.segment.snapshot, kstore_cli.segment.checkpoint\n"
+        "kstore_cli.segment.snapshot, kstore_cli.segment.checkpoint, kstore_cli.parsers, kstore_cli.parsers.metadata, "
+        "kstore_cli.parsers.coordinator, kstore_cli.parsers.txnlog, kstore_cli.parsers.remote\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('click', 'rich')]\n"
         "print(','.join(bad))\n"
     )

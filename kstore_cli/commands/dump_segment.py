@@ -130,14 +130,23 @@ def command(
          compacted topics have gaps)
       1  the data has problems: a batch with isvalid false, index or time-index
          mismatches or offsets not found, a corrupt snapshot, trailing invalid
-         bytes, or a damaged file that stopped the dump (Kafka's tool would die
+         bytes, a record the chosen decoder could not decode (Kafka prints
+         "skipping" for it), or a damaged file that stopped the dump (Kafka's tool would die
          with a stack trace; kstore prints one "kstore: error:" line instead)
       2  usage error (e.g. no files, or a file name without a '.')
       3  a file is missing or cannot be read
 
     Kafka's own usage text is not reproduced; this help replaces it. --json writes one
     object per line (type batch, record, index, timeindex, txnindex, snapshot, file,
-    note, skipped, error) and goes on after problems where it can.
+    note, skipped, error) and goes on after problems where it can. Record keys and values
+    are base64; with a decoder option they are what the decoder decoded, as JSON values
+    ("decoder" names it; a record it cannot decode keeps its base64, gets "decodeError"
+    and makes the exit status 1), e.g. the offsets group X committed:
+
+    \b
+      kstore dump-segment --json --offsets-decoder __consumer_offsets-0/*.log \\
+        | jq -c 'select(.key.data.group? == "X") | [.key.data.topic, .key.data.partition, .value.data.offset]'
+
     """
     from kstore_cli.dumplog import DumpOptions, deprecated_decoder_notice, dump_files
     from kstore_cli.parsers import make_parser
@@ -159,6 +168,11 @@ def command(
         key_decoder=key_name,
         value_decoder=value_name,
     )
+    json_decoder = next((name for name, given in zip(
+        ("offsets", "transaction-log", "cluster-metadata", "remote-log-metadata", "share-group-state"),
+        decoder_flags) if given), None)
+    if json_decoder is None and (key_name is not None or value_name is not None):
+        json_decoder = f"key={key_name or 'string'},value={value_name or 'string'}"
     notices: List[str] = []
     if not any(decoder_flags) and not json_lines:
         # Kafka builds its value decoder, then its key decoder, for every .log/.checkpoint file.
@@ -177,6 +191,7 @@ def command(
         parser=parser,
         json_lines=json_lines,
         decoder_notices=notices,
+        json_decoder=json_decoder,
     )
     out, out_wrapped = _open_utf8(sys.stdout)
     try:

@@ -3,39 +3,76 @@
 A parser turns one non-control record's key/value bytes into the ``key: ...``/``payload: ...`` texts.
 Where Kafka's tool aborts, a parser raises :class:`kstore_cli.errors.RecordParseError` with the message
 Kafka's exception carries; where Kafka prints a "skipping" text, the parser returns that text.
+
+``decode_json`` is the same decoding for ``dump-segment --json``: the key and value as JSON values
+(objects, numbers, strings: the trees the text form prints, not strings of JSON), :data:`RAW` for a part
+the decoder leaves alone, and the "skipping" text as ``error`` where Kafka would skip the record.
 Never imports click or rich.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Protocol, Tuple
+from typing import Any, NamedTuple, Optional, Protocol, Tuple
 
 from kstore_cli.parsers.control import decode_control, render_control
-from kstore_cli.parsers.decoders import decoder_for
+from kstore_cli.parsers.decoders import decoder_for, json_decoder_for
 
-__all__ = ["MessageParser", "make_parser", "render_control", "decode_control"]
+__all__ = ["MessageParser", "JsonDecoded", "RAW", "make_parser", "render_control", "decode_control"]
+
+
+class _Raw:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "RAW"
+
+
+#: A key or value the decoder does not decode (``--json`` then shows its bytes, base64).
+RAW: Any = _Raw()
+
+
+class JsonDecoded(NamedTuple):
+    """One record as a decoder sees it, for ``--json``."""
+
+    key: Any
+    value: Any
+    #: Kafka's "skipping" text when the decoder could not decode the record (key/value are then RAW)
+    error: Optional[str] = None
 
 
 class MessageParser(Protocol):
-    """What every parser offers."""
+    """What every parser offers; ``skipped`` counts the records ``parse`` answered with a skip text."""
+
+    skipped: int
 
     def parse(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> Tuple[Optional[str], Optional[str]]:
         """(key text or None, payload text or None) for one NON-control record, as DumpLogSegments prints them."""
+        ...
+
+    def decode_json(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> JsonDecoded:
+        """The same decoding for ``--json``; raises what ``parse`` raises."""
         ...
 
 
 class DecoderMessageParser:
     """Kafka's default parser: a key decoder and a value decoder; nothing printed for a null key/value."""
 
-    __slots__ = ("_key", "_value")
+    __slots__ = ("_key", "_value", "_key_json", "_value_json")
+    skipped = 0  # StringDecoder & co. never skip
 
     def __init__(self, key_decoder: Optional[str], value_decoder: Optional[str]) -> None:
         self._key = decoder_for(key_decoder)
         self._value = decoder_for(value_decoder)
+        self._key_json = json_decoder_for(key_decoder)
+        self._value_json = json_decoder_for(value_decoder)
 
     def parse(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> Tuple[Optional[str], Optional[str]]:
         return (None if key is None else self._key(key),
                 None if value is None else self._value(value))
+
+    def decode_json(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> JsonDecoded:
+        return JsonDecoded(None if key is None else self._key_json(key),
+                           None if value is None else self._value_json(value))
 
 
 def make_parser(*, offsets: bool = False, transaction_log: bool = False, cluster_metadata: bool = False,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Tuple
 
 from kstore_cli.errors import RecordParseError
-from kstore_cli.parsers import jsonout
-from kstore_cli.parsers.schema import Message, read_message, to_json
+from kstore_cli.parsers import RAW, JsonDecoded, jsonout
+from kstore_cli.parsers.schema import Message, plain, read_message, to_json
 from kstore_cli.parsers.schemas import (
     CONSUMER_PROTOCOL_ASSIGNMENT,
     CONSUMER_PROTOCOL_SUBSCRIPTION,
@@ -85,28 +85,42 @@ class _CoordinatorParser:
     """Shared logic of Kafka's ``OffsetsMessageParser`` and ``ShareGroupStateMessageParser``."""
 
     records: Dict[int, Tuple[Message, Message]] = {}
+    skipped = 0
     topic_words = ""
     value_label = "version"
 
-    def parse(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> Tuple[Optional[str], Optional[str]]:
+    def _trees(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> Tuple[Any, Any, Optional[str]]:
+        """(key tree, value tree or None for a tombstone, skip text or None), as Kafka's parser builds them."""
         if key is None:
             raise RecordParseError(f"Failed to decode message at offset {offset} using {self.topic_words} "
                                    "decoder (message had a missing key)")
         try:
             record_type, key_msg, key_values, value_version, value_msg, values = \
                 deserialize(self.records, key, value)
-            key_text = jsonout.dumps({"type": str(record_type),
-                                      "data": to_json(key_msg, key_values, record_type)})
+            key_tree = {"type": str(record_type), "data": to_json(key_msg, key_values, record_type)}
             if values is None:
-                return key_text, "<DELETE>"
+                return key_tree, None, None
             tree = to_json(value_msg, values, value_version)
             if value_msg is GROUP_METADATA_VALUE:
                 _expand_consumer_protocol(tree)
-            return key_text, jsonout.dumps({self.value_label: str(value_version), "data": tree})
+            return key_tree, {self.value_label: str(value_version), "data": tree}, None
         except _UnknownRecordType as e:
-            return f"Unknown record type {e.record_type} at offset {offset}, skipping.", None
+            return None, None, f"Unknown record type {e.record_type} at offset {offset}, skipping."
         except JavaError as e:
-            return f"Error at offset {offset}, skipping. {e.text}", None
+            return None, None, f"Error at offset {offset}, skipping. {e.text}"
+
+    def parse(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> Tuple[Optional[str], Optional[str]]:
+        key_tree, value_tree, skipped = self._trees(offset, key, value)
+        if skipped is not None:
+            self.skipped += 1
+            return skipped, None
+        return jsonout.dumps(key_tree), "<DELETE>" if value_tree is None else jsonout.dumps(value_tree)
+
+    def decode_json(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> JsonDecoded:
+        key_tree, value_tree, skipped = self._trees(offset, key, value)
+        if skipped is not None:
+            return JsonDecoded(RAW, RAW, skipped)
+        return JsonDecoded(plain(key_tree), plain(value_tree))
 
 
 class OffsetsMessageParser(_CoordinatorParser):

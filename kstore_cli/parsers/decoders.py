@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import struct
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from kstore_cli.errors import RecordParseError, UsageError
 
@@ -79,3 +79,22 @@ def decoder_for(name: Optional[str]) -> Callable[[bytes], str]:
     except KeyError:
         accepted = ", ".join(list(_FRIENDLY) + sorted(k for k in _KAFKA if "." in k))
         raise UsageError(f"unknown decoder {name!r}; accepted: {accepted}") from None
+
+
+def _int_json(data: bytes) -> int:
+    return int(_int(data))
+
+
+def _long_json(data: bytes) -> int:
+    return int(_long(data))
+
+
+#: the same decoders for ``--json``: numbers as JSON numbers, everything else as JSON strings
+_FRIENDLY_JSON: Dict[str, Callable[[bytes], Any]] = {**_FRIENDLY, "int": _int_json, "long": _long_json}
+
+
+def json_decoder_for(name: Optional[str]) -> Callable[[bytes], Any]:
+    """``decoder_for`` for ``--json``: the decoded JSON value (an ``int`` for int/long)."""
+    decoder_for(name)  # the same name check
+    friendly = _KAFKA.get(name or DEFAULT_DECODER, name or DEFAULT_DECODER)
+    return _FRIENDLY_JSON[friendly]

@@ -4,7 +4,8 @@
 * strings escape ``"`` and ``\\``, ``\\b \\t \\n \\f \\r`` in short form, other characters below
   U+0020 as ``\\u00XX`` (upper-case hex); everything else, non-ASCII included, is written raw;
 * ``bytes`` (Jackson's ``BinaryNode``) become standard base64 with padding;
-* floats print as Java's ``Double.toString``.
+* floats print as Java's ``Double.toString``; NaN and the infinities as strings (``"NaN"``), as
+  Jackson writes them by default.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def _write(node: Any, out: List[str]) -> None:
     elif isinstance(node, int):
         out.append(str(node))
     elif isinstance(node, float):
-        out.append(java_double(node))
+        # Jackson quotes the non-finite ones (JsonWriteFeature.WRITE_NAN_AS_STRINGS, on by default).
+        out.append(java_double(node) if math.isfinite(node) else '"' + java_double(node) + '"')
     elif isinstance(node, (bytes, bytearray)):
         out.append('"' + base64.b64encode(bytes(node)).decode("ascii") + '"')
     elif isinstance(node, dict):

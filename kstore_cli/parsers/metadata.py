@@ -11,10 +11,27 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
 
-from kstore_cli.parsers import jsonout
-from kstore_cli.parsers.schema import Message, read_message, to_json
-from kstore_cli.parsers.schemas import METADATA_RECORDS
+from kstore_cli.parsers import RAW, JsonDecoded, jsonout
+from kstore_cli.parsers.schema import Message, plain, read_message, to_json
+from kstore_cli.parsers.metadata_records import KAFKA_COMMIT, METADATA_RECORD_TYPES
+from kstore_cli.parsers.schema import MetadataRecordType
 from kstore_cli.parsers.wire import JavaError, WireReader
+
+__all__ = ["KAFKA_COMMIT", "METADATA_RECORD_TYPES", "MetadataRecordType", "record_type", "read_metadata_record",
+           "ClusterMetadataMessageParser"]
+
+#: api key -> (MetadataRecordType enum name, message): the shape ``read_frame`` takes.
+METADATA_RECORDS: Dict[int, Tuple[str, Message]] = {
+    key: (t.name, t.message) for key, t in METADATA_RECORD_TYPES.items()}
+
+
+def record_type(api_key: int) -> MetadataRecordType:
+    """``MetadataRecordType.fromId``; raises :class:`JavaError` (UnsupportedVersionException) if unknown."""
+    try:
+        return METADATA_RECORD_TYPES[api_key]
+    except KeyError:
+        raise JavaError(f"Unknown metadata id {api_key}",
+                        "org.apache.kafka.common.errors.UnsupportedVersionException") from None
 
 
 def _to_short(value: int) -> int:
@@ -58,14 +75,37 @@ def read_frame(records: Dict[int, Tuple[str, Message]], value: Optional[bytes]) 
     return api_key, version, values
 
 
+def read_metadata_record(value: Optional[bytes]) -> Tuple[MetadataRecordType, int, Dict[str, Any]]:
+    """``MetadataRecordSerde.read`` of one record value: (record type, version, field values by schema name).
+
+    Raises :class:`JavaError` with the text Kafka's exception would carry.
+    """
+    api_key, version, values = read_frame(METADATA_RECORDS, value)
+    return METADATA_RECORD_TYPES[api_key], version, values
+
+
 class ClusterMetadataMessageParser:
     """``--cluster-metadata-decoder``: no key; payload ``{"type":NAME,"version":V,"data":{...}}``."""
 
-    def parse(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> Tuple[Optional[str], Optional[str]]:
+    skipped = 0
+
+    def _tree(self, offset: int, value: Optional[bytes]) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
         try:
-            api_key, version, values = read_frame(METADATA_RECORDS, value)
-            name, msg = METADATA_RECORDS[api_key]
-            text = jsonout.dumps({"type": name, "version": version, "data": to_json(msg, values, version)})
+            t, version, values = read_metadata_record(value)
+            return {"type": t.name, "version": version, "data": to_json(t.message, values, version)}, None
         except JavaError as e:
-            text = f"Error at {offset}, skipping. {e.text}"
-        return None, text
+            return None, f"Error at {offset}, skipping. {e.text}"
+
+    def parse(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> Tuple[Optional[str], Optional[str]]:
+        tree, skipped = self._tree(offset, value)
+        if tree is None:
+            self.skipped += 1
+            return None, skipped
+        return None, jsonout.dumps(tree)
+
+    def decode_json(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> JsonDecoded:
+        """The value as ``{"type": NAME, "version": V, "data": {...}}``; the key (Kafka ignores it) stays raw."""
+        tree, skipped = self._tree(offset, value)
+        if tree is None:
+            return JsonDecoded(RAW, RAW, skipped)
+        return JsonDecoded(RAW, plain(tree))

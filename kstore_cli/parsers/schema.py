@@ -21,8 +21,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+import base64
+import math
+import struct
+
 from kstore_cli.segment.text import java_utf8
-from kstore_cli.parsers.wire import JavaError, WireReader
+from kstore_cli.parsers.wire import JavaError, WireReader, encode_unsigned_varint
 
 ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
 
@@ -56,12 +60,14 @@ class Field:
     """One field of a struct; ``fields`` is set for struct and struct-array types."""
 
     __slots__ = ("name", "json_name", "type", "versions", "nullable", "tagged", "tag", "default",
-                 "fields", "element")
+                 "fields", "element", "map_key")
 
     def __init__(self, name: str, type_: str, versions: str = "0+", *, nullable: str = "none",
                  tagged: str = "none", tag: Optional[int] = None, default: Any = None,
-                 fields: Optional[Sequence["Field"]] = None) -> None:
+                 fields: Optional[Sequence["Field"]] = None, map_key: bool = False) -> None:
         self.name = name
+        #: the key of a keyed collection (``mapKey``): Java keeps such arrays in a hash collection
+        self.map_key = map_key
         # FieldSpec.camelCaseName(): the schema name with a lower-case first letter.
         self.json_name = name[:1].lower() + name[1:]
         self.type = type_
@@ -109,6 +115,30 @@ class Message:
         self.fields = list(fields)
 
 
+class MetadataRecordType:
+    """One ``MetadataRecordType``: api key, enum name (``PARTITION_CHANGE_RECORD``) and message schema."""
+
+    __slots__ = ("id", "name", "message")
+
+    def __init__(self, id: int, name: str, message: Message) -> None:  # noqa: A002 - Kafka's name
+        self.id = id
+        self.name = name
+        self.message = message
+
+    @property
+    def lowest_supported_version(self) -> int:
+        """The lowest version of ``validVersions``."""
+        return self.message.valid.lo
+
+    @property
+    def highest_supported_version(self) -> int:
+        """The highest version of ``validVersions``."""
+        return self.message.valid.hi
+
+    def __repr__(self) -> str:
+        return f"MetadataRecordType({self.id}, {self.name!r}, {self.message.name})"
+
+
 def F(name: str, type_: str, versions: str = "0+", **kw: Any) -> Field:
     """Shorthand used by the schema tables."""
     return Field(name, type_, versions, **kw)
@@ -141,7 +171,7 @@ def _read_struct(fields: List[Field], r: WireReader, version: int, flexible: boo
             size = r.unsigned_varint()
             for f in fields:
                 if f.tag == tag and version in f.tagged and version in f.versions:
-                    values[f.name] = _read_field(f, r, version, True)
+                    values[f.name] = _read_field(f, r, version, True, tagged=True)
                     break
             else:
                 r.byte_array(size)  # an unknown tagged field is kept raw, never printed
@@ -187,7 +217,7 @@ def _read_fixed(t: str, r: WireReader) -> Any:
     raise ValueError(f"unknown fixed type {t}")  # a bug in a schema table, not bad data
 
 
-def _read_field(f: Field, r: WireReader, version: int, flexible: bool) -> Any:
+def _read_field(f: Field, r: WireReader, version: int, flexible: bool, tagged: bool = False) -> Any:
     t = f.type
     nullable = version in f.nullable
     if f.element is not None:
@@ -206,7 +236,8 @@ def _read_field(f: Field, r: WireReader, version: int, flexible: bool) -> Any:
             return [_read_string(r, flexible, False, f.json_name + " element") for _ in range(count)]
         return [_read_fixed(el, r) for _ in range(count)]
     if f.is_struct:
-        if nullable and r.int8() < 0:
+        # the null marker: an int8 (< 0 = null), or inside a tagged field an unsigned varint (<= 0 = null)
+        if nullable and ((r.unsigned_varint() <= 0) if tagged else (r.int8() < 0)):
             return None
         return _read_struct(f.fields, r, version, flexible)
     if t == "string":
@@ -222,17 +253,111 @@ def _read_field(f: Field, r: WireReader, version: int, flexible: bool) -> Any:
 
 
 # --------------------------------------------------------------------------------------------
+# Writing (the generated ``write``): used to build test data and, later, records kstore writes itself
+
+_FIXED_STRUCTS = {"int8": struct.Struct(">b"), "int16": struct.Struct(">h"), "uint16": struct.Struct(">H"),
+                  "int32": struct.Struct(">i"), "uint32": struct.Struct(">I"), "int64": struct.Struct(">q"),
+                  "float64": struct.Struct(">d")}
+
+
+def write_message(msg: Message, values: Dict[str, Any], version: int) -> bytes:
+    """``X.write(writable, cache, version)``: the message's bytes at ``version``.
+
+    ``values`` maps schema field names to values (missing ones take their default). Tagged fields are
+    written, in tag order, only when they differ from their default, as Kafka's generated code does.
+    Raises ``ValueError`` for a version outside ``validVersions`` or a value the field cannot hold.
+    """
+    if version not in msg.valid:
+        raise ValueError(f"Can't write version {version} of {msg.name}")
+    out = bytearray()
+    _write_struct(msg.fields, values, version, version in msg.flexible, out)
+    return bytes(out)
+
+
+def _write_struct(fields: List[Field], values: Dict[str, Any], version: int, flexible: bool,
+                  out: bytearray) -> None:
+    unknown = set(values) - {f.name for f in fields}
+    if unknown:
+        raise ValueError(f"no such field(s): {sorted(unknown)}")
+    tagged = []
+    for f in fields:
+        value = values.get(f.name, f.default)
+        if version not in f.versions:
+            if value != f.default:
+                raise ValueError(f"field {f.name} is not in version {version} but has a non-default value")
+            continue
+        if version in f.tagged:
+            # Kafka writes a tagged field only when it is not null and differs from its default
+            if value is not None and value != f.default:
+                tagged.append((f.tag, f, value))
+            continue
+        _write_field(f, value, version, flexible, out)
+    if flexible:
+        out += encode_unsigned_varint(len(tagged))
+        for tag, f, value in sorted(tagged, key=lambda t: t[0]):
+            data = bytearray()
+            _write_field(f, value, version, True, data)
+            out += encode_unsigned_varint(tag) + encode_unsigned_varint(len(data)) + data
+    elif tagged:
+        raise ValueError("tagged fields in a non-flexible version")
+
+
+def _write_length(n: int, flexible: bool, wide: bool, out: bytearray) -> None:
+    if flexible:
+        out += encode_unsigned_varint(n + 1)
+    else:
+        out += struct.pack(">i" if wide else ">h", n)
+
+
+def _write_field(f: Field, value: Any, version: int, flexible: bool, out: bytearray) -> None:
+    if value is None:
+        if version not in f.nullable:
+            raise ValueError(f"non-nullable field {f.name} has no value")
+        if f.is_struct and f.element is None:
+            out += b"\xff"
+        else:
+            _write_length(-1, flexible, f.type != "string", out)
+        return
+    if f.element is not None:
+        _write_length(len(value), flexible, True, out)
+        for item in value:
+            if f.is_struct:
+                _write_struct(f.fields, item, version, flexible, out)
+            else:
+                _write_field(Field(f.name, f.element), item, version, flexible, out)
+        return
+    if f.is_struct:
+        if version in f.nullable:
+            out += b"\x01"  # the present marker: int8 1, or (tagged) unsigned varint 1 -- the same byte
+        _write_struct(f.fields, value, version, flexible, out)
+        return
+    t = f.type
+    if t == "string":
+        data = value.encode("utf-8")
+        _write_length(len(data), flexible, False, out)
+        out += data
+    elif t == "bytes":
+        _write_length(len(value), flexible, True, out)
+        out += value
+    elif t == "bool":
+        out += b"\x01" if value else b"\x00"
+    elif t == "uuid":
+        out += base64.urlsafe_b64decode(value + "==")
+    else:
+        out += _FIXED_STRUCTS[t].pack(value)
+
+
+# --------------------------------------------------------------------------------------------
 # JsonConverter
 
 
 def to_json(msg: Message, values: Dict[str, Any], version: int) -> Dict[str, Any]:
     """``XJsonConverter.write(message, version)`` as a JSON tree (dicts keep schema order).
 
-    Raises :class:`JavaError` (``UnsupportedVersionException``) for a version outside ``validVersions``.
+    Like Kafka's generated converter, a top-level message is written at ANY version: the generator's
+    version check compares the message's versions with themselves (always true), so a record of a
+    version newer than ``validVersions`` prints with the fields of the versions it knows.
     """
-    if version not in msg.valid:
-        raise JavaError(f"Can't write version {version} of {msg.name}",
-                        "org.apache.kafka.common.errors.UnsupportedVersionException")
     return _struct_json(msg.fields, values, version)
 
 
@@ -261,14 +386,14 @@ def _value_json(f: Field, value: Any, version: int) -> Any:
 
 
 def plain(tree: Any) -> Any:
-    """A JSON tree with ``bytes`` replaced by their base64 text (for ``--json`` style output)."""
-    import base64
-
+    """A JSON tree for ``--json`` output: ``bytes`` become their base64 text, and the floats strict JSON
+    cannot hold (NaN, infinities) the strings Java prints for them (``"NaN"``, ``"Infinity"``)."""
     if isinstance(tree, dict):
         return {k: plain(v) for k, v in tree.items()}
     if isinstance(tree, list):
         return [plain(v) for v in tree]
     if isinstance(tree, (bytes, bytearray)):
         return base64.b64encode(bytes(tree)).decode("ascii")
+    if isinstance(tree, float) and not math.isfinite(tree):
+        return "NaN" if math.isnan(tree) else ("Infinity" if tree > 0 else "-Infinity")
     return tree
-

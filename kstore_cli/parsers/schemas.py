@@ -1,317 +1,65 @@
-"""Kafka's message schemas, as of the Kafka build the goldens came from (4.0.0-SNAPSHOT, October 2024).
+"""The message schemas the record parsers use, by the names the parsers know them by.
 
-Facts (names, types, versions, order, tags, defaults) are those of Kafka's message JSON files; the
-form is ours: ``M(name, validVersions, flexibleVersions, fields)`` and ``F(name, type, versions, ...)``.
-Coordinator keys are declared with the versions Kafka gave them then: a key's version IS its record type.
+The schemas themselves are generated from Kafka's message JSON files (``message_schemas.py``,
+``metadata_records.py``; see ``generate_tables.py``). What is kstore's here is only how they are put
+together, as Kafka's serdes do:
+
+* a coordinator key's versions ARE its record types (``GroupCoordinatorRecordSerde.apiMessageKeyFor``):
+  ``OffsetCommitKey`` (versions 0-1) is record types 0 and 1, and each ``XKey`` goes with ``XValue``;
+* ``__remote_log_metadata`` records are framed by api key (``RemoteLogMetadataSerde``).
 """
 
 from __future__ import annotations
 
 from typing import Dict, Tuple
 
-from kstore_cli.parsers.schema import F, Field, Message
+from kstore_cli.parsers.message_schemas import (
+    CLIENTS,
+    GROUP_COORDINATOR,
+    KAFKA_COMMIT,
+    REMOTE_LOG_METADATA,
+    SHARE_COORDINATOR,
+    TRANSACTION_COORDINATOR,
+)
+from kstore_cli.parsers.schema import Message
 
-M = Message
-
-
-def _topic_partitions(name: str = "TopicPartitions") -> Field:
-    return F(name, "[]TopicPartitions", fields=[F("TopicId", "uuid"), F("Partitions", "[]int32")])
-
-
-# ----------------------------------------------------------------------------- group coordinator
-
-OFFSET_COMMIT_KEY = M("OffsetCommitKey", "0-1", "none", [
-    F("Group", "string", "0-1"), F("Topic", "string", "0-1"), F("Partition", "int32", "0-1")])
-OFFSET_COMMIT_VALUE = M("OffsetCommitValue", "0-4", "4+", [
-    F("Offset", "int64"),
-    F("LeaderEpoch", "int32", "3+", default=-1),
-    F("Metadata", "string"),
-    F("CommitTimestamp", "int64"),
-    F("ExpireTimestamp", "int64", "1", default=-1),
-])
-GROUP_METADATA_KEY = M("GroupMetadataKey", "2", "none", [F("Group", "string", "2")])
-GROUP_METADATA_VALUE = M("GroupMetadataValue", "0-4", "4+", [
-    F("ProtocolType", "string"),
-    F("Generation", "int32"),
-    F("Protocol", "string", nullable="0+"),
-    F("Leader", "string", nullable="0+"),
-    F("CurrentStateTimestamp", "int64", "2+", default=-1),
-    F("Members", "[]MemberMetadata", fields=[
-        F("MemberId", "string"),
-        F("GroupInstanceId", "string", "3+", nullable="3+", default="null"),
-        F("ClientId", "string"),
-        F("ClientHost", "string"),
-        F("RebalanceTimeout", "int32", "1+"),
-        F("SessionTimeout", "int32"),
-        F("Subscription", "bytes"),
-        F("Assignment", "bytes"),
-    ]),
-])
+__all__ = [
+    "KAFKA_COMMIT", "GROUP_COORDINATOR_RECORDS", "SHARE_COORDINATOR_RECORDS", "GROUP_METADATA_VALUE",
+    "CONSUMER_PROTOCOL_SUBSCRIPTION", "CONSUMER_PROTOCOL_ASSIGNMENT", "TRANSACTION_LOG_KEY",
+    "TRANSACTION_LOG_VALUE", "LEADER_CHANGE_MESSAGE", "SNAPSHOT_HEADER_RECORD", "SNAPSHOT_FOOTER_RECORD",
+    "KRAFT_VERSION_RECORD", "VOTERS_RECORD", "REMOTE_LOG_METADATA",
+]
 
 
-def _group_key(name: str, record_type: int, member: bool = False) -> Message:
-    v = str(record_type)
-    fields = [F("GroupId", "string", v)]
-    if member:
-        fields.append(F("MemberId", "string", v))
-    return M(name, v, "none", fields)
+def coordinator_records(messages: Dict[str, Message]) -> Dict[int, Tuple[Message, Message]]:
+    """record type -> (key message, value message): every ``XKey``'s versions, paired with ``XValue``."""
+    records: Dict[int, Tuple[Message, Message]] = {}
+    for name, key in messages.items():
+        if not name.endswith("Key"):
+            continue
+        value = messages[name[:-3] + "Value"]
+        for record_type in range(key.valid.lo, key.valid.hi + 1):
+            if record_type in records:
+                raise ValueError(f"record type {record_type} claimed twice ({name})")  # a table bug
+            records[record_type] = (key, value)
+    return dict(sorted(records.items()))
 
 
-CONSUMER_GROUP_METADATA_VALUE = M("ConsumerGroupMetadataValue", "0", "0+", [F("Epoch", "int32")])
-CONSUMER_GROUP_PARTITION_METADATA_VALUE = M("ConsumerGroupPartitionMetadataValue", "0", "0+", [
-    F("Topics", "[]TopicMetadata", fields=[
-        F("TopicId", "uuid"),
-        F("TopicName", "string"),
-        F("NumPartitions", "int32"),
-        F("PartitionMetadata", "[]PartitionMetadata", fields=[
-            F("Partition", "int32"), F("Racks", "[]string")]),
-    ]),
-])
-CONSUMER_GROUP_MEMBER_METADATA_VALUE = M("ConsumerGroupMemberMetadataValue", "0", "0+", [
-    F("InstanceId", "string", nullable="0+"),
-    F("RackId", "string", nullable="0+"),
-    F("ClientId", "string"),
-    F("ClientHost", "string"),
-    F("SubscribedTopicNames", "[]string"),
-    F("SubscribedTopicRegex", "string", nullable="0+"),
-    F("RebalanceTimeoutMs", "int32", default=-1),
-    F("ServerAssignor", "string", nullable="0+"),
-    F("ClassicMemberMetadata", "ClassicMemberMetadata", nullable="0+", default="null",
-      tagged="0+", tag=0, fields=[
-          F("SupportedProtocols", "[]ClassicProtocol", fields=[
-              F("Name", "string"), F("Metadata", "bytes")]),
-      ]),
-])
-CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE = M(
-    "ConsumerGroupTargetAssignmentMetadataValue", "0", "0+", [F("AssignmentEpoch", "int32")])
-CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE = M(
-    "ConsumerGroupTargetAssignmentMemberValue", "0", "0+", [_topic_partitions("TopicPartitions")])
-CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE = M("ConsumerGroupCurrentMemberAssignmentValue", "0", "0+", [
-    F("MemberEpoch", "int32"),
-    F("PreviousMemberEpoch", "int32"),
-    F("State", "int8"),
-    _topic_partitions("AssignedPartitions"),
-    _topic_partitions("PartitionsPendingRevocation"),
-])
-SHARE_GROUP_PARTITION_METADATA_VALUE = M("ShareGroupPartitionMetadataValue", "0", "0+", [
-    F("Topics", "[]TopicMetadata", fields=[
-        F("TopicId", "uuid"),
-        F("TopicName", "string"),
-        F("NumPartitions", "int32"),
-        F("PartitionMetadata", "[]PartitionMetadata", fields=[
-            F("Partition", "int32"), F("Racks", "[]string")]),
-    ]),
-])
-SHARE_GROUP_MEMBER_METADATA_VALUE = M("ShareGroupMemberMetadataValue", "0", "0+", [
-    F("RackId", "string", nullable="0+"),
-    F("ClientId", "string"),
-    F("ClientHost", "string"),
-    F("SubscribedTopicNames", "[]string"),
-])
-SHARE_GROUP_METADATA_VALUE = M("ShareGroupMetadataValue", "0", "0+", [F("Epoch", "int32")])
-SHARE_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE = M(
-    "ShareGroupTargetAssignmentMetadataValue", "0", "0+", [F("AssignmentEpoch", "int32")])
-SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE = M(
-    "ShareGroupTargetAssignmentMemberValue", "0", "0+", [_topic_partitions("TopicPartitions")])
-SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE = M("ShareGroupCurrentMemberAssignmentValue", "0", "0+", [
-    F("MemberEpoch", "int32"),
-    F("PreviousMemberEpoch", "int32"),
-    F("State", "int8"),
-    _topic_partitions("AssignedPartitions"),
-])
+#: __consumer_offsets: record type -> (key, value)
+GROUP_COORDINATOR_RECORDS = coordinator_records(GROUP_COORDINATOR)
+#: __share_group_state: record type -> (key, value)
+SHARE_COORDINATOR_RECORDS = coordinator_records(SHARE_COORDINATOR)
+GROUP_METADATA_VALUE = GROUP_COORDINATOR["GroupMetadataValue"]
 
-#: record type -> (key message, value message), as GroupCoordinatorRecordSerde knew them in Oct 2024.
-GROUP_COORDINATOR_RECORDS: Dict[int, Tuple[Message, Message]] = {
-    0: (OFFSET_COMMIT_KEY, OFFSET_COMMIT_VALUE),
-    1: (OFFSET_COMMIT_KEY, OFFSET_COMMIT_VALUE),
-    2: (GROUP_METADATA_KEY, GROUP_METADATA_VALUE),
-    3: (_group_key("ConsumerGroupMetadataKey", 3), CONSUMER_GROUP_METADATA_VALUE),
-    4: (_group_key("ConsumerGroupPartitionMetadataKey", 4), CONSUMER_GROUP_PARTITION_METADATA_VALUE),
-    5: (_group_key("ConsumerGroupMemberMetadataKey", 5, True), CONSUMER_GROUP_MEMBER_METADATA_VALUE),
-    6: (_group_key("ConsumerGroupTargetAssignmentMetadataKey", 6),
-        CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE),
-    7: (_group_key("ConsumerGroupTargetAssignmentMemberKey", 7, True),
-        CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE),
-    8: (_group_key("ConsumerGroupCurrentMemberAssignmentKey", 8, True),
-        CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE),
-    9: (_group_key("ShareGroupPartitionMetadataKey", 9), SHARE_GROUP_PARTITION_METADATA_VALUE),
-    10: (_group_key("ShareGroupMemberMetadataKey", 10, True), SHARE_GROUP_MEMBER_METADATA_VALUE),
-    11: (_group_key("ShareGroupMetadataKey", 11), SHARE_GROUP_METADATA_VALUE),
-    12: (_group_key("ShareGroupTargetAssignmentMetadataKey", 12), SHARE_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE),
-    13: (_group_key("ShareGroupTargetAssignmentMemberKey", 13, True), SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE),
-    14: (_group_key("ShareGroupCurrentMemberAssignmentKey", 14, True),
-         SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE),
-}
+CONSUMER_PROTOCOL_SUBSCRIPTION = CLIENTS["ConsumerProtocolSubscription"]
+CONSUMER_PROTOCOL_ASSIGNMENT = CLIENTS["ConsumerProtocolAssignment"]
 
-# ----------------------------------------------------------------------------- consumer protocol
+TRANSACTION_LOG_KEY = TRANSACTION_COORDINATOR["TransactionLogKey"]
+TRANSACTION_LOG_VALUE = TRANSACTION_COORDINATOR["TransactionLogValue"]
 
-CONSUMER_PROTOCOL_SUBSCRIPTION = M("ConsumerProtocolSubscription", "0-3", "none", [
-    F("Topics", "[]string"),
-    F("UserData", "bytes", nullable="0+", default="null"),
-    F("OwnedPartitions", "[]TopicPartition", "1+", fields=[
-        F("Topic", "string", "1+"), F("Partitions", "[]int32", "1+")]),
-    F("GenerationId", "int32", "2+", default=-1),
-    F("RackId", "string", "3+", nullable="3+", default="null"),
-])
-CONSUMER_PROTOCOL_ASSIGNMENT = M("ConsumerProtocolAssignment", "0-3", "none", [
-    F("AssignedPartitions", "[]TopicPartition", fields=[F("Topic", "string"), F("Partitions", "[]int32")]),
-    F("UserData", "bytes", nullable="0+", default="null"),
-])
-
-# ----------------------------------------------------------------------------- share coordinator
-
-_STATE_BATCH = [F("FirstOffset", "int64"), F("LastOffset", "int64"), F("DeliveryState", "int8"),
-                F("DeliveryCount", "int16")]
-SHARE_SNAPSHOT_KEY = M("ShareSnapshotKey", "0", "none", [
-    F("GroupId", "string", "0"), F("TopicId", "uuid", "0"), F("Partition", "int32", "0")])
-SHARE_UPDATE_KEY = M("ShareUpdateKey", "1", "none", [
-    F("GroupId", "string", "1"), F("TopicId", "uuid", "1"), F("Partition", "int32", "1")])
-SHARE_SNAPSHOT_VALUE = M("ShareSnapshotValue", "0", "0+", [
-    F("SnapshotEpoch", "int32"), F("StateEpoch", "int32"), F("LeaderEpoch", "int32"),
-    F("StartOffset", "int64"), F("StateBatches", "[]StateBatch", fields=_STATE_BATCH)])
-SHARE_UPDATE_VALUE = M("ShareUpdateValue", "0", "0+", [
-    F("SnapshotEpoch", "int32"), F("LeaderEpoch", "int32"), F("StartOffset", "int64"),
-    F("StateBatches", "[]StateBatch", fields=_STATE_BATCH)])
-
-SHARE_COORDINATOR_RECORDS: Dict[int, Tuple[Message, Message]] = {
-    0: (SHARE_SNAPSHOT_KEY, SHARE_SNAPSHOT_VALUE),
-    1: (SHARE_UPDATE_KEY, SHARE_UPDATE_VALUE),
-}
-
-# ----------------------------------------------------------------------------- transaction log
-
-TRANSACTION_LOG_KEY = M("TransactionLogKey", "0", "none", [F("TransactionalId", "string")])
-TRANSACTION_LOG_VALUE = M("TransactionLogValue", "0-1", "1+", [
-    F("ProducerId", "int64"),
-    F("PreviousProducerId", "int64", "1+", tagged="1+", tag=0, default=-1),
-    F("NextProducerId", "int64", "1+", tagged="1+", tag=1, default=-1),
-    F("ProducerEpoch", "int16"),
-    F("TransactionTimeoutMs", "int32"),
-    F("TransactionStatus", "int8"),
-    F("TransactionPartitions", "[]PartitionsSchema", nullable="0+", fields=[
-        F("Topic", "string"), F("PartitionIds", "[]int32")]),
-    F("TransactionLastUpdateTimestampMs", "int64"),
-    F("TransactionStartTimestampMs", "int64"),
-    F("ClientTransactionVersion", "int16", "1+", tagged="1+", tag=2, default=0),
-])
-
-# ----------------------------------------------------------------------------- KRaft control records
-
-LEADER_CHANGE_MESSAGE = M("LeaderChangeMessage", "0", "0+", [
-    F("Version", "int16"),
-    F("LeaderId", "int32"),
-    F("Voters", "[]Voter", fields=[F("VoterId", "int32")]),
-    F("GrantingVoters", "[]Voter", fields=[F("VoterId", "int32")]),
-])
-SNAPSHOT_HEADER_RECORD = M("SnapshotHeaderRecord", "0", "0+", [
-    F("Version", "int16"), F("LastContainedLogTimestamp", "int64")])
-SNAPSHOT_FOOTER_RECORD = M("SnapshotFooterRecord", "0", "0+", [F("Version", "int16")])
-KRAFT_VERSION_RECORD = M("KRaftVersionRecord", "0", "0+", [F("Version", "int16"), F("KRaftVersion", "int16")])
-VOTERS_RECORD = M("VotersRecord", "0", "0+", [
-    F("Version", "int16"),
-    F("Voters", "[]Voter", fields=[
-        F("VoterId", "int32"),
-        F("VoterDirectoryId", "uuid"),
-        F("Endpoints", "[]Endpoint", fields=[F("Name", "string"), F("Host", "string"), F("Port", "uint16")]),
-        F("KRaftVersionFeature", "KRaftVersionFeature", fields=[
-            F("MinSupportedVersion", "int16"), F("MaxSupportedVersion", "int16")]),
-    ]),
-])
-
-# ----------------------------------------------------------------------------- cluster metadata
-
-_BROKER_ENDPOINTS = F("EndPoints", "[]BrokerEndpoint", fields=[
-    F("Name", "string"), F("Host", "string"), F("Port", "uint16"), F("SecurityProtocol", "int16")])
-_BROKER_FEATURES = F("Features", "[]BrokerFeature", fields=[
-    F("Name", "string"), F("MinSupportedVersion", "int16"), F("MaxSupportedVersion", "int16")])
-
-#: api key -> (MetadataRecordType enum name, message)
-METADATA_RECORDS: Dict[int, Tuple[str, Message]] = {
-    0: ("REGISTER_BROKER_RECORD", M("RegisterBrokerRecord", "0-3", "0+", [
-        F("BrokerId", "int32"),
-        F("IsMigratingZkBroker", "bool", "2+", default="false"),
-        F("IncarnationId", "uuid"),
-        F("BrokerEpoch", "int64"),
-        _BROKER_ENDPOINTS,
-        _BROKER_FEATURES,
-        F("Rack", "string", nullable="0+"),
-        F("Fenced", "bool", default="true"),
-        F("InControlledShutdown", "bool", "1+", default="false"),
-        F("LogDirs", "[]uuid", "3+", tagged="3+", tag=0),
-    ])),
-    1: ("UNREGISTER_BROKER_RECORD", M("UnregisterBrokerRecord", "0", "0+", [
-        F("BrokerId", "int32"), F("BrokerEpoch", "int64")])),
-    2: ("TOPIC_RECORD", M("TopicRecord", "0", "0+", [F("Name", "string"), F("TopicId", "uuid")])),
-    3: ("PARTITION_RECORD", M("PartitionRecord", "0-2", "0+", [
-        F("PartitionId", "int32", default=-1),
-        F("TopicId", "uuid"),
-        F("Replicas", "[]int32"),
-        F("Isr", "[]int32"),
-        F("RemovingReplicas", "[]int32"),
-        F("AddingReplicas", "[]int32"),
-        F("Leader", "int32", default=-1),
-        F("LeaderRecoveryState", "int8", tagged="0+", tag=0, default=0),
-        F("LeaderEpoch", "int32", default=-1),
-        F("PartitionEpoch", "int32", default=-1),
-        F("Directories", "[]uuid", "1+"),
-        F("EligibleLeaderReplicas", "[]int32", "2+", nullable="2+", tagged="2+", tag=1, default="null"),
-        F("LastKnownElr", "[]int32", "2+", nullable="2+", tagged="2+", tag=2, default="null"),
-    ])),
-    4: ("CONFIG_RECORD", M("ConfigRecord", "0", "0+", [
-        F("ResourceType", "int8"), F("ResourceName", "string"), F("Name", "string"),
-        F("Value", "string", nullable="0+")])),
-    5: ("PARTITION_CHANGE_RECORD", M("PartitionChangeRecord", "0-2", "0+", [
-        F("PartitionId", "int32", default=-1),
-        F("TopicId", "uuid"),
-        F("Isr", "[]int32", nullable="0+", tagged="0+", tag=0, default="null"),
-        F("Leader", "int32", tagged="0+", tag=1, default=-2),
-        F("Replicas", "[]int32", nullable="0+", tagged="0+", tag=2, default="null"),
-        F("RemovingReplicas", "[]int32", nullable="0+", tagged="0+", tag=3, default="null"),
-        F("AddingReplicas", "[]int32", nullable="0+", tagged="0+", tag=4, default="null"),
-        F("LeaderRecoveryState", "int8", tagged="0+", tag=5, default=-1),
-        F("Directories", "[]uuid", "1+", nullable="1+", tagged="1+", tag=6, default="null"),
-        F("EligibleLeaderReplicas", "[]int32", "2+", nullable="2+", tagged="2+", tag=7, default="null"),
-        F("LastKnownElr", "[]int32", "2+", nullable="2+", tagged="2+", tag=8, default="null"),
-    ])),
-    6: ("ACCESS_CONTROL_ENTRY_RECORD", M("AccessControlEntryRecord", "0", "0+", [
-        F("Id", "uuid"), F("ResourceType", "int8"), F("ResourceName", "string"), F("PatternType", "int8"),
-        F("Principal", "string"), F("Host", "string"), F("Operation", "int8"), F("PermissionType", "int8")])),
-    7: ("FENCE_BROKER_RECORD", M("FenceBrokerRecord", "0", "0+", [F("Id", "int32"), F("Epoch", "int64")])),
-    8: ("UNFENCE_BROKER_RECORD", M("UnfenceBrokerRecord", "0", "0+", [F("Id", "int32"), F("Epoch", "int64")])),
-    9: ("REMOVE_TOPIC_RECORD", M("RemoveTopicRecord", "0", "0+", [F("TopicId", "uuid")])),
-    10: ("DELEGATION_TOKEN_RECORD", M("DelegationTokenRecord", "0", "0+", [
-        F("Owner", "string"), F("Requester", "string"), F("Renewers", "[]string"),
-        F("IssueTimestamp", "int64"), F("MaxTimestamp", "int64"), F("ExpirationTimestamp", "int64"),
-        F("TokenId", "string")])),
-    11: ("USER_SCRAM_CREDENTIAL_RECORD", M("UserScramCredentialRecord", "0", "0+", [
-        F("Name", "string"), F("Mechanism", "int8"), F("Salt", "bytes"), F("StoredKey", "bytes"),
-        F("ServerKey", "bytes"), F("Iterations", "int32")])),
-    12: ("FEATURE_LEVEL_RECORD", M("FeatureLevelRecord", "0", "0+", [
-        F("Name", "string"), F("FeatureLevel", "int16")])),
-    13: ("CLIENT_QUOTA_RECORD", M("ClientQuotaRecord", "0", "0+", [
-        F("Entity", "[]EntityData", fields=[F("EntityType", "string"), F("EntityName", "string", nullable="0+")]),
-        F("Key", "string"), F("Value", "float64"), F("Remove", "bool")])),
-    14: ("PRODUCER_IDS_RECORD", M("ProducerIdsRecord", "0", "0+", [
-        F("BrokerId", "int32"), F("BrokerEpoch", "int64"), F("NextProducerId", "int64")])),
-    15: ("BROKER_REGISTRATION_CHANGE_RECORD", M("BrokerRegistrationChangeRecord", "0-2", "0+", [
-        F("BrokerId", "int32"), F("BrokerEpoch", "int64"),
-        F("Fenced", "int8", tagged="0+", tag=0, default=0),
-        F("InControlledShutdown", "int8", "1+", tagged="1+", tag=1, default=0),
-        F("LogDirs", "[]uuid", "2+", tagged="2+", tag=2)])),
-    16: ("REMOVE_ACCESS_CONTROL_ENTRY_RECORD", M("RemoveAccessControlEntryRecord", "0", "0+", [F("Id", "uuid")])),
-    17: ("NO_OP_RECORD", M("NoOpRecord", "0", "0+", [])),
-    18: ("REMOVE_DELEGATION_TOKEN_RECORD", M("RemoveDelegationTokenRecord", "0", "0+", [F("TokenId", "string")])),
-    19: ("REMOVE_USER_SCRAM_CREDENTIAL_RECORD", M("RemoveUserScramCredentialRecord", "0", "0+", [
-        F("Name", "string"), F("Mechanism", "int8")])),
-    20: ("ZK_MIGRATION_STATE_RECORD", M("ZkMigrationStateRecord", "0", "0+", [F("ZkMigrationState", "int8")])),
-    21: ("REGISTER_CONTROLLER_RECORD", M("RegisterControllerRecord", "0", "0+", [
-        F("ControllerId", "int32"), F("IncarnationId", "uuid"), F("ZkMigrationReady", "bool"),
-        F("EndPoints", "[]ControllerEndpoint", fields=[
-            F("Name", "string"), F("Host", "string"), F("Port", "uint16"), F("SecurityProtocol", "int16")]),
-        _BROKER_FEATURES])),
-    22: ("BEGIN_TRANSACTION_RECORD", M("BeginTransactionRecord", "0", "0+", [
-        F("Name", "string", nullable="0+", tagged="0+", tag=0, default="null")])),
-    23: ("ABORT_TRANSACTION_RECORD", M("AbortTransactionRecord", "0", "0+", [
-        F("Reason", "string", nullable="0+", tagged="0+", tag=0, default="null")])),
-    24: ("END_TRANSACTION_RECORD", M("EndTransactionRecord", "0", "0+", [])),
-}
+# KRaft control records
+LEADER_CHANGE_MESSAGE = CLIENTS["LeaderChangeMessage"]
+SNAPSHOT_HEADER_RECORD = CLIENTS["SnapshotHeaderRecord"]
+SNAPSHOT_FOOTER_RECORD = CLIENTS["SnapshotFooterRecord"]
+KRAFT_VERSION_RECORD = CLIENTS["KRaftVersionRecord"]
+VOTERS_RECORD = CLIENTS["VotersRecord"]

@@ -11,10 +11,11 @@ unknown key version, printed as ``unknown::version=<v>``.
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from kstore_cli.errors import RecordParseError
-from kstore_cli.parsers.schema import read_message
+from kstore_cli.parsers import RAW, JsonDecoded
+from kstore_cli.parsers.schema import plain, read_message, to_json
 from kstore_cli.parsers.schemas import TRANSACTION_LOG_KEY, TRANSACTION_LOG_VALUE
 from kstore_cli.parsers.wire import JavaError, WireReader
 
@@ -121,18 +122,21 @@ def format_partitions(groups: List[Tuple[str, List[int]]]) -> str:
 class TransactionLogMessageParser:
     """``--transaction-log-decoder``."""
 
-    def parse(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> Tuple[Optional[str], Optional[str]]:
+    skipped = 0
+
+    def _read(self, key: Optional[bytes], value: Optional[bytes]) -> Tuple[int, Optional[str], Optional[int],
+                                                                         Optional[Dict[str, Any]]]:
+        """(key version, transactional id, value version, value fields); id None = unknown key version."""
         if key is None:
             raise RecordParseError('Cannot invoke "java.nio.ByteBuffer.getShort()" because "buffer" is null')
         try:
             kr = WireReader(key)
             key_version = kr.int16()
             if key_version != 0:
-                return f"unknown::version={key_version}", None
+                return key_version, None, None, None
             transactional_id = read_message(TRANSACTION_LOG_KEY, kr, key_version)["TransactionalId"]
-            key_text = f"transaction_metadata::transactionalId={transactional_id}"
             if value is None:
-                return key_text, "<DELETE>"
+                return key_version, transactional_id, None, None
             vr = WireReader(value)
             version = vr.int16()
             if version not in TRANSACTION_LOG_VALUE.valid:
@@ -147,16 +151,40 @@ class TransactionLogMessageParser:
         if v["ClientTransactionVersion"] not in TRANSACTION_VERSIONS:
             raise RecordParseError(f"No feature:transaction.version with feature level "
                                    f"{v['ClientTransactionVersion']}")
+        if state != "Empty" and v["TransactionPartitions"] is None:
+            raise RecordParseError(
+                'Cannot invoke "java.util.List.forEach(java.util.function.Consumer)" because the return '
+                'value of "org.apache.kafka.coordinator.transaction.generated.TransactionLogValue.'
+                'transactionPartitions()" is null')
+        return key_version, transactional_id, version, v
+
+    def parse(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> Tuple[Optional[str], Optional[str]]:
+        key_version, transactional_id, _, v = self._read(key, value)
+        if transactional_id is None:
+            self.skipped += 1
+            return f"unknown::version={key_version}", None
+        key_text = f"transaction_metadata::transactionalId={transactional_id}"
+        if v is None:
+            return key_text, "<DELETE>"
+        state = STATES[v["TransactionStatus"]]
         groups: List[Tuple[str, List[int]]] = []
         if state != "Empty":
-            if v["TransactionPartitions"] is None:
-                raise RecordParseError(
-                    'Cannot invoke "java.util.List.forEach(java.util.function.Consumer)" because the return '
-                    'value of "org.apache.kafka.coordinator.transaction.generated.TransactionLogValue.'
-                    'transactionPartitions()" is null')
             groups = [(p["Topic"], p["PartitionIds"]) for p in v["TransactionPartitions"]]
         payload = (f"producerId:{v['ProducerId']},producerEpoch:{v['ProducerEpoch']},state={state},"
                    f"partitions={format_partitions(groups)},"
                    f"txnLastUpdateTimestamp={v['TransactionLastUpdateTimestampMs']},"
                    f"txnTimeoutMs={v['TransactionTimeoutMs']}")
         return key_text, payload
+
+    def decode_json(self, offset: int, key: Optional[bytes], value: Optional[bytes]) -> JsonDecoded:
+        """Key ``{"version": 0, "data": {"transactionalId": ...}}``; value ``{"version": V, "state": NAME,
+        "data": {...every TransactionLogValue field...}}`` (null for a tombstone)."""
+        key_version, transactional_id, version, v = self._read(key, value)
+        if transactional_id is None:
+            return JsonDecoded(RAW, RAW, f"unknown::version={key_version}")
+        key_tree = {"version": key_version,
+                    "data": to_json(TRANSACTION_LOG_KEY, {"TransactionalId": transactional_id}, key_version)}
+        if v is None:
+            return JsonDecoded(key_tree, None)
+        return JsonDecoded(key_tree, {"version": version, "state": STATES[v["TransactionStatus"]],
+                                      "data": plain(to_json(TRANSACTION_LOG_VALUE, v, version))})

@@ -67,7 +67,13 @@ CRASHES: Dict[str, Tuple[int, List[str]]] = {
 }
 
 #: Kafka's own messages that mean "the data has problems" (exit status 1 by kstore's rules).
-_PROBLEM_MARKS_STDOUT = [re.compile(rb" isvalid: false$", re.M), re.compile(rb"^Found \d+ invalid bytes at the end of ", re.M)]
+_PROBLEM_MARKS_STDOUT = [
+    re.compile(rb" isvalid: false$", re.M),
+    re.compile(rb"^Found \d+ invalid bytes at the end of ", re.M),
+    # a record the decoder could not decode: Kafka says "skipping" (or unknown::version=N), kstore exits 1
+    re.compile(rb"(key|payload): (Error at (offset )?\d+, skipping\. |Unknown record type -?\d+ at offset \d+, skipping\.)"),
+    re.compile(rb" key: unknown::version=-?\d+$", re.M),
+]
 _PROBLEM_MARKS_STDERR = [
     b"Mismatches in :",
     b"Found timestamp mismatch in :",
