@@ -1,0 +1,241 @@
+"""``kstore doctor``: why would my broker not start on these data dirs, and what do I run (read-only)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, List
+
+import click
+
+from kstore_cli.commands._console import is_tty as _is_tty
+from kstore_cli.errors import ExitStatus, UsageError
+from kstore_cli.segment import recovery
+from kstore_cli.segment.recovery import verify_partition
+from kstore_cli.segment.fileops import is_locked
+from kstore_cli.segment.startup import (
+    ERROR,
+    NOTE,
+    WARNING,
+    Issue,
+    clean_shutdown_marker,
+    layout_issues,
+    partition_issues,
+    survey,
+)
+
+_SEVERITY_ORDER = {ERROR: 0, WARNING: 1, NOTE: 2}
+
+
+def _segment_issue(partition, data_dir: str, finding, plan) -> "Issue | None":
+    """A verify_partition finding as a doctor Issue: what Kafka does with it, what to run."""
+    check = finding.check
+    part = partition.path
+    if check == "leftover-file":
+        return None  # doctor reports leftovers itself, with what Kafka does to each kind
+    position = offset = None
+    kafka = ("ignore: Kafka uses the index as it is unless its sanity check fails ('Found a corrupted index file', "
+             "then it recovers the segment and rebuilds it); lookups through a wrong index return wrong data")
+    repair = f"kstore rebuild-index {part}"
+    if check.startswith("log-"):
+        splan = next((s for s in plan.segments if s.segment.base_offset == finding.segment), None)
+        problem = splan.result.problem if splan is not None and splan.result is not None else None
+        position = problem.position if problem is not None else None
+        if check == "log-unreadable":
+            kafka = "fail: 'Could not read file' (IOException): the data dir goes offline"
+            repair = "fix the file's permissions or the disk, then rerun doctor"
+        elif check == "log-zero-tail":
+            kafka = "truncate: recovery trims the zero bytes (only after an unclean shutdown)"
+            repair = "none needed"
+        elif problem is not None and problem.kind == recovery.OFFSET_OVERFLOW:
+            kafka = "rebuild: LogSegmentOffsetOverflowException, the loader splits the segment"
+            repair = "none needed"
+        elif problem is not None and problem.kind == recovery.OFFSETS_NOT_INCREASING:
+            kafka = ("truncate: after an unclean shutdown recovery fails with InvalidOffsetException ('offsets out "
+                     "of order') and empties the segment; after a clean shutdown fetches of it fail")
+            repair = (f"no kstore command cuts it (Kafka's recovery does not either): inspect with "
+                      f"`kstore dump-segment --deep-iteration {finding.file}`")
+        else:
+            dropped = sum(1 for s in plan.segments if s.segment.base_offset > (finding.segment or 0))
+            kafka = ("truncate: after an unclean shutdown recovery cuts the .log at this byte"
+                     + (f" and deletes the {dropped} later segment(s)" if dropped else "")
+                     + "; after a clean shutdown the damage is not seen at startup and fetches of it fail with "
+                       "CorruptRecordException")
+            repair = f"kstore rebuild-index --truncate {part}  (cuts where Kafka would; the cut bytes are quarantined)"
+    elif check == "orphan-index":
+        kafka = "delete: removes the index file without a .log at startup (LogLoader)"
+        repair = "none needed"
+    elif check == "missing-index":
+        kafka = "rebuild: recovers the segment and writes a new index at startup (LogSegment.sanityCheck)"
+    elif check == "missing-timeindex":
+        kafka = "ignore: creates an empty .timeindex and never fills it: time lookups in this segment find nothing"
+    elif check.startswith(("txnindex", "missing-txnindex")):
+        kafka = ("rebuild if its sanity check fails (recovers the segment); otherwise read_committed consumers get "
+                 "the wrong aborted transactions")
+    elif check.startswith("timeindex-"):
+        kafka = ("ignore: Kafka uses the time index as it is unless its sanity check fails; offsetsForTimes and "
+                 "time-based retention read it")
+    severity = {recovery.ERROR: ERROR}.get(finding.severity, NOTE)
+    return Issue(severity, check, finding.message, kafka=kafka, repair=repair, data_dir=data_dir, partition=part,
+                 file=finding.file, position=position)
+
+
+@click.command(name="doctor")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--json", "as_json", is_flag=True,
+              help="JSON Lines: one object per broker, data dir, finding and partition, then a summary; "
+                   "each has a `type`.")
+@click.pass_context
+def command(ctx: click.Context, paths, as_json: bool) -> None:
+    """Why would my broker not start on these data dirs, and what do I run (read-only).
+
+    PATH is a data dir, a folder holding several brokers' data dirs (searched two levels down),
+    a partition dir or a .log file. Checks what a broker checks or trips over at startup:
+    meta.properties (node and cluster id agree across one broker's dirs), a live process
+    holding .lock, every checkpoint's format and whether its offsets lie inside the log,
+    directories Kafka cannot parse (they stop the broker), partition.metadata and topic IDs,
+    partitions without logs, leftover .swap/.cleaned/.deleted files, a CRC scan of every batch,
+    index health (as verify-index) and producer snapshots. Each finding says what Kafka does
+    with it at startup and which command repairs it. See docs/runbook.md.
+
+    \b
+    Exit status: 0 healthy (notes allowed), 1 errors or warnings found, 3 unreadable.
+
+    \b
+    Example:
+      kstore doctor /var/lib/kafka/data
+      kstore doctor --json /backups/brokers | jq 'select(.type=="finding")'
+    """
+    found = survey(paths)
+    if not found.data_dirs:
+        raise UsageError("no data directories or partitions found in " + ", ".join(paths))
+    tty = _is_tty() and not as_json
+    out = _Output(as_json, tty)
+    for broker in found.brokers:
+        out.broker(broker)
+    counts: Dict[str, int] = {ERROR: 0, WARNING: 0, NOTE: 0}
+    by_dir: Dict[str, List[Issue]] = {}
+    for issue in layout_issues(found):
+        by_dir.setdefault(issue.data_dir or "", []).append(issue)
+    healthy = 0
+    for info in found.data_dirs.values():
+        out.data_dir(info)
+        for issue in sorted(by_dir.pop(info.path, []), key=lambda i: _SEVERITY_ORDER[i.severity]):
+            counts[issue.severity] += 1
+            out.finding(issue)
+        for partition, only in found.targets:
+            if partition.data_dir != info.path:
+                continue
+            findings, plan = verify_partition(partition, only=only)
+            issues = [i for i in (_segment_issue(partition, info.path, f, plan) for f in findings) if i]
+            issues += partition_issues(found, partition, plan, whole_partition=only is None)
+            issues.sort(key=lambda i: _SEVERITY_ORDER[i.severity])
+            for issue in issues:
+                counts[issue.severity] += 1
+            healthy += not any(i.severity != NOTE for i in issues)
+            out.partition(partition, only, len(plan.segments), issues)
+    for rest in by_dir.values():  # findings outside every data dir checked (none expected)
+        for issue in rest:
+            counts[issue.severity] += 1
+            out.finding(issue)
+    out.summary(found, healthy, counts)
+    if counts[ERROR] or counts[WARNING]:
+        ctx.exit(int(ExitStatus.PROBLEMS))
+
+
+class _Output:
+    """Table on a terminal (a line per healthy partition, detail for findings), plain lines in a pipe, JSON Lines."""
+
+    def __init__(self, as_json: bool, tty: bool) -> None:
+        self.as_json = as_json
+        self.console = None
+        if tty:
+            from rich.console import Console
+
+            self.console = Console(highlight=False)
+
+    def _echo(self, text: str, style: str = "") -> None:
+        if self.console is not None:
+            from rich.text import Text
+
+            self.console.print(Text(text, style=style))
+        else:
+            click.echo(text)
+
+    def broker(self, broker) -> None:
+        if self.as_json:
+            click.echo(json.dumps({"type": "broker", **broker.to_dict()}, sort_keys=True))
+            return
+        if broker.node_id is None:
+            return  # its data dir line says there is no readable meta.properties
+        node = "unknown node (no readable meta.properties)" if broker.node_id is None else f"node {broker.node_id}"
+        cluster = f", cluster {', '.join(broker.cluster_ids)}" if broker.cluster_ids else ""
+        dirs = ", ".join(d.path for d in broker.data_dirs)
+        self._echo(f"broker {node}{cluster}: {len(broker.data_dirs)} data dir(s): {dirs}", "bold")
+
+    def data_dir(self, info) -> None:
+        locked = is_locked(info.path)
+        if self.as_json:
+            click.echo(json.dumps({
+                "type": "datadir", "dataDir": info.path, "nodeId": info.node_id, "clusterId": info.cluster_id,
+                "directoryId": info.directory_id, "metaProperties": info.meta is not None,
+                "cleanShutdownMarker": clean_shutdown_marker(info.path), "locked": locked,
+                "partitions": len(info.partitions), "wholeDataDir": info.whole,
+            }, sort_keys=True))
+            return
+        if info.meta is not None:
+            ident = f"node {info.node_id}, cluster {info.cluster_id}"
+        elif info.meta_error is not None:
+            ident = "meta.properties unreadable"
+        else:
+            ident = "no meta.properties (a KRaft broker would refuse it unformatted)"
+        marker = "clean shutdown marker" if clean_shutdown_marker(info.path) else "no clean shutdown marker (recovery runs)"
+        self._echo(f"data dir {info.path}: {ident}; {len(info.partitions)} partition(s); {marker}"
+                   + ("; LOCKED by a live process" if locked else ""), "bold")
+
+    def finding(self, issue: Issue) -> None:
+        if self.as_json:
+            click.echo(json.dumps({"type": "finding", **issue.to_dict()}, sort_keys=True))
+            return
+        style = {ERROR: "red", WARNING: "yellow", NOTE: "cyan"}[issue.severity]
+        self._echo(f"{issue.where}: {issue.severity}: {issue.check}: {issue.message}", style)
+        self._echo(f"    kafka: {issue.kafka}")
+        self._echo(f"    run:   {issue.repair}")
+
+    def partition(self, partition, only, segments: int, issues: List[Issue]) -> None:
+        errors = sum(1 for i in issues if i.severity == ERROR)
+        warnings = sum(1 for i in issues if i.severity == WARNING)
+        notes = len(issues) - errors - warnings
+        if self.as_json:
+            for issue in issues:
+                self.finding(issue)
+            click.echo(json.dumps({
+                "type": "partition", "partition": partition.path, "dataDir": partition.data_dir,
+                "segment": only, "segments": segments, "errors": errors, "warnings": warnings, "notes": notes,
+                "healthy": errors == 0 and warnings == 0,
+            }, sort_keys=True))
+            return
+        status = "healthy" if not errors and not warnings else ", ".join(
+            t for t in (f"{errors} error(s)" if errors else "", f"{warnings} warning(s)" if warnings else "") if t)
+        if notes:
+            status += f", {notes} note(s)"
+        what = partition.path if only is None else os.path.join(partition.path, f"{only:020d}.log")
+        self._echo(f"{what}: {segments} segment(s), {status}", "green" if status.startswith("healthy") else "bold")
+        for issue in issues:
+            self.finding(issue)
+
+    def summary(self, found, healthy: int, counts: Dict[str, int]) -> None:
+        partitions = len(found.targets)
+        if self.as_json:
+            click.echo(json.dumps({
+                "type": "summary", "brokers": len(found.brokers), "dataDirs": len(found.data_dirs),
+                "partitions": partitions, "healthyPartitions": healthy, "errors": counts[ERROR],
+                "warnings": counts[WARNING], "notes": counts[NOTE],
+                "healthy": counts[ERROR] == 0 and counts[WARNING] == 0,
+            }, sort_keys=True))
+            return
+        verdict = ("healthy" if not counts[ERROR] and not counts[WARNING]
+                   else f"{counts[ERROR]} error(s), {counts[WARNING]} warning(s)")
+        self._echo(f"{partitions} partition(s) in {len(found.data_dirs)} data dir(s) of {len(found.brokers)} "
+                   f"broker(s): {healthy} healthy; {verdict}"
+                   + (f", {counts[NOTE]} note(s)" if counts[NOTE] else ""), "bold")
