@@ -33,10 +33,14 @@ def _segment_issue(partition, data_dir: str, finding, plan) -> "Issue | None":
     part = partition.path
     if check == "leftover-file":
         return None  # doctor reports leftovers itself, with what Kafka does to each kind
-    position = offset = None
-    kafka = ("ignore: Kafka uses the index as it is unless its sanity check fails ('Found a corrupted index file', "
-             "then it recovers the segment and rebuilds it); lookups through a wrong index return wrong data")
+    position = None
+    # LogSegment.sanityCheck (4.0) checks only that the .index exists and the .txnindex's sanity:
+    # offset and time indexes are loaded as they are and rebuilt only by an unclean shutdown's recovery.
+    kafka = ("ignore: loaded as it is (LogSegment.sanityCheck does not check offset or time indexes); rebuilt only "
+             "if an unclean shutdown's recovery reaches this segment; until then lookups through it go wrong")
     repair = f"kstore rebuild-index {part}"
+    if check == "orphan-index" and not partition.segments:
+        return None  # named in the partition-without-logs finding
     if check.startswith("log-"):
         splan = next((s for s in plan.segments if s.segment.base_offset == finding.segment), None)
         problem = splan.result.problem if splan is not None and splan.result is not None else None
@@ -66,15 +70,16 @@ def _segment_issue(partition, data_dir: str, finding, plan) -> "Issue | None":
         kafka = "delete: removes the index file without a .log at startup (LogLoader)"
         repair = "none needed"
     elif check == "missing-index":
-        kafka = "rebuild: recovers the segment and writes a new index at startup (LogSegment.sanityCheck)"
+        kafka = ("rebuild: 'Could not find offset index file', LogLoader recovers the segment and writes a new "
+                 "index (LogSegment.sanityCheck throws NoSuchFileException)")
     elif check == "missing-timeindex":
         kafka = "ignore: creates an empty .timeindex and never fills it: time lookups in this segment find nothing"
+    elif check == "txnindex-sanity":
+        kafka = ("rebuild: 'Found a corrupted index file corresponding to log file ...', LogLoader recovers the "
+                 "segment and rebuilds its indexes (TransactionIndex.sanityCheck, CorruptIndexException)")
     elif check.startswith(("txnindex", "missing-txnindex")):
-        kafka = ("rebuild if its sanity check fails (recovers the segment); otherwise read_committed consumers get "
-                 "the wrong aborted transactions")
-    elif check.startswith("timeindex-"):
-        kafka = ("ignore: Kafka uses the time index as it is unless its sanity check fails; offsetsForTimes and "
-                 "time-based retention read it")
+        kafka = ("ignore: loaded as it is; read_committed consumers get the wrong aborted transactions until an "
+                 "unclean shutdown's recovery rebuilds it")
     severity = {recovery.ERROR: ERROR}.get(finding.severity, NOTE)
     return Issue(severity, check, finding.message, kafka=kafka, repair=repair, data_dir=data_dir, partition=part,
                  file=finding.file, position=position)

@@ -108,7 +108,7 @@ def _read_checkpoint_lines(path: str, expected_version: int) -> List[Tuple[str, 
     if len(entries) != count:
         raise CorruptCheckpointError(
             f"Expected [{count}] entries in checkpoint file [{path}], but found only [{len(entries)}]",
-            path=path, position=entries[count][1] if len(entries) > count else None,
+            path=path, position=entries[count][1] if len(entries) > count else count_pos,
         )
     return entries
 

@@ -223,7 +223,9 @@ def survey(paths: Iterable[str]) -> Survey:
             if is_partition_dir(path):
                 add_partition(Partition(path), None)
                 continue
-            for found in find_data_dirs(path) or [path]:
+            # A non-empty directory that is none of these is checked as a data dir (its children are
+            # what a broker would trip over); an empty one holds nothing to check.
+            for found in find_data_dirs(path) or ([path] if os.listdir(path) else []):
                 data_dir(found, True)
                 for name in sorted(os.listdir(found)):
                     child = os.path.join(found, name)
