@@ -13,11 +13,16 @@ from kstore_cli.segment import startup
 from kstore_cli.segment.recovery import ERROR, NOTE, Finding, verify_partition
 
 
+#: Startup findings that say nothing about the files' consistency: notes here, errors in doctor (a KRaft
+#: broker treats a log without partition.metadata as stray; partitions built by tools often have none).
+_NOTES_HERE = frozenset({"partition-metadata-missing"})
+
+
 def _as_finding(issue: "startup.Issue") -> Finding:
     """A data-dir check's issue in verify-index's terms: errors stay errors, what Kafka fixes itself is a note."""
     where = issue.partition or issue.data_dir or ""
-    return Finding(os.path.basename(where), None, issue.file or where,
-                   ERROR if issue.severity == startup.ERROR else NOTE, issue.check,
+    error = issue.severity == startup.ERROR and issue.check not in _NOTES_HERE
+    return Finding(os.path.basename(where), None, issue.file or where, ERROR if error else NOTE, issue.check,
                    issue.message + (f" (at byte {issue.position})" if issue.position is not None else ""))
 
 
