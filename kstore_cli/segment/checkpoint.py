@@ -84,6 +84,16 @@ def _malformed(path: str, line: str, position: int) -> CorruptCheckpointError:
     return CorruptCheckpointError(f"Malformed line in checkpoint file [{path}]: {line}", path=path, position=position)
 
 
+def _bad_number(path: str, line: str, position: int, field: str) -> CorruptCheckpointError:
+    """An entry field Java cannot parse: the entry formatters call parseInt/parseLong unguarded, so Kafka
+    throws NumberFormatException (not the IOException of a malformed line); ``number_format`` says so."""
+    exc = CorruptCheckpointError(
+        f'Malformed line in checkpoint file [{path}]: {line} (NumberFormatException: For input string: "{field}")',
+        path=path, position=position)
+    exc.number_format = True  # type: ignore[attr-defined]
+    return exc
+
+
 def _read_checkpoint_lines(path: str, expected_version: int) -> List[Tuple[str, int]]:
     """The entry lines (with their byte positions) of a CheckpointFile, checked as CheckpointReadBuffer.read does."""
     lines = _lines_with_positions(_read_text(path))
@@ -122,9 +132,11 @@ def read_offset_checkpoint(path: "str | os.PathLike[str]") -> Dict[Tuple[str, in
         if len(fields) != 3:
             raise _malformed(path, line, pos)
         partition = _java_int(fields[1], _INT32)
+        if partition is None:
+            raise _bad_number(path, line, pos, fields[1])
         offset = _java_int(fields[2], _INT64)
-        if partition is None or offset is None:
-            raise _malformed(path, line, pos)
+        if offset is None:
+            raise _bad_number(path, line, pos, fields[2])
         out[(fields[0], partition)] = offset
     return out
 
@@ -145,9 +157,11 @@ def read_leader_epoch_checkpoint(path: "str | os.PathLike[str]") -> List[Tuple[i
         if len(fields) != 2:
             raise _malformed(path, line, pos)
         epoch = _java_int(fields[0], _INT32)
+        if epoch is None:
+            raise _bad_number(path, line, pos, fields[0])
         offset = _java_int(fields[1], _INT64)
-        if epoch is None or offset is None:
-            raise _malformed(path, line, pos)
+        if offset is None:
+            raise _bad_number(path, line, pos, fields[1])
         out.append((epoch, offset))
     return out
 

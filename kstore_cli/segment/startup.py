@@ -83,6 +83,19 @@ _MALFORMED_KAFKA = {
 }
 
 
+# The same files when an entry field is not a number: the entry formatters throw NumberFormatException,
+# which is not an IOException, so the failure-handler path above does not apply.
+_BAD_NUMBER_KAFKA = {
+    **_MALFORMED_KAFKA,  # LogManager.loadLogs catches any Exception for the first two
+    REPLICATION_OFFSET_CHECKPOINT: "fail: NumberFormatException when the partitions of this dir are made leader "
+                                   "or follower (Partition.createLog reads the high watermark): they go offline",
+    CLEANER_OFFSET_CHECKPOINT: "fail: NumberFormatException escapes LogCleanerManager.allCleanerCheckpoints: the log "
+                               "cleaner thread dies and compaction stops for the whole broker",
+    LEADER_EPOCH_CHECKPOINT: "fail: NumberFormatException escapes LogManager.loadLogs ('There was an error in one of "
+                             "the threads during logs loading'): the broker stops",
+}
+
+
 class Issue:
     """One thing found: where (data dir, partition, file, byte or offset), how bad, what Kafka does, what to run."""
 
@@ -284,7 +297,8 @@ def _group_brokers(dirs: List[DataDirInfo]) -> List[Broker]:
 def _malformed_checkpoint(data_dir: str, partition: Optional[str], name: str, path: str, exc: KstoreError) -> Issue:
     return Issue(
         ERROR, "checkpoint-malformed", exc.message, data_dir=data_dir, partition=partition, file=path,
-        position=exc.position, kafka=_MALFORMED_KAFKA[name],
+        position=exc.position,
+        kafka=(_BAD_NUMBER_KAFKA if getattr(exc, "number_format", False) else _MALFORMED_KAFKA)[name],
         repair=f"no kstore command rewrites {name}: with the broker stopped, move the file aside "
                + ("(Kafka rewrites it from the loaded logs)" if name != LEADER_EPOCH_CHECKPOINT else
                   "(Kafka then starts the leader epoch cache empty and refills it from the leader)"),
