@@ -8,6 +8,7 @@ from typing import Dict, List
 
 import click
 
+from kstore_cli.commands._console import byte_progress
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import recovery
@@ -120,8 +121,33 @@ def command(ctx: click.Context, paths, as_json: bool) -> None:
         out.broker(broker)
     counts: Dict[str, int] = {ERROR: 0, WARNING: 0, NOTE: 0}
     by_dir: Dict[str, List[Issue]] = {}
+    checked = {p.path for p, only in found.targets if only is None}
     for issue in layout_issues(found):
-        by_dir.setdefault(issue.data_dir or "", []).append(issue)
+        # A finding about one checked partition (a topic ID) is listed, and counted, with that partition.
+        key = issue.partition if issue.partition in checked else issue.data_dir or ""
+        by_dir.setdefault(key, []).append(issue)
+    healthy = 0
+    bar, advance = byte_progress(tty, "checking", lambda: sum(
+        os.path.getsize(s.log) for p, only in found.targets for s in p.segments if only in (None, s.base_offset)))
+    if bar is not None:
+        out.console = bar.console  # lines printed above the transient bar
+    try:
+        healthy = _check_partitions(found, by_dir, counts, out, advance)
+    finally:
+        if bar is not None:
+            bar.stop()
+    for rest in by_dir.values():  # findings outside every data dir checked (none expected)
+        for issue in rest:
+            counts[issue.severity] += 1
+            out.finding(issue)
+    out.summary(found, healthy, counts)
+    if counts[ERROR] or counts[WARNING]:
+        ctx.exit(int(ExitStatus.PROBLEMS))
+
+
+def _check_partitions(found, by_dir: Dict[str, List[Issue]], counts: Dict[str, int], out: "_Output", advance) -> int:
+    """Each data dir's own findings, then each of its partitions (CRC scan, indexes, startup checks);
+    returns how many partitions are healthy."""
     healthy = 0
     for info in found.data_dirs.values():
         out.data_dir(info)
@@ -131,21 +157,17 @@ def command(ctx: click.Context, paths, as_json: bool) -> None:
         for partition, only in found.targets:
             if partition.data_dir != info.path:
                 continue
-            findings, plan = verify_partition(partition, only=only)
+            findings, plan = verify_partition(partition, only=only, progress=advance)
             issues = [i for i in (_segment_issue(partition, info.path, f, plan) for f in findings) if i]
             issues += partition_issues(found, partition, plan, whole_partition=only is None)
+            if only is None:
+                issues += by_dir.pop(partition.path, [])
             issues.sort(key=lambda i: _SEVERITY_ORDER[i.severity])
             for issue in issues:
                 counts[issue.severity] += 1
             healthy += not any(i.severity != NOTE for i in issues)
             out.partition(partition, only, len(plan.segments), issues)
-    for rest in by_dir.values():  # findings outside every data dir checked (none expected)
-        for issue in rest:
-            counts[issue.severity] += 1
-            out.finding(issue)
-    out.summary(found, healthy, counts)
-    if counts[ERROR] or counts[WARNING]:
-        ctx.exit(int(ExitStatus.PROBLEMS))
+    return healthy
 
 
 class _Output:
@@ -239,7 +261,7 @@ class _Output:
                 "healthy": counts[ERROR] == 0 and counts[WARNING] == 0,
             }, sort_keys=True))
             return
-        verdict = ("healthy" if not counts[ERROR] and not counts[WARNING]
+        verdict = ("no errors or warnings" if not counts[ERROR] and not counts[WARNING]
                    else f"{counts[ERROR]} error(s), {counts[WARNING]} warning(s)")
         self._echo(f"{partitions} partition(s) in {len(found.data_dirs)} data dir(s) of {len(found.brokers)} "
                    f"broker(s): {healthy} healthy; {verdict}"

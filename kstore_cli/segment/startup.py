@@ -14,7 +14,8 @@ the kstore command that repairs it:
 * directories a broker cannot parse as a partition (UnifiedLog.parseTopicPartitionName: the whole
   broker stops), ``-delete``/``-future``/``-stray`` replicas, the same partition in two dirs of one
   broker (LogManager.loadLog: "Duplicate log directories");
-* ``partition.metadata`` present, parseable, and the same topic ID in every copy of a topic;
+* ``partition.metadata`` present, parseable, and the same topic ID in every copy of a topic, or the ID
+  the KRaft metadata log (``__cluster_metadata-0``, when it is among the dirs) has for the topic;
 * partitions without ``.log`` files, leftover ``.swap``/``.cleaned``/``.deleted`` files (LogLoader),
   producer snapshots (ProducerStateManager).
 
@@ -24,7 +25,9 @@ Segment integrity and index health are :func:`kstore_cli.segment.recovery.verify
 
 from __future__ import annotations
 
+import base64
 import os
+import re
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from kstore_cli.errors import FileUnreadableError, KstoreError, UsageError
@@ -468,8 +471,6 @@ def _stray_dir(info: DataDirInfo, child: str, reason: str) -> Issue:
 
 def _unparseable(name: str) -> Optional[str]:
     """Why LocalLog.parseTopicPartitionName throws for this directory name, or None when it parses."""
-    import re
-
     if "-" not in name:
         return "not a partition directory: no '-' in its name"
     stem = name
@@ -488,12 +489,95 @@ def _unparseable(name: str) -> Optional[str]:
     return None
 
 
+# KRaft metadata records (MetadataRecordSerde): value = frame version, api key, record version (unsigned
+# varints), then the record. TopicRecord (api key 2): name (compact string), topicId (uuid), tagged fields;
+# RemoveTopicRecord (api key 9): topicId. Only these two are read: they are what the topic IDs rest on.
+_TOPIC_RECORD = 2
+_REMOVE_TOPIC_RECORD = 9
+_SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
+
+
+def _uvarint(buf: bytes, pos: int) -> Tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 28:
+            raise ValueError("bad varint")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _apply_metadata_record(value: bytes, topics: Dict[str, str]) -> None:
+    """Update {topic name: topic ID} with one metadata record (anything else is left alone)."""
+    try:
+        _frame, pos = _uvarint(value, 0)
+        api_key, pos = _uvarint(value, pos)
+        _version, pos = _uvarint(value, pos)
+        if api_key == _TOPIC_RECORD:
+            length, pos = _uvarint(value, pos)
+            name = bytes(value[pos:pos + length - 1]).decode("utf-8")
+            pos += length - 1
+            raw = bytes(value[pos:pos + 16])
+            if len(raw) == 16:
+                topics[name] = base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+        elif api_key == _REMOVE_TOPIC_RECORD:
+            raw = bytes(value[pos:pos + 16])
+            gone = base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+            for name in [n for n, tid in topics.items() if tid == gone]:
+                del topics[name]
+    except (ValueError, UnicodeDecodeError):
+        return  # not a record this reader knows; dump-segment --cluster-metadata-decoder shows it
+
+
+def metadata_topic_ids(partition: Partition) -> Optional[Dict[str, str]]:
+    """{topic name: topic ID} as the KRaft metadata in ``__cluster_metadata-0`` has them at its end: the
+    latest snapshot (``<end offset>-<epoch>.checkpoint``), then the log from the snapshot's end offset.
+    None when nothing could be read (damage is reported by the partition's own checks)."""
+    from kstore_cli.segment.reader import read_batches
+
+    topics: Dict[str, str] = {}
+    snapshots = sorted((int(m.group(1)), f) for f in partition.other_files
+                       for m in [_SNAPSHOT_NAME.match(os.path.basename(f))] if m)
+    start = 0
+    if snapshots:
+        start = snapshots[-1][0]
+    if partition.segments and partition.segments[0].base_offset > start:
+        return None  # records between the snapshot and the first segment are missing: no complete picture
+    try:
+        sources = []
+        if snapshots:
+            sources.append(snapshots[-1][1])
+        sources += [s.log for s in partition.segments]
+        for source in sources:
+            is_snapshot = source.endswith(".checkpoint")
+            for batch in read_batches(source, check_crc=True):
+                if not batch.is_valid:
+                    break
+                if batch.is_control or (not is_snapshot and batch.last_offset < start):
+                    continue
+                for record in batch.records():
+                    if record.value is not None and (is_snapshot or record.offset >= start):
+                        _apply_metadata_record(bytes(record.value), topics)
+    except KstoreError:
+        return topics or None
+    return topics
+
+
 def _topic_id_issues(found: Survey) -> List[Issue]:
-    """The same topic with different topic IDs among the copies checked (one cluster id at a time)."""
+    """The same topic with different topic IDs among the copies checked (one cluster id at a time), and
+    copies whose topic ID the cluster's metadata log (when one is among them) does not have for the topic."""
     copies: Dict[Tuple[Optional[str], str], Dict[str, List[str]]] = {}
+    images: Dict[Optional[str], Tuple[str, Dict[str, str]]] = {}
     for info in found.data_dirs.values():
         for partition in info.partitions:
             if partition.name == METADATA_PARTITION:
+                image = metadata_topic_ids(partition)
+                if image is not None and (info.cluster_id not in images or
+                                          len(image) > len(images[info.cluster_id][1])):
+                    images[info.cluster_id] = (partition.path, image)
                 continue
             path = os.path.join(partition.path, PARTITION_METADATA)
             try:
@@ -502,7 +586,31 @@ def _topic_id_issues(found: Survey) -> List[Issue]:
                 continue  # reported per partition
             copies.setdefault((info.cluster_id, partition.topic), {}).setdefault(topic_id, []).append(partition.path)
     issues = []
-    for (_cluster, topic), by_id in sorted(copies.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+    for (cluster, topic), by_id in sorted(copies.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        if cluster not in images:
+            continue
+        source, image = images[cluster]
+        for tid, paths in sorted(by_id.items()):
+            if image.get(topic) == tid:
+                continue
+            known = image.get(topic)
+            for path in paths:
+                # A different ID for the name is certain; no such topic may also be a metadata copy older than
+                # the data (the broker catches up with the controller before it decides).
+                issues.append(Issue(
+                    ERROR if known else WARNING, "topic-id-unknown",
+                    (f"partition.metadata has topic ID {tid}; the cluster metadata ({source}) has {known} for {topic}"
+                     if known else f"partition.metadata has topic ID {tid}; the cluster metadata ({source}) has no "
+                                   f"topic {topic} (deleted?)"),
+                    data_dir=os.path.dirname(path), partition=path, file=os.path.join(path, PARTITION_METADATA),
+                    kafka="stray: the topic ID is not in the metadata image, so a KRaft broker renames the log "
+                          "<topic>-<partition>.<id>-stray at startup and never serves it "
+                          "(LogManager.isStrayKraftReplica)",
+                    repair=("an old incarnation of a deleted and recreated topic: move it out of the data dir if its "
+                            "data is not needed (the broker refetches the current one from the leader)")))
+    for (cluster, topic), by_id in sorted(copies.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        if cluster in images:
+            continue  # judged against the metadata above
         if len(by_id) < 2:
             continue
         ranked = sorted(by_id.items(), key=lambda kv: -len(kv[1]))

@@ -78,7 +78,8 @@ def test_healthy_formatted_data_dir_text_output(tmp_path):
     assert code == 0, text
     assert f"data dir {data}: node 1, cluster MkU3OEVBNTcwNTJENDM2Qg; 2 partition(s)" in text
     assert f"{data / 'v2-none-0'}: 4 segment(s), healthy" in text
-    assert "error" not in text and "warning" not in text
+    assert ": error:" not in text and ": warning:" not in text
+    assert text.endswith("2 partition(s) in 1 data dir(s) of 1 broker(s): 2 healthy; no errors or warnings\n")
 
 
 # --------------------------------------------------------------------------- several brokers
@@ -202,6 +203,24 @@ def test_topic_id_mismatch_between_copies(tmp_path):
     [f] = findings(records, "topic-id-mismatch")
     assert f["file"] == str(odd) and "InconsistentTopicIdException" in f["kafka"]
     assert TOPIC_ID in f["message"] and "AAAAAAAAAAAAAAAAAAAAAQ" in f["message"]
+
+
+def test_topic_ids_against_the_cluster_metadata_log(tmp_path):
+    # The golden metadata log: its latest snapshot (end offset 9) holds topic-2 = AAAAAAAAAAIAAAAAAAAAKg.
+    data = make_data_dir(tmp_path, partitions=())
+    shutil.copytree(ROOT / "fixtures" / "kafka-golden" / "inputs" / "__cluster_metadata-0", data / "__cluster_metadata-0")
+    for name, topic_id in (("topic-2-0", "AAAAAAAAAAIAAAAAAAAAKg"), ("topic-2-1", TOPIC_ID), ("topic-9-0", TOPIC_ID)):
+        shutil.copytree(LOGS / "v2-none-0", data / name)
+        (data / name / "partition.metadata").write_text(f"version: 0\ntopic_id: {topic_id}")
+    code, records = doctor(data)
+    assert code == 1
+    got = {(f["partition"], f["severity"]) for f in findings(records, "topic-id-unknown")}
+    assert got == {(str(data / "topic-2-1"), "error"), (str(data / "topic-9-0"), "warning")}
+    [wrong] = [f for f in findings(records, "topic-id-unknown") if f["severity"] == "error"]
+    assert "has AAAAAAAAAAIAAAAAAAAAKg for topic-2" in wrong["message"] and "-stray" in wrong["kafka"]
+    parts = {r["partition"]: r["healthy"] for r in records if r["type"] == "partition"}
+    assert parts == {str(data / "__cluster_metadata-0"): True, str(data / "topic-2-0"): True,
+                     str(data / "topic-2-1"): False, str(data / "topic-9-0"): False}
 
 
 def test_missing_partition_metadata(tmp_path):
