@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import re
+import stat
 from typing import Dict, List, Optional, Tuple
 
 from kstore_cli.errors import CorruptCheckpointError, FileUnreadableError
@@ -30,10 +31,22 @@ META_PROPERTIES = "meta.properties"
 _WS = re.compile(r"\s+")
 
 
+#: No checkpoint or properties file comes near this (100,000 partitions take ~5 MB); a larger one is not read.
+MAX_TEXT_BYTES = 64 << 20
+
+
 def _read_text(path: str) -> str:
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        # O_NONBLOCK: opening a FIFO planted under a checkpoint's name must not hang (regular files ignore it).
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(fd, "rb", buffering=0) as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise FileUnreadableError("not a regular file", path=path)
+            if st.st_size > MAX_TEXT_BYTES:
+                raise CorruptCheckpointError(
+                    f"{st.st_size} bytes: larger than any text checkpoint ({MAX_TEXT_BYTES} bytes at most)", path=path)
+            raw = f.read(MAX_TEXT_BYTES + 1)
     except FileNotFoundError:
         raise FileUnreadableError("no such file", path=path) from None
     except OSError as exc:

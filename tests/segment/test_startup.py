@@ -106,3 +106,31 @@ def test_core_never_imports_click_or_rich():
     code = ("import sys, kstore_cli.segment.startup; "
             "sys.exit(any(m.split('.')[0] in ('click', 'rich') for m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2]).returncode == 0
+
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+
+@given(st.binary(max_size=200) | st.lists(st.sampled_from(
+    ["0", "1", "2", "-1", "t 0 5", " t 0 5", "t 0", "0 0", "1 x", "\r", "", "t 99999999999 1"])).map(
+        lambda lines: "\n".join(lines).encode()))
+def test_any_bytes_parse_or_raise_corrupt_checkpoint(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("cp") / "leader-epoch-checkpoint"
+    path.write_bytes(data)
+    for reader in (read_offset_checkpoint, read_leader_epoch_checkpoint):
+        try:
+            reader(path)
+        except CorruptCheckpointError as exc:
+            assert exc.path == str(path)
+            assert exc.position is None or 0 <= exc.position <= len(data)
+
+
+def test_a_fifo_under_a_checkpoint_name_does_not_hang(tmp_path):
+    import os
+
+    from kstore_cli.errors import FileUnreadableError
+
+    fifo = tmp_path / "replication-offset-checkpoint"
+    os.mkfifo(fifo)
+    with pytest.raises(FileUnreadableError, match="not a regular file"):
+        read_offset_checkpoint(fifo)
