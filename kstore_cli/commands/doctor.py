@@ -66,6 +66,9 @@ def _segment_issue(partition, data_dir: str, finding, plan) -> "Issue | None":
                      + (f" and deletes the {dropped} later segment(s)" if dropped else "")
                      + "; after a clean shutdown the damage is not seen at startup and fetches of it fail with "
                        "CorruptRecordException")
+            if clean_shutdown_marker(data_dir):
+                kafka += (" (this data dir has the clean shutdown marker: the broker starts without looking, unless "
+                          "it crashes before the next clean shutdown)")
             repair = f"kstore rebuild-index --truncate {part}  (cuts where Kafka would; the cut bytes are quarantined)"
     elif check == "orphan-index":
         kafka = "delete: removes the index file without a .log at startup (LogLoader)"
@@ -112,7 +115,7 @@ def command(ctx: click.Context, paths, as_json: bool) -> None:
       kstore doctor /var/lib/kafka/data
       kstore doctor --json /backups/brokers | jq 'select(.type=="finding")'
     """
-    found = survey(paths)
+    found = survey(paths, replicas=True)
     if not found.data_dirs:
         raise UsageError("no data directories or partitions found in " + ", ".join(paths))
     tty = _is_tty() and not as_json

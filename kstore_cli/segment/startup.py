@@ -207,9 +207,11 @@ class Survey:
 # --------------------------------------------------------------------------- discovery
 
 
-def survey(paths: Iterable[str]) -> Survey:
+def survey(paths: Iterable[str], *, replicas: bool = False) -> Survey:
     """Find every data dir and partition the PATHs name (.log file, partition dir, data dir, or a
-    folder of data dirs up to two levels down) and read each data dir's meta.properties and checkpoints."""
+    folder of data dirs up to two levels down) and read each data dir's meta.properties and checkpoints.
+    With `replicas`, ``-future`` replica dirs are partitions to check too (LogManager loads them through the
+    same LogLoader, and serves them once the move completes); ``-stray`` and ``-delete`` dirs are never served."""
     out = Survey()
     seen: set = set()
 
@@ -245,7 +247,7 @@ def survey(paths: Iterable[str]) -> Survey:
                 data_dir(found, True)
                 for name in sorted(os.listdir(found)):
                     child = os.path.join(found, name)
-                    if _loadable_partition_dir(child):
+                    if _loadable_partition_dir(child, replicas):
                         add_partition(Partition(child), None)
         else:
             raise FileUnreadableError("no such file or directory", path=raw)
@@ -255,11 +257,12 @@ def survey(paths: Iterable[str]) -> Survey:
     return out
 
 
-def _loadable_partition_dir(path: str) -> bool:
-    """A child of a data dir that LogManager loads as a partition (a -delete/-future/-stray replica is
-    loaded too, but checked by name only: it is not served)."""
+def _loadable_partition_dir(path: str, replicas: bool = False) -> bool:
+    """A child of a data dir that LogManager loads and serves as a partition; -future replicas only with `replicas`."""
     name = os.path.basename(path)
-    if not os.path.isdir(path) or name.endswith(_REPLICA_SUFFIXES) or name == REMOTE_INDEX_CACHE:
+    if not os.path.isdir(path) or name == REMOTE_INDEX_CACHE or name.endswith(("-delete", "-stray")):
+        return False
+    if name.endswith(_REPLICA_SUFFIXES) and (not replicas or _unparseable(name) is not None):
         return False
     return names.parse_partition_dir(name) is not None and not holds_data_dir_files(path)
 
@@ -635,9 +638,9 @@ def _topic_id_issues(found: Survey) -> List[Issue]:
 
 
 def log_end_offset(plan) -> Optional[int]:
-    """The log end offset Kafka's recovery leaves (None without segments, or when none could be read)."""
-    if plan.damaged is not None:
-        return plan.damaged.result.next_offset
+    """The log end offset of the segments on disk: the last segment's next offset as far as its valid
+    data goes (None without segments, or when the last one could not be read). Damage earlier in the
+    log, which recovery would cut, is its own finding: the checkpoints are judged against the files."""
     for splan in reversed(plan.segments):
         if splan.result is not None:
             return splan.result.next_offset

@@ -194,6 +194,19 @@ def test_replica_directories_are_notes(tmp_path):
     assert [f["check"] for f in findings(records)] == ["replica-delete"]
 
 
+def test_future_replica_is_checked_like_a_partition(tmp_path):
+    # LogManager loads a -future dir through LogLoader and serves it once the move between log dirs ends.
+    data = make_data_dir(tmp_path, partitions=())
+    future = data / "v2-none-0.0123456789abcdef0123456789abcdef-future"
+    shutil.copytree(LOGS / "v2-none-0", future)
+    (future / "00000000000000000174.log").write_bytes(b"\x00" * 20 + (future / "00000000000000000174.log").read_bytes()[20:])
+    code, records = doctor(data)
+    assert code == 1
+    [bad] = [f for f in findings(records) if f["check"] == "log-bad-size"]
+    assert bad["partition"] == str(future) and bad["position"] == 0
+    assert any(r["type"] == "partition" and r["partition"] == str(future) and r["segments"] == 4 for r in records)
+
+
 def test_topic_id_mismatch_between_copies(tmp_path):
     dirs = [make_data_dir(tmp_path, f"b{n}", node=n, partitions=("v2-none-0",)) for n in (1, 2, 3)]
     odd = dirs[2] / "v2-none-0" / "partition.metadata"
