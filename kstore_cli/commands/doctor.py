@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import click
 
@@ -156,7 +156,7 @@ def _check_partitions(found, by_dir: Dict[str, List[Issue]], counts: Dict[str, i
         out.data_dir(info)
         for issue in sorted(by_dir.pop(info.path, []), key=lambda i: _SEVERITY_ORDER[i.severity]):
             counts[issue.severity] += 1
-            out.finding(issue)
+            out.finding(issue, under=info.path)
         for partition, only in found.targets:
             if partition.data_dir != info.path:
                 continue
@@ -170,15 +170,18 @@ def _check_partitions(found, by_dir: Dict[str, List[Issue]], counts: Dict[str, i
                 counts[issue.severity] += 1
             healthy += not any(i.severity != NOTE for i in issues)
             out.partition(partition, only, len(plan.segments), issues)
+        out.end_data_dir()
     return healthy
 
 
 class _Output:
-    """Table on a terminal (a line per healthy partition, detail for findings), plain lines in a pipe, JSON Lines."""
+    """A table per data dir on a terminal (a row per healthy partition, detail rows only for findings),
+    plain lines in a pipe, JSON Lines with --json."""
 
     def __init__(self, as_json: bool, tty: bool) -> None:
         self.as_json = as_json
         self.console = None
+        self.table = None
         if tty:
             from rich.console import Console
 
@@ -198,10 +201,9 @@ class _Output:
             return
         if broker.node_id is None:
             return  # its data dir line says there is no readable meta.properties
-        node = "unknown node (no readable meta.properties)" if broker.node_id is None else f"node {broker.node_id}"
         cluster = f", cluster {', '.join(broker.cluster_ids)}" if broker.cluster_ids else ""
         dirs = ", ".join(d.path for d in broker.data_dirs)
-        self._echo(f"broker {node}{cluster}: {len(broker.data_dirs)} data dir(s): {dirs}", "bold")
+        self._echo(f"broker node {broker.node_id}{cluster}: {len(broker.data_dirs)} data dir(s): {dirs}", "bold")
 
     def data_dir(self, info) -> None:
         locked = is_locked(info.path)
@@ -220,15 +222,39 @@ class _Output:
         else:
             ident = "no meta.properties (a KRaft broker would refuse it unformatted)"
         marker = "clean shutdown marker" if clean_shutdown_marker(info.path) else "no clean shutdown marker (recovery runs)"
-        self._echo(f"data dir {info.path}: {ident}; {len(info.partitions)} partition(s); {marker}"
-                   + ("; LOCKED by a live process" if locked else ""), "bold")
+        title = (f"data dir {info.path}: {ident}; {len(info.partitions)} partition(s); {marker}"
+                 + ("; LOCKED by a live process" if locked else ""))
+        if self.console is None:
+            self._echo(title)
+            return
+        from rich.table import Table
 
-    def finding(self, issue: Issue) -> None:
+        self.table = Table(title=title, title_justify="left", title_style="bold", expand=False)
+        self.table.add_column("partition / file", overflow="fold")
+        self.table.add_column("segments", justify="right")
+        self.table.add_column("status / finding", overflow="fold")
+
+    def end_data_dir(self) -> None:
+        if self.table is not None:
+            self.console.print(self.table)
+            self.table = None
+
+    def finding(self, issue: Issue, under: Optional[str] = None) -> None:
         if self.as_json:
             click.echo(json.dumps({"type": "finding", **issue.to_dict()}, sort_keys=True))
             return
-        style = {ERROR: "red", WARNING: "yellow", NOTE: "cyan"}[issue.severity]
-        self._echo(f"{issue.where}: {issue.severity}: {issue.check}: {issue.message}", style)
+        if self.table is not None:
+            from rich.markup import escape
+
+            style = {ERROR: "red", WARNING: "yellow", NOTE: "cyan"}[issue.severity]
+            where = issue.where
+            if under and where.startswith(under + os.sep):
+                where = "  " + where[len(under) + 1:]
+            self.table.add_row(escape(where), "", f"[{style}]{issue.severity}[/] {escape(issue.check)}: "
+                               f"{escape(issue.message)}\n[dim]kafka:[/] {escape(issue.kafka)}\n"
+                               f"[dim]run:[/]   {escape(issue.repair)}")
+            return
+        self._echo(f"{issue.where}: {issue.severity}: {issue.check}: {issue.message}")
         self._echo(f"    kafka: {issue.kafka}")
         self._echo(f"    run:   {issue.repair}")
 
@@ -250,11 +276,19 @@ class _Output:
         if notes:
             status += f", {notes} note(s)"
         what = partition.path if only is None else os.path.join(partition.path, f"{only:020d}.log")
-        self._echo(f"{what}: {segments} segment(s), {status}", "green" if status.startswith("healthy") else "bold")
+        if self.table is not None:
+            from rich.markup import escape
+
+            colour = "green" if status.startswith("healthy") else ("red" if errors else "yellow")
+            self.table.add_row(escape(os.path.basename(what) if only is None else os.path.relpath(what, partition.data_dir)),
+                               str(segments), f"[{colour}]{status}[/]")
+        else:
+            self._echo(f"{what}: {segments} segment(s), {status}")
         for issue in issues:
-            self.finding(issue)
+            self.finding(issue, under=partition.data_dir)
 
     def summary(self, found, healthy: int, counts: Dict[str, int]) -> None:
+        self.end_data_dir()
         partitions = len(found.targets)
         if self.as_json:
             click.echo(json.dumps({
