@@ -346,3 +346,20 @@ def test_real_subprocess(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "kstore_cli", "doctor", str(tmp_path / "empty")], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("kstore: error:")
+
+
+def test_terminal_table_one_row_per_healthy_partition_detail_for_findings(tmp_path, monkeypatch):
+    from kstore_cli.commands import doctor as doctor_command
+
+    monkeypatch.setattr(doctor_command, "_is_tty", lambda: True)
+    monkeypatch.setattr(doctor_command, "byte_progress", lambda *a, **k: (None, None))
+    monkeypatch.setenv("COLUMNS", "200")
+    data = make_data_dir(tmp_path)
+    (data / "lost+found").mkdir()
+    code, text = doctor(data, json_out=False)
+    assert code == 1
+    assert "partition / file" in text and "status / finding" in text
+    rows = [line for line in text.splitlines() if line.startswith("│ ") and not line.startswith("│  ")]
+    assert [r.split("│")[1].strip() for r in rows] == ["transactional-0", "v2-none-0"]
+    assert all("healthy" in r for r in rows)
+    assert "error stray-directory" in text and text.count("kafka:") == 1
