@@ -69,27 +69,36 @@ _REPLICA_SUFFIXES = ("-delete", "-future", "-stray")
 _OFFSET_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
                        CLEANER_OFFSET_CHECKPOINT)
 
-# What Kafka does with a malformed checkpoint (file -> Kafka's reaction).
+# What Kafka does with a malformed checkpoint (file -> Kafka's reaction). Every one of them is read through
+# CheckpointFileWithFailureHandler: its IOException reports the dir to the LogDirFailureChannel first, so the
+# dir is taken offline even where the caller catches the exception and carries on (ReplicaManager's
+# LogDirFailureHandler; handleLogDirFailure halts the broker when it is the metadata log dir).
+_OFFLINE = "the data dir is taken offline (the broker halts if it holds the metadata log)"
 _MALFORMED_KAFKA = {
-    # LogManager.loadLogs catches any Exception reading these two and goes on with an empty map.
-    RECOVERY_POINT_CHECKPOINT: "ignore: logs a warning and resets every partition's recovery point to 0 "
-                               "(after an unclean shutdown every segment of the dir is recovered)",
-    LOG_START_OFFSET_CHECKPOINT: "ignore: logs a warning and starts every partition at its first segment's "
-                                 "base offset (records removed by DeleteRecords or retention come back)",
-    # Read through CheckpointFileWithFailureHandler: the IOException takes the dir offline.
-    REPLICATION_OFFSET_CHECKPOINT: "fail: KafkaStorageException 'Error while reading checkpoint file'; the data "
-                                   "dir goes offline when its first partition is made leader or follower",
+    RECOVERY_POINT_CHECKPOINT: "fail: LogManager.loadLogs warns 'Error occurred while reading "
+                               "recovery-point-offset-checkpoint' and resets the recovery points to 0, but the read "
+                               "already reported a disk error: " + _OFFLINE,
+    LOG_START_OFFSET_CHECKPOINT: "fail: LogManager.loadLogs warns 'Error occurred while reading "
+                                 "log-start-offset-checkpoint' and starts every partition at its first segment, but "
+                                 "the read already reported a disk error: " + _OFFLINE,
+    REPLICATION_OFFSET_CHECKPOINT: "fail: KafkaStorageException 'Error while reading checkpoint file' when the first "
+                                   "partition of the dir is made leader or follower: " + _OFFLINE,
     CLEANER_OFFSET_CHECKPOINT: "fail: KafkaStorageException 'Error while reading checkpoint file' in the log "
-                               "cleaner; the data dir goes offline",
-    LEADER_EPOCH_CHECKPOINT: "fail: KafkaStorageException 'Error while reading checkpoint file' while loading "
-                             "the partition; the data dir goes offline",
+                               "cleaner: " + _OFFLINE,
+    LEADER_EPOCH_CHECKPOINT: "fail: KafkaStorageException 'Error while reading checkpoint file' while loading the "
+                             "partition: " + _OFFLINE,
 }
 
-
 # The same files when an entry field is not a number: the entry formatters throw NumberFormatException,
-# which is not an IOException, so the failure-handler path above does not apply.
+# which is not an IOException, so nothing is reported to the LogDirFailureChannel.
 _BAD_NUMBER_KAFKA = {
-    **_MALFORMED_KAFKA,  # LogManager.loadLogs catches any Exception for the first two
+    # LogManager.loadLogs catches any Exception for these two.
+    RECOVERY_POINT_CHECKPOINT: "ignore: warns 'Error occurred while reading recovery-point-offset-checkpoint' and "
+                               "resets every partition's recovery point to 0 (after an unclean shutdown every "
+                               "segment of the dir is recovered)",
+    LOG_START_OFFSET_CHECKPOINT: "ignore: warns 'Error occurred while reading log-start-offset-checkpoint' and starts "
+                                 "every partition at its first segment's base offset (records removed by "
+                                 "DeleteRecords come back)",
     REPLICATION_OFFSET_CHECKPOINT: "fail: NumberFormatException when the partitions of this dir are made leader "
                                    "or follower (Partition.createLog reads the high watermark): they go offline",
     CLEANER_OFFSET_CHECKPOINT: "fail: NumberFormatException escapes LogCleanerManager.allCleanerCheckpoints: the log "
