@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import struct
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from kstore_cli.errors import FileUnreadableError, KstoreError, UsageError
@@ -332,8 +333,10 @@ def layout_issues(found: Survey, *, check_lock: bool = True) -> List[Issue]:
         issues.extend(info.issues)
         issues.extend(_meta_issues(info, found.data_dirs.values()))
         if check_lock and is_locked(info.path):
+            holder = lock_holder(info.path)
             issues.append(Issue(
-                ERROR, "lock-held", "a live process holds the data dir's lock", data_dir=info.path,
+                ERROR, "lock-held", "a live process holds the data dir's lock" + (f" ({holder})" if holder else ""),
+                data_dir=info.path,
                 file=lock_path(info.path),
                 kafka="fail: 'Failed to acquire lock on file .lock in <dir>. A Kafka instance in another process "
                       "or thread is using this directory.' (LogManager.lockLogDirs)",
@@ -343,6 +346,35 @@ def layout_issues(found: Survey, *, check_lock: bool = True) -> List[Issue]:
             issues.extend(_directory_issues(info))
     issues.extend(_topic_id_issues(found))
     return issues
+
+
+# struct flock on Linux: l_type, l_whence (short), l_start, l_len (off_t), l_pid (pid_t), padded to 32 bytes.
+_FLOCK = struct.Struct("@hhqqi4x")
+
+
+def lock_holder(data_dir: str) -> Optional[str]:
+    """"pid N: <command>" of the process holding ``.lock`` (F_GETLK, which needs no write access and takes
+    no lock), or None where that cannot be told (not Linux, no holder, another PID namespace)."""
+    try:
+        import fcntl
+
+        fd = os.open(lock_path(data_dir), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except (ImportError, OSError):
+        return None
+    try:
+        request = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        l_type, _whence, _start, _len, pid = _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, request))
+    except (OSError, struct.error, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    if l_type == fcntl.F_UNLCK or pid <= 0:
+        return None
+    try:
+        with open(f"/proc/{pid}/comm", "r", encoding="utf-8", errors="replace") as f:
+            return f"pid {pid}: {f.read().strip()}"
+    except OSError:
+        return f"pid {pid}"
 
 
 def _meta_issues(info: DataDirInfo, others: Iterable[DataDirInfo]) -> List[Issue]:

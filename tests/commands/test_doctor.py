@@ -276,11 +276,12 @@ def test_crc_error_mid_log(tmp_path):
 
 def test_held_lock(tmp_path):
     data = make_data_dir(tmp_path, partitions=("v2-none-0",))
-    with lock_held(data):
+    with lock_held(data) as holder:
         code, records = doctor(data)
         v_code, _ = verify(data)
     assert code == 1
     [f] = findings(records, "lock-held")
+    assert f"(pid {holder.pid}: python" in f["message"]
     assert f["file"] == str(data / ".lock") and "Failed to acquire lock" in f["kafka"]
     assert v_code == 0  # a running broker holding it is what verify-index's monitoring expects
     code, records = doctor(data)  # released: healthy again
