@@ -808,29 +808,34 @@ def _bounds(entries, epochs, leo: int, first_base: Optional[int], add, data_dir:
             file=os.path.join(data_dir, LOG_START_OFFSET_CHECKPOINT), offset=lso)
     rp = entries.get(RECOVERY_POINT_CHECKPOINT)
     if rp is not None and rp > leo:
-        add(ERROR, "recovery-point-beyond-end",
-            f"recovery-point-offset-checkpoint says {rp} was flushed, the log ends at {leo}: flushed data is missing",
+        # A follower's truncation (leader change) followed by a crash before the next checkpoint leaves this
+        # too, so it is a warning: Kafka copes, but flushed data may be gone.
+        add(WARNING, "recovery-point-beyond-end",
+            f"recovery-point-offset-checkpoint says {rp} was flushed, the log ends at {leo}: flushed data is "
+            "missing, or the log was truncated after the checkpoint was written",
             "ignore: uses the log end offset as the recovery point (LogLoader.load)",
             "restore the missing segments from a backup or another replica",
             file=os.path.join(data_dir, RECOVERY_POINT_CHECKPOINT), offset=rp)
     hw = entries.get(REPLICATION_OFFSET_CHECKPOINT)
     if hw is not None and hw > leo:
-        add(ERROR, "high-watermark-beyond-end",
+        # Unflushed records lost in a power failure leave this on a healthy cluster: the replica refetches.
+        add(WARNING, "high-watermark-beyond-end",
             f"replication-offset-checkpoint (high watermark) says {hw}, the log ends at {leo}: committed records "
-            "are missing", "ignore: lowers the high watermark to the log end offset (UnifiedLog.updateHighWatermark)",
+            "are missing from this replica", "ignore: lowers the high watermark to the log end offset (UnifiedLog.updateHighWatermark)",
             "restore the missing segments, or let this replica refetch from the leader",
             file=os.path.join(data_dir, REPLICATION_OFFSET_CHECKPOINT), offset=hw)
     start = max(lso or 0, first_base or 0)
     co = entries.get(CLEANER_OFFSET_CHECKPOINT)
     if co is not None and not start <= co <= leo:
-        add(WARNING, "cleaner-offset-out-of-range",
+        add(NOTE, "cleaner-offset-out-of-range",
             f"cleaner-offset-checkpoint says {co}, outside the log [{start}, {leo}]",
             "reset: the log cleaner starts from the log start offset and rewrites the checkpoint "
             "(LogCleanerManager.cleanableOffsets)", "none needed (`kstore compact` resets it the same way)",
             file=os.path.join(data_dir, CLEANER_OFFSET_CHECKPOINT), offset=co)
     beyond = [(e, o) for e, o in epochs if o > leo]
     if beyond:
-        add(WARNING, "leader-epoch-beyond-end",
+        # Routine after a crash: the epoch cache is flushed with entries for records that were not.
+        add(NOTE, "leader-epoch-beyond-end",
             f"{len(beyond)} leader epoch entr{'y starts' if len(beyond) == 1 else 'ies start'} after the log end "
             f"{leo} (first: epoch {beyond[0][0]} at {beyond[0][1]})",
             "truncate: drops the entries past the log end offset (LeaderEpochFileCache.truncateFromEnd)",
