@@ -150,6 +150,22 @@ def test_log_start_offset_beyond_the_log(tmp_path):
     assert f["offset"] == 900 and "Deleting all segments" in f["kafka"]
 
 
+@pytest.mark.parametrize("name,text,check,severity", [
+    ("recovery-point-offset-checkpoint", "0\n1\nv2-none 0 700\n", "recovery-point-beyond-end", "warning"),
+    ("replication-offset-checkpoint", "0\n1\nv2-none 0 700\n", "high-watermark-beyond-end", "warning"),
+    ("cleaner-offset-checkpoint", "0\n1\nv2-none 0 700\n", "cleaner-offset-out-of-range", "note"),
+    ("v2-none-0/leader-epoch-checkpoint", "0\n2\n0 0\n1 600\n", "leader-epoch-beyond-end", "note"),
+])
+def test_checkpoint_offsets_past_the_log_end(tmp_path, name, text, check, severity):
+    data = make_data_dir(tmp_path, partitions=("v2-none-0",))
+    (data / name).write_text(text)
+    code, records = doctor(data)
+    [f] = findings(records)
+    assert (f["check"], f["severity"], f["file"]) == (check, severity, str(data / name))
+    assert f["offset"] in (700, 600) and "520" in f["message"]
+    assert code == (0 if severity == "note" else 1)
+
+
 MALFORMED = [
     # (file under the data dir, text, byte of the bad line)
     ("replication-offset-checkpoint", "0\n2\nv2-none 0 520\ntransactional 0\n", 18),
