@@ -46,7 +46,10 @@ def _read_text(path: str) -> str:
             if st.st_size > MAX_TEXT_BYTES:
                 raise CorruptCheckpointError(
                     f"{st.st_size} bytes: larger than any text checkpoint ({MAX_TEXT_BYTES} bytes at most)", path=path)
-            raw = f.read(MAX_TEXT_BYTES + 1)
+            raw = f.read(st.st_size + 1)  # (read(n) allocates n bytes up front)
+            if len(raw) > MAX_TEXT_BYTES:
+                raise CorruptCheckpointError(f"larger than any text checkpoint ({MAX_TEXT_BYTES} bytes at most)",
+                                             path=path)
     except FileNotFoundError:
         raise FileUnreadableError("no such file", path=path) from None
     except OSError as exc:
@@ -66,8 +69,8 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 def _java_int(text: str, bounds: Tuple[int, int]) -> Optional[int]:
     """The value Java's parseInt/parseLong gives `text`, or None where it throws NumberFormatException."""
-    if not _JAVA_INT.match(text):
-        return None
+    if not _JAVA_INT.match(text) or len(text.lstrip("+-").lstrip("0")) > 19:  # past int64 anyway; int() of
+        return None                                                              # 5000 digits would refuse
     value = int(text)
     return value if bounds[0] <= value <= bounds[1] else None
 

@@ -23,6 +23,7 @@ from tests.conftest import CORPUS
     ("0\r\n1\r\nt 0 5\r\n", {("t", 0): 5}),      # BufferedReader.readLine takes \r\n and \r
     ("0\n1\nt\t0   +5  \n", {("t", 0): 5}),      # \s+ between fields, trailing ones dropped, parseLong("+5")
     ("0\n1\nt.x-y 2147483647 9223372036854775807", {("t.x-y", 2147483647): 9223372036854775807}),
+    ("0\n1\nt 0 0000000000000000000000042\n", {("t", 0): 42}),  # leading zeros: parseLong takes them
 ])
 def test_offset_checkpoint_accepts_what_kafka_accepts(tmp_path, text, expected):
     path = tmp_path / "cp"
@@ -41,6 +42,7 @@ def test_offset_checkpoint_accepts_what_kafka_accepts(tmp_path, text, expected):
     ("0\n1\nt 0 5\nu 0 6\n", 10, False),    # more: the first extra entry
     ("0\n1\nt 2147483648 5\n", 4, True),    # parseInt overflow: NumberFormatException
     ("0\n1\nt 0 5x\n", 4, True),
+    ("0\n1\nt 0 " + "9" * 5000 + "\n", 4, True),
 ])
 def test_offset_checkpoint_rejects_what_kafka_rejects_at_the_byte(tmp_path, text, position, number_format):
     path = tmp_path / "cp"
