@@ -208,7 +208,6 @@ class Survey:
         self.brokers: List[Broker] = []
         #: (partition, only): ``only`` is the base offset of a single named segment.
         self.targets: List[Tuple[Partition, Optional[int]]] = []
-        self.issues: List[Issue] = []
 
     def data_dir_of(self, partition: Partition) -> DataDirInfo:
         return self.data_dirs[partition.data_dir]
@@ -254,11 +253,22 @@ def survey(paths: Iterable[str], *, replicas: bool = False) -> Survey:
             # A non-empty directory that is none of these is checked as a data dir (its children are
             # what a broker would trip over); an empty one holds nothing to check.
             for found in find_data_dirs(path) or ([path] if os.listdir(path) else []):
-                data_dir(found, True)
+                info = data_dir(found, True)
                 for name in sorted(os.listdir(found)):
                     child = os.path.join(found, name)
-                    if _loadable_partition_dir(child, replicas):
-                        add_partition(Partition(child), None)
+                    if not _loadable_partition_dir(child, replicas):
+                        continue
+                    try:
+                        partition = Partition(child)
+                    except FileUnreadableError as exc:
+                        # LogLoader lists the dir first: an IOException there takes the data dir offline.
+                        info.issues.append(Issue(
+                            ERROR, "partition-unreadable", exc.message, data_dir=found, partition=child,
+                            kafka="fail: IOException while loading the partition: " + _OFFLINE,
+                            repair="fix the directory's permissions or the disk (owner: the broker's user), then "
+                                   "rerun doctor"))
+                        continue
+                    add_partition(partition, None)
         else:
             raise FileUnreadableError("no such file or directory", path=raw)
     for info in out.data_dirs.values():
@@ -615,12 +625,14 @@ def _topic_id_issues(found: Survey) -> List[Issue]:
     copies whose topic ID the cluster's metadata log (when one is among them) does not have for the topic."""
     copies: Dict[Tuple[Optional[str], str], Dict[str, List[str]]] = {}
     images: Dict[Optional[str], Tuple[str, Dict[str, str]]] = {}
+    incomplete: List[str] = []
     for info in found.data_dirs.values():
         for partition in info.partitions:
             if partition.name == METADATA_PARTITION:
                 image = metadata_topic_ids(partition)
-                if image is not None and (info.cluster_id not in images or
-                                          len(image) > len(images[info.cluster_id][1])):
+                if image is None:
+                    incomplete.append(partition.path)
+                elif info.cluster_id not in images or len(image) > len(images[info.cluster_id][1]):
                     images[info.cluster_id] = (partition.path, image)
                 continue
             path = os.path.join(partition.path, PARTITION_METADATA)
@@ -629,7 +641,10 @@ def _topic_id_issues(found: Survey) -> List[Issue]:
             except KstoreError:
                 continue  # reported per partition
             copies.setdefault((info.cluster_id, partition.topic), {}).setdefault(topic_id, []).append(partition.path)
-    issues = []
+    issues = [Issue(NOTE, "metadata-log-incomplete", "its records before the first segment are in no snapshot "
+                    "(or it could not be read): topic IDs are compared between the copies checked instead",
+                    data_dir=os.path.dirname(path), partition=path, kafka="ignore", repair="none needed")
+              for path in incomplete]
     for (cluster, topic), by_id in sorted(copies.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
         if cluster not in images:
             continue

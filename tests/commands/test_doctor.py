@@ -202,6 +202,26 @@ def test_stray_directory_stops_the_broker(tmp_path, name):
     assert code == 1 and any(r.get("check") == "stray-directory" for r in records)
 
 
+def test_unreadable_partition_dir_is_a_finding_not_the_end(tmp_path, monkeypatch):
+    from kstore_cli.errors import FileUnreadableError
+    from kstore_cli.segment import logdir
+
+    data = make_data_dir(tmp_path)
+    real = logdir.Partition._scan
+
+    def scan(self):
+        if self.path.endswith("transactional-0"):
+            raise FileUnreadableError("cannot be listed: Permission denied", path=self.path)
+        return real(self)
+
+    monkeypatch.setattr(logdir.Partition, "_scan", scan)
+    code, records = doctor(data)
+    assert code == 1
+    [f] = findings(records, "partition-unreadable")
+    assert f["partition"] == str(data / "transactional-0") and "taken offline" in f["kafka"]
+    assert [r["partition"] for r in records if r["type"] == "partition"] == [str(data / "v2-none-0")]
+
+
 def test_replica_directories_are_notes(tmp_path):
     data = make_data_dir(tmp_path, partitions=("v2-none-0",))
     shutil.copytree(data / "v2-none-0", data / "v2-none-1.0123456789abcdef0123456789abcdef-delete")
