@@ -114,6 +114,19 @@ def test_one_broker_with_two_cluster_ids_fails(tmp_path):
     assert f["file"] == str(b / "meta.properties") and f["kafka"].startswith("fail: 'Invalid cluster.id")
 
 
+def test_meta_properties_checks(tmp_path):
+    a = make_data_dir(tmp_path, "d1", node=3, directory_id="b5gSAvyuQ2-iA3eBd4wCHA", partitions=("v2-none-0",))
+    b = make_data_dir(tmp_path, "d2", node=3, directory_id="b5gSAvyuQ2-iA3eBd4wCHA", partitions=("transactional-0",))
+    c = make_data_dir(tmp_path, "d3", node=None, partitions=())
+    d = make_data_dir(tmp_path, "d4", node=None, partitions=())
+    (d / "meta.properties").write_text("version=1\ncluster.id=x\n")
+    code, records = doctor(a, b, c, d)
+    assert code == 1
+    got = {(f["check"], f["dataDir"]) for f in findings(records) if f["check"].startswith("meta-")}
+    assert got == {("meta-properties-duplicate-directory-id", str(b)), ("meta-properties-missing", str(c)),
+                   ("meta-properties-node-id", str(d))}
+
+
 def test_same_partition_in_two_dirs_of_one_broker(tmp_path):
     a = make_data_dir(tmp_path, "d1", node=3, partitions=("v2-none-0",))
     b = make_data_dir(tmp_path, "d2", node=3, partitions=("v2-none-0",))
