@@ -12,8 +12,8 @@ from kstore_cli.commands._console import byte_progress
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import recovery
-from kstore_cli.segment.recovery import verify_partition
 from kstore_cli.segment.fileops import is_locked
+from kstore_cli.segment.recovery import verify_partition
 from kstore_cli.segment.startup import (
     ERROR,
     NOTE,
@@ -58,8 +58,8 @@ def _segment_issue(partition, data_dir: str, finding, plan) -> "Issue | None":
         elif problem is not None and problem.kind == recovery.OFFSETS_NOT_INCREASING:
             kafka = ("truncate: after an unclean shutdown recovery fails with InvalidOffsetException ('offsets out "
                      "of order') and empties the segment; after a clean shutdown fetches of it fail")
-            repair = (f"no kstore command cuts it (Kafka's recovery does not either): inspect with "
-                      f"`kstore dump-segment --deep-iteration {finding.file}`")
+            repair = (f"no kstore command empties a segment as Kafka's recovery would: inspect it with "
+                      f"`kstore dump-segment --deep-iteration {finding.file}` and restore it from a replica")
         else:
             dropped = sum(1 for s in plan.segments if s.segment.base_offset > (finding.segment or 0))
             kafka = ("truncate: after an unclean shutdown recovery cuts the .log at this byte"
