@@ -20,6 +20,7 @@ from kstore_cli.segment.startup import (
     WARNING,
     Issue,
     clean_shutdown_marker,
+    data_dir_key,
     layout_issues,
     partition_issues,
     survey,
@@ -158,7 +159,7 @@ def _check_partitions(found, by_dir: Dict[str, List[Issue]], counts: Dict[str, i
             counts[issue.severity] += 1
             out.finding(issue, under=info.path)
         for partition, only in found.targets:
-            if partition.data_dir != info.path:
+            if found.data_dir_of(partition) is not info:
                 continue
             findings, plan = verify_partition(partition, only=only, progress=advance)
             issues = [i for i in (_segment_issue(partition, info.path, f, plan) for f in findings) if i]
@@ -266,7 +267,7 @@ class _Output:
             for issue in issues:
                 self.finding(issue)
             click.echo(json.dumps({
-                "type": "partition", "partition": partition.path, "dataDir": partition.data_dir,
+                "type": "partition", "partition": partition.path, "dataDir": data_dir_key(partition),
                 "segment": only, "segments": segments, "errors": errors, "warnings": warnings, "notes": notes,
                 "healthy": errors == 0 and warnings == 0,
             }, sort_keys=True))
@@ -280,12 +281,12 @@ class _Output:
             from rich.markup import escape
 
             colour = "green" if status.startswith("healthy") else ("red" if errors else "yellow")
-            self.table.add_row(escape(os.path.basename(what) if only is None else os.path.relpath(what, partition.data_dir)),
+            self.table.add_row(escape(os.path.relpath(what, os.path.dirname(partition.path))),
                                str(segments), f"[{colour}]{status}[/]")
         else:
             self._echo(f"{what}: {segments} segment(s), {status}")
         for issue in issues:
-            self.finding(issue, under=partition.data_dir)
+            self.finding(issue, under=os.path.dirname(partition.path))
 
     def summary(self, found, healthy: int, counts: Dict[str, int]) -> None:
         self.end_data_dir()

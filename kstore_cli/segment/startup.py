@@ -210,7 +210,12 @@ class Survey:
         self.targets: List[Tuple[Partition, Optional[int]]] = []
 
     def data_dir_of(self, partition: Partition) -> DataDirInfo:
-        return self.data_dirs[partition.data_dir]
+        return self.data_dirs[data_dir_key(partition)]
+
+
+def data_dir_key(partition: Partition) -> str:
+    """The real path of the data dir holding `partition` (a symlinked alias names the same dir)."""
+    return os.path.dirname(os.path.realpath(partition.path))
 
 
 # --------------------------------------------------------------------------- discovery
@@ -232,7 +237,7 @@ def survey(paths: Iterable[str], *, replicas: bool = False) -> Survey:
         return info
 
     def add_partition(partition: Partition, only: Optional[int]) -> None:
-        info = data_dir(partition.data_dir, False)
+        info = data_dir(data_dir_key(partition), False)
         key = (partition.path, only)
         if key not in seen:
             seen.add(key)
@@ -253,6 +258,7 @@ def survey(paths: Iterable[str], *, replicas: bool = False) -> Survey:
             # A non-empty directory that is none of these is checked as a data dir (its children are
             # what a broker would trip over); an empty one holds nothing to check.
             for found in find_data_dirs(path) or ([path] if os.listdir(path) else []):
+                found = os.path.realpath(found)
                 info = data_dir(found, True)
                 for name in sorted(os.listdir(found)):
                     child = os.path.join(found, name)

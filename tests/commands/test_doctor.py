@@ -413,3 +413,17 @@ def test_terminal_table_one_row_per_healthy_partition_detail_for_findings(tmp_pa
     assert [r.split("│")[1].strip() for r in rows] == ["transactional-0", "v2-none-0"]
     assert all("healthy" in r for r in rows)
     assert "error stray-directory" in text and text.count("kafka:") == 1
+
+
+def test_a_data_dir_reached_through_a_symlink(tmp_path):
+    data = make_data_dir(tmp_path / "real", partitions=("v2-none-0",))
+    (data / "lost+found").mkdir()
+    alias = tmp_path / "alias"
+    alias.symlink_to(data)
+    code, records = doctor(alias)
+    assert code == 1
+    dirs = [r for r in records if r["type"] == "datadir"]
+    assert [(d["dataDir"], d["partitions"]) for d in dirs] == [(str(data), 1)]
+    assert [f["check"] for f in findings(records)] == ["stray-directory"]
+    [part] = [r for r in records if r["type"] == "partition"]
+    assert part["dataDir"] == str(data) and part["segments"] == 4
