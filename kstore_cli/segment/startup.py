@@ -29,7 +29,7 @@ import base64
 import os
 import re
 import struct
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Tuple
 
 from kstore_cli.errors import FileUnreadableError, KstoreError, UsageError
 from kstore_cli.segment import names
@@ -55,6 +55,9 @@ from kstore_cli.segment.logdir import (
     is_partition_dir,
     lock_path,
 )
+
+if TYPE_CHECKING:  # recovery imports logdir too; only the annotations need it here
+    from kstore_cli.segment.recovery import PartitionPlan
 
 #: The broker does not start, takes the data dir offline, or data is lost, hidden or damaged.
 ERROR = "error"
@@ -699,7 +702,7 @@ def _topic_id_issues(found: Survey) -> List[Issue]:
 # --------------------------------------------------------------------------- partition checks
 
 
-def log_end_offset(plan) -> Optional[int]:
+def log_end_offset(plan: "PartitionPlan") -> Optional[int]:
     """The log end offset of the segments on disk: the last segment's next offset as far as its valid
     data goes (None without segments, or when the last one could not be read). Damage earlier in the
     log, which recovery would cut, is its own finding: the checkpoints are judged against the files."""
@@ -711,7 +714,8 @@ def log_end_offset(plan) -> Optional[int]:
     return None
 
 
-def partition_issues(found: Survey, partition: Partition, plan, *, whole_partition: bool = True) -> List[Issue]:
+def partition_issues(found: Survey, partition: Partition, plan: "PartitionPlan", *,
+                     whole_partition: bool = True) -> List[Issue]:
     """partition.metadata, leader-epoch-checkpoint, the data dir's checkpoint entries against the log,
     a partition without logs, leftovers and snapshots. `plan` is verify_partition's (for the log end)."""
     info = found.data_dir_of(partition)
