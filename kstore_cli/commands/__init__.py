@@ -19,6 +19,7 @@ def _load() -> List[click.Command]:
 
     commands.append(rebuild_index.command)
     commands.append(verify_index.command)
+    from kstore_cli.commands import doctor; commands.append(doctor.command)  # noqa: E702
     commands.append(find.command)
     commands.append(inspect.command)
     from kstore_cli.commands import convert_format; commands.append(convert_format.command)  # noqa: E702

@@ -12,7 +12,7 @@ from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.codecs import CODEC_NAMES
 from kstore_cli.errors import KstoreError, UsageError
 from kstore_cli.segment.checkpoint import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint
-from kstore_cli.segment.logdir import DataDir, Partition, is_partition_dir, resolve
+from kstore_cli.segment.logdir import DataDir, Partition, find_data_dirs, is_partition_dir, resolve
 from kstore_cli.segment.recovery import ERROR, verify_partition
 
 
@@ -114,7 +114,8 @@ def command(ctx: click.Context, paths, as_json: bool) -> None:
     skipped = []
     for raw in paths:
         if os.path.isdir(raw) and not is_partition_dir(raw):
-            skipped.extend(DataDir(raw).skipped)
+            for data_dir in find_data_dirs(raw) or [raw]:  # a folder of several brokers' data dirs
+                skipped.extend(DataDir(data_dir).skipped)
     checkpoints: Dict[str, Optional[dict]] = {}
     tty = _is_tty() and not as_json
     rows = []

@@ -9,8 +9,21 @@ import click
 
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.errors import ExitStatus, UsageError
-from kstore_cli.segment.logdir import resolve
-from kstore_cli.segment.recovery import ERROR, verify_partition
+from kstore_cli.segment import startup
+from kstore_cli.segment.recovery import ERROR, NOTE, Finding, verify_partition
+
+
+#: Startup findings that say nothing about the files' consistency: notes here, errors in doctor (a KRaft
+#: broker treats a log without partition.metadata as stray; partitions built by tools often have none).
+_NOTES_HERE = frozenset({"partition-metadata-missing"})
+
+
+def _as_finding(issue: "startup.Issue") -> Finding:
+    """A data-dir check's issue in verify-index's terms: errors stay errors, what Kafka fixes itself is a note."""
+    where = issue.partition or issue.data_dir or ""
+    error = issue.severity == startup.ERROR and issue.check not in _NOTES_HERE
+    return Finding(os.path.basename(where), None, issue.file or where, ERROR if error else NOTE, issue.check,
+                   issue.message + (f" (at byte {issue.position})" if issue.position is not None else ""))
 
 
 @click.command(name="verify-index")
@@ -30,6 +43,10 @@ def command(ctx: click.Context, paths, as_json: bool, quiet: bool) -> None:
     and the log's own tail. Zero slots of the active segment's preallocated indexes (and a
     preallocated zero tail of its .log) are notes, not errors.
 
+    The data dir is checked as `kstore doctor` checks it (except the lock): meta.properties,
+    the checkpoint files' format and bounds, directories a broker cannot parse, partition.metadata
+    and topic IDs, partitions without logs. A folder of several brokers' data dirs is searched.
+
     \b
     Exit status: 0 healthy (notes allowed), 1 problems found, 3 unreadable.
 
@@ -38,8 +55,11 @@ def command(ctx: click.Context, paths, as_json: bool, quiet: bool) -> None:
       kstore verify-index /var/lib/kafka/data
       kstore verify-index --json /var/lib/kafka/data/orders-0 | jq 'select(.severity=="error")'
     """
-    targets = resolve(paths)
-    if not targets:
+    found = startup.survey(paths)
+    # The same data-dir checks as doctor (meta.properties, checkpoints, stray dirs, topic IDs), except the
+    # lock: a live broker holding it is what a monitoring run expects.
+    layout = [_as_finding(i) for i in startup.layout_issues(found, check_lock=False)]
+    if not found.targets and not layout:
         raise UsageError("no partitions found in " + ", ".join(paths))
     tty = _is_tty() and not as_json
     console = None
@@ -47,9 +67,19 @@ def command(ctx: click.Context, paths, as_json: bool, quiet: bool) -> None:
         from rich.console import Console
 
         console = Console()
-    unhealthy = False
-    for target in targets:
-        findings, plan = verify_partition(target.partition, only=target.only)
+    unhealthy = any(f.severity == ERROR for f in layout)
+    for f in layout:
+        if as_json:
+            obj = f.to_dict()
+            obj["type"] = "finding"
+            click.echo(json.dumps(obj, sort_keys=True))
+        else:
+            click.echo(f"{f.file}: {f.severity}: {f.check}: {f.message}")
+    for partition, only in found.targets:
+        target = _Target(partition, only)
+        findings, plan = verify_partition(partition, only=only)
+        findings += [_as_finding(i) for i in startup.partition_issues(found, partition, plan, whole_partition=only is None)
+                     if not i.check.startswith("leftover-")]  # verify_partition lists leftovers itself
         errors = sum(1 for f in findings if f.severity == ERROR)
         notes = len(findings) - errors
         unhealthy = unhealthy or errors > 0
@@ -83,3 +113,11 @@ def command(ctx: click.Context, paths, as_json: bool, quiet: bool) -> None:
                            + (f", {notes} note(s)" if notes else ""))
     if unhealthy:
         ctx.exit(int(ExitStatus.PROBLEMS))
+
+
+class _Target:
+    __slots__ = ("partition", "only")
+
+    def __init__(self, partition, only) -> None:
+        self.partition = partition
+        self.only = only

@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import re
+import stat
 from typing import Dict, List, Optional, Tuple
 
 from kstore_cli.errors import CorruptCheckpointError, FileUnreadableError
@@ -30,42 +31,110 @@ META_PROPERTIES = "meta.properties"
 _WS = re.compile(r"\s+")
 
 
+#: No checkpoint or properties file comes near this (100,000 partitions take ~5 MB); a larger one is not read.
+MAX_TEXT_BYTES = 64 << 20
+
+
 def _read_text(path: str) -> str:
     try:
-        with open(path, "r", encoding="utf-8") as f:
-            return f.read()
+        # O_NONBLOCK: opening a FIFO planted under a checkpoint's name must not hang (regular files ignore it).
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(fd, "rb", buffering=0) as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise FileUnreadableError("not a regular file", path=path)
+            if st.st_size > MAX_TEXT_BYTES:
+                raise CorruptCheckpointError(
+                    f"{st.st_size} bytes: larger than any text checkpoint ({MAX_TEXT_BYTES} bytes at most)", path=path)
+            raw = f.read(st.st_size + 1)  # (read(n) allocates n bytes up front)
+            if len(raw) > MAX_TEXT_BYTES:
+                raise CorruptCheckpointError(f"larger than any text checkpoint ({MAX_TEXT_BYTES} bytes at most)",
+                                             path=path)
     except FileNotFoundError:
         raise FileUnreadableError("no such file", path=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FileUnreadableError(f"cannot be read: {exc}", path=path) from None
+    except OSError as exc:
+        raise FileUnreadableError(f"cannot be read: {exc.strerror or exc}", path=path) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # Kafka reads these files as UTF-8 (MalformedInputException, an IOException).
+        raise CorruptCheckpointError("not UTF-8 text", path=path, position=exc.start) from None
 
 
-def _read_checkpoint_lines(path: str, expected_version: int) -> List[str]:
-    text = _read_text(path)
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+# Java's Integer.parseInt / Long.parseLong accept an optional sign and ASCII digits, nothing else.
+_JAVA_INT = re.compile(r"[+-]?[0-9]+\Z")
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _java_int(text: str, bounds: Tuple[int, int]) -> Optional[int]:
+    """The value Java's parseInt/parseLong gives `text`, or None where it throws NumberFormatException."""
+    if not _JAVA_INT.match(text) or len(text.lstrip("+-").lstrip("0")) > 19:  # past int64 anyway; int() of
+        return None                                                              # 5000 digits would refuse
+    value = int(text)
+    return value if bounds[0] <= value <= bounds[1] else None
+
+
+def _java_split_ws(line: str) -> List[str]:
+    """``line.split("\\s+")`` as Java does it: a leading empty field is kept, trailing ones dropped."""
+    parts = re.split(r"[ \t\n\x0b\f\r]+", line)
+    while parts and parts[-1] == "":
+        parts.pop()
+    return parts
+
+
+def _lines_with_positions(text: str) -> List[Tuple[str, int]]:
+    """(line, byte position of its start) as BufferedReader.readLine splits them (\\n, \\r, \\r\\n)."""
+    out: List[Tuple[str, int]] = []
+    pos = 0
+    for match in re.finditer(r"([^\r\n]*)(\r\n|\r|\n|\Z)", text):
+        line, end = match.group(1), match.group(2)
+        if not line and not end:
+            break
+        out.append((line, pos))
+        pos += len((line + end).encode("utf-8"))
+    return out
+
+
+def _malformed(path: str, line: str, position: int) -> CorruptCheckpointError:
+    return CorruptCheckpointError(f"Malformed line in checkpoint file [{path}]: {line}", path=path, position=position)
+
+
+def _bad_number(path: str, line: str, position: int, field: str) -> CorruptCheckpointError:
+    """An entry field Java cannot parse: the entry formatters call parseInt/parseLong unguarded, so Kafka
+    throws NumberFormatException (not the IOException of a malformed line); ``number_format`` says so."""
+    exc = CorruptCheckpointError(
+        f'Malformed line in checkpoint file [{path}]: {line} (NumberFormatException: For input string: "{field}")',
+        path=path, position=position)
+    exc.number_format = True  # type: ignore[attr-defined]
+    return exc
+
+
+def _read_checkpoint_lines(path: str, expected_version: int) -> List[Tuple[str, int]]:
+    """The entry lines (with their byte positions) of a CheckpointFile, checked as CheckpointReadBuffer.read does."""
+    lines = _lines_with_positions(_read_text(path))
     if not lines:
         return []
-    try:
-        version = int(lines[0])
-    except ValueError:
-        raise CorruptCheckpointError(f"Malformed line in checkpoint file [{path}]: {lines[0]}", path=path) from None
+    version_line, version_pos = lines[0]
+    version = _java_int(version_line, _INT32)
+    if version is None:
+        raise _malformed(path, version_line, version_pos)
     if version != expected_version:
         raise CorruptCheckpointError(
             f"Unrecognised version:{version}, expected version: {expected_version} in checkpoint file at: {path}",
-            path=path,
+            path=path, position=version_pos,
         )
     if len(lines) == 1:
         return []
-    try:
-        count = int(lines[1])
-    except ValueError:
-        raise CorruptCheckpointError(f"Malformed line in checkpoint file [{path}]: {lines[1]}", path=path) from None
+    count_line, count_pos = lines[1]
+    count = _java_int(count_line, _INT32)
+    if count is None or count < 0:  # a negative count fails `new ArrayList<>(count)`
+        raise _malformed(path, count_line, count_pos)
     entries = lines[2:]
     if len(entries) != count:
         raise CorruptCheckpointError(
-            f"Expected [{count}] entries in checkpoint file [{path}], but found only [{len(entries)}]", path=path
+            f"Expected [{count}] entries in checkpoint file [{path}], but found only [{len(entries)}]",
+            path=path, position=entries[count][1] if len(entries) > count else count_pos,
         )
     return entries
 
@@ -74,14 +143,17 @@ def read_offset_checkpoint(path: "str | os.PathLike[str]") -> Dict[Tuple[str, in
     """{(topic, partition): offset} from an OffsetCheckpointFile (recovery point, log start, HW, cleaner)."""
     path = os.fspath(path)
     out: Dict[Tuple[str, int], int] = {}
-    for line in _read_checkpoint_lines(path, 0):
-        fields = _WS.split(line.strip())
+    for line, pos in _read_checkpoint_lines(path, 0):
+        fields = _java_split_ws(line)
         if len(fields) != 3:
-            raise CorruptCheckpointError(f"Malformed line in checkpoint file [{path}]: {line}", path=path)
-        try:
-            out[(fields[0], int(fields[1]))] = int(fields[2])
-        except ValueError:
-            raise CorruptCheckpointError(f"Malformed line in checkpoint file [{path}]: {line}", path=path) from None
+            raise _malformed(path, line, pos)
+        partition = _java_int(fields[1], _INT32)
+        if partition is None:
+            raise _bad_number(path, line, pos, fields[1])
+        offset = _java_int(fields[2], _INT64)
+        if offset is None:
+            raise _bad_number(path, line, pos, fields[2])
+        out[(fields[0], partition)] = offset
     return out
 
 
@@ -96,14 +168,17 @@ def read_leader_epoch_checkpoint(path: "str | os.PathLike[str]") -> List[Tuple[i
     """[(epoch, start offset)] in file (ascending epoch) order."""
     path = os.fspath(path)
     out = []
-    for line in _read_checkpoint_lines(path, 0):
-        fields = _WS.split(line.strip())
+    for line, pos in _read_checkpoint_lines(path, 0):
+        fields = _java_split_ws(line)
         if len(fields) != 2:
-            raise CorruptCheckpointError(f"Malformed line in checkpoint file [{path}]: {line}", path=path)
-        try:
-            out.append((int(fields[0]), int(fields[1])))
-        except ValueError:
-            raise CorruptCheckpointError(f"Malformed line in checkpoint file [{path}]: {line}", path=path) from None
+            raise _malformed(path, line, pos)
+        epoch = _java_int(fields[0], _INT32)
+        if epoch is None:
+            raise _bad_number(path, line, pos, fields[0])
+        offset = _java_int(fields[1], _INT64)
+        if offset is None:
+            raise _bad_number(path, line, pos, fields[1])
+        out.append((epoch, offset))
     return out
 
 

@@ -19,11 +19,26 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from kstore_cli.errors import FileUnreadableError, UsageError
 from kstore_cli.segment import names
+from kstore_cli.segment.checkpoint import (
+    CLEAN_SHUTDOWN,
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    META_PROPERTIES,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+)
 from kstore_cli.segment.fileops import LOCK_FILE, TMP_SUFFIX
 
 _INDEX_SUFFIXES = (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX)
 _LEFTOVER_SUFFIXES = (names.DELETED_SUFFIX, names.CLEANED_SUFFIX, names.SWAP_SUFFIX, TMP_SUFFIX, ".tmp")
 _SKIPPED_DIR_SUFFIXES = ("-delete", "-future", "-stray")
+#: Files only a data directory (a ``log.dirs`` entry) holds, never a partition directory.
+DATA_DIR_FILES = frozenset({
+    META_PROPERTIES, RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
+    CLEANER_OFFSET_CHECKPOINT, CLEAN_SHUTDOWN, LOCK_FILE,
+})
+#: How many folder levels below a PATH are searched for data directories (folder/broker/data dir).
+FIND_DEPTH = 2
 
 
 def _offset_of(name: str) -> Optional[int]:
@@ -173,17 +188,34 @@ class DataDir:
                 continue
             if name.endswith(_SKIPPED_DIR_SUFFIXES):
                 self.skipped.append((full, f"{name.rsplit('-', 1)[1]} replica directory"))
+            elif holds_data_dir_files(full):
+                self.skipped.append((full, "a data directory of its own, not a partition"))
             elif names.parse_partition_dir(name) is None:
                 self.skipped.append((full, "not a partition directory"))
             else:
                 self.partitions.append(Partition(full))
 
 
+def _listdir(path: str) -> List[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def holds_data_dir_files(path: str) -> bool:
+    """Whether `path` holds a file only a data directory has (meta.properties, a data-dir checkpoint, .lock)."""
+    return any(n in DATA_DIR_FILES for n in _listdir(path))
+
+
 def is_partition_dir(path: str) -> bool:
-    """A directory that holds segment files, or is named like a partition and holds no partitions."""
+    """A directory that holds segment files, or is named like a partition and holds no partitions
+    (and none of a data directory's own files: a broker's data dir may be named ``kafka-1``)."""
     try:
         entries = os.listdir(path)
     except OSError:
+        return False
+    if any(n in DATA_DIR_FILES for n in entries):
         return False
     if any(_offset_of(n) is not None for n in entries):
         return True
@@ -192,6 +224,36 @@ def is_partition_dir(path: str) -> bool:
     return not any(
         os.path.isdir(os.path.join(path, n)) and names.parse_partition_dir(n) is not None for n in entries
     )
+
+
+def is_data_dir(path: str) -> bool:
+    """A directory a broker could have as a ``log.dirs`` entry: not a partition, and holding a data
+    directory's own files or at least one partition directory."""
+    if not os.path.isdir(path) or is_partition_dir(path):
+        return False
+    if holds_data_dir_files(path):
+        return True
+    return any(
+        names.parse_partition_dir(n) is not None and os.path.isdir(os.path.join(path, n))
+        and is_partition_dir(os.path.join(path, n))
+        for n in _listdir(path)
+    )
+
+
+def find_data_dirs(path: str, depth: int = FIND_DEPTH) -> List[str]:
+    """The data directories at or below `path` (up to `depth` folder levels down), in name order:
+    a folder holding several brokers' data dirs yields each of them."""
+    path = os.path.abspath(path)
+    if is_data_dir(path):
+        return [path]
+    if depth <= 0:
+        return []
+    found: List[str] = []
+    for name in sorted(_listdir(path)):
+        child = os.path.join(path, name)
+        if os.path.isdir(child) and not os.path.islink(child):
+            found.extend(find_data_dirs(child, depth - 1))
+    return found
 
 
 def resolve(paths: Iterable[str]) -> List[Target]:
@@ -208,7 +270,8 @@ def resolve(paths: Iterable[str]) -> List[Target]:
             if is_partition_dir(path):
                 targets.append(Target(Partition(path)))
             else:
-                targets.extend(Target(p) for p in DataDir(path).partitions)
+                for data_dir in find_data_dirs(path) or [path]:
+                    targets.extend(Target(p) for p in DataDir(data_dir).partitions)
         else:
             raise FileUnreadableError("no such file or directory", path=raw)
     return targets

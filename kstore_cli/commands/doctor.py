@@ -1,0 +1,306 @@
+"""``kstore doctor``: why would my broker not start on these data dirs, and what do I run (read-only)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, List, Optional
+
+import click
+
+from kstore_cli.commands._console import byte_progress
+from kstore_cli.commands._console import is_tty as _is_tty
+from kstore_cli.errors import ExitStatus, UsageError
+from kstore_cli.segment import recovery
+from kstore_cli.segment.fileops import is_locked
+from kstore_cli.segment.recovery import verify_partition
+from kstore_cli.segment.startup import (
+    ERROR,
+    NOTE,
+    WARNING,
+    Issue,
+    clean_shutdown_marker,
+    data_dir_key,
+    layout_issues,
+    partition_issues,
+    survey,
+)
+
+_SEVERITY_ORDER = {ERROR: 0, WARNING: 1, NOTE: 2}
+
+
+def _segment_issue(partition, data_dir: str, finding, plan) -> "Issue | None":
+    """A verify_partition finding as a doctor Issue: what Kafka does with it, what to run."""
+    check = finding.check
+    part = partition.path
+    if check == "leftover-file":
+        return None  # doctor reports leftovers itself, with what Kafka does to each kind
+    position = None
+    # LogSegment.sanityCheck (4.0) checks only that the .index exists and the .txnindex's sanity:
+    # offset and time indexes are loaded as they are and rebuilt only by an unclean shutdown's recovery.
+    kafka = ("ignore: loaded as it is (LogSegment.sanityCheck does not check offset or time indexes); rebuilt only "
+             "if an unclean shutdown's recovery reaches this segment; until then lookups through it go wrong")
+    repair = f"kstore rebuild-index {part}"
+    if check == "orphan-index" and not partition.segments:
+        return None  # named in the partition-without-logs finding
+    if check.startswith("log-"):
+        splan = next((s for s in plan.segments if s.segment.base_offset == finding.segment), None)
+        problem = splan.result.problem if splan is not None and splan.result is not None else None
+        position = problem.position if problem is not None else None
+        if check == "log-unreadable":
+            kafka = "fail: 'Could not read file' (IOException): the data dir goes offline"
+            repair = "fix the file's permissions or the disk, then rerun doctor"
+        elif check == "log-zero-tail":
+            kafka = "truncate: recovery trims the zero bytes (only after an unclean shutdown)"
+            repair = "none needed"
+        elif problem is not None and problem.kind == recovery.OFFSET_OVERFLOW:
+            kafka = "rebuild: LogSegmentOffsetOverflowException, the loader splits the segment"
+            repair = "none needed"
+        elif problem is not None and problem.kind == recovery.OFFSETS_NOT_INCREASING:
+            kafka = ("truncate: after an unclean shutdown recovery fails with InvalidOffsetException ('offsets out "
+                     "of order') and empties the segment; after a clean shutdown fetches of it fail")
+            repair = (f"no kstore command empties a segment as Kafka's recovery would: inspect it with "
+                      f"`kstore dump-segment --deep-iteration {finding.file}` and restore it from a replica")
+        else:
+            dropped = sum(1 for s in plan.segments if s.segment.base_offset > (finding.segment or 0))
+            kafka = ("truncate: after an unclean shutdown recovery cuts the .log at this byte"
+                     + (f" and deletes the {dropped} later segment(s)" if dropped else "")
+                     + "; after a clean shutdown the damage is not seen at startup and fetches of it fail with "
+                       "CorruptRecordException")
+            if clean_shutdown_marker(data_dir):
+                kafka += (" (this data dir has the clean shutdown marker: the broker starts without looking, unless "
+                          "it crashes before the next clean shutdown)")
+            repair = f"kstore rebuild-index --truncate {part}  (cuts where Kafka would; the cut bytes are quarantined)"
+    elif check == "orphan-index":
+        kafka = "delete: removes the index file without a .log at startup (LogLoader)"
+        repair = "none needed"
+    elif check == "missing-index":
+        kafka = ("rebuild: 'Could not find offset index file', LogLoader recovers the segment and writes a new "
+                 "index (LogSegment.sanityCheck throws NoSuchFileException)")
+    elif check == "missing-timeindex":
+        kafka = "ignore: creates an empty .timeindex and never fills it: time lookups in this segment find nothing"
+    elif check == "txnindex-sanity":
+        kafka = ("rebuild: 'Found a corrupted index file corresponding to log file ...', LogLoader recovers the "
+                 "segment and rebuilds its indexes (TransactionIndex.sanityCheck, CorruptIndexException)")
+    elif check.startswith(("txnindex", "missing-txnindex")):
+        kafka = ("ignore: loaded as it is; read_committed consumers get the wrong aborted transactions until an "
+                 "unclean shutdown's recovery rebuilds it")
+    severity = {recovery.ERROR: ERROR}.get(finding.severity, NOTE)
+    return Issue(severity, check, finding.message, kafka=kafka, repair=repair, data_dir=data_dir, partition=part,
+                 file=finding.file, position=position)
+
+
+@click.command(name="doctor")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--json", "as_json", is_flag=True,
+              help="JSON Lines: one object per broker, data dir, finding and partition, then a summary; "
+                   "each has a `type`.")
+@click.pass_context
+def command(ctx: click.Context, paths, as_json: bool) -> None:
+    """Why would my broker not start on these data dirs, and what do I run (read-only).
+
+    PATH is a data dir, a folder holding several brokers' data dirs (searched two levels down),
+    a partition dir or a .log file. Checks what a broker checks or trips over at startup:
+    meta.properties (node and cluster id agree across one broker's dirs), a live process
+    holding .lock, every checkpoint's format and whether its offsets lie inside the log,
+    directories Kafka cannot parse (they stop the broker), partition.metadata and topic IDs,
+    partitions without logs, leftover .swap/.cleaned/.deleted files, a CRC scan of every batch,
+    index health (as verify-index) and producer snapshots. Each finding says what Kafka does
+    with it at startup and which command repairs it. See docs/runbook.md.
+
+    \b
+    Exit status: 0 healthy (notes allowed), 1 errors or warnings found, 3 unreadable.
+
+    \b
+    Example:
+      kstore doctor /var/lib/kafka/data
+      kstore doctor --json /backups/brokers | jq 'select(.type=="finding")'
+    """
+    found = survey(paths, replicas=True)
+    if not found.data_dirs:
+        raise UsageError("no data directories or partitions found in " + ", ".join(paths))
+    tty = _is_tty() and not as_json
+    out = _Output(as_json, tty)
+    for broker in found.brokers:
+        out.broker(broker)
+    counts: Dict[str, int] = {ERROR: 0, WARNING: 0, NOTE: 0}
+    by_dir: Dict[str, List[Issue]] = {}
+    checked = {p.path for p, only in found.targets if only is None}
+    for issue in layout_issues(found):
+        # A finding about one checked partition (a topic ID) is listed, and counted, with that partition.
+        key = issue.partition if issue.partition in checked else issue.data_dir or ""
+        by_dir.setdefault(key, []).append(issue)
+    healthy = 0
+    bar, advance = byte_progress(tty, "checking", lambda: sum(
+        os.path.getsize(s.log) for p, only in found.targets for s in p.segments if only in (None, s.base_offset)))
+    if bar is not None:
+        out.console = bar.console  # lines printed above the transient bar
+    try:
+        healthy = _check_partitions(found, by_dir, counts, out, advance)
+    finally:
+        if bar is not None:
+            bar.stop()
+    for rest in by_dir.values():  # findings outside every data dir checked (none expected)
+        for issue in rest:
+            counts[issue.severity] += 1
+            out.finding(issue)
+    out.summary(found, healthy, counts)
+    if counts[ERROR] or counts[WARNING]:
+        ctx.exit(int(ExitStatus.PROBLEMS))
+
+
+def _check_partitions(found, by_dir: Dict[str, List[Issue]], counts: Dict[str, int], out: "_Output", advance) -> int:
+    """Each data dir's own findings, then each of its partitions (CRC scan, indexes, startup checks);
+    returns how many partitions are healthy."""
+    healthy = 0
+    for info in found.data_dirs.values():
+        out.data_dir(info)
+        for issue in sorted(by_dir.pop(info.path, []), key=lambda i: _SEVERITY_ORDER[i.severity]):
+            counts[issue.severity] += 1
+            out.finding(issue, under=info.path)
+        for partition, only in found.targets:
+            if found.data_dir_of(partition) is not info:
+                continue
+            findings, plan = verify_partition(partition, only=only, progress=advance)
+            issues = [i for i in (_segment_issue(partition, info.path, f, plan) for f in findings) if i]
+            issues += partition_issues(found, partition, plan, whole_partition=only is None)
+            if only is None:
+                issues += by_dir.pop(partition.path, [])
+            issues.sort(key=lambda i: _SEVERITY_ORDER[i.severity])
+            for issue in issues:
+                counts[issue.severity] += 1
+            healthy += not any(i.severity != NOTE for i in issues)
+            out.partition(partition, only, len(plan.segments), issues)
+        out.end_data_dir()
+    return healthy
+
+
+class _Output:
+    """A table per data dir on a terminal (a row per healthy partition, detail rows only for findings),
+    plain lines in a pipe, JSON Lines with --json."""
+
+    def __init__(self, as_json: bool, tty: bool) -> None:
+        self.as_json = as_json
+        self.console = None
+        self.table = None
+        if tty:
+            from rich.console import Console
+
+            self.console = Console(highlight=False)
+
+    def _echo(self, text: str, style: str = "") -> None:
+        if self.console is not None:
+            from rich.text import Text
+
+            self.console.print(Text(text, style=style))
+        else:
+            click.echo(text)
+
+    def broker(self, broker) -> None:
+        if self.as_json:
+            click.echo(json.dumps({"type": "broker", **broker.to_dict()}, sort_keys=True))
+            return
+        if broker.node_id is None:
+            return  # its data dir line says there is no readable meta.properties
+        cluster = f", cluster {', '.join(broker.cluster_ids)}" if broker.cluster_ids else ""
+        dirs = ", ".join(d.path for d in broker.data_dirs)
+        self._echo(f"broker node {broker.node_id}{cluster}: {len(broker.data_dirs)} data dir(s): {dirs}", "bold")
+
+    def data_dir(self, info) -> None:
+        locked = is_locked(info.path)
+        if self.as_json:
+            click.echo(json.dumps({
+                "type": "datadir", "dataDir": info.path, "nodeId": info.node_id, "clusterId": info.cluster_id,
+                "directoryId": info.directory_id, "metaProperties": info.meta is not None,
+                "cleanShutdownMarker": clean_shutdown_marker(info.path), "locked": locked,
+                "partitions": len(info.partitions), "wholeDataDir": info.whole,
+            }, sort_keys=True))
+            return
+        if info.meta is not None:
+            ident = f"node {info.node_id}, cluster {info.cluster_id}"
+        elif info.meta_error is not None:
+            ident = "meta.properties unreadable"
+        else:
+            ident = "no meta.properties (a KRaft broker would refuse it unformatted)"
+        marker = "clean shutdown marker" if clean_shutdown_marker(info.path) else "no clean shutdown marker (recovery runs)"
+        title = (f"data dir {info.path}: {ident}; {len(info.partitions)} partition(s); {marker}"
+                 + ("; LOCKED by a live process" if locked else ""))
+        if self.console is None:
+            self._echo(title)
+            return
+        from rich.table import Table
+
+        self.table = Table(title=title, title_justify="left", title_style="bold", expand=False)
+        self.table.add_column("partition / file", overflow="fold")
+        self.table.add_column("segments", justify="right")
+        self.table.add_column("status / finding", overflow="fold")
+
+    def end_data_dir(self) -> None:
+        if self.table is not None:
+            self.console.print(self.table)
+            self.table = None
+
+    def finding(self, issue: Issue, under: Optional[str] = None) -> None:
+        if self.as_json:
+            click.echo(json.dumps({"type": "finding", **issue.to_dict()}, sort_keys=True))
+            return
+        if self.table is not None:
+            from rich.markup import escape
+
+            style = {ERROR: "red", WARNING: "yellow", NOTE: "cyan"}[issue.severity]
+            where = issue.where
+            if under and where.startswith(under + os.sep):
+                where = "  " + where[len(under) + 1:]
+            self.table.add_row(escape(where), "", f"[{style}]{issue.severity}[/] {escape(issue.check)}: "
+                               f"{escape(issue.message)}\n[dim]kafka:[/] {escape(issue.kafka)}\n"
+                               f"[dim]run:[/]   {escape(issue.repair)}")
+            return
+        self._echo(f"{issue.where}: {issue.severity}: {issue.check}: {issue.message}")
+        self._echo(f"    kafka: {issue.kafka}")
+        self._echo(f"    run:   {issue.repair}")
+
+    def partition(self, partition, only, segments: int, issues: List[Issue]) -> None:
+        errors = sum(1 for i in issues if i.severity == ERROR)
+        warnings = sum(1 for i in issues if i.severity == WARNING)
+        notes = len(issues) - errors - warnings
+        if self.as_json:
+            for issue in issues:
+                self.finding(issue)
+            click.echo(json.dumps({
+                "type": "partition", "partition": partition.path, "dataDir": data_dir_key(partition),
+                "segment": only, "segments": segments, "errors": errors, "warnings": warnings, "notes": notes,
+                "healthy": errors == 0 and warnings == 0,
+            }, sort_keys=True))
+            return
+        status = "healthy" if not errors and not warnings else ", ".join(
+            t for t in (f"{errors} error(s)" if errors else "", f"{warnings} warning(s)" if warnings else "") if t)
+        if notes:
+            status += f", {notes} note(s)"
+        what = partition.path if only is None else os.path.join(partition.path, f"{only:020d}.log")
+        if self.table is not None:
+            from rich.markup import escape
+
+            colour = "green" if status.startswith("healthy") else ("red" if errors else "yellow")
+            self.table.add_row(escape(os.path.relpath(what, os.path.dirname(partition.path))),
+                               str(segments), f"[{colour}]{status}[/]")
+        else:
+            self._echo(f"{what}: {segments} segment(s), {status}")
+        for issue in issues:
+            self.finding(issue, under=os.path.dirname(partition.path))
+
+    def summary(self, found, healthy: int, counts: Dict[str, int]) -> None:
+        self.end_data_dir()
+        partitions = len(found.targets)
+        if self.as_json:
+            click.echo(json.dumps({
+                "type": "summary", "brokers": len(found.brokers), "dataDirs": len(found.data_dirs),
+                "partitions": partitions, "healthyPartitions": healthy, "errors": counts[ERROR],
+                "warnings": counts[WARNING], "notes": counts[NOTE],
+                "healthy": counts[ERROR] == 0 and counts[WARNING] == 0,
+            }, sort_keys=True))
+            return
+        verdict = ("no errors or warnings" if not counts[ERROR] and not counts[WARNING]
+                   else f"{counts[ERROR]} error(s), {counts[WARNING]} warning(s)")
+        self._echo(f"{partitions} partition(s) in {len(found.data_dirs)} data dir(s) of {len(found.brokers)} "
+                   f"broker(s): {healthy} healthy; {verdict}"
+                   + (f", {counts[NOTE]} note(s)" if counts[NOTE] else ""), "bold")
