@@ -721,8 +721,14 @@ def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Option
         # What the cut lowered (a resumed cut keeps what the killed run already lowered): what
         # `kstore restore` puts back.
         "checkpoints": checkpoints,
+        # The damaged segment's indexes as they were (the cut rewrites them for the shorter .log):
+        # restore puts them back with the tail, or a clean load would miss the tail's aborted
+        # transactions and time index entries. "copy" null: the file did not exist.
+        "originalIndexes": _original_indexes(damaged.segment, qdir),
     }
     if manifest is not None:
+        if "originalIndexes" in manifest:
+            new_manifest["originalIndexes"] = manifest["originalIndexes"]
         seen = {m["from"] for m in new_manifest["movedFiles"]}
         new_manifest["movedFiles"] = [m for m in manifest.get("movedFiles", []) if m["from"] not in seen] + \
             new_manifest["movedFiles"]
@@ -732,6 +738,9 @@ def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Option
     if new_manifest != manifest:
         # The manifest first: a quarantine dir left by a killed run still says what it was for.
         fileops.atomic_write(os.path.join(qdir, MANIFEST), (json.dumps(new_manifest, indent=2) + "\n").encode())
+    for entry in new_manifest["originalIndexes"]:
+        if entry["copy"] is not None and not os.path.lexists(entry["copy"]):
+            fileops.copy_file(entry["file"], entry["copy"])
     # Nothing may point past the new log end (so no crash from here on leaves a checkpoint
     # ahead of the files, and a rerun that no longer sees the cut has nothing left to do).
     for change in checkpoint_writes:
@@ -752,6 +761,16 @@ def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Option
         fileops.fsync_dir(partition.path)
     fileops.truncate(log, result.valid_bytes)
     report.truncated.append((log, result.log_size, result.valid_bytes))
+
+
+def _original_indexes(segment: Segment, qdir: str) -> List[dict]:
+    """Where the cut keeps a copy of each index file of the damaged segment (see the manifest)."""
+    entries = []
+    for suffix in (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX):
+        path = segment.path(suffix)
+        copy = os.path.join(qdir, os.path.basename(path) + ".orig") if os.path.isfile(path) else None
+        entries.append({"file": path, "copy": copy})
+    return entries
 
 
 def _same_bytes(a: str, b: str, a_start: int = 0, a_end: Optional[int] = None) -> bool:

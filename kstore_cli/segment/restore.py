@@ -8,7 +8,7 @@ checks that the partition is still exactly as the cut left it (or as a killed re
 
 1. appends the tail back to its ``.log`` (a kill midway leaves a partial tail, which Kafka's
    recovery cuts and the rerun completes);
-2. moves the later files back (oldest first, each ``.log`` before its indexes: a kill leaves at
+2. puts the damaged segment's original indexes back (copies the cut kept), then moves the later files back (oldest first, each ``.log`` before its indexes: a kill leaves at
    worst a segment whose indexes a broker rebuilds);
 3. raises the checkpoints back to their recorded values (after the files: never ahead of them);
 4. marks the manifest ``"restored"`` (the quarantine dir keeps it and the tail file, now a copy).
@@ -163,6 +163,11 @@ def plan_restore(qdir: str) -> RestorePlan:
             head = name.split(".", 1)[0]
             if head.isdigit() and int(head) > base:
                 raise _changed(plan, f"a new segment {name} follows the cut one")
+    for entry in manifest.get("originalIndexes", []):
+        if entry["copy"] is not None:
+            fileops.refuse_link(entry["copy"])
+            if not os.path.isfile(entry["copy"]):
+                raise FileUnreadableError("the quarantined copy of an original index is missing", path=entry["copy"])
     for change in manifest.get("checkpoints", []):
         try:
             current = _checkpoint_value(change)
@@ -213,6 +218,14 @@ def apply_restore(plan: RestorePlan) -> None:
     if plan.append_from is not None:
         fileops.append_range(manifest.get("tailFile"), plan.segment, plan.append_from, before - valid,
                              expected_size=valid + plan.append_from)
+
+    # The damaged segment's own indexes as they were before the cut (a manifest written before
+    # kstore kept them has none: the cut's indexes then stay, and a broker's lookups scan further).
+    for entry in manifest.get("originalIndexes", []):
+        if entry["copy"] is None:
+            fileops.unlink(entry["file"])
+        else:
+            fileops.copy_file(entry["copy"], entry["file"])
 
     def order(move: Tuple[str, str]) -> Tuple[int, bool, str]:
         name = os.path.basename(move[1])
