@@ -286,6 +286,17 @@ def _output_exists(output: str) -> bool:
         return False
 
 
+def _remove_empty_output(output: str) -> None:
+    """Remove `output` when it is an empty directory (so that the same command can run again)."""
+    from kstore_cli.spark.write import filesystem, remove_if_empty
+
+    try:
+        fs, root = filesystem(output)
+    except (OSError, ValueError):
+        return
+    remove_if_empty(fs, root)
+
+
 _JAVA_VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 
 
@@ -438,6 +449,7 @@ def export_with(spark, request: ExportRequest) -> ExportSummary:
         return summary
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     before = _parquet_files(request.output)
+    existed = _output_exists(request.output)
     accumulator = None
     if request.on_corruption == "skip":
         from kstore_cli.spark.source import skipped_accumulator
@@ -453,9 +465,11 @@ def export_with(spark, request: ExportRequest) -> ExportSummary:
         if columns:
             writer = writer.partitionBy(*columns)
         writer.parquet(request.output)
-    except KstoreError:
-        raise
     except Exception as exc:  # noqa: BLE001 - Py4J/PySpark errors become one KstoreError
+        if not existed:
+            _remove_empty_output(request.output)  # Spark's committer leaves the directory it made
+        if isinstance(exc, KstoreError):
+            raise
         from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException
 
