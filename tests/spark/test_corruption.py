@@ -219,3 +219,19 @@ def test_the_plan_says_which_internal_partitions_it_left_out():
     assert plan.internal_left_out == ["__consumer_offsets-0", "__transaction_state-0"]
     assert plan_read(ReadOptions({"path": str(CORPUS_LOGS), "topics": "__*"})).internal_left_out == []
     assert plan_read(ReadOptions({"path": str(CORPUS_LOGS), "topics": "v2-*"})).internal_left_out == []
+
+
+def test_a_source_read_without_an_accumulator_says_what_it_skipped_on_stderr(partition, capsys):
+    pytest.importorskip("pyspark")
+    from kstore_cli.spark.source import _reporting_skips
+
+    log = sorted(glob.glob(str(partition / "*.log")))[1]
+    victim = batch_holding(log, 3000)
+    flip(log, victim.position + victim.size - 10)
+    opts = ReadOptions({"path": str(partition), "onCorruption": "skip"})
+    rows = sum(b.num_rows for t in plan_read(opts).tasks for b in _reporting_skips(t, opts))
+    assert rows == 600 - victim.count
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"kstore: skipped {log} at byte {victim.position}: {victim.size} bytes skipped, offsets "
+                   f"{victim.base_offset}..{victim.last_offset} (as its header says): Record is corrupt "
+                   f"(stored crc = {victim.crc}, computed crc = {err[0].rsplit('= ', 1)[1][:-1]})"]
