@@ -33,7 +33,7 @@ import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from kstore_cli.errors import KstoreError, UsageError
-from kstore_cli.segment import logdir
+from kstore_cli.segment import fileops, logdir
 from kstore_cli.segment.index import OffsetIndex, TimeIndex, TransactionIndex
 from kstore_cli.segment.logdir import LookupStats, Partition, Segment
 from kstore_cli.segment.reader import read_batches
@@ -147,14 +147,18 @@ class PartitionScan:
 class Slice:
     """A byte range [start, end) of one segment; both ends are batch boundaries."""
 
-    __slots__ = ("scan", "log", "base_offset", "start", "end")
+    __slots__ = ("scan", "log", "base_offset", "start", "end", "live_tail")
 
-    def __init__(self, scan: PartitionScan, log: str, base_offset: int, start: int, end: int) -> None:
+    def __init__(self, scan: PartitionScan, log: str, base_offset: int, start: int, end: int,
+                 live_tail: bool = False) -> None:
         self.scan = scan
         self.log = log
         self.base_offset = base_offset
         self.start = start
         self.end = end
+        #: The end of the active segment of a log a running broker holds (its data dir's .lock):
+        #: a partial batch there is an append in progress, not one cut short.
+        self.live_tail = live_tail
 
     @property
     def size(self) -> int:
@@ -485,8 +489,11 @@ def plan_read(opts: ReadOptions, pushed: Optional[Pushed] = None) -> Plan:
     _check_specific(opts.starting, assigned)
     _check_specific(opts.ending, assigned)
     ranges: List[Tuple[Slice, List[Tuple[int, int]]]] = []
+    locked: Dict[str, bool] = {}
     for target in targets:
         part = target.partition
+        if part.data_dir not in locked:
+            locked[part.data_dir] = fileops.is_locked(part.data_dir)
         scan = PartitionScan(part.topic, part.partition, part.path)
         plan.scans.append(scan)
         if not _resolve_bounds(scan, part, opts, pushed, stats):
@@ -511,12 +518,13 @@ def plan_read(opts: ReadOptions, pushed: Optional[Pushed] = None) -> Plan:
             entries = _usable_offset_index(segment, stats)
             lo, hi = _segment_range(segment, next_base, scan, entries, size, stats)
             if hi > lo:
-                ranges.append((Slice(scan, segment.log, segment.base_offset, lo, hi), entries))
+                live = locked[part.data_dir] and hi == size and segment.base_offset == part.segments[-1].base_offset
+                ranges.append((Slice(scan, segment.log, segment.base_offset, lo, hi, live), entries))
     total = sum(sl.size for sl, _e in ranges)
     count = _task_count(total, opts)
     plan.target_bytes = target = max(1, math.ceil(total / count))
     for sl, entries in ranges:
         for lo, hi in _cut(sl.log, sl.start, sl.end, entries, target, stats):
-            plan.slices.append(Slice(sl.scan, sl.log, sl.base_offset, lo, hi))
+            plan.slices.append(Slice(sl.scan, sl.log, sl.base_offset, lo, hi, sl.live_tail and hi == sl.end))
     plan.tasks = _pack(plan.slices, count)
     return plan

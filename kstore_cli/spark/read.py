@@ -226,6 +226,8 @@ def _read_slice(sl: Slice, builder: ColumnBuilder, trace: SliceTrace,
         if builder.full:
             yield builder.finish()
     if covered < sl.end:
+        if sl.live_tail:
+            return  # a running broker's append in progress: not in the log yet, as Kafka's readers see it
         # The reader stops before a partial trailing entry (FileLogInputStream does too): bytes cut
         # off the end of a segment would otherwise go unnoticed.
         exc = _truncated_tail(sl.log, covered, sl.end)

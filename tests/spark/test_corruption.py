@@ -235,3 +235,28 @@ def test_a_source_read_without_an_accumulator_says_what_it_skipped_on_stderr(par
     assert err == [f"kstore: skipped {log} at byte {victim.position}: {victim.size} bytes skipped, offsets "
                    f"{victim.base_offset}..{victim.last_offset} (as its header says): Record is corrupt "
                    f"(stored crc = {victim.crc}, computed crc = {err[0].rsplit('= ', 1)[1][:-1]})"]
+
+
+def test_a_partial_batch_at_the_end_of_a_running_brokers_active_segment_is_an_append_in_progress(tmp_path):
+    """With the data dir's .lock held (a running broker), the bytes after the active segment's last
+    whole batch are being written: read up to there, as Kafka's readers do. Anywhere else, and in a
+    log nobody holds, they are a truncated batch."""
+    from tests.conftest import lock_held
+
+    data = tmp_path / "data"
+    write_partition(str(data / "orders-0"), 600, seed=5, segment_bytes=8 * 1024, index_interval=1024,
+                    batch_records=20, codecs=(0,))
+    before, _ = read_all(data)
+    logs = sorted(glob.glob(str(data / "orders-0" / "*.log")))
+    first = next(read_batches(logs[0]))
+    with open(logs[-1], "ab") as f:
+        f.write(bytes(first.buffer[:first.size // 2]))  # half of a batch
+    (data / ".lock").touch()
+    with pytest.raises(CorruptRecordError, match="truncated batch"):
+        read_all(data)
+    with lock_held(data):
+        rows, _ = read_all(data)
+        assert rows == before
+        os.truncate(logs[1], os.path.getsize(logs[1]) - 100)  # a closed segment cut short: still an error
+        with pytest.raises(CorruptRecordError, match=f"^{logs[1]} at byte \\d+: truncated batch"):
+            read_all(data)
