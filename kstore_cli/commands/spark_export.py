@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Dict, Optional, Tuple
 
 import click
 
-from kstore_cli.errors import UsageError
+from kstore_cli.errors import ExitStatus, UsageError
 
 
 def _spark_conf(pairs: Tuple[str, ...]) -> Dict[str, str]:
@@ -45,8 +44,13 @@ def _spark_conf(pairs: Tuple[str, ...]) -> Dict[str, str]:
               show_default=True, help="Parquet directory layout (date: the record timestamp's UTC date).")
 @click.option("--parquet-compression", type=click.Choice(["snappy", "zstd", "gzip", "none"]), default="snappy",
               show_default=True)
-@click.option("--mode", type=click.Choice(["error", "overwrite", "append"]), default="error", show_default=True,
-              help="What to do when the output already exists.")
+@click.option("--mode", type=click.Choice(["error", "overwrite", "append"]),
+              help="What to do when the output already exists: overwrite or append to it (without --mode, or with "
+                   "error, an existing output is refused, exit 2, before Spark starts).")
+@click.option("--on-corruption", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
+              help="A damaged batch (CRC mismatch, undecodable) or a truncated one: fail the export with one error "
+                   "naming file and byte, or skip it: the export goes on, lists each skipped batch (file, byte, "
+                   "offsets) in its summary and in _kstore_skipped.json beside _SUCCESS, and exits 1.")
 @click.option("--max-bytes-per-partition", type=click.IntRange(min=1), metavar="BYTES",
               help="Most bytes one Spark task reads (default 64 MiB; 128 MiB with the arrow writer).")
 @click.option("--writer", type=click.Choice(["auto", "spark", "arrow"]), default="auto", show_default=True,
@@ -55,12 +59,14 @@ def _spark_conf(pairs: Tuple[str, ...]) -> Dict[str, str]:
                    "URIs pyarrow can open); auto: arrow for a local --output, unless a --spark-conf names a "
                    "spark.sql.parquet/sources/files/hive or spark.hadoop setting, or --partition-by date with a "
                    "session time zone other than UTC.")
-@click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE", help="Any Spark setting (repeatable).")
+@click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
+              help="Any Spark setting (repeatable); spark.ui.showConsoleProgress=true shows Spark's stage progress.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
-def command(paths, output: str, master: str, topics: Optional[str], starting_offsets: Optional[str],
+@click.pass_context
+def command(ctx: click.Context, paths, output: str, master: str, topics: Optional[str], starting_offsets: Optional[str],
             ending_offsets: Optional[str], starting_timestamp: Optional[int], ending_timestamp: Optional[int],
             isolation_level: str, include_headers: bool, include_metadata: bool, partition_by: str,
-            parquet_compression: str, mode: str, max_bytes_per_partition: Optional[int], writer: str, spark_conf,
+            parquet_compression: str, mode: Optional[str], on_corruption: str, max_bytes_per_partition: Optional[int], writer: str, spark_conf,
             as_json: bool) -> None:
     """Export whole topic directories to Parquet with Spark's Kafka source schema.
 
@@ -73,13 +79,20 @@ def command(paths, output: str, master: str, topics: Optional[str], starting_off
     also usable in your own jobs: kstore_cli.spark.register(spark), then
     spark.read.format("kstore").load(PATH).
 
+    Every batch's CRC is checked. Internal topics (__consumer_offsets, __*) are exported
+    only when named: --topics '__*', or their partition directory as PATH. Exit codes: 0
+    exported; 1 a damaged batch (or, with --on-corruption skip, batches skipped), or no
+    partition selected; 2 usage (also an existing --output without --mode); 3 a file could
+    not be read, or no Java 17+. Spark's own logs and progress bars are off
+    (KSTORE_SPARK_LOG_LEVEL=WARN, --spark-conf spark.ui.showConsoleProgress=true).
+
     \b
     Example:
       kstore spark-export /var/lib/kafka/data --output /lake/kafka --topics 'orders*'
       kstore spark-export /var/lib/kafka/data/orders-0 -o out --isolation-level read_committed \\
           --starting-offsets '{"orders":{"0":1000}}' --master spark://10.0.0.5:7077
     """
-    from kstore_cli.spark.export import ExportRequest, run_export
+    from kstore_cli.spark.export import SKIPPED_FILE, ExportRequest, run_export
 
     request = ExportRequest(
         paths, output, master=master, topics=topics, starting_offsets=starting_offsets,
@@ -87,7 +100,13 @@ def command(paths, output: str, master: str, topics: Optional[str], starting_off
         isolation_level=isolation_level, include_headers=include_headers, include_metadata=include_metadata,
         partition_by=partition_by, parquet_compression=parquet_compression, mode=mode,
         spark_conf=_spark_conf(spark_conf), max_bytes_per_partition=max_bytes_per_partition,
-        progress=not as_json and sys.stderr.isatty(), writer=writer,
+        writer=writer, on_corruption=on_corruption,
     )
     summary = run_export(request)
     click.echo(json.dumps(summary.to_dict(), sort_keys=True) if as_json else summary.text())
+    if summary.skipped:
+        first = summary.skipped[0]
+        click.echo(f"kstore: error: {first.log} at byte {first.position}: {first.reason} "
+                   f"({len(summary.skipped)} damaged or truncated batches skipped, listed in "
+                   f"{summary.output.rstrip('/')}/{SKIPPED_FILE})", err=True)
+        ctx.exit(int(ExitStatus.PROBLEMS))

@@ -7,18 +7,29 @@ with a session the caller owns (tests, notebooks). Both return an :class:`Export
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
+import subprocess
 import sys
 import time
 from typing import Dict, List, Optional, Sequence
 
-from kstore_cli.errors import KstoreError, UsageError
-from kstore_cli.spark.options import ReadOptions
+from kstore_cli import errors
+from kstore_cli.errors import CorruptDataError, ExitStatus, KstoreError, UsageError
+from kstore_cli.spark.options import ON_CORRUPTION, ReadOptions
 from kstore_cli.spark.plan import Plan, plan_read
+from kstore_cli.spark.read import SkippedBatch
 
 PARTITION_BY = {"topic,partition": ["topic", "partition"], "date": ["date"], "none": []}
 PARQUET_COMPRESSION = ("snappy", "zstd", "gzip", "none")
 MODES = {"error": "errorifexists", "overwrite": "overwrite", "append": "append"}
+#: Beside ``_SUCCESS``: the batches an export with ``--on-corruption skip`` left out.
+SKIPPED_FILE = "_kstore_skipped.json"
+#: Spark 4 runs on Java 17 and later.
+JAVA_MIN_VERSION = 17
+JAVA_MESSAGE = "spark-export needs Java 17+ (JAVA_HOME)"
 #: Who writes the Parquet files: Spark's writer (rows go through the JVM), each task with pyarrow, or
 #: auto: arrow where it writes what Spark's writer would (see ExportRequest.writer), else Spark's.
 WRITERS = ("auto", "spark", "arrow")
@@ -42,7 +53,17 @@ DEFAULT_CONF = {
 
 
 class SparkJobError(KstoreError):
-    """The Spark job failed (the first line of Spark's error, and kstore's own error when it is one)."""
+    """The Spark job failed (the first line of Spark's error; kstore's own errors are raised as themselves)."""
+
+
+class NothingToExportError(KstoreError):
+    """The PATHs and the topic options select no Kafka partition (exit 1, before Spark starts)."""
+
+
+class JavaMissingError(KstoreError):
+    """No Java 17+ to start Spark with (exit 3, like a missing codec library)."""
+
+    exit_status = ExitStatus.UNREADABLE
 
 
 def _arrow_dates_hold(partition_by: str, time_zone: Optional[str]) -> bool:
@@ -59,16 +80,18 @@ class ExportRequest:
                  starting_timestamp: Optional[int] = None, ending_timestamp: Optional[int] = None,
                  isolation_level: str = "read_uncommitted", include_headers: bool = False,
                  include_metadata: bool = False, partition_by: str = "topic,partition",
-                 parquet_compression: str = "snappy", mode: str = "error",
+                 parquet_compression: str = "snappy", mode: Optional[str] = None,
                  spark_conf: Optional[Dict[str, str]] = None, max_bytes_per_partition: Optional[int] = None,
                  extra_options: Optional[Dict[str, str]] = None, progress: bool = False,
-                 writer: str = "auto") -> None:
+                 writer: str = "auto", on_corruption: str = "fail") -> None:
         if partition_by not in PARTITION_BY:
             raise UsageError(f"--partition-by must be one of {', '.join(PARTITION_BY)}, not {partition_by!r}")
         if parquet_compression not in PARQUET_COMPRESSION:
             raise UsageError(f"--parquet-compression must be one of {', '.join(PARQUET_COMPRESSION)}")
-        if mode not in MODES:
+        if mode is not None and mode not in MODES:
             raise UsageError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if on_corruption not in ON_CORRUPTION:
+            raise UsageError(f"--on-corruption must be one of {', '.join(ON_CORRUPTION)}, not {on_corruption!r}")
         if writer not in WRITERS:
             raise UsageError(f"--writer must be one of {', '.join(WRITERS)}, not {writer!r}")
         self.paths = [os.path.abspath(p) if "://" not in p else p for p in paths]
@@ -84,7 +107,9 @@ class ExportRequest:
         self.include_metadata = include_metadata
         self.partition_by = partition_by
         self.parquet_compression = parquet_compression
-        self.mode = mode
+        #: error (the default: an existing output is refused), overwrite or append
+        self.mode = mode or "error"
+        self.on_corruption = on_corruption
         self.spark_conf = dict(spark_conf or {})
         self.max_bytes_per_partition = max_bytes_per_partition
         self.extra_options = dict(extra_options or {})
@@ -126,6 +151,8 @@ class ExportRequest:
             opts["endingTimestamp"] = str(self.ending_timestamp)
         if min_partitions:
             opts["minPartitions"] = str(min_partitions)
+        if self.on_corruption != "fail":
+            opts["onCorruption"] = self.on_corruption
         max_bytes = self.max_bytes_per_partition or (ARROW_MAX_BYTES_PER_TASK if self.writer == "arrow" else None)
         if max_bytes:
             opts["maxBytesPerPartition"] = str(max_bytes)
@@ -133,8 +160,22 @@ class ExportRequest:
         return opts
 
     def validate(self) -> Plan:
-        """Parse the options and plan the read in this process (UsageError before Spark starts)."""
-        return plan_read(ReadOptions(self.reader_options()))
+        """Parse the options, plan the read and check the output, in this process, before Spark starts:
+        UsageError (exit 2) for options and an existing output without --mode, NothingToExportError
+        (exit 1) when no partition is selected."""
+        plan = plan_read(ReadOptions(self.reader_options()))
+        if not plan.scans:
+            where = " ".join(self.paths)
+            why = f" matches --topics {self.topics!r}" if self.topics else ""
+            message = f"nothing to export: no Kafka partition under {where}{why}"
+            if plan.internal_left_out:
+                message += (f" (internal topics are exported only when named: --topics "
+                            f"'{plan.internal_left_out[0].rsplit('-', 1)[0]}' or '__*')")
+            raise NothingToExportError(message)
+        if self.mode == "error" and _output_exists(self.output):
+            raise UsageError(f"{self.output} already exists: use --mode overwrite to replace it, "
+                             f"or --mode append to add to it")
+        return plan
 
 
 class ExportSummary:
@@ -150,18 +191,37 @@ class ExportSummary:
         self.seconds = 0.0
         self.output = ""
         self.writer = ""
+        #: batches left out with --on-corruption skip (the export then exits 1)
+        self.skipped: List[SkippedBatch] = []
+        #: internal topics' partitions not exported because nothing named them
+        self.internal_left_out: List[str] = []
 
     def to_dict(self) -> dict:
         return {"kafkaPartitions": self.kafka_partitions, "sparkPartitions": self.tasks, "records": self.records,
                 "bytesIn": self.bytes_in, "parquetFiles": self.parquet_files, "parquetBytes": self.parquet_bytes,
-                "seconds": round(self.seconds, 3), "output": self.output, "writer": self.writer}
+                "seconds": round(self.seconds, 3), "output": self.output, "writer": self.writer,
+                "skippedBatches": [b.to_dict() for b in self.skipped],
+                "internalPartitionsLeftOut": list(self.internal_left_out)}
 
     def text(self) -> str:
         rate = self.records / self.seconds if self.seconds else 0.0
         return (f"exported {self.records} records from {self.kafka_partitions} Kafka partitions "
                 f"({self.tasks} Spark partitions): {self.bytes_in} bytes in, {self.parquet_bytes} Parquet bytes out "
                 f"in {self.parquet_files} files ({self.writer} writer), {self.seconds:.1f} s ({rate:,.0f} records/s) "
-                f"-> {self.output}")
+                f"-> {self.output}" + "".join(f"\n{line}" for line in self.notes()))
+
+    def notes(self) -> List[str]:
+        """What was not exported, one line each (after the summary line)."""
+        lines = []
+        if self.internal_left_out:
+            lines.append(f"not exported: {len(self.internal_left_out)} partitions of internal topics "
+                         f"({', '.join(sorted({p.rsplit('-', 1)[0] for p in self.internal_left_out}))}); "
+                         f"name them (--topics '__*') to export them")
+        if self.skipped:
+            lines.append(f"skipped {len(self.skipped)} damaged or truncated batches "
+                         f"(listed in {self.output.rstrip('/')}/{SKIPPED_FILE}):")
+            lines += [f"  {b.text()}" for b in self.skipped]
+        return lines
 
 
 def _parquet_files(output: str) -> Dict[str, int]:
@@ -192,13 +252,74 @@ def _count_rows(output: str, files: List[str]) -> int:
     return total
 
 
-def _spark_error(exc: BaseException) -> SparkJobError:
+_OURS = re.compile(r"^kstore_cli\.errors\.(\w+): (.+)$")
+
+
+def _spark_error(exc: BaseException) -> KstoreError:
+    """One KstoreError for a failed Spark job: kstore's own error raised in a task (its file, byte and
+    exit code kept), else the first line of Spark's."""
     text = str(exc).strip()
     lines = [line for line in text.splitlines() if line.strip()]
     ours = [line for line in lines if line.startswith("kstore_cli.") and "Error" in line.split(":")[0]]
+    if ours:
+        match = _OURS.match(ours[-1].strip())
+        cls = getattr(errors, match.group(1), None) if match else None
+        if isinstance(cls, type) and issubclass(cls, KstoreError):
+            message = match.group(2)
+            if issubclass(cls, CorruptDataError):
+                message += "; --on-corruption skip exports the other batches and lists this one"
+            return cls(message)
     first = lines[0] if lines else type(exc).__name__
-    message = ours[-1] if ours else first
-    return SparkJobError(f"Spark job failed: {message}")
+    return SparkJobError(f"Spark job failed: {ours[-1] if ours else first}")
+
+
+def _output_exists(output: str) -> bool:
+    """Whether `output` exists (False when its filesystem cannot be asked from here: Spark decides)."""
+    import pyarrow.fs as pafs
+
+    from kstore_cli.spark.write import filesystem
+
+    try:
+        fs, root = filesystem(output)
+        return fs.get_file_info(root).type != pafs.FileType.NotFound
+    except (OSError, ValueError):
+        return False
+
+
+def _remove_empty_output(output: str) -> None:
+    """Remove `output` when it is an empty directory (so that the same command can run again)."""
+    from kstore_cli.spark.write import filesystem, remove_if_empty
+
+    try:
+        fs, root = filesystem(output)
+    except (OSError, ValueError):
+        return
+    remove_if_empty(fs, root)
+
+
+_JAVA_VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
+
+
+def check_java() -> str:
+    """The java Spark's launcher would run ($JAVA_HOME/bin/java, else java on PATH), if it is 17+;
+    else JavaMissingError."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.path.isfile(java) or not os.access(java, os.X_OK):
+        raise JavaMissingError(f"{JAVA_MESSAGE}: " + (f"no {java}" if home else "no java on PATH and JAVA_HOME not set"))
+    try:
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise JavaMissingError(f"{JAVA_MESSAGE}: {java} does not run ({exc})") from None
+    match = _JAVA_VERSION.search(done.stderr + done.stdout)
+    if done.returncode != 0 or not match:
+        raise JavaMissingError(f"{JAVA_MESSAGE}: {java} -version failed")
+    major = int(match.group(1))
+    if major == 1 and match.group(2):
+        major = int(match.group(2))  # "1.8.0_392" is Java 8
+    if major < JAVA_MIN_VERSION:
+        raise JavaMissingError(f"{JAVA_MESSAGE}: {java} is Java {major}")
+    return java
 
 
 #: JVM options of an arrow-writer session. Its JVM only schedules tasks (the rows never enter it), yet
@@ -225,11 +346,54 @@ def session_settings(master: str = "local[*]", conf: Optional[Dict[str, str]] = 
     return settings
 
 
+#: Spark's log4j2 settings while its logs are off: only FATAL, on stderr (which is a log file then).
+_QUIET_LOG4J2 = """\
+rootLogger.level = fatal
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
+"""
+LOG_LEVEL_ENV = "KSTORE_SPARK_LOG_LEVEL"
+
+
+class _JvmStderr:
+    """While a JVM is started, fd 2 points at a log file, so the JVM's own stderr (its start-up
+    warnings, Spark's log lines, local Python workers' stderr) goes there and not to the terminal."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.saved: Optional[int] = None
+
+    def __enter__(self) -> "_JvmStderr":
+        sys.stderr.flush()
+        self.saved = os.dup(2)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.dup2(fd, 2)
+        finally:
+            os.close(fd)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+
+
 def build_session(master: str = "local[*]", conf: Optional[Dict[str, str]] = None, progress: bool = False,
-                  writer: str = "spark"):
+                  writer: str = "spark", log_dir: Optional[str] = None):
     """A session for the export: this interpreter for the Python workers, the export's defaults.
 
-    `writer` tunes the driver JVM for that writer (it takes effect when this call starts the JVM)."""
+    `writer` tunes the driver JVM for that writer (it takes effect when this call starts the JVM).
+    Unless $KSTORE_SPARK_LOG_LEVEL asks for Spark's logs, a JVM this call starts logs only FATAL
+    lines, and with `log_dir` its stderr goes to ``log_dir/spark.log`` (the JVM prints start-up
+    warnings no setting turns off)."""
+    import tempfile
+
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     os.environ["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON") or sys.executable
@@ -238,13 +402,25 @@ def build_session(master: str = "local[*]", conf: Optional[Dict[str, str]] = Non
         # Embedded mode needs no network beyond loopback (and no slow hostname lookups).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     settings = session_settings(master, conf, progress, writer)
+    quiet = not os.environ.get(LOG_LEVEL_ENV) and SparkContext._active_spark_context is None
+    if quiet:
+        # Our own log4j2 settings: Spark then also leaves out its "default log4j profile" lines.
+        config = os.path.join(log_dir or tempfile.mkdtemp(prefix="kstore-spark-"), "log4j2.properties")
+        with open(config, "w", encoding="utf-8") as f:
+            f.write(_QUIET_LOG4J2)
+        options = settings.get("spark.driver.extraJavaOptions", "")
+        settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{config} {options}".strip()
     builder = SparkSession.builder.master(master).appName("kstore spark-export")
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    if quiet and log_dir:
+        with _JvmStderr(os.path.join(log_dir, "spark.log")):
+            spark = builder.getOrCreate()
+    else:
+        spark = builder.getOrCreate()
     # Task failures are reported by kstore as one line with the cause; Spark's own ERROR logs
     # would print Java stack traces for the same failure. KSTORE_SPARK_LOG_LEVEL brings them back.
-    spark.sparkContext.setLogLevel(os.environ.get("KSTORE_SPARK_LOG_LEVEL", "FATAL"))
+    spark.sparkContext.setLogLevel(os.environ.get(LOG_LEVEL_ENV, "FATAL"))
     return spark
 
 
@@ -265,6 +441,7 @@ def export_with(spark, request: ExportRequest) -> ExportSummary:
     summary.kafka_partitions = len(plan.scans)
     summary.tasks = max(1, len(plan.tasks))
     summary.bytes_in = plan.bytes_in
+    summary.internal_left_out = list(plan.internal_left_out)
     register(spark)
     if request.writer == "arrow":
         _export_arrow(spark, request, plan, summary)
@@ -272,6 +449,13 @@ def export_with(spark, request: ExportRequest) -> ExportSummary:
         return summary
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     before = _parquet_files(request.output)
+    existed = _output_exists(request.output)
+    accumulator = None
+    if request.on_corruption == "skip":
+        from kstore_cli.spark.source import skipped_accumulator
+
+        accumulator = skipped_accumulator(spark)
+        options["skippedAccumulator"] = str(accumulator.aid)
     try:
         df = spark.read.format("kstore").options(**options).load()
         columns = PARTITION_BY[request.partition_by]
@@ -281,15 +465,21 @@ def export_with(spark, request: ExportRequest) -> ExportSummary:
         if columns:
             writer = writer.partitionBy(*columns)
         writer.parquet(request.output)
-    except KstoreError:
-        raise
     except Exception as exc:  # noqa: BLE001 - Py4J/PySpark errors become one KstoreError
+        if not existed:
+            _remove_empty_output(request.output)  # Spark's committer leaves the directory it made
+        if isinstance(exc, KstoreError):
+            raise
         from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException
 
         if isinstance(exc, (Py4JError, PySparkException)):
             raise _spark_error(exc) from None
         raise
+    if accumulator is not None:
+        summary.skipped = _unique([SkippedBatch.from_dict(d) for d in accumulator.value])
+        if summary.skipped:
+            _write_skipped_file(spark, request, summary.skipped)
     after = _parquet_files(request.output)
     new = [p for p in after if p not in before]
     summary.parquet_files = len(new)
@@ -297,6 +487,58 @@ def export_with(spark, request: ExportRequest) -> ExportSummary:
     summary.records = _count_rows(request.output, new)
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _unique(skipped: List[SkippedBatch]) -> List[SkippedBatch]:
+    """Each skipped batch once (a retried task reports its batches again), in file order."""
+    seen = {}
+    for b in skipped:
+        seen.setdefault((b.log, b.position), b)
+    return [seen[k] for k in sorted(seen)]
+
+
+def skipped_file_bytes(request: ExportRequest, skipped: List[SkippedBatch], previous: Optional[bytes] = None) -> bytes:
+    """The content of ``_kstore_skipped.json``; with --mode append, the earlier exports' entries are kept."""
+    entries = []
+    if previous and request.mode == "append":
+        try:
+            entries = list(json.loads(previous.decode("utf-8")).get("skippedBatches", []))
+        except (ValueError, AttributeError, UnicodeDecodeError):
+            entries = []
+    entries += [b.to_dict() for b in skipped]
+    return (json.dumps({"skippedBatches": entries}, indent=1, sort_keys=True) + "\n").encode("utf-8")
+
+
+def _write_skipped_file(spark, request: ExportRequest, skipped: List[SkippedBatch]) -> None:
+    """Write ``_kstore_skipped.json`` beside Spark's ``_SUCCESS``: with pyarrow where it knows the
+    filesystem, else through Hadoop's (s3a://, hdfs://: the writer's own filesystems)."""
+    from kstore_cli.spark.write import filesystem
+
+    try:
+        fs, root = filesystem(request.output)
+    except (OSError, ValueError):
+        fs = None
+    if fs is not None:
+        from kstore_cli.spark.write import read_if_exists, write_atomically
+
+        path = f"{root}/{SKIPPED_FILE}"
+        write_atomically(fs, path, skipped_file_bytes(request, skipped, read_if_exists(fs, path)))
+        return
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(f"{request.output.rstrip('/')}/{SKIPPED_FILE}")
+    hfs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    previous = None
+    if request.mode == "append" and hfs.exists(path):
+        stream = hfs.open(path)
+        try:
+            previous = bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+        finally:
+            stream.close()
+    out = hfs.create(path, True)
+    try:
+        out.write(bytearray(skipped_file_bytes(request, skipped, previous)))
+    finally:
+        out.close()
 
 
 def _spark_row_metadata(request: ExportRequest) -> Optional[str]:
@@ -338,7 +580,8 @@ def _export_arrow(spark, request: ExportRequest, plan: Plan, summary: ExportSumm
             else:
                 fs.delete_file(root)
     job = WriteJob(request.output, uuid.uuid4().hex, request.include_headers, request.include_metadata,
-                   request.partition_by, request.parquet_compression, _spark_row_metadata(request))
+                   request.partition_by, request.parquet_compression, _spark_row_metadata(request),
+                   request.on_corruption)
     tasks = list(enumerate(plan.tasks))
     try:
         written = []
@@ -354,7 +597,15 @@ def _export_arrow(spark, request: ExportRequest, plan: Plan, summary: ExportSumm
             finally:
                 for key, value in previous.items():
                     sc.setLocalProperty(key, value)  # None removes it
-        commit_job(fs, root, job, written)
+        summary.skipped = _unique([SkippedBatch.from_dict(w["skipped"]) for w in written if "skipped" in w])
+        written = [w for w in written if "skipped" not in w]
+        extra = {}
+        if summary.skipped:
+            from kstore_cli.spark.write import read_if_exists
+
+            path = f"{root}/{SKIPPED_FILE}"
+            extra[SKIPPED_FILE] = skipped_file_bytes(request, summary.skipped, read_if_exists(fs, path))
+        commit_job(fs, root, job, written, extra)
     except BaseException as exc:
         # Spark fails the job at the first failed task while others are still being killed; they
         # could write into the staging directory after it is removed.
@@ -395,12 +646,29 @@ def _wait_for_tasks(spark, group: str, timeout: float = 60.0) -> None:
 
 def run_export(request: ExportRequest) -> ExportSummary:
     """Validate, start a session, export, stop the session."""
+    import tempfile
+
     started = time.perf_counter()
     request.validate()
-    spark = build_session(request.master, request.spark_conf, request.progress, request.writer)
+    check_java()
+    log_dir = tempfile.mkdtemp(prefix="kstore-spark-")
+    keep_log = False
     try:
-        summary = export_with(spark, request)
+        spark = build_session(request.master, request.spark_conf, request.progress, request.writer, log_dir)
+        try:
+            summary = export_with(spark, request)
+        finally:
+            spark.stop()
+    except SparkJobError as exc:
+        # Not kstore's own error: Spark's log may say more.
+        log = os.path.join(log_dir, "spark.log")
+        if os.path.exists(log) and os.path.getsize(log):
+            keep_log = True
+            exc.message += f" (Spark's log: {log})"
+            exc.args = (exc.message,)
+        raise
     finally:
-        spark.stop()
+        if not keep_log:
+            shutil.rmtree(log_dir, ignore_errors=True)
     summary.seconds = time.perf_counter() - started
     return summary

@@ -6,7 +6,13 @@ Names and meanings follow Spark's Kafka source where it has the option
 ``startingOffsetsByTimestampStrategy``, ``includeHeaders``, ``subscribe``,
 ``subscribePattern``, ``minPartitions``, ``kafka.isolation.level``); the others are
 kstore's own (``path``/``paths``, ``topics`` as a glob, ``includeMetadata``,
-``maxBytesPerPartition``, ``filterPushdown``, ``traceDir``).
+``maxBytesPerPartition``, ``filterPushdown``, ``traceDir``, ``onCorruption``, ``skippedAccumulator``).
+
+Internal topics (names starting with ``__``: ``__consumer_offsets``, ``__transaction_state``,
+``__cluster_metadata``...) found in a data directory are read only when named: by ``subscribe``,
+by a ``topics`` glob or ``subscribePattern`` that starts with ``__``, or by a PATH that is their
+partition directory or segment (as Kafka's consumers leave them out of pattern subscriptions,
+``exclude.internal.topics``).
 
 Pure Python: no pyspark import, so the launcher validates options before it starts Spark.
 """
@@ -30,6 +36,15 @@ PerPartition = Dict[Tuple[str, int], int]
 #: for 2 M rows; 64 MiB tasks: 2.11 vs 2.81 s).
 DEFAULT_MAX_BYTES_PER_PARTITION = 64 * 1024 * 1024
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+#: What a damaged or truncated batch does: fail the read (one error naming file and byte), or be
+#: left out and listed (:class:`~kstore_cli.spark.read.SkippedBatch`).
+ON_CORRUPTION = ("fail", "skip")
+INTERNAL_PREFIX = "__"
+
+
+def is_internal(topic: str) -> bool:
+    """Whether a topic is internal (read only when named)."""
+    return topic.startswith(INTERNAL_PREFIX)
 
 
 def _bool(value: Optional[str], name: str, default: bool = False) -> bool:
@@ -173,6 +188,8 @@ class ReadOptions:
         "max_bytes_per_partition",
         "trace_dir",
         "filter_pushdown",
+        "on_corruption",
+        "skipped_accumulator",
     )
 
     def __init__(self, options: Mapping[str, str]) -> None:
@@ -203,17 +220,37 @@ class ReadOptions:
         self.max_bytes_per_partition = DEFAULT_MAX_BYTES_PER_PARTITION if max_bytes is None else max_bytes
         self.trace_dir: Optional[str] = opts.get("tracedir") or None
         self.filter_pushdown = _bool(opts.get("filterpushdown"), "filterPushdown")
+        on_corruption = str(opts.get("oncorruption", "fail")).strip().lower()
+        if on_corruption not in ON_CORRUPTION:
+            raise UsageError(f"option onCorruption must be fail or skip, not {opts.get('oncorruption')!r}")
+        self.on_corruption = on_corruption
+        #: With onCorruption=skip: the id of the accumulator the readers add skipped batches to
+        #: (kstore_cli.spark.source.skipped_accumulator); without it, one stderr line each.
+        self.skipped_accumulator = _int(opts.get("skippedaccumulator"), "skippedAccumulator", minimum=0)
 
-    def topic_selected(self, topic: str) -> bool:
-        """Whether a topic passes ``topics`` (glob), ``subscribe`` and ``subscribePattern``."""
+    def topic_selected(self, topic: str, named: bool = False) -> bool:
+        """Whether a topic passes ``topics`` (glob), ``subscribe`` and ``subscribePattern``.
+
+        An internal topic also needs naming: `named` (its PATH named it), ``subscribe``, or a glob
+        or pattern that starts with ``__`` (``*`` alone does not select ``__consumer_offsets``)."""
         import fnmatch
 
-        if self.topics_glob is not None and not any(
-            fnmatch.fnmatchcase(topic, g.strip()) for g in self.topics_glob.split(",") if g.strip()
-        ):
-            return False
-        if self.subscribe is not None and topic not in self.subscribe:
-            return False
-        if self.subscribe_pattern is not None and not self.subscribe_pattern.fullmatch(topic):
-            return False
-        return True
+        internal = is_internal(topic) and not named
+        if self.topics_glob is not None:
+            globs = [g.strip() for g in self.topics_glob.split(",") if g.strip()]
+            matching = [g for g in globs if fnmatch.fnmatchcase(topic, g)]
+            if not matching:
+                return False
+            if internal and any(g.startswith(INTERNAL_PREFIX) for g in matching):
+                internal = False
+        if self.subscribe is not None:
+            if topic not in self.subscribe:
+                return False
+            internal = False
+        if self.subscribe_pattern is not None:
+            if not self.subscribe_pattern.fullmatch(topic):
+                return False
+            if self.subscribe_pattern.pattern.lstrip("^").startswith(INTERNAL_PREFIX):
+                internal = False
+        return not internal
+

@@ -33,11 +33,11 @@ import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from kstore_cli.errors import KstoreError, UsageError
-from kstore_cli.segment import logdir
+from kstore_cli.segment import fileops, logdir
 from kstore_cli.segment.index import OffsetIndex, TimeIndex, TransactionIndex
 from kstore_cli.segment.logdir import LookupStats, Partition, Segment
 from kstore_cli.segment.reader import read_batches
-from kstore_cli.spark.options import EARLIEST, LATEST, OffsetSpec, ReadOptions
+from kstore_cli.spark.options import EARLIEST, LATEST, OffsetSpec, ReadOptions, is_internal
 
 
 class Pushed:
@@ -147,14 +147,18 @@ class PartitionScan:
 class Slice:
     """A byte range [start, end) of one segment; both ends are batch boundaries."""
 
-    __slots__ = ("scan", "log", "base_offset", "start", "end")
+    __slots__ = ("scan", "log", "base_offset", "start", "end", "live_tail")
 
-    def __init__(self, scan: PartitionScan, log: str, base_offset: int, start: int, end: int) -> None:
+    def __init__(self, scan: PartitionScan, log: str, base_offset: int, start: int, end: int,
+                 live_tail: bool = False) -> None:
         self.scan = scan
         self.log = log
         self.base_offset = base_offset
         self.start = start
         self.end = end
+        #: The end of the active segment of a log a running broker holds (its data dir's .lock):
+        #: a partial batch there is an append in progress, not one cut short.
+        self.live_tail = live_tail
 
     @property
     def size(self) -> int:
@@ -190,6 +194,8 @@ class Plan:
         #: index/txnindex/snapshot bytes and lookup batches read while planning
         self.stats = LookupStats()
         self.target_bytes = 0
+        #: internal topics' partitions ("topic-partition") left out because no option named them
+        self.internal_left_out: List[str] = []
 
     @property
     def bytes_in(self) -> int:
@@ -358,20 +364,24 @@ def _is_batch_start(log: str, position: int, entry_offset: int, stats: LookupSta
 
 
 def _segment_range(segment: Segment, next_base: Optional[int], scan: PartitionScan,
-                   entries: List[Tuple[int, int]], size: int) -> Tuple[int, int]:
-    """Byte positions [lo, hi) of the batches that can hold offsets in [scan.start, scan.end)."""
+                   entries: List[Tuple[int, int]], size: int, stats: LookupStats) -> Tuple[int, int]:
+    """Byte positions [lo, hi) of the batches that can hold offsets in [scan.start, scan.end).
+
+    An index position that is no batch start (a damaged .index) is not used: the range then
+    runs from the segment's start, or to its end, and the reader's offset checks do the rest
+    (a slice edge inside a batch would read as a damaged or cut-off batch in the .log)."""
     lo, hi = 0, size
     if scan.start is not None and scan.start > segment.base_offset and entries:
         # OffsetIndex.lookup: the largest entry with offset <= start.
         i = bisect.bisect_right([o for o, _p in entries], scan.start) - 1
-        if i >= 0:
+        if i >= 0 and _is_batch_start(segment.log, entries[i][1], entries[i][0], stats):
             lo = entries[i][1]
     if scan.end is not None and (next_base is None or scan.end < next_base) and entries:
         # Entry k names the largest offset of the append at p_k; everything from p_(k+1)
         # on is above it. The first k with offset >= end bounds the range.
         offsets = [o for o, _p in entries]
         k = bisect.bisect_left(offsets, scan.end)
-        if k + 1 < len(entries):
+        if k + 1 < len(entries) and _is_batch_start(segment.log, entries[k + 1][1], entries[k + 1][0], stats):
             hi = entries[k + 1][1]
     return lo, max(lo, hi)
 
@@ -430,12 +440,15 @@ def _pack(slices: List[Slice], count: int) -> List[Task]:
     return tasks
 
 
-def select_partitions(opts: ReadOptions, pushed: Optional[Pushed] = None) -> List[logdir.Target]:
-    """The PATHs resolved to partition directories, filtered by topic options and pushed filters."""
+def select_partitions(opts: ReadOptions, pushed: Optional[Pushed] = None,
+                      internal_left_out: Optional[List[str]] = None) -> List[logdir.Target]:
+    """The PATHs resolved to partition directories, filtered by topic options and pushed filters.
+
+    `internal_left_out` collects the internal topics' partitions left out only because nothing named them."""
     pushed = pushed or Pushed()
     seen: Dict[Tuple[str, int], str] = {}
     out = []
-    for target in logdir.resolve(opts.paths):
+    for target, named in _resolve_named(opts.paths):
         part = target.partition
         if part.partition < 0:
             raise UsageError("not a <topic>-<partition> directory", path=part.path)
@@ -446,9 +459,23 @@ def select_partitions(opts: ReadOptions, pushed: Optional[Pushed] = None) -> Lis
             raise UsageError(f"{part.topic}-{part.partition} is given twice ({seen[key]} and {part.path})",
                              path=part.path)
         seen[key] = part.path
-        if not opts.topic_selected(part.topic) or not pushed.partition_ok(part.topic, part.partition):
+        if not opts.topic_selected(part.topic, named) or not pushed.partition_ok(part.topic, part.partition):
+            if internal_left_out is not None and is_internal(part.topic) and opts.topic_selected(part.topic, True) \
+                    and pushed.partition_ok(part.topic, part.partition):
+                internal_left_out.append(f"{part.topic}-{part.partition}")
             continue
         out.append(target)
+    return out
+
+
+def _resolve_named(paths: Sequence[str]) -> List[Tuple[logdir.Target, bool]]:
+    """The PATHs' targets, each with whether its PATH named the partition itself (a partition
+    directory or a segment) rather than a data directory that holds it."""
+    out: List[Tuple[logdir.Target, bool]] = []
+    for raw in paths:
+        whole = os.path.abspath(raw)
+        for target in logdir.resolve([raw]):
+            out.append((target, target.only is not None or os.path.abspath(target.partition.path) == whole))
     return out
 
 
@@ -457,13 +484,16 @@ def plan_read(opts: ReadOptions, pushed: Optional[Pushed] = None) -> Plan:
     pushed = pushed or Pushed()
     plan = Plan()
     stats = plan.stats
-    targets = select_partitions(opts, pushed)
+    targets = select_partitions(opts, pushed, plan.internal_left_out)
     assigned = [(t.partition.topic, t.partition.partition) for t in targets]
     _check_specific(opts.starting, assigned)
     _check_specific(opts.ending, assigned)
     ranges: List[Tuple[Slice, List[Tuple[int, int]]]] = []
+    locked: Dict[str, bool] = {}
     for target in targets:
         part = target.partition
+        if part.data_dir not in locked:
+            locked[part.data_dir] = fileops.is_locked(part.data_dir)
         scan = PartitionScan(part.topic, part.partition, part.path)
         plan.scans.append(scan)
         if not _resolve_bounds(scan, part, opts, pushed, stats):
@@ -486,14 +516,15 @@ def plan_read(opts: ReadOptions, pushed: Optional[Pushed] = None) -> Plan:
                 if largest is not None and largest < scan.ts_lo:
                     continue
             entries = _usable_offset_index(segment, stats)
-            lo, hi = _segment_range(segment, next_base, scan, entries, size)
+            lo, hi = _segment_range(segment, next_base, scan, entries, size, stats)
             if hi > lo:
-                ranges.append((Slice(scan, segment.log, segment.base_offset, lo, hi), entries))
+                live = locked[part.data_dir] and hi == size and segment.base_offset == part.segments[-1].base_offset
+                ranges.append((Slice(scan, segment.log, segment.base_offset, lo, hi, live), entries))
     total = sum(sl.size for sl, _e in ranges)
     count = _task_count(total, opts)
     plan.target_bytes = target = max(1, math.ceil(total / count))
     for sl, entries in ranges:
         for lo, hi in _cut(sl.log, sl.start, sl.end, entries, target, stats):
-            plan.slices.append(Slice(sl.scan, sl.log, sl.base_offset, lo, hi))
+            plan.slices.append(Slice(sl.scan, sl.log, sl.base_offset, lo, hi, sl.live_tail and hi == sl.end))
     plan.tasks = _pack(plan.slices, count)
     return plan

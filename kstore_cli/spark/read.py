@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterator, Optional
+import struct
+from typing import Iterator, List, Optional
 
 import pyarrow as pa
 
+from kstore_cli.errors import CorruptDataError, CorruptRecordError, KstoreError
 from kstore_cli.segment import decode
+from kstore_cli.segment.batch import LOG_OVERHEAD
 from kstore_cli.segment.columns import RecordColumns, read_columns
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.spark.columns import ColumnBuilder
@@ -51,7 +54,93 @@ class SliceTrace:
                 "decoder": decode.BACKEND}
 
 
-def _read_slice(sl: Slice, builder: ColumnBuilder, trace: SliceTrace) -> Iterator[pa.RecordBatch]:
+class SkippedBatch:
+    """A damaged or truncated batch left out with ``onCorruption=skip``: where it is, and the
+    offsets its header claims (None when not even a header could be read)."""
+
+    __slots__ = ("topic", "partition", "log", "position", "size", "base_offset", "last_offset", "reason")
+
+    def __init__(self, topic: str, partition: int, log: str, position: int, size: int,
+                 base_offset: Optional[int], last_offset: Optional[int], reason: str) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.log = log
+        self.position = position
+        self.size = size
+        self.base_offset = base_offset
+        self.last_offset = last_offset
+        self.reason = reason
+
+    def to_dict(self) -> dict:
+        return {"topic": self.topic, "partition": self.partition, "file": self.log, "position": self.position,
+                "bytes": self.size, "baseOffset": self.base_offset, "lastOffset": self.last_offset,
+                "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SkippedBatch":
+        return cls(d["topic"], d["partition"], d["file"], d["position"], d["bytes"], d["baseOffset"],
+                   d["lastOffset"], d["reason"])
+
+    def text(self) -> str:
+        if self.base_offset is None:
+            offsets = "offsets unknown"
+        elif self.last_offset is None:
+            offsets = f"from offset {self.base_offset} (as its header says)"
+        else:
+            offsets = f"offsets {self.base_offset}..{self.last_offset} (as its header says)"
+        return f"{self.log} at byte {self.position}: {self.size} bytes skipped, {offsets}: {self.reason}"
+
+
+#: An entry's first bytes: base offset (v2) or offset (legacy), size.
+_ENTRY_PREFIX = struct.Struct(">qi")
+#: A v2 batch header up to lastOffsetDelta: base offset, length, leader epoch, magic, crc, attributes.
+_V2_PREFIX = struct.Struct(">qiibIhi")
+
+
+def _truncated_tail(log: str, position: int, end: int) -> CorruptRecordError:
+    """The error for bytes [position, end) that do not hold a whole batch (a segment cut short)."""
+    have = end - position
+    size = None
+    try:
+        with open(log, "rb") as f:
+            f.seek(position)
+            head = f.read(_ENTRY_PREFIX.size)
+        if len(head) == _ENTRY_PREFIX.size:
+            size = _ENTRY_PREFIX.unpack(head)[1] + LOG_OVERHEAD
+    except OSError:
+        pass
+    if size is not None and size > have:
+        found = f"the batch here is {size} bytes but the segment ends after {have}"
+    else:
+        found = f"{have} bytes that are no whole batch"
+    return CorruptRecordError(f"truncated batch: expected a whole batch, found {found}", path=log, position=position)
+
+
+def _skipped(sl: Slice, position: int, size: int, exc: KstoreError, header=None) -> SkippedBatch:
+    base = last = None
+    if header is not None:
+        # A legacy wrapper's first offset is inside its compressed data: unknown when that is damaged.
+        base = None if header.is_legacy and header.compression else header.base_offset
+        last = header.last_offset
+    elif size >= _ENTRY_PREFIX.size:
+        try:
+            with open(sl.log, "rb") as f:
+                f.seek(position)
+                head = f.read(min(size, _V2_PREFIX.size))
+            base = _ENTRY_PREFIX.unpack_from(head)[0]
+            if len(head) == _V2_PREFIX.size:
+                _b, _s, _e, magic, _c, _a, delta = _V2_PREFIX.unpack(head)
+                last = base + delta if magic == 2 else None
+        except (OSError, struct.error):
+            base = None
+    return SkippedBatch(sl.scan.topic, sl.scan.partition, sl.log, position, size, base, last, exc.message)
+
+
+def _read_slice(sl: Slice, builder: ColumnBuilder, trace: SliceTrace,
+                skipped: Optional[List[SkippedBatch]] = None) -> Iterator[pa.RecordBatch]:
+    """The slice's rows. Every batch's CRC is checked (natively, while framing); a damaged batch,
+    a batch that does not decode, or a tail that holds no whole batch raises CorruptDataError
+    naming file and byte, or with `skipped` is left out and appended there."""
     scan = sl.scan
     start, end = scan.start, scan.end
     ts_lo, ts_hi, offsets_in = scan.ts_lo, scan.ts_hi, scan.offsets_in
@@ -62,11 +151,24 @@ def _read_slice(sl: Slice, builder: ColumnBuilder, trace: SliceTrace) -> Iterato
         # Runs of plain batches wholly in [start, end) (not transactional when aborts matter) come
         # decoded as columns; anything else comes as a batch, for the checks below.
         entries = read_columns(sl.log, start=sl.start, end=sl.end, min_offset=start, end_offset=end,
-                               stop_transactional=read_committed)
+                               stop_transactional=read_committed, check_crc=True)
     else:
-        entries = read_batches(sl.log, start=sl.start, end=sl.end)
-    for batch in entries:
+        entries = read_batches(sl.log, start=sl.start, end=sl.end, check_crc=True)
+    covered = sl.start  # every byte before this was framed as a whole batch
+    while True:
+        try:
+            batch = next(entries)
+        except StopIteration:
+            break
+        except CorruptDataError as exc:
+            # The framing itself failed (a size field below Kafka's minimum): nothing after it can be
+            # framed, so the rest of the slice goes.
+            if skipped is None:
+                raise
+            skipped.append(_skipped(sl, covered, sl.end - covered, exc))
+            return
         if isinstance(batch, RecordColumns):
+            covered = batch.stop
             trace.bytes_read += batch.stop - batch.position
             trace.batches += batch.batches
             trace.rows += batch.rows
@@ -74,26 +176,40 @@ def _read_slice(sl: Slice, builder: ColumnBuilder, trace: SliceTrace) -> Iterato
             if builder.full:
                 yield builder.finish()
             continue
+        covered = batch.position + batch.size
         trace.bytes_read += batch.size
         trace.batches += 1
-        if end is not None and batch.magic >= 2 and batch.base_offset >= end:
-            return
-        if start is not None and batch.last_offset < start:
-            continue
-        if batch.is_control:
-            continue
-        if ts_lo is not None and batch.max_timestamp < ts_lo:
-            continue
-        if read_committed and batch.is_transactional and scan.is_aborted(batch.producer_id, batch.base_offset):
-            continue
-        if offsets_in is None and ts_lo is None and ts_hi is None:
-            added = builder.add_batch(topic, partition, batch, start, end)  # columnar: no object per record
-            if added is not None:
-                trace.rows += added
-                if builder.full:
-                    yield builder.finish()
+        try:
+            batch.ensure_valid()  # free for batches framed with their CRC checked
+            if end is not None and batch.magic >= 2 and batch.base_offset >= end:
+                return
+            if start is not None and batch.last_offset < start:
                 continue
-        records = batch.records()
+            if batch.is_control:
+                continue
+            if ts_lo is not None and batch.max_timestamp < ts_lo:
+                continue
+            if read_committed and batch.is_transactional and scan.is_aborted(batch.producer_id, batch.base_offset):
+                continue
+            if offsets_in is None and ts_lo is None and ts_hi is None:
+                added = builder.add_batch(topic, partition, batch, start, end)  # columnar: no object per record
+                if added is not None:
+                    trace.rows += added
+                    if builder.full:
+                        yield builder.finish()
+                    continue
+            records = batch.records()
+            if batch.is_legacy and batch.compression:
+                # The consumer's check.crcs: each inner message of a legacy wrapper has its own CRC.
+                bad = next((r for r in records if not r.is_valid), None)
+                if bad is not None:
+                    raise CorruptRecordError(f"Record is corrupt (inner message at offset {bad.offset} fails its "
+                                             f"CRC, stored crc = {bad.crc})", path=sl.log, position=batch.position)
+        except CorruptDataError as exc:
+            if skipped is None:
+                raise
+            skipped.append(_skipped(sl, batch.position, batch.size, exc, batch))
+            continue
         if not records:
             continue
         if end is not None and records[0].offset >= end:
@@ -109,18 +225,31 @@ def _read_slice(sl: Slice, builder: ColumnBuilder, trace: SliceTrace) -> Iterato
         builder.add(topic, partition, batch, records)
         if builder.full:
             yield builder.finish()
+    if covered < sl.end:
+        if sl.live_tail:
+            return  # a running broker's append in progress: not in the log yet, as Kafka's readers see it
+        # The reader stops before a partial trailing entry (FileLogInputStream does too): bytes cut
+        # off the end of a segment would otherwise go unnoticed.
+        exc = _truncated_tail(sl.log, covered, sl.end)
+        if skipped is None:
+            raise exc
+        skipped.append(_skipped(sl, covered, sl.end - covered, exc))
 
 
-def read_task(task: Task, *, include_headers: bool = False,
-              include_metadata: bool = False, trace_dir: Optional[str] = None) -> Iterator[pa.RecordBatch]:
-    """The rows of a task as Arrow record batches of the source schema."""
+def read_task(task: Task, *, include_headers: bool = False, include_metadata: bool = False,
+              trace_dir: Optional[str] = None,
+              skipped: Optional[List[SkippedBatch]] = None) -> Iterator[pa.RecordBatch]:
+    """The rows of a task as Arrow record batches of the source schema.
+
+    A damaged or truncated batch raises CorruptDataError (file and byte) unless `skipped` is given:
+    then it is left out and appended there."""
     builder = ColumnBuilder(include_headers, include_metadata)
     trace_dir = trace_dir or os.environ.get(TRACE_ENV) or None
     traces = []
     for sl in task.slices:
         trace = SliceTrace(sl)
         traces.append(trace)
-        yield from _read_slice(sl, builder, trace)
+        yield from _read_slice(sl, builder, trace, skipped)
     if builder.rows:
         yield builder.finish()
     if trace_dir:

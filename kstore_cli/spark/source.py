@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime
 from typing import Iterable, Iterator, List, Optional
 
+from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -40,7 +41,7 @@ from pyspark.sql.datasource import (
 from kstore_cli.spark.columns import spark_ddl
 from kstore_cli.spark.options import ReadOptions
 from kstore_cli.spark.plan import Pushed, Task, plan_read
-from kstore_cli.spark.read import read_task
+from kstore_cli.spark.read import SkippedBatch, read_task
 
 NAME = "kstore"
 
@@ -145,6 +146,47 @@ def push_filter(pushed: Pushed, f: Filter) -> bool:
     return False
 
 
+class SkippedParam(AccumulatorParam):
+    """Accumulates the skipped batches of reads with ``onCorruption=skip`` (a list of dicts)."""
+
+    def zero(self, value: list) -> list:
+        return []
+
+    def addInPlace(self, value1: list, value2: list) -> list:
+        value1.extend(value2)
+        return value1
+
+
+def skipped_accumulator(spark):
+    """An accumulator for the batches reads with ``onCorruption=skip`` leave out.
+
+    Give its id to the reader, ``.option("skippedAccumulator", str(acc.aid))``; once the action
+    has run, ``acc.value`` lists them (dicts: topic, partition, file, position, bytes,
+    baseOffset, lastOffset, reason; a retried task may list a batch twice). Without it, each
+    skipped batch is one ``kstore: skipped ...`` line on the executor's stderr."""
+    return spark.sparkContext.accumulator([], SkippedParam())
+
+
+def _reporting_skips(task: Task, opts: ReadOptions) -> Iterator:
+    """read_task with skipping, then the skipped batches reported (accumulator, or stderr lines)."""
+    import sys
+
+    skipped: List[SkippedBatch] = []
+    yield from read_task(task, include_headers=opts.include_headers, include_metadata=opts.include_metadata,
+                         trace_dir=opts.trace_dir, skipped=skipped)
+    if not skipped:
+        return
+    if opts.skipped_accumulator is not None:
+        # What unpickling an Accumulator does in a task: the worker sends its value to the driver
+        # when the task ends (and Spark keeps the updates of successful tasks only).
+        from pyspark.accumulators import _deserialize_accumulator
+
+        _deserialize_accumulator(opts.skipped_accumulator, [], SkippedParam()).add([b.to_dict() for b in skipped])
+        return
+    for b in skipped:
+        print(f"kstore: skipped {b.text()}", file=sys.stderr, flush=True)
+
+
 class KstoreReader(DataSourceReader):
     """Plans on the driver (partitions), reads on executors (read)."""
 
@@ -159,8 +201,10 @@ class KstoreReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator:
         opts = self.options
-        return read_task(partition.task, include_headers=opts.include_headers,
-                         include_metadata=opts.include_metadata, trace_dir=opts.trace_dir)
+        if opts.on_corruption != "skip":
+            return read_task(partition.task, include_headers=opts.include_headers,
+                             include_metadata=opts.include_metadata, trace_dir=opts.trace_dir)
+        return _reporting_skips(partition.task, opts)
 
 
 class KstorePushdownReader(KstoreReader):

@@ -57,8 +57,10 @@ class WriteJob:
     """What every task needs to write (pickled to the executors with each task)."""
 
     def __init__(self, output: str, job_id: str, include_headers: bool, include_metadata: bool,
-                 partition_by: str, compression: str, spark_metadata: Optional[str] = None) -> None:
+                 partition_by: str, compression: str, spark_metadata: Optional[str] = None,
+                 on_corruption: str = "fail") -> None:
         self.output = output
+        self.on_corruption = on_corruption  # "fail" or "skip" (ReadOptions.on_corruption)
         self.job_id = job_id
         self.include_headers = include_headers
         self.include_metadata = include_metadata
@@ -95,17 +97,40 @@ def staging_dir(root: str, job: WriteJob) -> str:
     return f"{root}/_temporary/{job.job_id}"
 
 
-def commit_job(fs: pafs.FileSystem, root: str, job: WriteJob, written: List[Dict]) -> None:
-    """Move every committed task's files into place, write ``_SUCCESS``, drop the staging directory."""
+def commit_job(fs: pafs.FileSystem, root: str, job: WriteJob, written: List[Dict],
+               extra: Optional[Dict[str, bytes]] = None) -> None:
+    """Move every committed task's files into place, write the `extra` files (name -> bytes, e.g.
+    ``_kstore_skipped.json``) and then ``_SUCCESS``, drop the staging directory."""
     staging = staging_dir(root, job)
     for entry in written:
+        if "path" not in entry:
+            continue  # a skipped batch's record
         final = f"{root}/{entry['path']}"
         fs.create_dir(os.path.dirname(final), recursive=True)
         fs.move(f"{staging}/{entry['path']}", final)
     fs.create_dir(root, recursive=True)
+    for name, data in (extra or {}).items():
+        write_atomically(fs, f"{root}/{name}", data)
     with fs.open_output_stream(f"{root}/_SUCCESS"):
         pass
     abort_job(fs, root, job)
+
+
+def read_if_exists(fs: pafs.FileSystem, path: str) -> Optional[bytes]:
+    """The bytes of a small file, None when there is none."""
+    try:
+        with fs.open_input_stream(path) as f:
+            return f.read()
+    except (FileNotFoundError, OSError):
+        return None
+
+
+def write_atomically(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    """Write a small file under a hidden name, then move it into place (readers see all of it or none)."""
+    hidden = f"{os.path.dirname(path)}/.{os.path.basename(path)}.inprogress"
+    with fs.open_output_stream(hidden) as f:
+        f.write(data)
+    fs.move(hidden, path)
 
 
 def abort_job(fs: pafs.FileSystem, root: str, job: WriteJob) -> None:
@@ -184,12 +209,14 @@ def _by_date(batch: pa.RecordBatch) -> Iterator[Tuple[str, pa.RecordBatch]]:
 
 
 def write_task(job: WriteJob, index: int, task: Task) -> List[Dict]:
-    """Write one planned task's rows; one summary per Parquet file written (none without rows)."""
+    """Write one planned task's rows; one summary per Parquet file written (none without rows),
+    then one ``{"skipped": ...}`` per batch left out (``on_corruption`` skip)."""
     files = _Files(job, index)
+    skipped: Optional[list] = [] if job.on_corruption == "skip" else None
     try:
         for key, group in _groups(task, job.partition_by == "topic,partition"):
             for batch in read_task(group, include_headers=job.include_headers,
-                                   include_metadata=job.include_metadata):
+                                   include_metadata=job.include_metadata, skipped=skipped):
                 if not batch.num_rows:
                     continue
                 if key is not None:
@@ -200,7 +227,7 @@ def write_task(job: WriteJob, index: int, task: Task) -> List[Dict]:
                         files.write(name, rows)
                 else:
                     files.write("", batch)
-        return files.commit()
+        return files.commit() + [{"skipped": b.to_dict()} for b in skipped or ()]
     except BaseException:
         files.abort()
         raise

@@ -70,11 +70,23 @@ def record_row(topic: str, partition: int, batch, record, *, headers: bool = Fal
     return row
 
 
-def core_rows(paths: Iterable[str], *, headers: bool = False,
-              skip: Optional[Set[Tuple[str, int, int]]] = None) -> List[dict]:
-    """Every non-control record under `paths` through the core reader, in log order."""
+def exported_targets(paths: Iterable[str], internal: bool = False):
+    """The partitions an export of `paths` reads: internal topics (``__*``) of a data dir only with `internal`."""
     out = []
-    for target in resolve([str(p) for p in paths]):
+    for p in paths:
+        for target in resolve([str(p)]):
+            named = os.path.abspath(target.partition.path) == os.path.abspath(str(p)) or target.only is not None
+            if internal or named or not target.partition.topic.startswith("__"):
+                out.append(target)
+    return out
+
+
+def core_rows(paths: Iterable[str], *, headers: bool = False,
+              skip: Optional[Set[Tuple[str, int, int]]] = None, internal: bool = False) -> List[dict]:
+    """Every non-control record under `paths` through the core reader, in log order (internal topics
+    of a data dir only with `internal`, as the export)."""
+    out = []
+    for target in exported_targets(paths, internal):
         part = target.partition
         for segment in target.segments:
             for batch in read_batches(segment.log):

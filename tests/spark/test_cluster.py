@@ -20,9 +20,7 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-from kstore_cli.segment.logdir import resolve  # noqa: E402
-
-from tests.spark.conftest import CORPUS_LOGS, arrow_rows, by_key, core_rows  # noqa: E402
+from tests.spark.conftest import CORPUS_LOGS, arrow_rows, by_key, core_rows, exported_targets  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,7 +97,7 @@ def test_export_on_a_standalone_cluster_matches_local(tmp_path, spark):
         assert json.loads(done.stdout.strip().splitlines()[-1])["writer"] == "spark"
         # Executors on the worker read every segment, with kstore from the zip the launcher shipped.
         traces = [json.loads(line) for f in trace.glob("*.jsonl") for line in f.read_text().splitlines()]
-        assert traces and {t["log"] for t in traces} == {s.log for t in resolve([str(CORPUS_LOGS)]) for s in t.segments
+        assert traces and {t["log"] for t in traces} == {s.log for t in exported_targets([CORPUS_LOGS]) for s in t.segments
                                                          if os.path.getsize(s.log)}
         modules = {t["module"] for t in traces}
         assert all(m.startswith("./kstore_cli.zip/") for m in modules), modules  # relative to the executor dir

@@ -26,6 +26,7 @@ from pyspark.sql.types import (  # noqa: E402
     TimestampType,
 )
 
+from kstore_cli.errors import CorruptRecordError  # noqa: E402
 from kstore_cli.segment.logdir import Partition, resolve  # noqa: E402
 from kstore_cli.spark.export import ExportRequest, SparkJobError, export_with  # noqa: E402
 
@@ -83,7 +84,10 @@ def test_corpus_export_to_parquet_matches_the_core_row_for_row(spark, tmp_path):
     summary = export_with(spark, ExportRequest([str(CORPUS_LOGS)], str(out), include_headers=True))
     expected = by_key(core_rows([CORPUS_LOGS], headers=True))
     assert summary.records == len(expected) > 6000
-    assert summary.kafka_partitions == len(resolve([str(CORPUS_LOGS)])) == 20
+    # Internal topics are left out unless named, and said so.
+    assert summary.kafka_partitions == len(resolve([str(CORPUS_LOGS)])) - 2 == 18
+    assert summary.internal_left_out == ["__consumer_offsets-0", "__transaction_state-0"]
+    assert "not exported: 2 partitions of internal topics (__consumer_offsets, __transaction_state)" in summary.text()
     table = read_parquet(out)
     assert table.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
     assert table.schema.field("key").type == pa.binary()
@@ -258,14 +262,14 @@ def test_a_failed_arrow_export_leaves_no_partial_output(spark, tmp_path):
         f.seek(8)
         f.write(struct.pack(">i", 5))  # a batch size below Kafka's minimum: CorruptRecordError
     out = tmp_path / "out"
-    with pytest.raises(SparkJobError, match="CorruptRecordError"):
+    with pytest.raises(CorruptRecordError, match=f"^{last} at byte 0: Found record size 5 smaller than minimum"):
         export_with(spark, ExportRequest([str(data)], str(out), writer="arrow", max_bytes_per_partition=4096))
     # The output did not exist: nothing of it is left, so the same command runs again once the input is mended.
     assert not out.exists()
     # An output that existed (mode append) keeps what it had, and gets nothing of the failed job.
     out.mkdir()
     (out / "keep.txt").write_text("x")
-    with pytest.raises(SparkJobError, match="CorruptRecordError"):
+    with pytest.raises(CorruptRecordError):
         export_with(spark, ExportRequest([str(data)], str(out), writer="arrow", max_bytes_per_partition=4096,
                                          mode="append"))
     assert sorted(os.listdir(out)) == ["keep.txt"]
@@ -283,3 +287,97 @@ def test_the_arrow_writer_leaves_the_callers_job_group_alone(spark, tmp_path):
             sc.setLocalProperty(key, None)
     export_with(spark, ExportRequest([str(TXN_PARTITION)], str(tmp_path / "out2"), writer="arrow"))
     assert sc.getLocalProperty("spark.jobGroup.id") is None
+
+
+# --------------------------------------------------------------------------- damaged and truncated batches
+
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory):
+    """orders-0 with a flipped byte inside a record (segment 1) and 100 bytes cut from the end of
+    segment 2 (not the last); clicks-0 intact. Returns (data dir, expected rows, [(log, position)])."""
+    from kstore_cli.segment.reader import read_batches
+
+    from tests.spark.datagen import write_partition
+
+    root = tmp_path_factory.mktemp("damaged")
+    for topic, seed in (("orders", 1), ("clicks", 2)):
+        write_partition(str(root / f"{topic}-0"), 600, seed=seed, segment_bytes=8 * 1024, index_interval=1024,
+                        batch_records=20, codecs=(0, 4))
+    before = core_rows([root])
+    logs = sorted(glob.glob(str(root / "orders-0" / "*.log")))
+    flipped = next(b for b in read_batches(logs[1]) if b.position <= 3000 < b.position + b.size)
+    with open(logs[1], "r+b") as f:
+        f.seek(flipped.position + flipped.size - 10)
+        byte = f.read(1)[0]
+        f.seek(flipped.position + flipped.size - 10)
+        f.write(bytes([byte ^ 0x40]))
+    cut = list(read_batches(logs[2]))[-1]
+    os.truncate(logs[2], os.path.getsize(logs[2]) - 100)
+    lost = {("orders", o) for b in (flipped, cut) for o in range(b.base_offset, b.last_offset + 1)}
+    expected = by_key([r for r in before if (r["topic"], r["offset"]) not in lost])
+    return root, expected, [(logs[1], flipped.position), (logs[2], cut.position)]
+
+
+def test_the_source_fails_on_a_damaged_batch_and_skips_it_when_asked(spark, damaged):
+    from kstore_cli.spark.source import skipped_accumulator
+
+    root, expected, where = damaged
+    with pytest.raises(Exception) as info:
+        load(spark, root).collect()
+    assert f"kstore_cli.errors.CorruptRecordError: {where[0][0]} at byte {where[0][1]}: Record is corrupt" in str(
+        info.value)
+    acc = skipped_accumulator(spark)
+    df = load(spark, root, onCorruption="skip", skippedAccumulator=str(acc.aid))
+    assert by_key(spark_rows(df)) == expected
+    assert sorted((d["file"], d["position"]) for d in acc.value) == where
+
+
+@pytest.mark.parametrize("writer", ["arrow", "spark"])
+def test_export_fails_with_file_and_byte_or_skips_and_lists(spark, damaged, tmp_path, writer):
+    from kstore_cli.spark.export import SKIPPED_FILE
+
+    root, expected, where = damaged
+    out = tmp_path / "out"
+    with pytest.raises(CorruptRecordError) as info:
+        export_with(spark, ExportRequest([str(root)], str(out), writer=writer))
+    assert str(info.value).startswith(f"{where[0][0]} at byte {where[0][1]}: Record is corrupt (stored crc = ")
+    assert str(info.value).endswith("; --on-corruption skip exports the other batches and lists this one")
+    assert not out.exists()  # so that the same command runs again (without --mode) once the input is mended
+    summary = export_with(spark, ExportRequest([str(root)], str(out), writer=writer, on_corruption="skip"))
+    assert [(b.log, b.position) for b in summary.skipped] == where
+    assert summary.records == len(expected)
+    assert by_key(arrow_rows(read_parquet(out))) == expected
+    assert {"_SUCCESS", SKIPPED_FILE} <= set(os.listdir(out))
+    listed = json.loads((out / SKIPPED_FILE).read_text())["skippedBatches"]
+    assert listed == [b.to_dict() for b in summary.skipped]
+    assert summary.to_dict()["skippedBatches"] == listed
+    assert f"skipped 2 damaged or truncated batches (listed in {out}/{SKIPPED_FILE}):" in summary.text()
+    # Appending keeps what earlier exports skipped.
+    export_with(spark, ExportRequest([str(root)], str(out), writer=writer, on_corruption="skip", mode="append"))
+    assert len(json.loads((out / SKIPPED_FILE).read_text())["skippedBatches"]) == 4
+
+
+def test_the_command_lists_skipped_batches_exits_1_and_keeps_sparks_logs_off(damaged, tmp_path):
+    """One real run: the summary lists what was skipped, stderr has kstore's one line and nothing of
+    Spark's (no log4j lines, no JVM warnings, no stage progress bars)."""
+    import subprocess
+    import sys
+
+    from kstore_cli.spark.export import SKIPPED_FILE
+
+    root, expected, where = damaged
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "KSTORE_SPARK_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, "-m", "kstore_cli", "spark-export", str(root), "--output", str(out),
+                           "--master", "local[1]", "--on-corruption", "skip"], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"exported {len(expected)} records from 2 Kafka partitions")
+    assert lines[1] == f"skipped 2 damaged or truncated batches (listed in {out}/{SKIPPED_FILE}):"
+    assert [line.split(":")[0] for line in lines[2:]] == [f"  {log} at byte {pos}" for log, pos in where]
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"kstore: error: {where[0][0]} at byte {where[0][1]}: Record is corrupt")
+    assert done.stderr.rstrip().endswith(f"(2 damaged or truncated batches skipped, listed in {out}/{SKIPPED_FILE})")
+    assert (out / "_SUCCESS").exists() and (out / SKIPPED_FILE).exists()
