@@ -55,6 +55,7 @@ from tests.safety_data import (
     loader_view,
     log_end,
     make_data_dir,
+    make_many_segments,
     records,
     tree_bytes,
 )
@@ -106,7 +107,17 @@ def _compactable(data: Path) -> None:
     (data.parent / "topics.ini").write_text("[orders]\ncleanup.policy = compact\n")
 
 
+def _compactable_many(data: Path) -> None:
+    """orders-0 with ten segments of repeated keys and tombstones (an aborted transaction in segment 3,
+    a committed one in segment 6, producer snapshots at every segment base), cleaner checkpoint at
+    segment 1, cleanup.policy=compact: with --segment-bytes 1500 the cleaner makes four groups of two or three
+    segments ([0, 12, 24] [36, 52] [64, 76] [92, 104]), each swapped in on its own."""
+    make_many_segments(data, segments=10, keys=9)
+    (data.parent / "topics.ini").write_text("[orders]\ncleanup.policy = compact\n")
+
+
 NOW = T0 + 10 * DAY
+MANY_SEGMENT_BYTES = "1500"
 
 
 def _compact_argv(d: Path, *extra: str) -> List[str]:
@@ -152,6 +163,10 @@ SCENARIOS = [
     # on its own: a crash between two swaps leaves part of the pass done, which the rerun resumes.
     Scenario("compact-multi-group", _compactable, lambda d: _compact_argv(d, "--segment-bytes", "1000"),
              min_ops=40, contiguous=False),
+    # Several groups of two or three segments each: a group's swap merges segments away, so the
+    # intent of a resumed pass names segments that no longer exist on their own (issue 16).
+    Scenario("compact-multi-segment-groups", _compactable_many,
+             lambda d: _compact_argv(d, "--segment-bytes", MANY_SEGMENT_BYTES), min_ops=60, contiguous=False),
 ]
 
 
@@ -350,6 +365,26 @@ def test_compact_killed_between_swap_and_checkpoint_converges(name: str, tmp_pat
         assert not check_loadable(work / "data")
         assert _run_in_process(sc.argv(work / "data")) == sc.exit_code
         assert tree_bytes(work / "data") == ref.data, f"crash at {n}: {diff(tree_bytes(work / 'data'), ref.data)}"
+
+
+def test_compact_resumes_after_a_multi_segment_group_is_swapped_in(tmp_path: Path) -> None:
+    """Issue 16: killed after the first group ([0, 12, 24] merged into one segment) is swapped in,
+    every rerun failed with ``internal error: KeyError: 12`` (the intent names segments merged
+    away). The rerun resumes at the second group and ends where an uninterrupted run does."""
+    sc = next(s for s in SCENARIOS if s.name == "compact-multi-segment-groups")
+    template = tmp_path / "template"
+    sc.setup(template / "data")
+    ref = _reference(sc, template, tmp_path)
+    journal = _journals[sc.name]
+    second = [i for i, (kind, path) in enumerate(journal, 1) if kind == "create" and path.endswith(".log.cleaned")][1]
+    work = tmp_path / "crashed"
+    shutil.copytree(template, work)
+    assert _wait(_fork_crashed(sc.argv(work / "data"), second))[0]
+    part = work / "data" / "orders-0"
+    assert (part / INTENT).exists() and not (part / "00000000000000000012.log").exists()
+    result = CliRunner().invoke(cli, sc.argv(work / "data"))
+    assert result.exit_code == 0, result.output
+    assert tree_bytes(work / "data") == ref.data, diff(tree_bytes(work / "data"), ref.data)
 
 
 def test_compact_with_a_full_offset_map_killed_at_every_operation(tmp_path: Path) -> None:
