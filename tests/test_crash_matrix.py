@@ -29,6 +29,9 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +45,7 @@ from kstore_cli.errors import KstoreError
 from kstore_cli.segment import fileops
 from kstore_cli.segment import swap as swap_module
 from kstore_cli.segment.logdir import Partition
+from kstore_cli.segment.reader import read_batches
 from tests.safety_data import (
     DAY,
     GZIP,
@@ -304,12 +308,133 @@ def _check_rerun(sc: Scenario, n: int, work: Path, ref: Reference) -> None:
         assert records(part) == ref.kept[part.name], f"{where}: {part.name} records differ"
 
 
+
+
+# --------------------------------------------------------------------------- Kafka's loader as the judge
+
+
+@dataclass
+class KafkaCase:
+    """A directory Kafka's LogLoader must load, and what kstore says it then holds, per partition."""
+
+    label: str
+    data: Path  # a kept copy of the data dir, exactly as the crash (or the run) left it
+    #: partition name -> (records (offset, key hex, value hex) of the data records, log end offset,
+    #: the input's damage still there (Kafka's recovery cuts it: unclean load only))
+    expected: Dict[str, Tuple[list, int, bool]] = field(default_factory=dict)
+
+
+def _valid_prefix(part: Path) -> Tuple[list, int, bool]:
+    """kstore's reading of a resolved partition as a broker would have it: the data records up to
+    the first unreadable batch (recovery deletes everything after it), the log end, whether it was cut."""
+    out: list = []
+    segments = Partition(str(part)).segments
+    end = segments[0].base_offset if segments else 0
+    for seg in segments:
+        end = max(end, seg.base_offset)
+        try:
+            for batch in read_batches(seg.log):
+                batch.ensure_valid()  # LogSegment.recover checks every batch's CRC
+                if not batch.is_control:
+                    out.extend((r.offset, None if r.key is None else bytes(r.key).hex(),
+                                None if r.value is None else bytes(r.value).hex()) for r in batch.records())
+                end = batch.last_offset + 1
+        except KstoreError:
+            return out, end, True
+    return out, end, False
+
+
+def kafka_case(label: str, data: Path, keep: Path, scratch: Path) -> KafkaCase:
+    """Keep a copy of `data` under `keep` and record what kstore's resolution of it holds."""
+    shutil.copytree(data, keep, ignore=shutil.ignore_patterns(".lock"))
+    case = KafkaCase(label, keep)
+    view = loader_view(keep, scratch)
+    for part in _partitions(view):
+        case.expected[part.name] = _valid_prefix(part)
+    shutil.rmtree(scratch)
+    return case
+
+
+def kafka_load_problems(oracle, cases: List[KafkaCase]) -> Tuple[List[str], int]:
+    """Load every partition of every case with Kafka's LogLoader, clean and unclean (a damaged one
+    unclean only), in ONE JVM; returns the problems (an exception, a truncation kstore did not
+    expect, another log end, other records) and the number of loads."""
+    work = Path(tempfile.mkdtemp(prefix="kstore-kafka-cases-"))
+    calls, meta = [], []
+    try:
+        for i, case in enumerate(cases):
+            for name, (want, end, damaged) in sorted(case.expected.items()):
+                for clean in ((False,) if damaged else (True, False)):
+                    parent = work / f"c{len(calls)}"
+                    parent.mkdir()
+                    for f in case.data.iterdir():
+                        if f.is_file() and "checkpoint" in f.name:
+                            shutil.copy2(f, parent / f.name)
+                    shutil.copytree(case.data / name, parent / name)
+                    calls.append(("load-log", [str(parent / name), "--clean" if clean else "--unclean", "--no-lookup"]))
+                    meta.append((case, name, clean, want, end, damaged))
+        results = oracle.run_many(calls) if calls else []
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    problems = []
+    for (case, name, clean, want, end, damaged), res in zip(meta, results):
+        where = f"{case.label}: {name} ({'clean' if clean else 'unclean'} load)"
+        summary = res.of_type("summary")
+        if res.rc != 0 or len(summary) != 1 or not summary[0].get("ok"):
+            problems.append(f"{where}: Kafka could not load it: {res.stdout[-800:]}")
+            continue
+        summary = summary[0]
+        # The harness collects Kafka's log lines over the whole JVM: this load's name its directory.
+        mine = f"dir={Path(res.args[0]).parent}]"
+        truncated = [t for t in summary.get("truncations") or [] if not isinstance(t, str) or mine in t]
+        if truncated and not damaged:
+            problems.append(f"{where}: Kafka truncated {truncated}")
+        if summary.get("log_end_offset") != end:
+            problems.append(f"{where}: Kafka's log end {summary.get('log_end_offset')}, kstore's {end}")
+        start = summary.get("log_start_offset", 0)
+        got = [(r["offset"], r.get("key"), r.get("value")) for r in res.of_type("record") if not r.get("controlType")]
+        want = [r for r in want if r[0] >= start]
+        if got != want:
+            gone = sorted({r[0] for r in want} - {r[0] for r in got})[:10]
+            extra = sorted({r[0] for r in got} - {r[0] for r in want})[:10]
+            problems.append(f"{where}: Kafka reads {len(got)} records, kstore {len(want)} (missing offsets {gone}, "
+                            f"extra {extra})")
+    return problems, len(calls)
+
+
+#: Crash states kept for Kafka's loader (test_kafka_loads_every_kept_state, at the end of the module).
+_KAFKA_CASES: List[KafkaCase] = []
+#: Per scenario, this many crash states (right after evenly spread renames) go to Kafka's loader;
+#: KSTORE_CRASH_ORACLE=all sends every one (minutes of JVM time: ~0.3 s per load).
+KAFKA_STATES_PER_SCENARIO = 2
+
+
+def _kafka_sample(sc: Scenario) -> set:
+    """The crash points whose states Kafka's loader checks: just after evenly spread renames (the
+    operations that change what a loader sees), or every one with KSTORE_CRASH_ORACLE=all."""
+    journal = _journals[sc.name]
+    if os.environ.get("KSTORE_CRASH_ORACLE") == "all":
+        return set(range(1, len(journal) + 1))
+    renames = [i + 1 for i, (kind, _path) in enumerate(journal, 1) if kind in ("rename", "truncate", "unlink")]
+    k = min(KAFKA_STATES_PER_SCENARIO, len(renames))
+    return {renames[round(j * (len(renames) - 1) / max(k - 1, 1))] for j in range(k)}
+
+
+@pytest.fixture(scope="module")
+def kept_states(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("kafka-cases")
+
+
 @pytest.mark.parametrize("sc", SCENARIOS, ids=str)
-def test_sigkill_at_every_file_operation(sc: Scenario, tmp_path: Path, capsys) -> None:
+def test_sigkill_at_every_file_operation(sc: Scenario, tmp_path: Path, capsys,
+                                        kept_states: Path) -> None:
     started = time.perf_counter()
     template = tmp_path / "template"
     sc.setup(template / "data")
     ref = _reference(sc, template, tmp_path)
+    _KAFKA_CASES.append(kafka_case(f"{sc}: uninterrupted (every rerun's end state)", tmp_path / "reference" / "data",
+                                   kept_states / f"{sc}-reference", tmp_path / "scratch"))
+    sample = _kafka_sample(sc)
     killed = 0
     for first in range(1, ref.ops + 1, WORKERS):
         batch = list(range(first, min(first + WORKERS, ref.ops + 1)))
@@ -326,6 +451,9 @@ def test_sigkill_at_every_file_operation(sc: Scenario, tmp_path: Path, capsys) -
             killed += 1
         for n in batch:
             _check_crashed(sc, n, works[n], template, ref, tmp_path / "view")
+            if n in sample:
+                _KAFKA_CASES.append(kafka_case(f"{sc}: crash before operation {n} ({fileops_journal_hint(sc, n)})",
+                                               works[n] / "data", kept_states / f"{sc}-{n}", tmp_path / "scratch"))
             _check_rerun(sc, n, works[n], ref)
             shutil.rmtree(works[n])
     # Armed one past the end: the run finishes by itself, with the reference result.
@@ -484,3 +612,107 @@ def test_replace_segments_refuses_an_extra_file_it_cannot_swap(tmp_path: Path) -
     with pytest.raises(KstoreError, match="to swap in"):
         swap_module.replace_segments(str(part), [0], segments, extra=[str(part / "00000000000000000015.snapshot")])
     assert (part / "00000000000000000000.log.cleaned").exists() and (part / "00000000000000000000.log").exists()
+
+
+# --------------------------------------------------------------------------- random wall-clock kills
+
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Kills per scenario in the suite (bench/random_kill.py runs hundreds); KSTORE_KILL_SEED picks the delays.
+RANDOM_KILLS = {"compact-multi-segment-groups": 4, "convert-v1gzip-v2zstd": 1, "retain-time": 1,
+                "rebuild-index-truncate": 1}
+
+
+def kill_at_random(argv: List[str], scratch: Path, delay: float) -> Tuple[bool, float]:
+    """Run ``python -m kstore_cli argv`` as a real process (fsync and all) and SIGKILL it `delay`
+    seconds after its first file operation (it waits there until told to go, so the start-up does not
+    eat the delay). Returns (killed, seconds from its first operation to its end)."""
+    from tests.safety_data import PAUSED_RUN
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    ready, go = scratch / "ready", scratch / "go"
+    for f in (ready, go):
+        if f.exists():
+            f.unlink()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop(fileops.CRASH_ENV, None)
+    proc = subprocess.Popen([sys.executable, "-c", PAUSED_RUN, str(ready), str(go), *argv], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        if proc.poll() is not None:  # finished without a file operation
+            return False, 0.0
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"{argv}: no first file operation within 60 s")
+        time.sleep(0.002)
+    go.touch()
+    started = time.monotonic()
+    try:
+        code = proc.wait(timeout=delay)
+        return False, time.monotonic() - started  # it finished before the kill came
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+    code = proc.wait()
+    return code == -signal.SIGKILL, time.monotonic() - started
+
+
+@pytest.mark.parametrize("name", sorted(RANDOM_KILLS))
+def test_sigkill_at_random_wall_clock_times(name: str, tmp_path: Path, kept_states: Path, capsys) -> None:
+    """Real processes killed at random times (not at a chosen operation: mid-write, mid-fsync, between
+    a rename and the next), each state checked as in the matrix and kept for Kafka's loader, then the
+    rerun must equal the uninterrupted run byte for byte."""
+    import random
+
+    sc = next(s for s in SCENARIOS if s.name == name)
+    seed = int(os.environ.get("KSTORE_KILL_SEED", "16"))
+    rng = random.Random(f"{seed}-{name}")
+    template = tmp_path / "template"
+    sc.setup(template / "data")
+    ref = _reference(sc, template, tmp_path)
+    # How long a real run takes from its first operation: the delays are drawn below that.
+    timing = tmp_path / "timing"
+    shutil.copytree(template, timing)
+    killed, duration = kill_at_random(sc.argv(timing / "data"), tmp_path / "flags", 120.0)
+    assert not killed and tree_bytes(timing / "data") == ref.data
+    outcomes = []
+    for i in range(RANDOM_KILLS[name]):
+        delay = rng.uniform(0, duration)
+        work = tmp_path / f"kill-{i}"
+        shutil.copytree(template, work)
+        killed, _ = kill_at_random(sc.argv(work / "data"), tmp_path / "flags", delay)
+        outcomes.append(killed)
+        label = f"{sc}: killed {delay * 1000:.1f} ms into the run (seed {seed})"
+        try:
+            _check_crashed(sc, 0, work, template, ref, tmp_path / "view")
+        except AssertionError as exc:
+            raise AssertionError(f"{label}: {exc}") from None
+        _KAFKA_CASES.append(kafka_case(label, work / "data", kept_states / f"{sc}-random-{i}", tmp_path / "scratch"))
+        try:
+            _check_rerun(sc, 0, work, ref)
+        except AssertionError as exc:
+            raise AssertionError(f"{label}: {exc}") from None
+        shutil.rmtree(work)
+    with capsys.disabled():
+        print(f"\n[crash-matrix] {sc}: {sum(outcomes)} random kills in a {duration * 1000:.0f} ms run "
+              f"({len(outcomes) - sum(outcomes)} came after its end), seed {seed}", end="")
+
+
+# --------------------------------------------------------------------------- Kafka's loader over the kept states
+# (last in the module: the tests above keep the states, this one loads them all in one JVM)
+
+
+def test_kafka_loads_every_kept_state(oracle, capsys) -> None:
+    """Every kept crash state (a sample of each scenario's matrix, see _kafka_sample) and every
+    uninterrupted end state (which every rerun must equal byte for byte) loads with Kafka's own
+    LogLoader, clean and unclean: no exception, no truncation (but of the input's own damage), the
+    log end and exactly the records kstore's reading of the directory says."""
+    if not _KAFKA_CASES:
+        pytest.skip("no states kept: this test checks what the crash tests above it keep (run the module)")
+    started = time.perf_counter()
+    problems, loads = kafka_load_problems(oracle, _KAFKA_CASES)
+    assert not problems, "\n".join(problems[:20])
+    with capsys.disabled():
+        print(f"\n[crash-matrix] Kafka's LogLoader: {len(_KAFKA_CASES)} states, {loads} loads, "
+              f"{time.perf_counter() - started:.1f} s", end="")
