@@ -50,7 +50,8 @@ CHUNK = 150  # kept states per JVM
 
 def main(argv: List[str] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kills", type=int, default=sum(SHARES.values()), help="total kills [210]")
+    parser.add_argument("--kills", type=int, default=sum(SHARES.values()),
+                        help="total kills that land mid-run [210]")
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--dir", help="work dir [a temp dir, removed]")
     parser.add_argument("--json", help="write the figures here")
@@ -88,10 +89,14 @@ def main(argv: List[str] = None) -> int:
             if killed or m.tree_bytes(timing / "data") != ref.data:
                 failures.append(f"{sc}: the uninterrupted subprocess run differs from the in-process reference")
             shutil.rmtree(timing)
-            counted = {"kills": kills, "killed": 0, "after_end": 0, "run_ms": round(duration * 1000, 1),
+            counted = {"kills_asked": kills, "killed": 0, "after_end": 0, "run_ms": round(duration * 1000, 1),
                        "file_operations": ref.ops}
             t0 = time.monotonic()
-            for i in range(kills):
+            i = 0
+            # Kills that come after the run's end (its duration varies with the load) do not count:
+            # go on until `kills` real ones, within a bound.
+            while counted["killed"] < kills and i < 3 * kills:
+                i += 1
                 delay = rng.uniform(0, duration)
                 work = base / f"kill-{i}"
                 shutil.copytree(template, work)
@@ -124,7 +129,7 @@ def main(argv: List[str] = None) -> int:
             shutil.rmtree(work_root, ignore_errors=True)
     summary = {
         "seed": args.seed,
-        "kills": sum(f["kills"] for f in figures.values()),
+        "kills_asked": sum(f["kills_asked"] for f in figures.values()),
         "killed_mid_run": sum(f["killed"] for f in figures.values()),
         "after_end": sum(f["after_end"] for f in figures.values()),
         "states_checked_by_kafka": len(cases),
