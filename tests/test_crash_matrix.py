@@ -21,6 +21,14 @@ reference final state. Then for every n in 1..N, on a fresh copy:
 
 Plus one run armed at N + 1, which must complete on its own.
 
+Kafka's own LogLoader (tests/oracle.py) is the last judge: a sample of each scenario's crash states
+(right after evenly spread renames/unlinks; ``KSTORE_CRASH_ORACLE=all`` for every one), the states of
+real processes SIGKILLed at random wall-clock times (test_sigkill_at_random_wall_clock_times;
+``KSTORE_KILL_SEED``), and each uninterrupted end state (which every rerun equals byte for byte) are
+kept and loaded at the end of the module in one JVM, clean and unclean: no exception, no truncation
+(but of the input's own damage), and Kafka's log end and records equal to what kstore reads there.
+bench/random_kill.py does the random kills by the hundred.
+
 Adding a command is one SCENARIOS entry: a setup that damages/prepares the data dir, and argv.
 """
 
