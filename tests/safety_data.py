@@ -209,6 +209,62 @@ def _write_partition(path: Path, segments: Sequence[Tuple[int, bytes]], snapshot
     return path
 
 
+def make_many_segments(data_dir: Path, *, segments: int = 10, keys: int = 9, topic: str = "orders",
+                       base_ts: int = T0, per_segment_hours: int = 6) -> Path:
+    """Write `<data_dir>/<topic>-0` with `segments` v2 segments of repeated keys (`keys` distinct,
+    every 11th record a tombstone), an idempotent producer throughout, an aborted transaction in
+    segment 3 and a committed one in segment 6, producer snapshots at every segment base and the log
+    end, indexes as Kafka's recovery writes them, and the data dir's checkpoints (cleaner offset at
+    segment 1's base). Data for compaction passes with many multi-segment groups."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    _KEYS[0] = keys
+    try:
+        prod = _Producers()
+        out: List[Tuple[int, bytes]] = []
+        snapshots: Dict[int, bytes] = {}
+        offset = 0
+        epochs: List[Tuple[int, int]] = []
+        for s in range(segments):
+            ts = base_ts + s * per_segment_hours * 3_600_000
+            epoch = s // 4
+            if not epochs or epochs[-1][0] < epoch:
+                epochs.append((epoch, offset))
+            if s:
+                snapshots[offset] = prod.snapshot()
+            base = offset
+            data = bytearray()
+
+            def add(batch: bytes, n: int) -> None:
+                nonlocal offset
+                data.extend(batch)
+                offset += n
+
+            add(build_v2_batch(_recs(offset, 4, ts), partition_leader_epoch=epoch,
+                               codec=(0, GZIP, ZSTD, LZ4)[s % 4]), 4)
+            prod.data(7, 1, s * 3, offset, 3, ts + 10, False)
+            add(build_v2_batch(_recs(offset, 3, ts + 10), codec=SNAPPY, producer_id=7, producer_epoch=1,
+                               base_sequence=s * 3, partition_leader_epoch=epoch), 3)
+            if s in (3, 6):
+                pid = 9 if s == 3 else 11
+                prod.data(pid, 0, 0, offset, 3, ts + 20, True)
+                add(build_v2_batch(_recs(offset, 3, ts + 20), producer_id=pid, producer_epoch=0, base_sequence=0,
+                                   is_transactional=True, partition_leader_epoch=epoch), 3)
+                prod.marker(pid, 5)
+                add(build_control_batch(offset, ts + 30, commit=(s == 6), coordinator_epoch=5, producer_id=pid,
+                                        producer_epoch=0, partition_leader_epoch=epoch), 1)
+            add(build_v2_batch(_recs(offset, 5, ts + 40, size=90), codec=ZSTD, partition_leader_epoch=epoch), 5)
+            out.append((base, bytes(data)))
+        snapshots[offset] = prod.snapshot()
+    finally:
+        _KEYS[0] = None
+    path = _write_partition(data_dir / f"{topic}-0", out, snapshots, epochs)
+    for name in OFFSET_CHECKPOINTS:
+        value = {"log-start-offset-checkpoint": 0, "cleaner-offset-checkpoint": out[1][0]}.get(name, offset)
+        (data_dir / name).write_text(format_offset_checkpoint({(topic, 0): value}))
+    (data_dir / "meta.properties").write_text("version=1\nbroker.id=1\ncluster.id=kstore-safety\n")
+    return path
+
+
 # --------------------------------------------------------------------------- observing a tree
 
 

@@ -21,6 +21,14 @@ reference final state. Then for every n in 1..N, on a fresh copy:
 
 Plus one run armed at N + 1, which must complete on its own.
 
+Kafka's own LogLoader (tests/oracle.py) is the last judge: a sample of each scenario's crash states
+(right after evenly spread renames/unlinks; ``KSTORE_CRASH_ORACLE=all`` for every one), the states of
+real processes SIGKILLed at random wall-clock times (test_sigkill_at_random_wall_clock_times;
+``KSTORE_KILL_SEED``), and each uninterrupted end state (which every rerun equals byte for byte) are
+kept and loaded at the end of the module in one JVM, clean and unclean: no exception, no truncation
+(but of the input's own damage), and Kafka's log end and records equal to what kstore reads there.
+bench/random_kill.py does the random kills by the hundred.
+
 Adding a command is one SCENARIOS entry: a setup that damages/prepares the data dir, and argv.
 """
 
@@ -29,10 +37,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
 from click.testing import CliRunner
@@ -42,6 +53,7 @@ from kstore_cli.errors import KstoreError
 from kstore_cli.segment import fileops
 from kstore_cli.segment import swap as swap_module
 from kstore_cli.segment.logdir import Partition
+from kstore_cli.segment.reader import read_batches
 from tests.safety_data import (
     DAY,
     GZIP,
@@ -55,6 +67,7 @@ from tests.safety_data import (
     loader_view,
     log_end,
     make_data_dir,
+    make_many_segments,
     records,
     tree_bytes,
 )
@@ -106,7 +119,17 @@ def _compactable(data: Path) -> None:
     (data.parent / "topics.ini").write_text("[orders]\ncleanup.policy = compact\n")
 
 
+def _compactable_many(data: Path) -> None:
+    """orders-0 with ten segments of repeated keys and tombstones (an aborted transaction in segment 3,
+    a committed one in segment 6, producer snapshots at every segment base), cleaner checkpoint at
+    segment 1, cleanup.policy=compact: with --segment-bytes 1500 the cleaner makes four groups of two or three
+    segments ([0, 12, 24] [36, 52] [64, 76] [92, 104]), each swapped in on its own."""
+    make_many_segments(data, segments=10, keys=9)
+    (data.parent / "topics.ini").write_text("[orders]\ncleanup.policy = compact\n")
+
+
 NOW = T0 + 10 * DAY
+MANY_SEGMENT_BYTES = "1500"
 
 
 def _compact_argv(d: Path, *extra: str) -> List[str]:
@@ -152,6 +175,10 @@ SCENARIOS = [
     # on its own: a crash between two swaps leaves part of the pass done, which the rerun resumes.
     Scenario("compact-multi-group", _compactable, lambda d: _compact_argv(d, "--segment-bytes", "1000"),
              min_ops=40, contiguous=False),
+    # Several groups of two or three segments each: a group's swap merges segments away, so the
+    # intent of a resumed pass names segments that no longer exist on their own (issue 16).
+    Scenario("compact-multi-segment-groups", _compactable_many,
+             lambda d: _compact_argv(d, "--segment-bytes", MANY_SEGMENT_BYTES), min_ops=60, contiguous=False),
 ]
 
 
@@ -289,12 +316,138 @@ def _check_rerun(sc: Scenario, n: int, work: Path, ref: Reference) -> None:
         assert records(part) == ref.kept[part.name], f"{where}: {part.name} records differ"
 
 
+
+
+# --------------------------------------------------------------------------- Kafka's loader as the judge
+
+
+@dataclass
+class KafkaCase:
+    """A directory Kafka's LogLoader must load, and what kstore says it then holds, per partition."""
+
+    label: str
+    data: Path  # a kept copy of the data dir, exactly as the crash (or the run) left it
+    #: partition name -> (records (offset, key hex, value hex) of the data records, log end offset,
+    #: the input's damage still there (Kafka's recovery cuts it: unclean load only))
+    expected: Dict[str, Tuple[list, int, bool]] = field(default_factory=dict)
+
+
+def _valid_prefix(part: Path) -> Tuple[list, int, bool]:
+    """kstore's reading of a resolved partition as a broker would have it: the data records up to
+    the first unreadable batch (recovery deletes everything after it), the log end, whether it was cut."""
+    out: list = []
+    segments = Partition(str(part)).segments
+    end = segments[0].base_offset if segments else 0
+    for seg in segments:
+        end = max(end, seg.base_offset)
+        try:
+            for batch in read_batches(seg.log):
+                batch.ensure_valid()  # LogSegment.recover checks every batch's CRC
+                if not batch.is_control:
+                    out.extend((r.offset, None if r.key is None else bytes(r.key).hex(),
+                                None if r.value is None else bytes(r.value).hex()) for r in batch.records())
+                end = batch.last_offset + 1
+        except KstoreError:
+            return out, end, True
+    return out, end, False
+
+
+def kafka_case(label: str, data: Path, keep: Path, scratch: Path, input_data: Optional[Path] = None) -> KafkaCase:
+    """Keep a copy of `data` under `keep` and record what kstore's resolution of it holds (for the
+    partitions the command changed, when `input_data` is the data dir before it ran)."""
+    shutil.copytree(data, keep, ignore=shutil.ignore_patterns(".lock"))
+    case = KafkaCase(label, keep)
+    view = loader_view(keep, scratch)
+    same_root = input_data is not None and all(
+        (f.is_file() and (input_data / f.name).is_file() and f.read_bytes() == (input_data / f.name).read_bytes())
+        for f in keep.iterdir() if not f.is_dir())
+    for part in _partitions(view):
+        if same_root and tree_bytes(keep / part.name) == tree_bytes(input_data / part.name):
+            continue  # untouched: the input itself
+        case.expected[part.name] = _valid_prefix(part)
+    shutil.rmtree(scratch)
+    return case
+
+
+def kafka_load_problems(oracle, cases: List[KafkaCase]) -> Tuple[List[str], int]:
+    """Load every partition of every case with Kafka's LogLoader, clean and unclean (a damaged one
+    unclean only), in ONE JVM; returns the problems (an exception, a truncation kstore did not
+    expect, another log end, other records) and the number of loads."""
+    work = Path(tempfile.mkdtemp(prefix="kstore-kafka-cases-"))
+    calls, meta = [], []
+    try:
+        for i, case in enumerate(cases):
+            for name, (want, end, damaged) in sorted(case.expected.items()):
+                for clean in ((False,) if damaged else (True, False)):
+                    parent = work / f"c{len(calls)}"
+                    parent.mkdir()
+                    for f in case.data.iterdir():
+                        if f.is_file() and "checkpoint" in f.name:
+                            shutil.copy2(f, parent / f.name)
+                    shutil.copytree(case.data / name, parent / name)
+                    calls.append(("load-log", [str(parent / name), "--clean" if clean else "--unclean", "--no-lookup"]))
+                    meta.append((case, name, clean, want, end, damaged))
+        results = oracle.run_many(calls) if calls else []
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    problems = []
+    for (case, name, clean, want, end, damaged), res in zip(meta, results):
+        where = f"{case.label}: {name} ({'clean' if clean else 'unclean'} load)"
+        summary = res.of_type("summary")
+        if res.rc != 0 or len(summary) != 1 or not summary[0].get("ok"):
+            problems.append(f"{where}: Kafka could not load it: {res.stdout[-800:]}")
+            continue
+        summary = summary[0]
+        # The harness collects Kafka's log lines over the whole JVM: this load's name its directory.
+        mine = f"dir={Path(res.args[0]).parent}]"
+        truncated = [t for t in summary.get("truncations") or [] if not isinstance(t, str) or mine in t]
+        if truncated and not damaged:
+            problems.append(f"{where}: Kafka truncated {truncated}")
+        if summary.get("log_end_offset") != end:
+            problems.append(f"{where}: Kafka's log end {summary.get('log_end_offset')}, kstore's {end}")
+        # Every record of the segments (a log start offset inside a segment hides none of them).
+        got = [(r["offset"], r.get("key"), r.get("value")) for r in res.of_type("record") if not r.get("controlType")]
+        if got != want:
+            gone = sorted({r[0] for r in want} - {r[0] for r in got})[:10]
+            extra = sorted({r[0] for r in got} - {r[0] for r in want})[:10]
+            problems.append(f"{where}: Kafka reads {len(got)} records, kstore {len(want)} (missing offsets {gone}, "
+                            f"extra {extra})")
+    return problems, len(calls)
+
+
+#: Crash states kept for Kafka's loader (test_kafka_loads_every_kept_state, at the end of the module).
+_KAFKA_CASES: List[KafkaCase] = []
+#: Per scenario, this many crash states (right after evenly spread renames) go to Kafka's loader;
+#: KSTORE_CRASH_ORACLE=all sends every one (minutes of JVM time: ~0.3 s per load).
+KAFKA_STATES_PER_SCENARIO = 2
+
+
+def _kafka_sample(sc: Scenario) -> set:
+    """The crash points whose states Kafka's loader checks: just after evenly spread renames (the
+    operations that change what a loader sees), or every one with KSTORE_CRASH_ORACLE=all."""
+    journal = _journals[sc.name]
+    if os.environ.get("KSTORE_CRASH_ORACLE") == "all":
+        return set(range(1, len(journal) + 1))
+    renames = [i + 1 for i, (kind, _path) in enumerate(journal, 1) if kind in ("rename", "truncate", "unlink")]
+    k = min(KAFKA_STATES_PER_SCENARIO, len(renames))
+    return {renames[round(j * (len(renames) - 1) / max(k - 1, 1))] for j in range(k)}
+
+
+@pytest.fixture(scope="module")
+def kept_states(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("kafka-cases")
+
+
 @pytest.mark.parametrize("sc", SCENARIOS, ids=str)
-def test_sigkill_at_every_file_operation(sc: Scenario, tmp_path: Path, capsys) -> None:
+def test_sigkill_at_every_file_operation(sc: Scenario, tmp_path: Path, capsys,
+                                        kept_states: Path) -> None:
     started = time.perf_counter()
     template = tmp_path / "template"
     sc.setup(template / "data")
     ref = _reference(sc, template, tmp_path)
+    _KAFKA_CASES.append(kafka_case(f"{sc}: uninterrupted (every rerun's end state)", tmp_path / "reference" / "data",
+                                   kept_states / f"{sc}-reference", tmp_path / "scratch", template / "data"))
+    sample = _kafka_sample(sc)
     killed = 0
     for first in range(1, ref.ops + 1, WORKERS):
         batch = list(range(first, min(first + WORKERS, ref.ops + 1)))
@@ -311,6 +464,10 @@ def test_sigkill_at_every_file_operation(sc: Scenario, tmp_path: Path, capsys) -
             killed += 1
         for n in batch:
             _check_crashed(sc, n, works[n], template, ref, tmp_path / "view")
+            if n in sample:
+                _KAFKA_CASES.append(kafka_case(f"{sc}: crash before operation {n} ({fileops_journal_hint(sc, n)})",
+                                               works[n] / "data", kept_states / f"{sc}-{n}", tmp_path / "scratch",
+                                               template / "data"))
             _check_rerun(sc, n, works[n], ref)
             shutil.rmtree(works[n])
     # Armed one past the end: the run finishes by itself, with the reference result.
@@ -350,6 +507,26 @@ def test_compact_killed_between_swap_and_checkpoint_converges(name: str, tmp_pat
         assert not check_loadable(work / "data")
         assert _run_in_process(sc.argv(work / "data")) == sc.exit_code
         assert tree_bytes(work / "data") == ref.data, f"crash at {n}: {diff(tree_bytes(work / 'data'), ref.data)}"
+
+
+def test_compact_resumes_after_a_multi_segment_group_is_swapped_in(tmp_path: Path) -> None:
+    """Issue 16: killed after the first group ([0, 12, 24] merged into one segment) is swapped in,
+    every rerun failed with ``internal error: KeyError: 12`` (the intent names segments merged
+    away). The rerun resumes at the second group and ends where an uninterrupted run does."""
+    sc = next(s for s in SCENARIOS if s.name == "compact-multi-segment-groups")
+    template = tmp_path / "template"
+    sc.setup(template / "data")
+    ref = _reference(sc, template, tmp_path)
+    journal = _journals[sc.name]
+    second = [i for i, (kind, path) in enumerate(journal, 1) if kind == "create" and path.endswith(".log.cleaned")][1]
+    work = tmp_path / "crashed"
+    shutil.copytree(template, work)
+    assert _wait(_fork_crashed(sc.argv(work / "data"), second))[0]
+    part = work / "data" / "orders-0"
+    assert (part / INTENT).exists() and not (part / "00000000000000000012.log").exists()
+    result = CliRunner().invoke(cli, sc.argv(work / "data"))
+    assert result.exit_code == 0, result.output
+    assert tree_bytes(work / "data") == ref.data, diff(tree_bytes(work / "data"), ref.data)
 
 
 def test_compact_with_a_full_offset_map_killed_at_every_operation(tmp_path: Path) -> None:
@@ -452,3 +629,111 @@ def test_replace_segments_refuses_an_extra_file_it_cannot_swap(tmp_path: Path) -
     with pytest.raises(KstoreError, match="to swap in"):
         swap_module.replace_segments(str(part), [0], segments, extra=[str(part / "00000000000000000015.snapshot")])
     assert (part / "00000000000000000000.log.cleaned").exists() and (part / "00000000000000000000.log").exists()
+
+
+# --------------------------------------------------------------------------- random wall-clock kills
+
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Kills per scenario in the suite (bench/random_kill.py runs hundreds); KSTORE_KILL_SEED picks the delays.
+RANDOM_KILLS = {"compact-multi-segment-groups": 4, "convert-v1gzip-v2zstd": 1, "retain-time": 1,
+                "rebuild-index-truncate": 1}
+
+
+def kill_at_random(argv: List[str], scratch: Path, delay: float) -> Tuple[bool, float]:
+    """Run ``python -m kstore_cli argv`` as a real process (fsync and all) and SIGKILL it `delay`
+    seconds after its first file operation (it waits there until told to go, so the start-up does not
+    eat the delay). Returns (killed, seconds from its first operation to its end)."""
+    from tests.safety_data import PAUSED_RUN
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    ready, go = scratch / "ready", scratch / "go"
+    for f in (ready, go):
+        if f.exists():
+            f.unlink()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop(fileops.CRASH_ENV, None)
+    proc = subprocess.Popen([sys.executable, "-c", PAUSED_RUN, str(ready), str(go), *argv], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        if proc.poll() is not None:  # finished without a file operation
+            return False, 0.0
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"{argv}: no first file operation within 60 s")
+        time.sleep(0.002)
+    go.touch()
+    started = time.monotonic()
+    try:
+        code = proc.wait(timeout=delay)
+        return False, time.monotonic() - started  # it finished before the kill came
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+    code = proc.wait()
+    return code == -signal.SIGKILL, time.monotonic() - started
+
+
+@pytest.mark.parametrize("name", sorted(RANDOM_KILLS))
+def test_sigkill_at_random_wall_clock_times(name: str, tmp_path: Path, kept_states: Path, capsys) -> None:
+    """Real processes killed at random times (not at a chosen operation: mid-write, mid-fsync, between
+    a rename and the next), each state checked as in the matrix and kept for Kafka's loader, then the
+    rerun must equal the uninterrupted run byte for byte."""
+    import random
+
+    sc = next(s for s in SCENARIOS if s.name == name)
+    seed = int(os.environ.get("KSTORE_KILL_SEED", "16"))
+    rng = random.Random(f"{seed}-{name}")
+    template = tmp_path / "template"
+    sc.setup(template / "data")
+    ref = _reference(sc, template, tmp_path)
+    # How long a real run takes from its first operation: the delays are drawn below that.
+    timing = tmp_path / "timing"
+    shutil.copytree(template, timing)
+    killed, duration = kill_at_random(sc.argv(timing / "data"), tmp_path / "flags", 120.0)
+    assert not killed and tree_bytes(timing / "data") == ref.data
+    outcomes: List[bool] = []
+    i = 0
+    # A delay past the run's end (its duration varies with the machine's load) is no kill: draw again.
+    while sum(outcomes) < RANDOM_KILLS[name] and i < 4 * RANDOM_KILLS[name]:
+        i += 1
+        delay = rng.uniform(0, duration)
+        work = tmp_path / f"kill-{i}"
+        shutil.copytree(template, work)
+        killed, _ = kill_at_random(sc.argv(work / "data"), tmp_path / "flags", delay)
+        outcomes.append(killed)
+        label = f"{sc}: killed {delay * 1000:.1f} ms into the run (seed {seed})"
+        try:
+            _check_crashed(sc, 0, work, template, ref, tmp_path / "view")
+        except AssertionError as exc:
+            raise AssertionError(f"{label}: {exc}") from None
+        _KAFKA_CASES.append(kafka_case(label, work / "data", kept_states / f"{sc}-random-{i}", tmp_path / "scratch",
+                                       template / "data"))
+        try:
+            _check_rerun(sc, 0, work, ref)
+        except AssertionError as exc:
+            raise AssertionError(f"{label}: {exc}") from None
+        shutil.rmtree(work)
+    with capsys.disabled():
+        print(f"\n[crash-matrix] {sc}: {sum(outcomes)} random kills in a {duration * 1000:.0f} ms run "
+              f"({len(outcomes) - sum(outcomes)} came after its end), seed {seed}", end="")
+
+
+# --------------------------------------------------------------------------- Kafka's loader over the kept states
+# (last in the module: the tests above keep the states, this one loads them all in one JVM)
+
+
+def test_kafka_loads_every_kept_state(oracle, capsys) -> None:
+    """Every kept crash state (a sample of each scenario's matrix, see _kafka_sample) and every
+    uninterrupted end state (which every rerun must equal byte for byte) loads with Kafka's own
+    LogLoader, clean and unclean: no exception, no truncation (but of the input's own damage), the
+    log end and exactly the records kstore's reading of the directory says."""
+    if not _KAFKA_CASES:
+        pytest.skip("no states kept: this test checks what the crash tests above it keep (run the module)")
+    started = time.perf_counter()
+    problems, loads = kafka_load_problems(oracle, _KAFKA_CASES)
+    assert not problems, "\n".join(problems[:20])
+    with capsys.disabled():
+        print(f"\n[crash-matrix] Kafka's LogLoader: {len(_KAFKA_CASES)} states, {loads} loads, "
+              f"{time.perf_counter() - started:.1f} s", end="")

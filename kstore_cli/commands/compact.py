@@ -13,7 +13,7 @@ from kstore_cli.commands._console import byte_progress, exit_with_problems, huma
 from kstore_cli.errors import ExitStatus, KstoreError, UsageError
 from kstore_cli.segment import fileops
 from kstore_cli.segment.cleaner import PassResult, compact_partition
-from kstore_cli.segment.config import CleanerSettings, ConfigResolver, compaction_flags
+from kstore_cli.segment.config import DEFAULT_SOURCE, CleanerSettings, ConfigResolver, TopicConfig, compaction_flags
 from kstore_cli.segment.logdir import Partition, group_by_data_dir, resolve
 from kstore_cli.segment.retention import DataDirState, apply_retention, now_ms, plan_partition
 
@@ -43,9 +43,29 @@ def _status(row: dict, dry_run: bool) -> str:
             f"{row['bytesBefore']} -> {row['bytesAfter']} bytes, dirty ratio {row['dirtyRatio']:.3f}")
 
 
+#: The topic-level settings a pass depends on, printed with where each came from.
+SETTINGS = ("cleanup.policy", "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms",
+            "min.cleanable.dirty.ratio", "segment.bytes", "segment.index.bytes")
+
+
+def settings_of(config: TopicConfig, cleaner: CleanerSettings) -> dict:
+    """{setting: {"value", "source"}}: the topic's cleaning settings and the dedupe buffer."""
+    out = {k: {"value": config.to_dict([k])[k], "source": config.source(k)} for k in SETTINGS}
+    out["log.cleaner.dedupe.buffer.size"] = {
+        "value": cleaner.dedupe_buffer_bytes,
+        "source": cleaner.sources.get("log.cleaner.dedupe.buffer.size", DEFAULT_SOURCE)}
+    return out
+
+
+def settings_line(settings: dict) -> str:
+    return "  settings: " + ", ".join(f"{k}={v['value']} ({v['source']})" for k, v in settings.items())
+
+
 def _render_text(rows: List[dict], dry_run: bool) -> None:
     for row in rows:
         click.echo(f"{row['partition']}: {_status(row, dry_run)}")
+        if row.get("settings"):
+            click.echo(settings_line(row["settings"]))
         for note in row.get("notes", []):
             click.echo(f"  note: {note}")
         retention = row.get("retention")
@@ -74,6 +94,10 @@ def _render_table(rows: List[dict], dry_run: bool) -> None:
                       str(row["recordsRemoved"]), str(s["tombstonesRemoved"]), str(s["markersRemoved"]),
                       human_bytes(row["bytesBefore"]), human_bytes(row["bytesAfter"]), "; ".join(row["notes"]))
     Console().print(table)
+    for row in rows:
+        if row.get("settings"):
+            click.echo(f"{os.path.basename(row['partition'])}:")
+            click.echo(settings_line(row["settings"]))
 
 
 def _skip_row(partition: Partition, why: str, policy: str, dry_run: bool, problem: bool = False) -> dict:
@@ -93,6 +117,9 @@ def _skip_row(partition: Partition, why: str, policy: str, dry_run: bool, proble
 @click.option("--min-cleanable-dirty-ratio", type=float, help="min.cleanable.dirty.ratio [default: 0.5].")
 @click.option("--segment-bytes", type=int, help="segment.bytes: the size limit when grouping segments.")
 @click.option("--max-index-bytes", type=int, help="segment.index.bytes: the index size limit when grouping.")
+@click.option("--policy", type=click.Choice(["compact"]), help="Compact as if cleanup.policy were compact, "
+              "whatever the topic's resolved policy. Without it a partition directory whose policy has no "
+              "compact (the default, delete) is refused: compacting such a topic removes records it keeps.")
 @click.option("--dedupe-buffer-bytes", type=click.IntRange(min=24), help="Memory for the key -> offset map "
               "(log.cleaner.dedupe.buffer.size) [default: 134217728]; a pass ends early when it is full.")
 @click.option("--now", "now", type=int, help="The current time in epoch ms [default: the clock].")
@@ -111,14 +138,19 @@ def _skip_row(partition: Partition, why: str, policy: str, dry_run: bool, proble
 @click.pass_context
 def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_compaction_lag_ms: Optional[int],
             max_compaction_lag_ms: Optional[int], min_cleanable_dirty_ratio: Optional[float],
-            segment_bytes: Optional[int], max_index_bytes: Optional[int], dedupe_buffer_bytes: Optional[int],
+            segment_bytes: Optional[int], max_index_bytes: Optional[int], policy: Optional[str],
+            dedupe_buffer_bytes: Optional[int],
             now: Optional[int], config_file: Optional[str], topic_config: Optional[str], force_clean: bool,
             dry_run: bool, as_json: bool, quiet: bool, force: bool) -> None:
     """Compact partitions exactly as Kafka's log cleaner does: one cleaner pass per partition.
 
-    PATH is a partition directory (always compacted) or a data directory (its partitions whose
-    cleanup.policy includes compact: __consumer_offsets, __transaction_state, and topics set so
-    by --topic-config or --config). Per partition: the dirty range starts at the partition's
+    PATH is a partition directory or a data directory (its partitions whose cleanup.policy
+    includes compact: __consumer_offsets, __transaction_state, and topics set so by
+    --topic-config or --config; the others are listed as skipped). A partition directory whose
+    policy has no compact (Kafka's default is delete) is refused unless --policy compact: a
+    compacted topic keeps only the latest record per key. Text output names, per partition,
+    where each setting came from (a flag, the --config file, a --topic-config section, Kafka's
+    default). Per partition: the dirty range starts at the partition's
     cleaner-offset-checkpoint entry (reset to the log start offset when it is out of range) and
     ends before the active segment, open transactions, the high watermark and segments within
     --min-compaction-lag-ms; the latest record per key survives, tombstones and empty transaction
@@ -145,13 +177,16 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
     \b
     Example:
       kstore compact /var/lib/kafka/data/__consumer_offsets-7
+      kstore compact --policy compact /srv/standby/orders-changelog-3
       kstore compact --dry-run --json --force-clean --config /etc/kafka/server.properties /var/lib/kafka/data
-      kstore compact --delete-retention-ms 0 --dedupe-buffer-bytes 536870912 /srv/standby/orders-changelog-3
+      kstore compact --topic-config topics.ini --delete-retention-ms 0 /srv/standby/orders-changelog-3
     """
     flags = compaction_flags(delete_retention_ms=delete_retention_ms, min_compaction_lag_ms=min_compaction_lag_ms,
                              max_compaction_lag_ms=max_compaction_lag_ms,
                              min_cleanable_dirty_ratio=min_cleanable_dirty_ratio, segment_bytes=segment_bytes,
                              max_index_bytes=max_index_bytes)
+    if policy is not None:
+        flags["cleanup.policy"] = ((policy,), "--policy")
     resolver = ConfigResolver.from_files(config_file, topic_config, flags)
     settings = CleanerSettings.from_files(config_file, dedupe_buffer_bytes=dedupe_buffer_bytes)
     explicit = set()
@@ -165,6 +200,19 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
         explicit.add(os.path.abspath(raw))
     if not targets:
         raise UsageError("no partitions found in " + ", ".join(paths))
+    for target in targets:
+        # A partition named on the command line is compacted whatever a data dir scan would skip,
+        # but never on Kafka's default (delete) or another non-compact policy without --policy:
+        # compaction keeps only the latest record per key, irreversibly.
+        part = target.partition
+        config = resolver.for_topic(part.topic)
+        if (part.path in explicit and not config.compact and part.topic != METADATA_LOG_TOPIC
+                and part.partition >= 0):
+            raise UsageError(
+                f"cleanup.policy={','.join(config.cleanup_policy)} ({config.source('cleanup.policy')}): compacting "
+                "would keep only the latest record per key of a topic that keeps every record; give --policy "
+                "compact to compact it anyway, or set cleanup.policy in --topic-config or --config",
+                path=part.path)
     now = now_ms() if now is None else now
     groups = group_by_data_dir(targets)
     rows: List[dict] = []
@@ -219,7 +267,9 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
                             apply_retention(state, [rplan])
                             retention = {"segmentsDeleted": len(rplan.deletions),
                                          "logStartOffset": rplan.new_log_start_offset}
-                    rows.append(_row(result, policy, dry_run, retention))
+                    row = _row(result, policy, dry_run, retention)
+                    row["settings"] = settings_of(config, settings)
+                    rows.append(row)
     finally:
         if progress_cm is not None:
             progress_cm.stop()

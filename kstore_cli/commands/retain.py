@@ -53,9 +53,16 @@ def _status(row: dict, dry_run: bool) -> str:
     return text
 
 
+def _settings_line(row: dict) -> str:
+    """Each retention setting with where it came from (a flag, a file and section, Kafka's default)."""
+    return "  settings: " + ", ".join(f"{k}={v['value']} ({v['source']})" for k, v in row["config"].items())
+
+
 def _render_text(rows: List[dict], dry_run: bool) -> None:
     for row in rows:
         click.echo(f"{row['partition']}: {_status(row, dry_run)}")
+        if "config" in row:
+            click.echo(_settings_line(row))
         if row["problem"] or row["skipped"]:
             continue
         for d in row["deleted"]:
@@ -95,6 +102,10 @@ def _render_table(rows: List[dict], dry_run: bool) -> None:
         table.add_row(os.path.basename(row["partition"]), policy, str(row["segmentsDeleted"]), str(row["bytesFreed"]),
                       lso, note)
     Console().print(table)
+    for row in rows:
+        if "config" in row:
+            click.echo(f"{os.path.basename(row['partition'])}:")
+            click.echo(_settings_line(row))
 
 
 @click.command(name="retain")
@@ -142,7 +153,10 @@ def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_mi
     so a running broker or another kstore makes this refuse (unless --force). A crash at any
     point leaves a directory that the broker loads and a rerun finishes.
 
-    Policy: flags, then --topic-config, then --config, then Kafka's defaults (7 days, no size limit).
+    Policy: flags, then --topic-config, then --config, then Kafka's defaults (7 days, no size
+    limit). At least one source must be given (a --retention-* flag, --config or --topic-config):
+    without one retain refuses, rather than apply Kafka's 7-day default to a copy it may not fit.
+    Text output names, per partition, where each setting came from.
 
     \b
     Exit status: 0 done (including nothing to do), 1 a partition could not be handled,
@@ -152,7 +166,7 @@ def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_mi
     Example:
       kstore retain --retention-hours 72 /var/lib/kafka/data
       kstore retain --dry-run --config /etc/kafka/server.properties --topic-config topics.ini /var/lib/kafka/data
-      kstore retain --quiet --retention-bytes 10737418240 /srv/standby/kafka-data
+      kstore retain --quiet --retention-ms -1 --retention-bytes 10737418240 /srv/standby/kafka-data
     """
     flags = retention_flags(ms=retention_ms, minutes=retention_minutes, hours=retention_hours,
                             retention_bytes=retention_bytes)
@@ -162,6 +176,12 @@ def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_mi
         raise UsageError("no partitions found in " + ", ".join(paths))
     if any(t.only is not None for t in targets):
         raise UsageError("retain works on whole partitions: give a partition or data directory, not a .log file")
+    if not flags and config_file is None and topic_config is None:
+        # Kafka's defaults (retention.ms 7 days) are a broker's, not a standby copy's: a cron line
+        # that lost its options must not delete a week-old copy.
+        raise UsageError("no retention policy given: give --retention-ms (or --retention-minutes/--retention-hours), "
+                         "--retention-bytes, --config server.properties or --topic-config FILE; Kafka's default "
+                         "(retention.ms 7 days) is not applied without one")
     now = now_ms() if now is None else now
     groups = group_by_data_dir(targets)
     rows: List[dict] = []

@@ -1006,22 +1006,43 @@ class PassIntent:
 
     def swap_completed(self, partition_dir: str) -> bool:
         """Whether the current group's swap took effect (after resolve_leftovers): its new files are
-        there under their final names with the recorded bytes, no other file of that segment is,
-        and the group's other old segments are gone. (New bytes equal to the old ones count as done:
-        the two states are then the same.)"""
+        there under their final names with the recorded bytes. (New bytes equal to the old ones
+        count as done: once :meth:`swap_leftovers` are gone the two states are the same.)"""
         group = self.groups[self.data["current"]]
-        base = group[0][0]
-        prefix = os.path.join(partition_dir, names.filename_prefix(base))
-        expected = self.data["newFiles"]
-        for ext in (names.LOG_SUFFIX, names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX):
+        prefix = os.path.join(partition_dir, names.filename_prefix(group[0][0]))
+        for ext, identity in self.data["newFiles"].items():
             path = prefix + ext
-            if ext not in expected:
-                if os.path.exists(path):
-                    return False
-            elif not os.path.isfile(path) or _identity(path) != expected[ext]:
+            if not os.path.isfile(path) or _identity(path) != identity:
                 return False
-        return not any(os.path.exists(os.path.join(partition_dir, names.filename_prefix(b) + names.LOG_SUFFIX))
-                       for b, _size in group[1:])
+        return True
+
+    def swap_leftovers(self, partition_dir: str) -> Tuple[List[str], Optional[str]]:
+        """The files of the current group's old segments that its (completed) swap left behind, and
+        why the intent no longer fits the directory (None when it does).
+
+        LogLoader completes an interrupted swap by deleting the segments based in [new base, new
+        segment's next offset): when cleaning emptied the group's tail (the new segment ends before
+        a later old segment's base), the later old segments stay, and a crash in the middle of the
+        renames leaves an old segment's indexes without their ``.log``. Such files belong to the
+        replaced segments; removing them finishes the replacement the intent names, as the
+        uninterrupted run did. An old segment still there with another size is not ours: stale."""
+        group = self.groups[self.data["current"]]
+        leftovers: List[str] = []
+        prefix = os.path.join(partition_dir, names.filename_prefix(group[0][0]))
+        for ext in (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX):
+            if ext not in self.data["newFiles"] and os.path.isfile(prefix + ext):
+                leftovers.append(prefix + ext)
+        for base, size in group[1:]:
+            prefix = os.path.join(partition_dir, names.filename_prefix(base))
+            log = prefix + names.LOG_SUFFIX
+            if os.path.exists(log) and os.path.getsize(log) != size:
+                return [], f"segment {base} changed since"
+            # The .log first: without it the rest is an orphan a broker deletes anyway.
+            for ext in (names.LOG_SUFFIX, names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX,
+                        names.SNAPSHOT_SUFFIX):
+                if os.path.isfile(prefix + ext):
+                    leftovers.append(prefix + ext)
+        return leftovers, None
 
 
 def _drop_intent(partition: Partition) -> None:
@@ -1048,7 +1069,8 @@ def _finish_interrupted_pass(partition: Partition, state: DataDirState, result: 
         elif checkpointed not in (data["checkpointed"], intent.end_offset):
             stale = f"cleaner-offset-checkpoint moved since ({checkpointed})"
         if stale is None:
-            done = data["current"] + 1 if intent.swap_completed(partition.path) else data["current"]
+            completed = intent.swap_completed(partition.path)
+            done = data["current"] + 1 if completed else data["current"]
             if done < len(intent.groups) and checkpointed != data["checkpointed"]:
                 stale = f"cleaner-offset-checkpoint moved since ({checkpointed})"
             bases = {s.base_offset: s for s in partition.segments}
@@ -1057,6 +1079,9 @@ def _finish_interrupted_pass(partition: Partition, state: DataDirState, result: 
                     seg = bases.get(base)
                     if stale is None and (seg is None or os.path.getsize(seg.log) != size):
                         stale = f"segment {base} changed since"
+            leftovers: List[str] = []
+            if stale is None and completed:
+                leftovers, stale = intent.swap_leftovers(partition.path)
     except (ValueError, KeyError, TypeError, IndexError, AttributeError):
         result.notes.append(f"{INTENT_FILE} is unreadable: removed, cleaning normally")
         _drop_intent(partition)
@@ -1065,6 +1090,14 @@ def _finish_interrupted_pass(partition: Partition, state: DataDirState, result: 
         result.notes.append(f"{INTENT_FILE} is stale ({stale}): removed, cleaning normally")
         _drop_intent(partition)
         return False
+    if leftovers:
+        for path in leftovers:
+            fileops.unlink(path)
+        fileops.fsync_dir(partition.path)
+        result.notes.append(f"finished the interrupted swap of group {data['current'] + 1}: removed "
+                            + ", ".join(os.path.basename(p) for p in leftovers))
+        partition = Partition(partition.path)
+        result.partition = partition
     if done == len(intent.groups):
         # Every group is swapped in: the pass is done but for its checkpoint. Cleaning the range
         # again would be a second pass (delete horizons, transaction markers one pass further).
@@ -1123,7 +1156,9 @@ def _resume_pass(partition: Partition, state: DataDirState, intent: PassIntent, 
     cleaner = SegmentCleaner(offset_map, config, data["now"], txns, last_records, data["firstUncleanableOffset"],
                              stats, settings)
     infos = {s.base_offset: s for s in view.segments}
-    groups = [[infos[base] for base, _size in group] for group in intent.groups]
+    # The groups already swapped in are merged away: only the ones still to clean are looked up.
+    groups = [[infos[base] for base, _size in group] if number >= done else []
+              for number, group in enumerate(intent.groups)]
     _clean_groups(partition, view, groups, done, cleaner, txns, intent, result, config=config,
                   legacy_horizon=data["legacyHorizon"], dry_run=False, progress=progress)
     stats.buffer_utilization = offset_map.utilization

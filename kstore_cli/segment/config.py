@@ -213,9 +213,10 @@ def broker_settings(props: Mapping[str, str], source: str = "server.properties")
 
 
 def load_broker_config(path: "str | os.PathLike[str]") -> Dict[str, Tuple[Any, str]]:
-    """:func:`broker_settings` of a server.properties file."""
+    """:func:`broker_settings` of a server.properties file; each source names the file as given
+    (which file decided a setting is what an operator checks)."""
     path = os.fspath(path)
-    return broker_settings(read_properties(path), os.path.basename(path))
+    return broker_settings(read_properties(path), path)
 
 
 class TopicOverrides:
@@ -286,7 +287,7 @@ def load_topic_overrides(path: "str | os.PathLike[str]") -> TopicOverrides:
         raise FileUnreadableError("no such file", path=path) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise FileUnreadableError(f"cannot be read: {exc}", path=path) from None
-    return parse_topic_overrides(text, os.path.basename(path))
+    return parse_topic_overrides(text, path)
 
 
 class TopicConfig:
@@ -500,7 +501,7 @@ class CleanerSettings:
     def from_files(cls, config: Optional[str] = None, *, dedupe_buffer_bytes: Optional[int] = None) -> "CleanerSettings":
         props = read_properties(config) if config else {}
         return cls.from_properties(props, dedupe_buffer_bytes=dedupe_buffer_bytes,
-                                   source=os.path.basename(config) if config else "server.properties")
+                                   source=config if config else "server.properties")
 
     def to_dict(self) -> Dict[str, Any]:
         return {"dedupeBufferBytes": self.dedupe_buffer_bytes, "loadFactor": self.load_factor,

@@ -196,7 +196,10 @@ def write_partition(data: Path, *, topic: str = "changelog") -> Path:
     return part
 
 
-NOW = ["--now", str(T + 10_000), "--delete-retention-ms", "1000"]
+CLOCK = ["--now", str(T + 10_000), "--delete-retention-ms", "1000"]
+#: The generated topics have no cleanup.policy source: Kafka's default (delete) applies, so a
+#: partition named on the command line needs --policy compact.
+NOW = [*CLOCK, "--policy", "compact"]
 
 
 def test_dry_run_changes_nothing_and_reports_what_a_run_removes(tmp_path: Path) -> None:
@@ -220,20 +223,20 @@ def test_json_and_text_output_and_policy_of_a_data_dir(tmp_path: Path) -> None:
     data = tmp_path / "data"
     write_partition(data, topic="orders")
     write_partition(data, topic="__consumer_offsets")
-    result = run(*NOW, "--json", str(data))
+    result = run(*CLOCK, "--json", str(data))
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     rows = {Path(r["partition"]).name: r for r in out["partitions"]}
     assert rows["orders-0"]["skipped"].startswith("cleanup.policy=delete")
     assert rows["__consumer_offsets-0"]["cleaned"] and rows["__consumer_offsets-0"]["policy"] == "compact"
     assert out["partitionsCleaned"] == 1
-    text = run(*NOW, str(data))
+    text = run(*CLOCK, str(data))
     assert text.exit_code == 0
     assert "orders-0: skipped" in text.output
     assert "__consumer_offsets-0: not cleaned" in text.output  # already clean: nothing dirty
     topics = tmp_path / "topics.ini"
     topics.write_text("[orders]\ncleanup.policy = compact,delete\nretention.ms = -1\n")
-    again = run(*NOW, "--topic-config", str(topics), "--json", str(data))
+    again = run(*CLOCK, "--topic-config", str(topics), "--json", str(data))
     rows = {Path(r["partition"]).name: r for r in json.loads(again.output)["partitions"]}
     assert rows["orders-0"]["cleaned"]
 
@@ -407,3 +410,56 @@ def test_an_unreadable_intent_is_removed(tmp_path: Path) -> None:
     row = json.loads(result.output)["partitions"][0]
     assert row["cleaned"] and any("unreadable" in note for note in row["notes"])
     assert not (data / "orders-0" / "kstore-compact-intent.json").exists()
+
+
+# --------------------------------------------------------------------------- no destructive default (issue 16)
+
+
+def test_a_partition_whose_policy_has_no_compact_is_refused_unless_policy_compact(tmp_path: Path) -> None:
+    """`compact PARTITION_DIR` used to compact a delete-policy topic (Kafka's default) without a
+    word: every older record per key gone. It refuses now, naming where the policy came from and
+    the option, and changes nothing (a dry run refuses too: it would show a pass that must not run)."""
+    part = write_partition(tmp_path / "data")
+    topics = tmp_path / "topics.ini"
+    topics.write_text("[change*]\ncleanup.policy = delete\n")
+    server = tmp_path / "server.properties"
+    server.write_text("log.cleanup.policy=delete\n")
+    before = tree_state(tmp_path)
+    for extra, source in (([], "Kafka default"), (["--dry-run"], "Kafka default"),
+                          (["--topic-config", str(topics)], f"{topics} [change*]"),
+                          (["--config", str(server)], f"{server}: log.cleanup.policy")):
+        proc = kstore("compact", *CLOCK, *extra, str(part))
+        assert proc.returncode == 2, (extra, proc.stdout, proc.stderr)
+        assert proc.stdout == ""
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"kstore: error: {part}: "), proc.stderr
+        assert f"cleanup.policy=delete ({source})" in lines[0] and "--policy compact" in lines[0]
+        assert tree_state(tmp_path) == before, extra
+    forced = run(*CLOCK, "--policy", "compact", "--topic-config", str(topics), str(part))
+    assert forced.exit_code == 0, forced.output
+    assert "cleaned [" in forced.output and "cleanup.policy=compact (--policy)" in forced.output
+    assert tree_state(tmp_path) != before
+
+
+def test_text_output_names_where_each_setting_came_from(tmp_path: Path) -> None:
+    part = write_partition(tmp_path / "data")
+    topics = tmp_path / "topics.ini"
+    topics.write_text("[changelog]\ncleanup.policy = compact\nmin.cleanable.dirty.ratio = 0.1\n")
+    server = tmp_path / "server.properties"
+    server.write_text("log.cleaner.delete.retention.ms=5000\nlog.cleaner.dedupe.buffer.size=1000000\n")
+    result = run("--now", str(T + 10_000), "--segment-bytes", "100000", "--topic-config", str(topics),
+                 "--config", str(server), str(part))
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith(f"{part}: cleaned [")
+    settings = lines[1]
+    assert settings.startswith("  settings: ")
+    for piece in (f"cleanup.policy=compact ({topics} [changelog])",
+                  f"min.cleanable.dirty.ratio=0.1 ({topics} [changelog])",
+                  f"delete.retention.ms=5000 ({server}: log.cleaner.delete.retention.ms)",
+                  "segment.bytes=100000 (--segment-bytes)",
+                  "min.compaction.lag.ms=0 (Kafka default)",
+                  f"log.cleaner.dedupe.buffer.size=1000000 ({server}: log.cleaner.dedupe.buffer.size)"):
+        assert piece in settings, (piece, settings)
+    quiet_json = json.loads(run("--now", str(T + 10_000), "--policy", "compact", "--json", str(part)).output)
+    assert quiet_json["partitions"][0]["settings"]["cleanup.policy"] == {"value": "compact", "source": "--policy"}

@@ -122,7 +122,7 @@ def test_kafka_corpus_data_dir_with_config_files(tmp_path: Path) -> None:
                  str(tmp_path / "logs"))
     assert result.exit_code == 0, result.output
     parts = {p["topic"]: p for p in json.loads(result.output)["partitions"]}
-    assert parts["time-roll"]["config"]["retention.ms"] == {"value": 300000, "source": "server.properties: log.retention.minutes"}
+    assert parts["time-roll"]["config"]["retention.ms"] == {"value": 300000, "source": f"{server}: log.retention.minutes"}
     assert parts["time-roll"]["segmentsDeleted"] > 0
     after = tree_state(tmp_path / "logs")
     for topic in ("v2-none", "v2-zstd", "legacy-v0", "__consumer_offsets", "__transaction_state"):
@@ -337,3 +337,44 @@ def test_terminal_gets_a_table_and_dry_run_notes_a_running_broker(tmp_path: Path
     orders = next(p for p in summary["partitions"] if p["topic"] == "orders")
     assert [os.path.basename(f) for f in orders["leftoversKept"]] == ["00000000000000000099.log.deleted"]
     assert summary["bytesDeferred"] == sum(d["bytes"] for p in summary["partitions"] for d in p["deleted"]) > 0
+
+
+# --------------------------------------------------------------------------- no destructive default (issue 16)
+
+
+def test_no_policy_source_is_refused_naming_the_options(tmp_path: Path) -> None:
+    """retain with no flag, no --config and no --topic-config used to apply Kafka's 7-day default:
+    a cron line that lost its options wiped a standby copy. It refuses now and changes nothing."""
+    two_partitions(tmp_path / "data")
+    before = tree_state(tmp_path)
+    for extra in ([], ["--now", str(NOW)], ["--now", str(NOW), "--log-start-offset", "3"], ["--dry-run"],
+                  ["--quiet", "--delete-delay-ms", "10"]):
+        proc = kstore("retain", *extra, str(tmp_path / "data"))
+        assert proc.returncode == 2, (extra, proc.stdout, proc.stderr)
+        assert proc.stdout == ""
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("kstore: error: no retention policy given"), proc.stderr
+        for option in ("--retention-ms", "--retention-bytes", "--config", "--topic-config"):
+            assert option in lines[0]
+        assert tree_state(tmp_path) == before, extra
+    # Any one source is enough; what it does not set is Kafka's default, and the text says so.
+    server = tmp_path / "server.properties"
+    server.write_text("log.segment.bytes=1048576\n")
+    result = run("--dry-run", "--now", str(NOW), "--config", str(server), str(tmp_path / "data"))
+    assert result.exit_code == 0, result.output
+    assert "retention.ms=604800000 (Kafka default)" in result.output
+
+
+def test_text_output_names_where_each_setting_came_from(tmp_path: Path) -> None:
+    two_partitions(tmp_path / "data")
+    topics = tmp_path / "topics.ini"
+    topics.write_text("[ord*]\nretention.bytes = 123456789\n")
+    result = run("--dry-run", "--now", str(NOW), "--retention-hours", "360", "--topic-config", str(topics),
+                 str(tmp_path / "data"))
+    assert result.exit_code == 0, result.output
+    text = result.output.splitlines()
+    orders = text.index(next(line for line in text if line.startswith(str(tmp_path / "data" / "orders-0") + ":")))
+    assert text[orders + 1] == (f"  settings: cleanup.policy=delete (Kafka default), retention.ms=1296000000 "
+                                f"(--retention-hours), retention.bytes=123456789 ({topics} [ord*])")
+    clicks = text.index(next(line for line in text if line.startswith(str(tmp_path / "data" / "clicks-0") + ":")))
+    assert "retention.bytes=-1 (Kafka default)" in text[clicks + 1]

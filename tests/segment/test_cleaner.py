@@ -178,3 +178,33 @@ def test_a_pass_keeps_the_latest_record_per_key_and_a_later_pass_drops_expired_t
     final = read_all(part)
     assert [r[:5] for r in final] == expected2
     assert kafka_python_records(part) == expected2
+
+
+def test_a_completed_swap_leaves_only_the_old_segments_the_intent_names(tmp_path: Path) -> None:
+    """After a crash mid-swap, LogLoader keeps a group's later old segments when the new segment
+    ends before them (and orphans their indexes when the renames stopped midway): those, unchanged
+    in size, are the swap's leftovers; one of another size is not ours and makes the intent stale."""
+    from kstore_cli.segment.cleaner import PassIntent, _identity
+
+    part = tmp_path / "orders-0"
+    part.mkdir()
+    new_log = part / "00000000000000000000.log"
+    new_log.write_bytes(b"")  # the group cleaned to nothing
+    (part / "00000000000000000000.txnindex").write_bytes(b"x" * 34)  # the old base's, not in the new set
+    (part / "00000000000000000012.index").write_bytes(b"")  # its .log already renamed away
+    old = part / "00000000000000000024.log"
+    old.write_bytes(b"y" * 60)
+    (part / "00000000000000000024.snapshot").write_bytes(b"s")
+    (part / "00000000000000000036.log").write_bytes(b"z" * 70)  # the next group: not this swap's
+    intent = PassIntent({"groups": [[[0, 100], [12, 50], [24, 60]], [[36, 70]]], "current": 0,
+                         "newFiles": {".log": _identity(str(new_log))}})
+    assert intent.swap_completed(str(part))
+    leftovers, stale = intent.swap_leftovers(str(part))
+    assert stale is None
+    assert [os.path.basename(p) for p in leftovers] == [
+        "00000000000000000000.txnindex", "00000000000000000012.index", "00000000000000000024.log",
+        "00000000000000000024.snapshot"]
+    old.write_bytes(b"y" * 61)
+    assert intent.swap_leftovers(str(part)) == ([], "segment 24 changed since")
+    new_log.write_bytes(b"other")
+    assert not intent.swap_completed(str(part))

@@ -64,7 +64,7 @@ def test_broker_file_synonyms(tmp_path: Path) -> None:
     assert config.get("file.delete.delay.ms") == 1000
     assert config.get("segment.ms") == 3600_000
     assert config.get("min.cleanable.dirty.ratio") == 0.25
-    assert config.source("retention.bytes") == "server.properties: log.retention.bytes"
+    assert config.source("retention.bytes") == f"{path}: log.retention.bytes"
 
 
 def test_bad_broker_value_is_a_usage_error() -> None:
