@@ -11,7 +11,7 @@ import click
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import fileops
-from kstore_cli.segment.index import DEFAULT_INDEX_INTERVAL_BYTES
+from kstore_cli.segment.config import ConfigResolver
 from kstore_cli.segment.logdir import group_by_data_dir, resolve
 from kstore_cli.segment.recovery import (
     ZERO_TAIL,
@@ -19,7 +19,7 @@ from kstore_cli.segment.recovery import (
     PartitionPlan,
     apply_plan,
     default_quarantine_root,
-    plan_partition,
+    repair_plan,
 )
 
 
@@ -35,6 +35,9 @@ def _segment_rows(plan: PartitionPlan, applied: Optional[ApplyReport], truncate:
             "status": splan.status,
             "files": {os.path.basename(c.path).split(".", 1)[1]: c.action for c in splan.changes},
         }
+        reasons = {os.path.basename(c.path).split(".", 1)[1]: c.reason for c in splan.changed_files if c.reason}
+        if reasons:
+            row["reasons"] = reasons
         if splan.error is not None:
             row["message"] = str(splan.error)
         if splan.skipped is not None:
@@ -87,8 +90,13 @@ def _render_text(rows: List[dict], tty: bool) -> None:
                 table.add_column(col)
             for row in prows:
                 if row["type"] == "segment":
-                    files = " ".join(f"{k}:{v}" for k, v in row["files"].items() if v != "unchanged") or "-"
-                    detail = row.get("message", "")
+                    files = " ".join(f"{k}:{v}" for k, v in row["files"].items()
+                                     if v not in ("unchanged", "kept")) or "-"
+                    if row.get("reasons"):
+                        detail_reasons = "; ".join(f"{k}: {r}" for k, r in row["reasons"].items())
+                    else:
+                        detail_reasons = ""
+                    detail = row.get("message", "") or detail_reasons
                     if "problem" in row:
                         detail = row["problem"]["message"] + ("; " + detail if detail else "")
                     style = {"damaged": "red", "zero-tail": "yellow", "truncated": "yellow", "rebuilt": "green"}.get(
@@ -101,9 +109,15 @@ def _render_text(rows: List[dict], tty: bool) -> None:
                     table.add_row("", "quarantine", "", row["dir"])
             console.print(table)
         return
+    healthy: dict = {}
     for row in rows:
+        if row["type"] == "segment" and row["status"] == "unchanged" and not row.get("message"):
+            healthy[row["partition"]] = healthy.get(row["partition"], 0) + 1
+            continue
         if row["type"] == "segment":
-            files = ", ".join(f"{k} {v}" for k, v in row["files"].items() if v != "unchanged")
+            reasons = row.get("reasons", {})
+            files = ", ".join(f"{k} {v}" + (f": {reasons[k]}" if k in reasons else "")
+                              for k, v in row["files"].items() if v not in ("unchanged", "kept"))
             line = f"{row['log']}: {row['status']}"
             if files:
                 line += f" ({files})"
@@ -117,12 +131,20 @@ def _render_text(rows: List[dict], tty: bool) -> None:
                 os.path.basename(f) for f in row["files"]))
         else:
             click.echo(f"{row['partition']}: quarantined into {row['dir']}")
+    for partition, count in healthy.items():
+        click.echo(f"{partition}: {count} segment(s) with nothing to rebuild")
 
 
 @click.command(name="rebuild-index")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--index-interval-bytes", type=click.IntRange(min=0), default=DEFAULT_INDEX_INTERVAL_BYTES,
-              show_default=True, help="The topic's index.interval.bytes (topics often override it).")
+@click.option("--index-interval-bytes", type=click.IntRange(min=0),
+              help="index.interval.bytes for every partition [default: from --topic-config, --config, else 4096].")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="A broker server.properties (log.index.interval.bytes).")
+@click.option("--topic-config", type=click.Path(dir_okay=False),
+              help="Per-topic overrides (index.interval.bytes), INI sections named by topic or glob, as for retain.")
+@click.option("--all", "all_indexes", is_flag=True,
+              help="Rewrite every index that differs from what Kafka's recovery writes, not only the wrong ones.")
 @click.option("--truncate", is_flag=True,
               help="Cut a damaged tail where Kafka's recovery would, keeping the cut bytes in the quarantine dir.")
 @click.option("--quarantine-dir", type=click.Path(file_okay=False),
@@ -131,14 +153,19 @@ def _render_text(rows: List[dict], tty: bool) -> None:
 @click.option("--force", is_flag=True, help="Proceed even when the data dir's .lock is held by a running process.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.pass_context
-def command(ctx: click.Context, paths, index_interval_bytes: int, truncate: bool, quarantine_dir: Optional[str],
+def command(ctx: click.Context, paths, index_interval_bytes: Optional[int], config_file: Optional[str],
+            topic_config: Optional[str], all_indexes: bool, truncate: bool, quarantine_dir: Optional[str],
             dry_run: bool, force: bool, as_json: bool) -> None:
-    """Regenerate .index, .timeindex and .txnindex exactly as Kafka's LogSegment.recover writes them.
+    """Regenerate the wrong or missing .index, .timeindex and .txnindex files as Kafka's recovery writes them.
 
     PATH is a .log file, a partition directory or a data directory (every partition in it;
-    -delete/-future/-stray directories are skipped). Indexes that are already right are left
-    untouched ("unchanged"); the others are replaced atomically. The data dir's .lock is taken
-    first, so a running broker makes this refuse (unless --force).
+    -delete/-future/-stray directories are skipped). Only the index files that verify-index calls
+    wrong (Kafka's sanity check rejects them or its lookups through them answer wrongly) and the
+    missing ones are rebuilt, each named with its reason; indexes another writer laid out
+    differently (a leader of any Kafka version, a follower, the cleaner) are kept. --all rewrites
+    every index that differs from recovery's. Files are replaced atomically. The data dir's .lock is
+    taken first, so a running broker makes this refuse (unless --force). index.interval.bytes comes
+    from the flag, else --topic-config, else --config (log.index.interval.bytes), else 4096.
 
     A segment whose tail is damaged (partial batch, CRC mismatch, size field < 14, invalid
     marker) or zero-filled (preallocated) is reported and nothing in its partition changes
@@ -153,6 +180,7 @@ def command(ctx: click.Context, paths, index_interval_bytes: int, truncate: bool
     \b
     Example:
       kstore rebuild-index --index-interval-bytes 4096 /var/lib/kafka/data/orders-0
+      kstore rebuild-index --dry-run --all --config /etc/kafka/server.properties /var/lib/kafka/data
       kstore rebuild-index --dry-run /var/lib/kafka/data
       kstore rebuild-index --truncate --quarantine-dir /srv/quarantine /var/lib/kafka/data/orders-0
     """
@@ -160,6 +188,8 @@ def command(ctx: click.Context, paths, index_interval_bytes: int, truncate: bool
     if not targets:
         raise UsageError("no partitions found in " + ", ".join(paths))
     tty = _is_tty() and not as_json
+    flags = {} if index_interval_bytes is None else {"index.interval.bytes": (index_interval_bytes, "--index-interval-bytes")}
+    resolver = ConfigResolver.from_files(config_file, topic_config, flags)
     problems = False
     for data_dir, dir_targets in group_by_data_dir(targets).items():
         lock = fileops.LogDirLock(data_dir, force=force, partitions=[t.partition.path for t in dir_targets])
@@ -169,7 +199,9 @@ def command(ctx: click.Context, paths, index_interval_bytes: int, truncate: bool
             lock.__enter__()
         try:
             for target in dir_targets:
-                plan = plan_partition(target.partition, only=target.only, index_interval_bytes=index_interval_bytes)
+                interval = resolver.for_topic(target.partition.topic).get("index.interval.bytes")
+                plan = repair_plan(target.partition, only=target.only, index_interval_bytes=interval,
+                                   all_indexes=all_indexes)
                 damaged = plan.damaged
                 unfixable = any(s.error is not None or (s.result is not None and s.result.problem is not None
                                                         and not s.result.problem.truncatable) for s in plan.segments)

@@ -449,13 +449,16 @@ def state_at_segment(partition: Partition, segment: Segment) -> TxnState:
 class FileChange:
     """One file a rebuild writes (or would write)."""
 
-    __slots__ = ("path", "action", "data")
+    __slots__ = ("path", "action", "data", "reason")
 
     def __init__(self, path: str, action: str, data: bytes) -> None:
         self.path = path
-        #: "create", "rewrite" or "unchanged".
+        #: "create", "rewrite", "unchanged", or "kept" (differs from what recovery writes, but Kafka
+        #: reads it right: another writer's layout, left alone by a selective rebuild).
         self.action = action
         self.data = data
+        #: Why the file is written (a selective rebuild names the finding).
+        self.reason: Optional[str] = None
 
 
 class SegmentPlan:
@@ -479,13 +482,13 @@ class SegmentPlan:
         problem = self.result.problem
         if problem is not None:
             return "zero-tail" if problem.kind == ZERO_TAIL else "damaged"
-        if any(c.action != "unchanged" for c in self.changes):
+        if self.changed_files:
             return "rebuilt"
         return "unchanged"
 
     @property
     def changed_files(self) -> List[FileChange]:
-        return [c for c in self.changes if c.action != "unchanged"]
+        return [c for c in self.changes if c.action not in ("unchanged", "kept")]
 
 
 class PartitionPlan:
@@ -944,8 +947,50 @@ def _length(path: Optional[str]) -> Optional[int]:
         return None
 
 
+def repair_plan(partition: Partition, *, only: Optional[int] = None,
+                index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES, all_indexes: bool = False,
+                progress: Optional[Callable[[int], None]] = None) -> PartitionPlan:
+    """What ``rebuild-index`` writes: the index files :func:`verify_partition` calls wrong (each with
+    its finding as the reason) and the missing ones, rebuilt as Kafka's recovery writes them; an index
+    laid out by another writer (a leader of any Kafka version, a follower, the cleaner, another
+    index.interval.bytes) that Kafka reads right is "kept". With `all_indexes`, every index that
+    differs from recovery's is rewritten. A damaged segment's indexes go with its cut (they describe
+    bytes the cut removes); segments after it are left to the cut (Kafka's recovery deletes them)."""
+    if all_indexes:
+        plan = plan_partition(partition, only=only, index_interval_bytes=index_interval_bytes, progress=progress)
+        for splan in plan.segments:
+            for change in splan.changed_files:
+                change.reason = "--all" if change.action == "rewrite" else "missing"
+        return plan
+    findings, plan = verify_partition(partition, only=only, progress=progress,
+                                      index_interval_bytes=index_interval_bytes)
+    wrong: Dict[str, str] = {}
+    for finding in findings:
+        if finding.severity == ERROR and finding.file is not None and finding.file not in wrong:
+            wrong[finding.file] = f"{finding.check}: {finding.message}"
+    damaged = plan.damaged
+    for splan in plan.segments:
+        if damaged is not None and splan.segment.base_offset > damaged.segment.base_offset:
+            splan.skipped = f"after the damaged segment {damaged.segment.base_offset}, which Kafka's recovery cuts"
+            splan.changes = []
+            continue
+        for change in splan.changes:
+            if change.action == "unchanged":
+                continue
+            if splan is damaged:
+                change.reason = f"the .log is cut at byte {damaged.result.valid_bytes}"
+            elif change.action == "create":
+                change.reason = wrong.get(change.path, "missing")
+            elif change.path in wrong:
+                change.reason = wrong[change.path]
+            else:
+                change.action = "kept"
+    return plan
+
+
 def verify_partition(partition: Partition, *, only: Optional[int] = None,
-                     progress: Optional[Callable[[int], None]] = None) -> Tuple[List[Finding], PartitionPlan]:
+                     progress: Optional[Callable[[int], None]] = None,
+                     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> Tuple[List[Finding], PartitionPlan]:
     """Check every index of a partition against its .log, changing nothing.
 
     Offset index: Kafka's sanity checks, entry size, offsets and positions strictly
@@ -1046,7 +1091,7 @@ def verify_partition(partition: Partition, *, only: Optional[int] = None,
                 add(base, seg.txnindex, ERROR, "txnindex-unreadable", str(exc.message))
 
     plan = plan_partition(partition, only=only, progress=progress, stop_at_damage=False, batch_sink=sink,
-                          on_segment=check)
+                          on_segment=check, index_interval_bytes=index_interval_bytes)
     return findings, plan
 
 
@@ -1057,13 +1102,15 @@ class _BatchesAtEntries:
     """What the checks of one segment's .index and .timeindex need of its batches, gathered during
     recovery's scan (:attr:`sink`) at the places their entries name: for each position in the .index,
     the batch starting there (its base offset, and the last offset of the batch before it); for each
-    offset in the .timeindex, the last batch ending there (its max timestamp and the running maximum
-    through it). Memory follows the indexes' entries (at most segment.index.bytes of them), not the
-    segment's batches. An index that cannot be read names nothing (its check reports why).
+    offset in the .timeindex, the batch Kafka's lookups land on for it -- the first batch whose last
+    offset reaches it (``LogSegment.translateOffset``) -- with its max timestamp, its last offset and
+    the running maximum timestamp of every batch before it. Memory follows the indexes' entries (at
+    most segment.index.bytes of them), not the segment's batches. An index that cannot be read names
+    nothing (its check reports why).
     """
 
-    __slots__ = ("positions", "found", "lower", "base", "offsets", "ended", "max_ts", "running", "sink", "_next_p",
-                 "_next_o")
+    __slots__ = ("positions", "found", "lower", "base", "offsets", "ended", "max_ts", "before", "last", "sink",
+                 "_next_p", "_next_o")
 
     def __init__(self, positions: "array[int]", offsets: "array[int]", base_offset: int) -> None:
         """`positions` and `offsets`: the places to watch, distinct and sorted."""
@@ -1073,9 +1120,10 @@ class _BatchesAtEntries:
         self.found = bytearray(n)  # 1: a v2 batch starts at positions[k], 2: a legacy entry
         self.lower = array("q", bytes(8 * n))
         self.base = array("q", bytes(8 * n))
-        self.ended = bytearray(m)  # 1: a batch ends at offsets[k]
+        self.ended = bytearray(m)  # 1: a batch reaches offsets[k]
         self.max_ts = array("q", bytes(8 * m))
-        self.running = array("q", bytes(8 * m))
+        self.before = array("q", bytes(8 * m))
+        self.last = array("q", bytes(8 * m))
         self.sink = self._sink(base_offset)
         # The checks look entries up in file order, which for a healthy index is the keys' order: the slot
         # after the last one found is tried before a binary search.
@@ -1093,18 +1141,17 @@ class _BatchesAtEntries:
 
     def _sink(self, base_offset: int) -> BatchSink:
         positions, found, lower, base = self.positions, self.found, self.lower, self.base
-        offsets, ended, max_ts_at, running_at = self.offsets, self.ended, self.max_ts, self.running
+        offsets, ended, max_ts_at, before_at, last_at = self.offsets, self.ended, self.max_ts, self.before, self.last
         n, m = len(positions), len(offsets)
         i = 0  # positions[:i] lie before the batches still to come (positions only grow)
         next_position = positions[0] if n else _NEVER
-        j = 0  # offsets[:j] lie below the highest last offset so far
+        j = 0  # offsets[:j] have their batch (the first whose last offset reaches them)
         next_offset = offsets[0] if m else _NEVER
-        top = None  # the highest last offset so far
         prev_last = base_offset - 1
         running = -1
 
         def sink(position: int, batch_base: Optional[int], last: int, max_ts: int) -> None:
-            nonlocal i, next_position, j, next_offset, top, prev_last, running
+            nonlocal i, next_position, j, next_offset, prev_last, running
             if position >= next_position:
                 while i < n and positions[i] < position:
                     i += 1
@@ -1116,22 +1163,16 @@ class _BatchesAtEntries:
                     i += 1
                 next_position = positions[i] if i < n else _NEVER
             prev_last = last
-            if max_ts > running:
-                running = max_ts
-            if top is not None and last < top:  # offsets went back (damaged data): look it up
-                k = bisect_left(offsets, last)
-            else:
-                top = last
-                if last < next_offset:
-                    return
-                while j < m and offsets[j] < last:
+            if last >= next_offset:
+                while j < m and offsets[j] <= last:
+                    ended[j] = 1
+                    max_ts_at[j] = max_ts
+                    before_at[j] = running
+                    last_at[j] = last
                     j += 1
                 next_offset = offsets[j] if j < m else _NEVER
-                k = j
-            if k < m and offsets[k] == last:  # a later batch ending at the same offset replaces an earlier one
-                ended[k] = 1
-                max_ts_at[k] = max_ts
-                running_at[k] = running
+            if max_ts > running:
+                running = max_ts
 
         return sink
 
@@ -1149,8 +1190,9 @@ class _BatchesAtEntries:
             return None
         return self.lower[k], (self.base[k] if self.found[k] == 1 else None)
 
-    def at_offset(self, offset: int) -> Optional[Tuple[int, int]]:
-        """(max timestamp, running max timestamp) of the last batch ending at `offset`, or None."""
+    def at_offset(self, offset: int) -> Optional[Tuple[int, int, int]]:
+        """(max timestamp, last offset, running max timestamp of the batches before it) of the first
+        batch whose last offset reaches `offset`, or None when no batch does."""
         offsets = self.offsets
         k = self._next_o
         if k >= len(offsets) or offsets[k] != offset:
@@ -1160,7 +1202,7 @@ class _BatchesAtEntries:
         self._next_o = k + 1
         if not self.ended[k]:
             return None
-        return self.max_ts[k], self.running[k]
+        return self.max_ts[k], self.last[k], self.before[k]
 
 
 def _entry_keys(kind, path: Optional[str], base_offset: int, field: int) -> "array[int]":
@@ -1241,11 +1283,23 @@ def _verify_offset_index(idx, result: RecoveryResult, batches: _BatchesAtEntries
 
 def _verify_time_index(tidx, result: RecoveryResult, batches: _BatchesAtEntries, prealloc: bool, is_last: bool,
                        add) -> None:
+    """An entry (t, o) is wrong only where Kafka's lookups through it answer wrongly.
+
+    LogSegment.findOffsetByTimestamp(ts) takes the last entry with timestamp <= ts, goes to the first
+    batch whose last offset reaches o and scans on for the first batch with max timestamp >= ts: the
+    answer is right for every ts the entry serves exactly when no batch before that one already holds
+    a timestamp >= t. Which offset inside the batch the entry names is a matter of who wrote it (a
+    Kafka <= 3.6 leader: the record holding the max timestamp; 3.7+, followers, recovery and the
+    cleaner: the batch's last offset), never an error. The last entry also gives the segment's max
+    timestamp (LogSegment.maxTimestampSoFar: retention) and the offset ListOffsets(MAX_TIMESTAMP)
+    starts from: its timestamp must be the segment's max and its batch must hold it.
+    """
     base = tidx.base_offset
     path = tidx.path
     _check_sanity(tidx, "timeindex", prealloc, add)
     n = _zero_tail(tidx, prealloc, add, base, "timeindex")
     prev = None
+    last_found = None
     for i in range(n):
         ts, offset = tidx.entry(i)
         where = f"entry {i} (timestamp {ts}, offset {offset})"
@@ -1255,18 +1309,23 @@ def _verify_time_index(tidx, result: RecoveryResult, batches: _BatchesAtEntries,
             if offset < prev[1]:
                 add(base, path, ERROR, "timeindex-order", f"{where}: offset below the previous entry's {prev[1]}")
         prev = (ts, offset)
-        found = batches.at_offset(offset)
+        found = batches.at_offset(offset) if offset >= base else None
+        last_found = found
         if found is None:
-            add(base, path, ERROR, "timeindex-offset", f"{where}: no batch of the segment ends at this offset")
-        elif found[0] != ts or found[1] != ts:
+            add(base, path, ERROR, "timeindex-offset",
+                f"{where}: no batch of the segment holds or follows this offset (Kafka's lookups find nothing)")
+        elif found[2] >= ts:
             add(base, path, ERROR, "timeindex-timestamp",
-                f"{where}: the batch ending there has max timestamp {found[0]}, running maximum {found[1]}")
+                f"{where}: an earlier batch already holds timestamp {found[2]}, so Kafka's lookups for "
+                f"timestamps from {ts} skip it")
     if result.max_timestamp >= 0:
         want = (result.max_timestamp, result.offset_of_max_timestamp)
         last = tidx.entry(n - 1) if n else None
-        if last != want:
-            message = (f"last entry is {last if last else 'missing'}, expected {want}: the segment's max timestamp "
-                       "and the last offset of the first batch that holds it")
+        right = (last is not None and last[0] == want[0] and last_found is not None
+                 and last_found[0] == want[0])
+        if not right:
+            message = (f"last entry is {last if last else 'missing'}, expected timestamp {want[0]} at an offset of "
+                       f"a batch that holds it (e.g. {want[1]}): the segment's max timestamp, which retention reads")
             if is_last and (last is None or last[0] < want[0]):
                 add(base, path, NOTE, "timeindex-final-entry",
                     message + " (active segment: written at roll or close)")
