@@ -13,7 +13,8 @@ import java.util.Arrays;
  * the kafka-oracle harnesses in one JVM, so the suite pays the JVM start once per batch, not per input.
  *
  * Each stdin line is tab-separated: MAIN_CLASS, STDIN_FILE (or empty), ARG... The harnesses end with
- * System.exit, which is trapped and reported: after each run one line {"type":"oracle_batch_end","rc":N}.
+ * System.exit, which is trapped and reported: after each run one line {"type":"oracle_batch_end","rc":N}, on
+ * stdout and on stderr (an exception that escapes a harness: its stack trace on stderr, rc 99).
  */
 public class OracleBatch {
     static final class ExitTrap extends SecurityException {
@@ -27,6 +28,9 @@ public class OracleBatch {
             @Override public void checkPermission(Permission p, Object context) {}
             @Override public void checkExit(int status) { throw new ExitTrap(status); }
         });
+        // what the JVM and the source launcher printed so far is nobody's run: mark where the runs start
+        System.err.println("{\"type\":\"oracle_batch_start\"}");
+        System.err.flush();
         InputStream realIn = System.in;
         BufferedReader in = new BufferedReader(new InputStreamReader(realIn, StandardCharsets.UTF_8));
         String line;
@@ -52,9 +56,14 @@ public class OracleBatch {
                 System.setIn(realIn);
             }
             scala.Console.out().flush();
+            scala.Console.err().flush();
             System.out.flush();
             System.out.println("{\"type\":\"oracle_batch_end\",\"rc\":" + rc + "}");
             System.out.flush();
+            // the same marker on stderr, so each run's stderr can be told apart too
+            System.err.flush();
+            System.err.println("{\"type\":\"oracle_batch_end\",\"rc\":" + rc + "}");
+            System.err.flush();
         }
     }
 }
