@@ -22,6 +22,20 @@ public class OracleBatch {
         ExitTrap(int status) { this.status = status; }
     }
 
+    /**
+     * The harnesses collect Kafka's log messages in one static queue (kafka.oracle.LoadLog.captured) made for
+     * one run per JVM, and derive a run's summary (truncations, deleted_segments, recovery_ran) from it: empty
+     * it before every run, or each run would report every earlier run's messages as its own.
+     */
+    static void resetCapturedLogMessages() {
+        try {
+            Object queue = Class.forName("kafka.oracle.LoadLog").getMethod("captured").invoke(null);
+            ((java.util.Collection<?>) queue).clear();
+        } catch (ReflectiveOperationException | LinkageError e) {
+            // a build of the oracle without the capture: nothing to reset
+        }
+    }
+
     public static void main(String[] argv) throws Exception {
         System.setSecurityManager(new SecurityManager() {
             @Override public void checkPermission(Permission p) {}
@@ -39,6 +53,7 @@ public class OracleBatch {
             String[] parts = line.split("\t", -1);
             String[] args = Arrays.copyOfRange(parts, 2, parts.length);
             int rc = 0;
+            resetCapturedLogMessages();
             try (InputStream runIn = parts[1].isEmpty() ? InputStream.nullInputStream() : new FileInputStream(parts[1])) {
                 System.setIn(runIn);
                 Method main = Class.forName(parts[0]).getMethod("main", String[].class);
