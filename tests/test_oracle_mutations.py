@@ -135,6 +135,7 @@ class Scenario(NamedTuple):
     rc: int = 0
     prepare: Optional[Callable[[Path], None]] = None  # damage applied to the input data dir
     retention: Optional[List[str]] = None  # retain-log --config/--log-start-offset args, for the same retention
+    clean: Optional[List[str]] = None  # clean-log args (after --now), for the same cleaning pass
     #: partition dirs Kafka's recovery also runs on as they were BEFORE kstore (the input, for --truncate)
     recover_input: Tuple[str, ...] = ()
     #: output partitions where nothing is left, on purpose (everything retained away, or cut as Kafka cuts it)
@@ -161,7 +162,7 @@ def each_partition(fn: Callable[[Path], None]) -> Callable[[Path], None]:
     return lambda data: [fn(p) for p in sorted(data.iterdir()) if p.is_dir()]
 
 
-_TOPIC_CONFIG_COMPACT = "[DEFAULT]\ncleanup.policy = compact\n"
+_TOPIC_CONFIG_COMPACT = "[*]\ncleanup.policy = compact\n"
 
 
 SCENARIOS: List[Scenario] = [
@@ -212,13 +213,15 @@ SCENARIOS: List[Scenario] = [
               "--now", str(safety_data.T0 + 12 * safety_data.DAY), "{data}"],
              ["{data}/orders-0", "{data}/clicks-0"], empty=("clicks-0",)),  # clicks-0 is 40 days old
     # ---- compact
-    Scenario("compact-corpus", corpus("v2-compact-0"),
+    Scenario("compact-corpus", corpus("v2-compact-0", "transactional-0", "__consumer_offsets-0"),
              ["compact", "--force-clean", "--topic-config", "{topic_config}", "--now", str(NOW), "{data}"],
-             ["{data}/v2-compact-0"]),
+             ["{data}/v2-compact-0", "{data}/transactional-0", "{data}/__consumer_offsets-0"],
+             clean=["--now", str(NOW)]),
     Scenario("compact-safety", safety(keys=7, second_partition=False),
              ["compact", "--force-clean", "--topic-config", "{topic_config}", "--delete-retention-ms", "0",
               "--now", str(safety_data.T0 + 30 * safety_data.DAY), "{data}"],
-             ["{data}/orders-0"]),
+             ["{data}/orders-0"],
+             clean=["--now", str(safety_data.T0 + 30 * safety_data.DAY), "--config", "delete.retention.ms=0"]),
     # ---- convert-format
     Scenario("convert-v0-to-v2-zstd-out", corpus("legacy-v0-0", "legacy-v1-logappendtime-0"),
              ["convert-format", "--to-magic", "2", "--compression", "zstd", "--output-dir", "{out}", "{data}"],
@@ -348,6 +351,10 @@ def results(oracle, tmp_path_factory) -> Dict[str, Outcome]:
                 copy = _oracle_copy(before / name, base / "kafka" / f"{name}-retain")
                 calls.append(("retain-log", [str(copy), "--now", str(NOW), *sc.retention]))
                 keys.append((sc.name, name, "retain"))
+            if sc.clean is not None:
+                copy = _oracle_copy(before / name, base / "kafka" / f"{name}-clean-log")
+                calls.append(("clean-log", [str(copy), *sc.clean]))
+                keys.append((sc.name, name, "clean-log"))
         for name in sc.recover_input:
             copy = _oracle_copy(before / name, base / "kafka" / f"{name}-input-unclean")
             calls.append(("load-log", [str(copy), "--unclean", *LOAD_CONFIG]))
@@ -370,6 +377,31 @@ def results(oracle, tmp_path_factory) -> Dict[str, Outcome]:
 
 LOADS = [(sc.name, spec.split("/", 1)[1], mode) for sc in SCENARIOS for spec in sc.outputs
          for mode in ("clean", "unclean")]
+
+
+@pytest.mark.parametrize("scenario", [sc.name for sc in SCENARIOS])
+def test_command_did_its_work(scenario: str, results) -> None:
+    """Each scenario changed what it is about (so a load that passes is not a load of the untouched input)."""
+    outcome = results[scenario]
+    command = outcome.scenario.command
+    for name, view in outcome.views.items():
+        if command[0] == "rebuild-index":
+            part = outcome.dirs[name]
+            assert all((part / (filename_prefix(s.base_offset) + ".index")).exists()
+                       for s in Partition(str(part)).segments), (name, outcome.output)
+            continue
+        before = kstore_view(outcome.inputs[name])
+        if command[0] == "convert-format":
+            target = int(command[command.index("--to-magic") + 1])
+            assert {b[2] for b in view["batches"]} == {target}, (name, outcome.output)
+            if target == 2:  # nothing lost going up
+                assert [r[:4] for r in view["records"] if r[5] is None] == [
+                    r[:4] for r in before["records"] if r[5] is None] or command.count("--batch-bytes"), name
+        elif command[0] == "compact":
+            assert "cleaned" in outcome.output, outcome.output
+            assert len(view["records"]) < len(before["records"]), (name, outcome.output)
+        elif command[0] == "retain":
+            assert view["log_start_offset"] > before["log_start_offset"], (name, outcome.output)
 
 
 def test_commands_succeeded(results) -> None:
@@ -428,6 +460,23 @@ def test_retain_deletes_what_kafka_deletes(scenario: str, partition: str, result
 
 #: inputs of --truncate scenarios that a crash left whole (Kafka's recovery cuts nothing there either)
 UNDAMAGED = {"active-open-0", "transactional-open-0"}
+
+CLEANED = [(sc.name, spec.split("/", 1)[1]) for sc in SCENARIOS if sc.clean is not None for spec in sc.outputs]
+
+
+@pytest.mark.parametrize("scenario,partition", CLEANED, ids=[f"{s}:{p}" for s, p in CLEANED])
+def test_compact_cleans_what_kafka_cleans(scenario: str, partition: str, results) -> None:
+    """One pass of Kafka's Cleaner on the same input at the same clock leaves the same batches and records
+    (the dirty range, the latest record per key, tombstones, aborted data and markers, empty batches)."""
+    outcome = results[scenario]
+    res = outcome.kafka[(partition, "clean-log")]
+    assert res.rc == 0, res.stdout[-2000:]
+    summary = res.one("clean_summary")
+    mine = outcome.views[partition]
+    assert kafka_view(res)["batches"] == mine["batches"], summary
+    assert kafka_view(res)["records"] == mine["records"], summary
+    assert summary["log_end_offset_after"] == mine["log_end_offset"]
+
 
 TRUNCATED = [(sc.name, p) for sc in SCENARIOS for p in sc.recover_input]
 
