@@ -130,7 +130,9 @@ class _Gen:
             old = self.producers.get(pid)
             pepoch = old.producer_epoch if old else rng.randrange(0, 4)
             seq = old.last_sequence + 1 if old else 0
-            txn = kind < 0.2
+            # a producer inside a transaction writes transactionally until its marker (Kafka's producer state
+            # rejects anything else when it rebuilds from the log)
+            txn = kind < 0.2 or pid in self.open_txn
         n = rng.choice([1, 1, 2, 3, 5, 7])
         recs = self.records(n, gaps=pid < 0 and rng.random() < 0.3, headers=True, magic=2)
         lat = rng.random() < 0.2

@@ -69,7 +69,7 @@ def _generated(dst: Path, seed: int) -> Path:
     """A data dir with one partition drawn by the dump module's generator (v0/v1/v2, codecs, txns)."""
     import random
 
-    dst.mkdir(parents=True)
+    dst.mkdir(parents=True, exist_ok=True)
     part = dst / f"gen{seed}-0"
     part.mkdir()
     gen = _Gen(random.Random(seed))
@@ -111,6 +111,32 @@ def _generated_damaged(dst: Path) -> Path:
         else:
             del raw[at + 30:]  # a torn write
         log.write_bytes(bytes(raw))
+    return dst
+
+
+def _generated_many(dst: Path, seeds: range, damage: bool) -> Path:
+    """Generated partitions `gen<seed>-0`, each with one random damage (a cut, a flipped bit, a bad size)
+    when `damage` (the dump module's _damage, seeded by the partition's seed)."""
+    import random
+
+    from tests.test_oracle_dump import _damage
+
+    for seed in seeds:
+        _generated(dst, seed)
+        if damage:
+            _damage(random.Random(seed * 7), dst / f"gen{seed}-0", ["truncate", "flip", "size"])
+    return dst
+
+
+def _offset_overflow(dst: Path) -> Path:
+    """A segment whose second batch's base offset had a bit flipped: 2^40 past the segment's base."""
+    _generated(dst, 5)
+    part = dst / "gen5-0"
+    log = sorted(part.glob("*.log"))[0]
+    raw = bytearray(log.read_bytes())
+    second = [b.position for b in read_batches(bytes(raw))][1]
+    raw[second + 2] ^= 0x01
+    log.write_bytes(bytes(raw))
     return dst
 
 
@@ -194,6 +220,15 @@ SCENARIOS: List[Scenario] = [
              ["rebuild-index", "--truncate", "--quarantine-dir", "{out}", "{data}"],
              [f"{{data}}/damaged{i}-0" for i in range(4)], rc=0,
              recover_input=tuple(f"damaged{i}-0" for i in range(4))),
+    Scenario("truncate-generated-random", lambda d: _generated_many(d, range(1, 7), damage=True),
+             ["rebuild-index", "--truncate", "--quarantine-dir", "{out}", "{data}"],
+             [f"{{data}}/gen{i}-0" for i in range(1, 7)], rc=0,
+             recover_input=tuple(f"gen{i}-0" for i in range(1, 7)),
+             empty=("gen2-0", "gen4-0", "gen6-0")),  # damaged in their first batch: Kafka keeps nothing either
+    # Kafka's loader cannot load this (it tries to split the segment and raises); kstore leaves it, exit 1
+    Scenario("truncate-offset-overflow", _offset_overflow,
+             ["rebuild-index", "--truncate", "--quarantine-dir", "{out}", "{data}"], [], rc=1,
+             recover_input=("gen5-0",)),
     # ---- retain, checked against Kafka's deleteOldSegments on the same input
     Scenario("retain-bytes", corpus("transactional-0"),
              ["retain", "--retention-ms", "-1", "--retention-bytes", "20000", "--now", str(NOW), "{data}"],
@@ -242,9 +277,17 @@ SCENARIOS: List[Scenario] = [
     Scenario("convert-legacy-safety-out", safety(magic=1, codec=safety_data.LZ4),
              ["convert-format", "--to-magic", "2", "--compression", "gzip", "--output-dir", "{out}", "{data}"],
              ["{out}/orders-0", "{out}/clicks-0"]),
-    Scenario("convert-generated-out", lambda d: _generated(d, 11),
+    Scenario("convert-generated-out", lambda d: _generated_many(d, range(11, 15), damage=False),
              ["convert-format", "--to-magic", "2", "--compression", "snappy", "--output-dir", "{out}", "{data}"],
-             ["{out}/gen11-0"]),
+             [f"{{out}}/gen{i}-0" for i in range(11, 15)]),
+    Scenario("convert-generated-v1-out", lambda d: _generated_many(d, range(15, 18), damage=False),
+             ["convert-format", "--to-magic", "1", "--compression", "lz4", "--segment-bytes", "3000",
+              "--output-dir", "{out}", "{data}"],
+             [f"{{out}}/gen{i}-0" for i in range(15, 18)]),
+    Scenario("convert-generated-v0-in-place", lambda d: _generated_many(d, range(18, 20), damage=False),
+             ["convert-format", "--to-magic", "0", "--compression", "gzip", "--batch-bytes", "500", "--in-place",
+              "{data}"],
+             [f"{{data}}/gen{i}-0" for i in range(18, 20)]),
 ]
 
 
@@ -260,6 +303,7 @@ def kstore_view(part: Path) -> dict:
     segments = Partition(str(part)).segments
     end = segments[0].base_offset if segments else 0
     for seg in segments:
+        end = max(end, seg.base_offset)  # an empty segment keeps the log end offset (a rolled, empty active one)
         for b in read_batches(seg.log):
             batches.append((b.base_offset, b.last_offset, b.magic, b.is_control,
                             getattr(b, "is_transactional", False), getattr(b, "producer_id", -1), b.is_valid))
@@ -478,7 +522,7 @@ def test_compact_cleans_what_kafka_cleans(scenario: str, partition: str, results
     assert summary["log_end_offset_after"] == mine["log_end_offset"]
 
 
-TRUNCATED = [(sc.name, p) for sc in SCENARIOS for p in sc.recover_input]
+TRUNCATED = [(sc.name, p) for sc in SCENARIOS for p in sc.recover_input if sc.outputs]
 
 
 @pytest.mark.parametrize("scenario,partition", TRUNCATED, ids=[f"{s}:{p}" for s, p in TRUNCATED])
@@ -527,3 +571,16 @@ def test_the_checks_can_fail(results) -> None:
     assert summary["truncations"] and summary["log_files_changed"]
     assert kafka_view(res)["records"] != outcome.views["v2-none-0"]["records"]
     assert kafka_view(res)["records"] == outcome.views["v2-none-0"]["records"][:len(kafka_view(res)["records"])]
+
+
+def test_offset_overflow_is_left_as_kafka_cannot_load_it(results) -> None:
+    """A base offset 2^40 past its segment's: Kafka's LogLoader sees an offset overflow, tries to split the
+    segment and raises, so no broker starts on it; kstore --truncate does not cut it either (Kafka would not),
+    leaves every byte in place and exits 1 with the reason."""
+    outcome = results["truncate-offset-overflow"]
+    kafka = outcome.kafka[("gen5-0", "input-unclean")].one("summary")
+    assert not kafka["ok"] and "Split operation is only permitted for segments with overflow" in kafka["exception"]
+    assert outcome.rc == 1 and "offset-overflow" in outcome.output and "Kafka" in outcome.output
+    data = outcome.quarantine.parent / "data" / "gen5-0"
+    for log in outcome.inputs["gen5-0"].glob("*.log"):
+        assert (data / log.name).read_bytes() == log.read_bytes()
