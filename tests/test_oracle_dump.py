@@ -40,7 +40,7 @@ from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.names import filename_prefix
 from kstore_cli.segment.recovery import apply_plan, plan_partition
 from kstore_cli.segment.snapshot import ProducerEntry, build_snapshot
-from tests.conftest import GOLDEN
+from tests.conftest import CORPUS, GOLDEN
 from tests.commands.test_dump_segment_golden import _PROBLEM_MARKS_STDERR, _PROBLEM_MARKS_STDOUT
 
 SEED = int(os.environ.get("KSTORE_ORACLE_DUMP_SEED", "15"))
@@ -257,7 +257,30 @@ def generate(root: Path) -> Tuple[List[Case], Dict[str, str]]:
                 opt = rng.choice(["--verify-index-only", "--index-sanity-check", "--print-data-log"])
                 cases.append(Case(f"{part.name}-indexes{opt}", part.name, [opt, "--files", files(index_only)]))
         cases.append(Case(f"{part.name}-snapshots", part.name, ["--files", files(snaps)]))
+    cases += kafka_written_cases(notes)
     return cases, notes
+
+
+def kafka_written_cases(notes: Dict[str, str]) -> List[Case]:
+    """The Kafka-written corpus (clean shutdown and crashed partitions) read in place: every file kind of
+    each partition with the options that read it (all read-only, so no copy)."""
+    cases = []
+    for sub in ("logs", "logs-crashed"):
+        for part in sorted(p for p in (CORPUS / sub).iterdir() if p.is_dir()):
+            name = f"{sub}/{part.name}"
+            notes[name] = "none"
+
+            def files(suffixes: Tuple[str, ...]) -> str:
+                return ",".join(str(f) for f in sorted(part.iterdir()) if f.suffix in suffixes)
+
+            cases.append(Case(f"{name}-print", name, ["--print-data-log", "--files", files((".log",))]))
+            cases.append(Case(f"{name}-shallow", name, ["--files", files((".log",))]))
+            cases.append(Case(f"{name}-indexes", name, ["--files", files((".index", ".timeindex"))]))
+            cases.append(Case(f"{name}-verify", name, ["--verify-index-only", "--files", files((".index", ".timeindex"))]))
+            cases.append(Case(f"{name}-sanity", name, ["--index-sanity-check", "--files", files((".index", ".timeindex"))]))
+            if files((".snapshot", ".txnindex")):
+                cases.append(Case(f"{name}-state", name, ["--files", files((".snapshot", ".txnindex"))]))
+    return cases
 
 
 # ------------------------------------------------------------------------------------ running both
