@@ -17,7 +17,8 @@ Per invocation (the same options given to both, absolute paths):
 * the exit status by kstore's rules (tests/commands/test_dump_segment_golden.py): 0 when nothing is
   wrong, 1 when the output shows a data problem, 1 or 3 where Kafka died.
 
-KSTORE_ORACLE_DUMP_SEED / KSTORE_ORACLE_DUMP_N draw another or a longer set (the suite: seed 15, 48 partitions).
+KSTORE_ORACLE_DUMP_SEED / KSTORE_ORACLE_DUMP_N / KSTORE_ORACLE_DUMP_DAMAGE draw another or a longer set, or
+damage more of it (the suite: seed 15, 48 partitions, 30% damaged).
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ import pytest
 from click.testing import CliRunner
 
 from kstore_cli.cli import main
-from kstore_cli.segment.builder import RecordSpec, build_control_batch, build_legacy_batch, build_v2_batch
+from kstore_cli.codecs import get_codec
+from kstore_cli.segment.builder import (RecordSpec, build_control_batch, build_legacy_batch, build_legacy_entry,
+                                         build_v2_batch)
 from kstore_cli.segment.batch import LOG_APPEND_TIME
 from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.names import filename_prefix
@@ -45,6 +48,7 @@ from tests.commands.test_dump_segment_golden import _PROBLEM_MARKS_STDERR, _PROB
 
 SEED = int(os.environ.get("KSTORE_ORACLE_DUMP_SEED", "15"))
 N_PARTITIONS = int(os.environ.get("KSTORE_ORACLE_DUMP_N", "48"))
+DAMAGE_RATE = float(os.environ.get("KSTORE_ORACLE_DUMP_DAMAGE", "0.3"))
 T0 = 1_700_000_000_000
 _DECODERS = "org.apache.kafka.tools.api."
 
@@ -233,7 +237,7 @@ def generate(root: Path) -> Tuple[List[Case], Dict[str, str]]:
         (part / (filename_prefix(end) + ".snapshot")).write_bytes(build_snapshot(entries))
         apply_plan(plan_partition(Partition(str(part)), index_interval_bytes=rng.choice([1, 64, 300, 4096])))
         damage = "none"
-        if rng.random() < 0.3:
+        if rng.random() < DAMAGE_RATE:
             damage = _damage(rng, part, ["truncate", "flip", "size", "index-flip", "index-ragged"])
         notes[part.name] = damage
         logs = sorted(f.name for f in part.glob("*.log"))
@@ -407,14 +411,33 @@ def legacy_bad_size_cases(root: Path) -> Dict[str, List[str]]:
     # one time-index entry for the damaged message: dumping it reads that message's timestamp
     (part / "00000000000000000000.timeindex").write_bytes(struct.pack(">qi", T0 + 1, 1))
     log = str(part / "00000000000000000000.log")
+    # the same inside a gzip wrapper (the second inner message), and a key size of -32769 (not -1: Kafka
+    # prints it as it is and treats the key as absent)
+    inner = [build_legacy_entry(i, 1, 0, T0 + i, b"key-%d" % i, b"value-%d" % i) for i in range(3)]
+    second = bytearray(inner[1])
+    struct.pack_into(">i", second, value_size_at, struct.unpack_from(">i", second, value_size_at)[0] + (1 << 24))
+    wrapped = get_codec(GZIP).compress(inner[0] + bytes(second) + inner[2], 1, None)
+    wrapper = build_legacy_entry(2, 1, GZIP, T0 + 2, None, wrapped)
+    negative = bytearray(build_legacy_entry(3, 1, 0, T0 + 3, None, b"no key"))
+    struct.pack_into(">i", negative, 12 + 4 + 1 + 1 + 8, -32769)
+    other = root / "legacy-inner-0"
+    other.mkdir()
+    (other / "00000000000000000000.log").write_bytes(wrapper)
+    log2 = str(other / "00000000000000000000.log")
+    third = root / "legacy-negative-0"
+    third.mkdir()
+    (third / "00000000000000000003.log").write_bytes(bytes(negative))
+    log3 = str(third / "00000000000000000003.log")
     return {"legacy-bad-size-skip-metadata": ["--deep-iteration", "--skip-record-metadata", "--files", log],
             "legacy-bad-size-deep": ["--deep-iteration", "--files", log],
             "legacy-bad-size-print": ["--print-data-log", "--files", log],
-            "legacy-bad-size-timeindex": ["--files", str(part / "00000000000000000000.timeindex")]}
+            "legacy-bad-size-timeindex": ["--files", str(part / "00000000000000000000.timeindex")],
+            "legacy-bad-size-in-wrapper-deep": ["--deep-iteration", "--files", log2],
+            "legacy-negative-key-size-print": ["--print-data-log", "--files", log3]}
 
 
 LEGACY_BAD_SIZE = ["legacy-bad-size-skip-metadata", "legacy-bad-size-deep", "legacy-bad-size-print",
-                   "legacy-bad-size-timeindex"]
+                   "legacy-bad-size-timeindex", "legacy-bad-size-in-wrapper-deep", "legacy-negative-key-size-print"]
 
 
 def test_kafka_reads_legacy_sizes_lazily(dumped) -> None:
@@ -424,12 +447,19 @@ def test_kafka_reads_legacy_sizes_lazily(dumped) -> None:
     assert "| offset: 2 " in dumped["legacy-bad-size-deep"][1].stdout
     assert dumped["legacy-bad-size-print"][1].crashed
     assert "newLimit > capacity" in dumped["legacy-bad-size-print"][1].stderr
+    wrapped = dumped["legacy-bad-size-in-wrapper-deep"][1].stdout
+    assert "| offset: 1 CreateTime: 1700000000001 keySize: 5 valueSize: 16777223 isValid: false" in wrapped
+    negative = dumped["legacy-negative-key-size-print"][1].stdout
+    assert "| offset: 3 CreateTime: 1700000000003 keySize: -32769 valueSize: 6 isValid: false" in negative
+    assert negative.endswith(" payload: no key\n")
 
 
-@pytest.mark.xfail(strict=True, reason="kstore_cli/segment/batch.py LegacyBatch._outer_entry (owner: memory) and "
-                   "the legacy decoders reject a message whose key/value sizes overrun it ('Found invalid record "
-                   "structure') before kstore_cli/dumplog.py (owner: meta) prints anything; Kafka's LegacyRecord "
-                   "reads keySize/valueSize/timestamp lazily and only fails slicing the key or value")
+@pytest.mark.xfail(strict=True, reason="kstore_cli/segment/batch.py LegacyBatch._outer_entry and "
+                   "the legacy decoders (_decode_py.py, _decode_c.c build_legacy_records; owner: memory) reject a "
+                   "message whose key/value sizes overrun it ('Found invalid record structure') before "
+                   "kstore_cli/dumplog.py (owner: meta) prints anything, and keep a negative size other than -1 as "
+                   "-1; Kafka's LegacyRecord reads keySize/valueSize/timestamp lazily and raw, and only fails "
+                   "slicing the key or value")
 @pytest.mark.parametrize("name", LEGACY_BAD_SIZE)
 def test_legacy_bad_sizes_read_as_kafka_reads_them(name: str, dumped) -> None:
     args, kafka, _note = dumped[name]
