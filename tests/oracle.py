@@ -124,8 +124,11 @@ class Oracle:
             script.append("\t".join([MAIN_CLASS[tool], str(stdin or "")] + args))
         cmd = ["java", "-Djava.security.manager=allow", heap, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                *log4j.split(), "-cp", classpath, str(_LAUNCHER)]
-        proc = subprocess.run(cmd, input="\n".join(script) + "\n", capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "LANG": os.environ.get("LANG", "C.UTF-8")})
+        # bytes, decoded here: text mode would turn a record's \r into \n
+        proc = subprocess.run(cmd, input=("\n".join(script) + "\n").encode("utf-8"), capture_output=True,
+                              timeout=timeout, env={**os.environ, "LANG": os.environ.get("LANG", "C.UTF-8")})
+        proc.stdout = proc.stdout.decode("utf-8", "surrogateescape")
+        proc.stderr = proc.stderr.decode("utf-8", "surrogateescape")
         self.jvm_starts += 1
         self.invocations += len(calls)
         outs = _split_runs(proc.stdout)
@@ -133,7 +136,9 @@ class Oracle:
         results = []
         for (tool, args), (rc, out) in zip(calls, outs):
             err = errs[len(results)][1] if len(results) < len(errs) else ""
-            results.append(OracleResult(tool, [str(a) for a in args], rc, out.splitlines(), out, err))
+            # split on \n only: a record's text may hold \r or U+2028, which str.splitlines would split on
+            lines = out[:-1].split("\n") if out.endswith("\n") else (out.split("\n") if out else [])
+            results.append(OracleResult(tool, [str(a) for a in args], rc, lines, out, err))
         if len(results) != len(calls):
             raise RuntimeError(f"kafka-oracle batch ended after {len(results)} of {len(calls)} calls "
                                f"(exit {proc.returncode}): {proc.stderr[-3000:]}")
