@@ -4,7 +4,7 @@ After rebuild-index (indexes missing, damaged), rebuild-index --truncate (torn, 
 tails), retain (retention.ms, retention.bytes, a raised log start offset), compact and convert-format
 (in place and --output-dir, to v0/v1/v2 with each codec), run on Kafka-written partitions
 (fixtures/kafka-corpus, fixtures/kafka-golden/inputs) and on generated data dirs (tests/safety_data.py,
-tests/test_oracle_dump.py's generator), Kafka's LogLoader (`load-log`) opens every output partition
+tests/oracle_gen.py), Kafka's LogLoader (`load-log`) opens every output partition
 after a clean shutdown AND after a crash (every segment recovered) with:
 
 * no exception, no truncation, no segment deleted;
@@ -38,7 +38,8 @@ from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.reader import read_batches
 from tests import safety_data
 from tests.conftest import CORPUS, GOLDEN
-from tests.test_oracle_dump import _Gen, filename_prefix
+from tests.oracle_gen import Gen, damage_partition
+from kstore_cli.segment.names import filename_prefix
 from kstore_cli.segment.recovery import apply_plan, plan_partition
 
 NOW = 1_800_000_000_000  # the clock of every retention run, far past every fixture's timestamps
@@ -66,13 +67,13 @@ def _copy_partitions(src_dir: Path, names: List[str], dst: Path) -> Path:
 
 
 def _generated(dst: Path, seed: int) -> Path:
-    """A data dir with one partition drawn by the dump module's generator (v0/v1/v2, codecs, txns)."""
+    """A data dir with one partition drawn by tests/oracle_gen.py (v0/v1/v2, codecs, txns)."""
     import random
 
     dst.mkdir(parents=True, exist_ok=True)
     part = dst / f"gen{seed}-0"
     part.mkdir()
-    gen = _Gen(random.Random(seed))
+    gen = Gen(random.Random(seed))
     segments, _end = gen.partition()
     for base, data in segments:
         (part / (filename_prefix(base) + ".log")).write_bytes(data)
@@ -81,7 +82,7 @@ def _generated(dst: Path, seed: int) -> Path:
 
 
 def _generated_damaged(dst: Path) -> Path:
-    """Generated multi-segment partitions (the dump module's generator) with one damage each, in the first
+    """Generated multi-segment partitions (tests/oracle_gen.py) with one damage each, in the first
     segment (so Kafka's recovery also drops every later segment) or in the last one."""
     import random
     import struct
@@ -91,7 +92,7 @@ def _generated_damaged(dst: Path) -> Path:
     for i, (where, kind) in enumerate([("first", "flip"), ("last", "size"), ("last", "cut"), ("first", "size")]):
         while True:
             seed += 1
-            segments, _end = _Gen(random.Random(seed)).partition()
+            segments, _end = Gen(random.Random(seed)).partition()
             if len(segments) >= 2 and all(len(data) > 400 for _b, data in segments):
                 break
         part = dst / f"damaged{i}-0"
@@ -116,15 +117,13 @@ def _generated_damaged(dst: Path) -> Path:
 
 def _generated_many(dst: Path, seeds: range, damage: bool) -> Path:
     """Generated partitions `gen<seed>-0`, each with one random damage (a cut, a flipped bit, a bad size)
-    when `damage` (the dump module's _damage, seeded by the partition's seed)."""
+    when `damage` (oracle_gen.damage_partition, seeded by the partition's seed)."""
     import random
-
-    from tests.test_oracle_dump import _damage
 
     for seed in seeds:
         _generated(dst, seed)
         if damage:
-            _damage(random.Random(seed * 7), dst / f"gen{seed}-0", ["truncate", "flip", "size"])
+            damage_partition(random.Random(seed * 7), dst / f"gen{seed}-0", ["truncate", "flip", "size"])
     return dst
 
 
