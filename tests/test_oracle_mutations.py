@@ -11,11 +11,16 @@ after a clean shutdown AND after a crash (every segment recovered) with:
 * exactly the batches and records kstore reads back from the output (offset, timestamp, key, value,
   headers, control type; batch framing, producer fields, validity), the same log end offset, and the
   log start offset kstore's checkpoint says;
-* after rebuild-index, recovery rebuilds offset and time indexes byte-identical to kstore's.
+* after rebuild-index, recovery rebuilds every index file kstore wrote byte for byte.
 
-Where kstore has its own rule, a test names it: retain deletes the segments Kafka's
-`deleteOldSegments` deletes (same log start offset, same records left); --truncate keeps exactly the
-records Kafka's recovery keeps, and the bytes Kafka deletes are in kstore's quarantine.
+Against Kafka's own mutations of the same input: retain deletes the segments Kafka's `deleteOldSegments`
+deletes (same log start offset, same records left); compact leaves what one pass of Kafka's Cleaner
+leaves; --truncate keeps exactly the records Kafka's recovery keeps. Where kstore differs on purpose, a
+test names it: the bytes Kafka's recovery deletes are in kstore's quarantine; an offset overflow Kafka
+cannot load is left in place (exit 1). A negative control (one flipped byte) shows the checks can fail.
+
+Kafka's loads use segment.index.bytes=64 KiB (LOAD_CONFIG) to keep them fast. All Kafka calls of the
+module run in ONE JVM (module fixture `results`).
 
 All Kafka calls of the module run in ONE JVM (module fixture `results`).
 """
@@ -297,9 +302,6 @@ SCENARIOS: List[Scenario] = [
 
 
 # ------------------------------------------------------------------------------------ kstore's view
-
-
-Rec = tuple
 
 
 def kstore_view(part: Path) -> dict:
