@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -38,6 +39,18 @@ MAIN_CLASS = {
     "metadata-image": "kafka.oracle.OracleMetadataImage",
 }
 _END = '{"type":"oracle_batch_end","rc":'
+_START = '{"type":"oracle_batch_start"}\n'
+_END_RE = re.compile(r'\{"type":"oracle_batch_end","rc":(-?\d+)\}\n')
+
+
+def _split_runs(text: str) -> list:
+    """(rc, exact output) of each run, from a stream where OracleBatch ended every run with an end line
+    (a run whose output does not end in a newline has the end marker on its last line)."""
+    runs, start = [], 0
+    for m in _END_RE.finditer(text):
+        runs.append((int(m.group(1)), text[start:m.start()]))
+        start = m.end()
+    return runs
 
 
 @dataclass
@@ -48,10 +61,20 @@ class OracleResult:
     args: list
     rc: int
     lines: list = field(default_factory=list)
+    #: exactly what the run wrote to stdout / stderr (Kafka's log lines included in stderr)
+    raw_stdout: Optional[str] = None
+    stderr: str = ""
 
     @property
     def stdout(self) -> str:
+        if self.raw_stdout is not None:
+            return self.raw_stdout
         return "".join(line + "\n" for line in self.lines)
+
+    @property
+    def crashed(self) -> bool:
+        """An exception escaped the harness (OracleBatch printed its stack trace on stderr)."""
+        return self.rc == 99
 
     @property
     def records(self) -> list:
@@ -101,18 +124,21 @@ class Oracle:
             script.append("\t".join([MAIN_CLASS[tool], str(stdin or "")] + args))
         cmd = ["java", "-Djava.security.manager=allow", heap, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                *log4j.split(), "-cp", classpath, str(_LAUNCHER)]
-        proc = subprocess.run(cmd, input="\n".join(script) + "\n", capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "LANG": os.environ.get("LANG", "C.UTF-8")})
+        # bytes, decoded here: text mode would turn a record's \r into \n
+        proc = subprocess.run(cmd, input=("\n".join(script) + "\n").encode("utf-8"), capture_output=True,
+                              timeout=timeout, env={**os.environ, "LANG": os.environ.get("LANG", "C.UTF-8")})
+        proc.stdout = proc.stdout.decode("utf-8", "surrogateescape")
+        proc.stderr = proc.stderr.decode("utf-8", "surrogateescape")
         self.jvm_starts += 1
         self.invocations += len(calls)
-        results, current = [], []
-        for line in proc.stdout.splitlines():
-            if line.startswith(_END):
-                tool, args = calls[len(results)]
-                results.append(OracleResult(tool, [str(a) for a in args], json.loads(line)["rc"], current))
-                current = []
-            else:
-                current.append(line)
+        outs = _split_runs(proc.stdout)
+        errs = _split_runs(proc.stderr.split(_START, 1)[-1])
+        results = []
+        for (tool, args), (rc, out) in zip(calls, outs):
+            err = errs[len(results)][1] if len(results) < len(errs) else ""
+            # split on \n only: a record's text may hold \r or U+2028, which str.splitlines would split on
+            lines = out[:-1].split("\n") if out.endswith("\n") else (out.split("\n") if out else [])
+            results.append(OracleResult(tool, [str(a) for a in args], rc, lines, out, err))
         if len(results) != len(calls):
             raise RuntimeError(f"kafka-oracle batch ended after {len(results)} of {len(calls)} calls "
                                f"(exit {proc.returncode}): {proc.stderr[-3000:]}")
