@@ -10,7 +10,7 @@ Cases (each a data dir holding ``meta.properties`` and ``__cluster_metadata-0``)
   holding the records before it; the log ends inside an unfinished metadata transaction.
 * ``trimmed``: the same snapshot, and only the log after it (the older segment deleted, as a controller
   does once a snapshot covers it).
-* ``newer``: ``full``'s log followed by a FeatureLevelRecord of a version this Kafka does not know.
+* ``newer``: ``full`` with a FeatureLevelRecord of a version Kafka 4.0 does not know before the open transaction.
 * ``bootstrap``: only ``bootstrap.checkpoint`` (a freshly formatted node).
 """
 
@@ -151,7 +151,6 @@ def history() -> List[Tuple[str, List[Tuple[Optional[bytes], bytes]]]]:
                            StoredKey=SCRAM_STORED_KEY + b"b", ServerKey=SCRAM_SERVER_KEY + b"b", Iterations=8192),
                        rec("UserScramCredentialRecord", 0, Name="carol", Mechanism=2, Salt=SCRAM_SALT + b"c",
                            StoredKey=SCRAM_STORED_KEY + b"c", ServerKey=SCRAM_SERVER_KEY + b"c", Iterations=8192),
-                       rec("RemoveUserScramCredentialRecord", 0, Name="carol", Mechanism=2),
                        rec("DelegationTokenRecord", 0, Owner="User:alice", Requester="User:alice", Renewers=["User:bob"],
                            IssueTimestamp=BASE_TS, MaxTimestamp=BASE_TS + 10**9, ExpirationTimestamp=BASE_TS + 10**8,
                            TokenId="token-one"),
@@ -167,7 +166,11 @@ def history() -> List[Tuple[str, List[Tuple[Optional[bytes], bytes]]]]:
                        rec("TopicRecord", 0, Name="aborted", TopicId=TOPIC_ABORTED),
                        partition(TOPIC_ABORTED, 0, [1], [DIR_A])]))
     H.append(("data", [rec("AbortTransactionRecord", 0, Reason="test")]))
-    H.append(("data", [rec("FenceBrokerRecord", 0, Id=3, Epoch=12),
+    # carol's removal comes after the snapshot: in one delta with bob's first credential, Kafka 4.0's
+    # ScramDelta.apply loses bob (it drops the mechanism's map when a removal empties it, then puts bob into
+    # the dropped map, depending on HashMap order) -- a Kafka bug kstore does not copy
+    H.append(("data", [rec("RemoveUserScramCredentialRecord", 0, Name="carol", Mechanism=2),
+                       rec("FenceBrokerRecord", 0, Id=3, Epoch=12),
                        rec("BrokerRegistrationChangeRecord", 1, BrokerId=2, BrokerEpoch=11, Fenced=0,
                            InControlledShutdown=1),
                        broker(4, 40, [uid(14)], None),
@@ -263,6 +266,7 @@ def main() -> int:
     end = 12 + struct.unpack_from(">i", body, 8)[0]  # the changed batch only
     struct.pack_into(">I", body, 17, crc32c(bytes(body[21:end])))
     (d / f"{0:020d}.log").write_bytes(before + bytes(body))
+    (d / snap_name).write_bytes(snap)
 
     d = _data_dir("bootstrap")
     boot = snapshot_bytes([("data", [rec("FeatureLevelRecord", 0, Name="metadata.version", FeatureLevel=21)])], 1)
