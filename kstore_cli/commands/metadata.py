@@ -89,16 +89,30 @@ def render_text(result: LoadResult) -> None:
                + ", ".join(f"{t} (owner {o})" for t, o in sorted(img.delegation_tokens.items())))
 
 
-def topic_commands(img: MetadataImage, bootstrap: str) -> List[str]:
+def _topic_config_ok(value: str) -> bool:
+    # TopicCommand splits each --config on "=" and needs exactly two parts (an empty value leaves one)
+    return value != "" and "=" not in value and value == value.strip()
+
+
+def _add_config_ok(value: str) -> bool:
+    # ConfigCommand splits --add-config on commas outside [..] and on "="; it deletes every bracket from values
+    return "=" not in value and "[" not in value and "]" not in value and value == value.strip()
+
+
+def topic_commands(img: MetadataImage, bootstrap: str) -> Tuple[List[str], List[str]]:
     """``kafka-topics.sh --create`` per topic (its configs as ``--config``), ``kafka-configs.sh --alter`` per
-    broker / cluster-default config set."""
+    broker / cluster-default config set. Returns (script lines, what the tools' syntax cannot carry)."""
     lines = ["#!/bin/sh", "# Recreates the topics and the non-default configs of the cluster (kstore metadata).",
              "set -e"]
+    left_out: List[str] = []
     q = shlex.quote
     if bootstrap != BOOTSTRAP_PLACEHOLDER:
         bootstrap = q(bootstrap)
     for t in sorted(img.topics.values(), key=lambda t: t["name"]):
         parts = [p for _n, p in sorted(t["partitions"].items())]
+        if not parts:
+            left_out.append(f"topic {t['name']}: no partitions in the image (kafka-topics.sh needs at least one)")
+            continue
         rfs = {len(p["replicas"]) for p in parts}
         cmd = ["kafka-topics.sh", "--bootstrap-server", bootstrap, "--create", "--topic", q(t["name"])]
         if len(rfs) == 1:
@@ -107,7 +121,10 @@ def topic_commands(img: MetadataImage, bootstrap: str) -> List[str]:
             # replication factors differ per partition: only an explicit assignment keeps them
             cmd += ["--replica-assignment", ",".join(":".join(str(r) for r in p["replicas"]) for p in parts)]
         for k, v in sorted(img.configs.get(("TOPIC", t["name"]), {}).items()):
-            cmd += ["--config", q(f"{k}={v}")]
+            if _topic_config_ok(v):
+                cmd += ["--config", q(f"{k}={v}")]
+            else:
+                left_out.append(f"topic {t['name']}: {k}={v!r} (kafka-topics.sh --config cannot carry this value)")
         line = " ".join(cmd)
         if t["name"] in INTERNAL_TOPICS:
             lines.append(f"# internal topic, created by Kafka itself: {line}")
@@ -118,11 +135,20 @@ def topic_commands(img: MetadataImage, bootstrap: str) -> List[str]:
             continue
         entity_type = "brokers" if rtype == "BROKER" else "broker-loggers"
         target = ["--entity-default"] if name == "" else ["--entity-name", q(name)]
-        # --add-config splits on commas: a value holding one is bracketed, as kafka-configs.sh expects
-        kv = ",".join(f"{k}=[{v}]" if "," in v else f"{k}={v}" for k, v in sorted(data.items()))
-        lines.append(" ".join(["kafka-configs.sh", "--bootstrap-server", bootstrap, "--alter", "--entity-type",
-                               entity_type, *target, "--add-config", q(kv)]))
-    return lines
+        pairs = []
+        for k, v in sorted(data.items()):
+            if _add_config_ok(v):
+                # a value holding a comma is bracketed, as kafka-configs.sh expects
+                pairs.append(f"{k}=[{v}]" if "," in v else f"{k}={v}")
+            else:
+                left_out.append(f"{entity_type} {name or '(cluster default)'}: {k}={v!r} "
+                                f"(kafka-configs.sh --add-config cannot carry this value)")
+        if pairs:
+            lines.append(" ".join(["kafka-configs.sh", "--bootstrap-server", bootstrap, "--alter", "--entity-type",
+                                   entity_type, *target, "--add-config", q(",".join(pairs))]))
+    for item in left_out:
+        lines.append(f"# NOT RECREATED: {item}")
+    return lines, left_out
 
 
 @click.command("metadata")
@@ -157,12 +183,17 @@ def command(paths: Tuple[str, ...], as_of: Optional[str], as_json: bool, fmt: st
         for obj in image_json(result.image):
             click.echo(json.dumps(obj))
     elif fmt == "commands":
-        for line in topic_commands(result.image, bootstrap_server):
+        lines, left_out = topic_commands(result.image, bootstrap_server)
+        for line in lines:
             click.echo(line)
+        for item in left_out:
+            result.problems.append(f"not in the script: {item}")
     else:
         render_text(result)
     for note in result.notes:
         click.echo(f"kstore: note: {note}", err=True)
     for problem in result.problems:
         click.echo(f"kstore: problem: {problem}", err=True)
-    return ExitStatus.PROBLEMS if result.problems else ExitStatus.OK
+    if result.problems:
+        click.get_current_context().exit(int(ExitStatus.PROBLEMS))
+    return int(ExitStatus.OK)
