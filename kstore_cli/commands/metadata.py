@@ -169,6 +169,12 @@ def command(paths: Tuple[str, ...], as_of: Optional[str], as_json: bool, fmt: st
     listed by name only.
 
     \b
+    Examples:
+      kstore metadata /var/lib/kafka/data
+      kstore metadata --as-of 2024-05-01T03:00:00Z --json /var/lib/kafka/data
+      BOOTSTRAP_SERVER=new:9092 sh -c "$(kstore metadata --format commands /var/lib/kafka/data)"
+
+    \b
     Exit status: 0 loaded; 1 a record did not apply, a newer record stopped the read, or the log is
     damaged; 2 usage; 3 unreadable.
     """
