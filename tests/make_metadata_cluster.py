@@ -11,6 +11,7 @@ Cases (each a data dir holding ``meta.properties`` and ``__cluster_metadata-0``)
 * ``trimmed``: the same snapshot, and only the log after it (the older segment deleted, as a controller
   does once a snapshot covers it).
 * ``newer``: ``full`` with a FeatureLevelRecord of a version Kafka 4.0 does not know before the open transaction.
+* ``levels``: every metadata.version feature level Kafka 4.0 knows and every ZK migration state, a batch each.
 * ``bootstrap``: only ``bootstrap.checkpoint`` (a freshly formatted node).
 """
 
@@ -267,6 +268,11 @@ def main() -> int:
     struct.pack_into(">I", body, 17, crc32c(bytes(body[21:end])))
     (d / f"{0:020d}.log").write_bytes(before + bytes(body))
     (d / snap_name).write_bytes(snap)
+
+    d = _data_dir("levels")
+    levels = [("data", [rec("FeatureLevelRecord", 0, Name="metadata.version", FeatureLevel=level),
+                        rec("ZkMigrationStateRecord", 0, ZkMigrationState=level % 5)]) for level in range(1, 26)]
+    (d / f"{0:020d}.log").write_bytes(_batches(levels)[0])
 
     d = _data_dir("bootstrap")
     boot = snapshot_bytes([("data", [rec("FeatureLevelRecord", 0, Name="metadata.version", FeatureLevel=21)])], 1)

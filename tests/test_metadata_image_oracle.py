@@ -34,8 +34,10 @@ def _mdir(case: str) -> Path:
     return CASES / case / "__cluster_metadata-0"
 
 
+LEVELS = range(1, 26)  # metadata.version feature levels of Kafka 4.0; the "levels" case has a batch (2 records) each
 CALLS = ([("metadata-image", [str(_mdir(c)), "--no-check"]) for c in ("full", "trimmed", "newer")]
-         + [("metadata-image", [str(_mdir("full")), "--no-check", "--as-of", str(o)]) for o in AS_OF])
+         + [("metadata-image", [str(_mdir("full")), "--no-check", "--as-of", str(o)]) for o in AS_OF]
+         + [("metadata-image", [str(_mdir("levels")), "--no-check", "--as-of", str(2 * n)]) for n in LEVELS])
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +159,10 @@ def test_cli_json_matches_kafka(kafka):
     assert lines[0]["meta_properties"]["cluster.id"] == "kstoreClusterIdTest0001"
     _assert_same(_ours(lines[1:]), _without_loader_quirk(_kafka_entities(kafka[(str(_mdir("full")),)]), 10**9))
     assert "not finished" in proc.stderr  # the open transaction is said, not silently dropped
+
+
+def test_every_metadata_version_and_migration_state_is_named_as_kafka_names_it(kafka):
+    for n in LEVELS:
+        theirs = _kafka_entities(kafka[(str(_mdir("levels")), "--as-of", str(2 * n))])
+        ours = _kstore("levels", as_of_offset=2 * n)
+        assert ours[0] == theirs[0], n
