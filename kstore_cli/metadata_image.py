@@ -455,6 +455,9 @@ class MetadataSource:
     metadata_dir: Optional[str]
     checkpoint: Optional[str] = None  # a snapshot file given on its own
     meta_properties: Dict[str, str] = field(default_factory=dict)
+    #: ``bootstrap.checkpoint`` (BootstrapDirectory keeps it in the metadata log dir, next to
+    #: ``__cluster_metadata-0``; one inside that dir is taken too)
+    bootstrap: Optional[str] = None
 
 
 def _read_properties(path: str) -> Dict[str, str]:
@@ -475,6 +478,7 @@ def find_metadata(paths: List[str]) -> MetadataSource:
     """The metadata log among ``paths`` (data dirs, the ``__cluster_metadata-0`` dir, or a ``.checkpoint``)."""
     found: List[str] = []
     checkpoint = None
+    bootstrap = None
     props: Dict[str, str] = {}
     for p in paths:
         if os.path.isfile(p) and p.endswith(".checkpoint"):
@@ -491,16 +495,19 @@ def find_metadata(paths: List[str]) -> MetadataSource:
             data_dir = p
             if os.path.isdir(os.path.join(p, METADATA_DIR_NAME)):
                 found.append(os.path.join(p, METADATA_DIR_NAME))
+        for where in (data_dir, os.path.join(data_dir, METADATA_DIR_NAME)):
+            if bootstrap is None and os.path.isfile(os.path.join(where, BOOTSTRAP_CHECKPOINT)):
+                bootstrap = os.path.join(where, BOOTSTRAP_CHECKPOINT)
         meta = os.path.join(data_dir, "meta.properties")
         if os.path.isfile(meta):
             props = props or _read_properties(meta)
     if len(found) > 1:
         raise UsageError(f"more than one {METADATA_DIR_NAME} ({', '.join(found)}): name one")
-    if not found and checkpoint is None:
+    if not found and checkpoint is None and bootstrap is None:
         raise UsageError(f"no {METADATA_DIR_NAME} in {', '.join(paths)} (a KRaft node's metadata log dir holds it)")
     if found and checkpoint is not None:
         raise UsageError("give either a metadata dir or a .checkpoint file, not both")
-    return MetadataSource(found[0] if found else None, checkpoint, props)
+    return MetadataSource(found[0] if found else None, checkpoint, props, bootstrap)
 
 
 @dataclass
@@ -597,9 +604,11 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
         if m:
             snapshots = [(int(m.group(1)), int(m.group(2)), src.checkpoint)]
         segments: List[Tuple[int, str]] = []
-    else:
+    elif src.metadata_dir is not None:
         snapshots = _snapshots(src.metadata_dir)
         segments = _segments(src.metadata_dir)
+    else:
+        snapshots, segments = [], []
     source["snapshots"] = [os.path.basename(s[2]) for s in snapshots]
     source["segments"] = [os.path.basename(s[1]) for s in segments]
 
@@ -648,15 +657,13 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
     except NewerRecordError as e:
         stopped = str(e)
         problems.append(f"read stopped: {e} (the image is as of offset {last_offset + 1})")
-    if snapshot is None and log_records == 0 and src.metadata_dir is not None:
-        boot = os.path.join(src.metadata_dir, BOOTSTRAP_CHECKPOINT)
-        if os.path.isfile(boot):
-            for b in read_file_batches(boot):
-                for rec in b.records:
-                    loader._apply(rec)
-                    records_read += 1
-            notes.append(f"no snapshot and no log records: the image is {BOOTSTRAP_CHECKPOINT}'s")
-            source["bootstrap"] = BOOTSTRAP_CHECKPOINT
+    if snapshot is None and log_records == 0 and src.checkpoint is None and src.bootstrap is not None:
+        for b in read_file_batches(src.bootstrap):
+            for rec in b.records:
+                loader._apply(rec)
+                records_read += 1
+        notes.append(f"no snapshot and no log records: the image is {src.bootstrap}'s")
+        source["bootstrap"] = src.bootstrap
     for (what, version), (first, count) in sorted(newer.items()):
         problems.append(f"{count} {what.split(' in ')[0]} record(s) of version {version} in "
                         f"{what.split(' in ', 1)[1]} (first at offset {first}) are newer than this kstore knows: "

@@ -12,7 +12,8 @@ Cases (each a data dir holding ``meta.properties`` and ``__cluster_metadata-0``)
   does once a snapshot covers it).
 * ``newer``: ``full`` with a FeatureLevelRecord of a version Kafka 4.0 does not know before the open transaction.
 * ``levels``: every metadata.version feature level Kafka 4.0 knows and every ZK migration state, a batch each.
-* ``bootstrap``: only ``bootstrap.checkpoint`` (a freshly formatted node).
+* ``bootstrap``: only ``bootstrap.checkpoint`` in the log dir, no ``__cluster_metadata-0`` (a freshly formatted
+  node).
 """
 
 from __future__ import annotations
@@ -276,7 +277,8 @@ def main() -> int:
 
     d = _data_dir("bootstrap")
     boot = snapshot_bytes([("data", [rec("FeatureLevelRecord", 0, Name="metadata.version", FeatureLevel=21)])], 1)
-    (d / "bootstrap.checkpoint").write_bytes(boot)
+    (d.parent / "bootstrap.checkpoint").write_bytes(boot)  # where BootstrapDirectory keeps it: the log dir
+    d.rmdir()
     (ROOT / "SPANS.txt").write_text(f"snapshot_end={snapshot_end}\n" + "".join(f"{a} {b}\n" for a, b in spans))
     return 0
 

@@ -151,9 +151,27 @@ def test_bootstrap_checkpoint_where_there_is_nothing_else(runner):
     res = run(runner, "--json", CASES / "bootstrap")
     assert res.exit_code == 0
     lines = [json.loads(line) for line in res.stdout.splitlines()]
-    assert lines[0]["bootstrap"] == "bootstrap.checkpoint"
+    assert lines[0]["bootstrap"] == str(CASES / "bootstrap" / "bootstrap.checkpoint")
     assert lines[1]["metadata_version"] == "3.9-IV0"
     assert "bootstrap.checkpoint" in res.stderr
+
+
+def test_bootstrap_checkpoint_is_not_used_when_there_is_a_log(tmp_path, runner):
+    d = _copy(tmp_path)
+    shutil.copy(CASES / "bootstrap" / "bootstrap.checkpoint", d / "bootstrap.checkpoint")
+    res = run(runner, "--json", d)
+    assert res.exit_code == 0 and "bootstrap" not in json.loads(res.stdout.splitlines()[0])
+    assert json.loads(res.stdout.splitlines()[1])["metadata_version"] == "4.0-IV0"
+
+
+def test_data_dirs_are_searched_for_the_metadata_log(tmp_path, runner):
+    other = tmp_path / "other"
+    (other / "orders-0").mkdir(parents=True)
+    res = run(runner, "--json", other, CASES / "full")
+    assert res.exit_code == 0 and json.loads(res.stdout.splitlines()[0])["metadata_dir"].endswith("__cluster_metadata-0")
+    two = _copy(tmp_path)
+    proc = kstore(two, CASES / "full")
+    assert proc.returncode == 2 and "more than one __cluster_metadata-0" in proc.stderr
 
 
 def test_a_checkpoint_file_on_its_own(runner):
