@@ -412,11 +412,12 @@ class FileBatch:
     records: List[MetadataRecord]
 
 
-def read_file_batches(path: str) -> Iterator[FileBatch]:
+def read_file_batches(path: str, skip_below: int = -1) -> Iterator[FileBatch]:
     """The batches of a metadata segment or snapshot file, CRCs checked; records decoded lazily per batch.
 
     A damaged batch raises CorruptDataError naming the file and byte; a NewerRecordError stops the read.
     Trailing bytes that are not a whole batch raise CorruptDataError too (Kafka's recovery would cut them).
+    Batches that end below ``skip_below`` (covered by a snapshot) are checked but their records not decoded.
     """
     from kstore_cli.parsers.control import control_type_name
 
@@ -429,7 +430,7 @@ def read_file_batches(path: str) -> Iterator[FileBatch]:
                                    path=path, position=batch.position)
         control: List[str] = []
         records: List[MetadataRecord] = []
-        for rec in batch.records():
+        for rec in (batch.records() if batch.last_offset >= skip_below else ()):
             if batch.is_control:
                 _version, type_id = parse_control_key(rec.key)
                 control.append(control_type_name(type_id))
@@ -536,9 +537,9 @@ def _segments(metadata_dir: str) -> List[Tuple[int, str]]:
                   for n in os.listdir(metadata_dir) if (m := _SEGMENT_NAME.match(n)))
 
 
-def _log_batches(segments: List[Tuple[int, str]]) -> Iterator[FileBatch]:
+def _log_batches(segments: List[Tuple[int, str]], skip_below: int = -1) -> Iterator[FileBatch]:
     for _base, path in segments:
-        yield from read_file_batches(path)
+        yield from read_file_batches(path, skip_below)
 
 
 class _Loader:
@@ -615,7 +616,7 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
     if as_of_time is not None:
         # the end offset: the first log batch with a later timestamp
         as_of_offset = None
-        for b in _log_batches(segments):
+        for b in _log_batches(segments, 1 << 62):  # timestamps only
             if b.max_timestamp > as_of_time:
                 as_of_offset = b.base_offset
                 break
@@ -641,7 +642,7 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
     batches = 0
     stopped: Optional[str] = None
     try:
-        for b in _log_batches(segments):
+        for b in _log_batches(segments, start):
             if as_of_offset is not None and b.last_offset >= as_of_offset:
                 break
             if b.last_offset < start:
