@@ -68,40 +68,92 @@ class ReplayFault(KstoreError):
 
 
 @dataclass
-class MetadataImage:
-    """The cluster as of ``last_offset`` (all parts keyed as Kafka's image classes key them)."""
+class FeaturesImage:
+    """metadata.version (its feature level) and the other finalized feature levels."""
 
-    #: FeaturesImage: metadata.version level and the other finalized feature levels
     metadata_version_level: int = DEFAULT_METADATA_VERSION
     finalized_versions: Dict[str, int] = field(default_factory=dict)
     zk_migration_state: str = "NONE"
-    #: ClusterImage
-    brokers: Dict[int, Dict[str, Any]] = field(default_factory=dict)
-    controllers: Dict[int, Dict[str, Any]] = field(default_factory=dict)
-    #: TopicsImage: topic id -> {"name", "id", "partitions": {partition: registration}}
-    topics: Dict[str, Dict[str, Any]] = field(default_factory=dict)
-    #: ConfigurationsImage: (resource type name, resource name) -> {key: value}
-    configs: Dict[Tuple[str, str], Dict[str, str]] = field(default_factory=dict)
-    #: ProducerIdsImage
-    next_producer_id: int = -1
-    #: AclsImage: id -> entry
-    acls: Dict[str, Dict[str, Any]] = field(default_factory=dict)
-    #: ClientQuotasImage: entity (sorted (type, name) pairs) -> {key: value}
-    client_quotas: Dict[Tuple[Tuple[str, Optional[str]], ...], Dict[str, float]] = field(default_factory=dict)
-    #: ScramImage: mechanism -> user names (the credentials themselves are never kept)
-    scram: Dict[str, set] = field(default_factory=dict)
-    #: DelegationTokenImage: token id -> owner (the token's HMAC is never kept)
-    delegation_tokens: Dict[str, str] = field(default_factory=dict)
 
     @property
     def metadata_version(self) -> str:
         return METADATA_VERSIONS.get(self.metadata_version_level, f"level {self.metadata_version_level}")
 
-    def topic_by_name(self, name: str) -> Optional[Dict[str, Any]]:
-        for t in self.topics.values():
+
+@dataclass
+class ClusterImage:
+    """Broker and controller registrations by id."""
+
+    brokers: Dict[int, Dict[str, Any]] = field(default_factory=dict)
+    controllers: Dict[int, Dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class TopicsImage:
+    """Topic id -> {"name", "id", "partitions": {partition: registration}}."""
+
+    by_id: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+
+    def get_topic(self, name: str) -> Optional[Dict[str, Any]]:
+        for t in self.by_id.values():
             if t["name"] == name:
                 return t
         return None
+
+
+@dataclass
+class ConfigurationsImage:
+    """(resource type name, resource name) -> {key: value}; broker "" is the cluster default."""
+
+    resource_data: Dict[Tuple[str, str], Dict[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class ProducerIdsImage:
+    next_producer_id: int = -1
+
+
+@dataclass
+class AclsImage:
+    """ACL id -> entry."""
+
+    acls: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class ClientQuotasImage:
+    """Entity (sorted (type, name) pairs; name None = the default entity) -> {key: value}."""
+
+    entities: Dict[Tuple[Tuple[str, Optional[str]], ...], Dict[str, float]] = field(default_factory=dict)
+
+
+@dataclass
+class ScramImage:
+    """Mechanism -> user names. The credentials (salt, stored key, server key) are never kept."""
+
+    mechanisms: Dict[str, set] = field(default_factory=dict)
+
+
+@dataclass
+class DelegationTokenImage:
+    """Token id -> owner. Nothing secret is kept."""
+
+    tokens: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class MetadataImage:
+    """The cluster as of the end of what was replayed, in the parts Kafka's MetadataImage has."""
+
+    features: FeaturesImage = field(default_factory=FeaturesImage)
+    cluster: ClusterImage = field(default_factory=ClusterImage)
+    topics: TopicsImage = field(default_factory=TopicsImage)
+    configs: ConfigurationsImage = field(default_factory=ConfigurationsImage)
+    producer_ids: ProducerIdsImage = field(default_factory=ProducerIdsImage)
+    acls: AclsImage = field(default_factory=AclsImage)
+    client_quotas: ClientQuotasImage = field(default_factory=ClientQuotasImage)
+    scram: ScramImage = field(default_factory=ScramImage)
+    delegation_tokens: DelegationTokenImage = field(default_factory=DelegationTokenImage)
 
 
 class MetadataDelta:
@@ -119,20 +171,20 @@ class MetadataDelta:
     @staticmethod
     def _feature_level(img: MetadataImage, r: Dict[str, Any]) -> None:
         if r["Name"] == "metadata.version":
-            img.metadata_version_level = r["FeatureLevel"]
+            img.features.metadata_version_level = r["FeatureLevel"]
         elif r["FeatureLevel"] == 0:
-            img.finalized_versions.pop(r["Name"], None)  # level 0 removes a feature
+            img.features.finalized_versions.pop(r["Name"], None)  # level 0 removes a feature
         else:
-            img.finalized_versions[r["Name"]] = r["FeatureLevel"]
+            img.features.finalized_versions[r["Name"]] = r["FeatureLevel"]
 
     @staticmethod
     def _zk_migration(img: MetadataImage, r: Dict[str, Any]) -> None:
-        img.zk_migration_state = _name(ZK_MIGRATION_STATES, r["ZkMigrationState"])
+        img.features.zk_migration_state = _name(ZK_MIGRATION_STATES, r["ZkMigrationState"])
 
     # -- ClusterImage ----------------------------------------------------------------------------
     @staticmethod
     def _register_broker(img: MetadataImage, r: Dict[str, Any]) -> None:
-        img.brokers[r["BrokerId"]] = {
+        img.cluster.brokers[r["BrokerId"]] = {
             "id": r["BrokerId"], "epoch": r["BrokerEpoch"], "incarnation_id": r["IncarnationId"],
             "fenced": r["Fenced"], "in_controlled_shutdown": r["InControlledShutdown"], "rack": r["Rack"],
             "is_migrating_zk_broker": r["IsMigratingZkBroker"],
@@ -142,7 +194,7 @@ class MetadataDelta:
 
     @staticmethod
     def _unregister_broker(img: MetadataImage, r: Dict[str, Any]) -> None:
-        img.brokers.pop(r["BrokerId"], None)
+        img.cluster.brokers.pop(r["BrokerId"], None)
 
     @staticmethod
     def _fence(img: MetadataImage, r: Dict[str, Any], fenced: bool) -> None:
@@ -169,7 +221,7 @@ class MetadataDelta:
 
     @staticmethod
     def _register_controller(img: MetadataImage, r: Dict[str, Any]) -> None:
-        img.controllers[r["ControllerId"]] = {
+        img.cluster.controllers[r["ControllerId"]] = {
             "id": r["ControllerId"], "incarnation_id": r["IncarnationId"],
             "zk_migration_ready": r["ZkMigrationReady"], "endpoints": _endpoints(r["EndPoints"]),
             "supported_features": _features(r["Features"]),
@@ -178,7 +230,7 @@ class MetadataDelta:
     # -- TopicsImage / ConfigurationsImage -------------------------------------------------------
     @staticmethod
     def _topic(img: MetadataImage, r: Dict[str, Any]) -> None:
-        img.topics[r["TopicId"]] = {"name": r["Name"], "id": r["TopicId"], "partitions": {}}
+        img.topics.by_id[r["TopicId"]] = {"name": r["Name"], "id": r["TopicId"], "partitions": {}}
 
     @staticmethod
     def _partition(img: MetadataImage, r: Dict[str, Any]) -> None:
@@ -217,30 +269,30 @@ class MetadataDelta:
 
     @staticmethod
     def _remove_topic(img: MetadataImage, r: Dict[str, Any]) -> None:
-        topic = img.topics.pop(r["TopicId"], None)
+        topic = img.topics.by_id.pop(r["TopicId"], None)
         if topic is None:
             raise ReplayFault(f"Failed to find topic with id {r['TopicId']} to remove")
-        img.configs.pop(("TOPIC", topic["name"]), None)  # a removed topic takes its configs along
+        img.configs.resource_data.pop(("TOPIC", topic["name"]), None)  # a removed topic takes its configs along
 
     @staticmethod
     def _config(img: MetadataImage, r: Dict[str, Any]) -> None:
         resource = (_name(CONFIG_RESOURCE_TYPES, r["ResourceType"]), r["ResourceName"])
-        data = img.configs.setdefault(resource, {})
+        data = img.configs.resource_data.setdefault(resource, {})
         if r["Value"] is None:
             data.pop(r["Name"], None)
         else:
             data[r["Name"]] = r["Value"]
         if not data:
-            del img.configs[resource]
+            del img.configs.resource_data[resource]
 
     # -- the rest --------------------------------------------------------------------------------
     @staticmethod
     def _producer_ids(img: MetadataImage, r: Dict[str, Any]) -> None:
-        img.next_producer_id = r["NextProducerId"]
+        img.producer_ids.next_producer_id = r["NextProducerId"]
 
     @staticmethod
     def _acl(img: MetadataImage, r: Dict[str, Any]) -> None:
-        img.acls[r["Id"]] = {
+        img.acls.acls[r["Id"]] = {
             "id": r["Id"], "resource_type": _name(ACL_RESOURCE_TYPES, r["ResourceType"]),
             "resource_name": r["ResourceName"], "pattern_type": _name(ACL_PATTERN_TYPES, r["PatternType"]),
             "principal": r["Principal"], "host": r["Host"], "operation": _name(ACL_OPERATIONS, r["Operation"]),
@@ -249,23 +301,23 @@ class MetadataDelta:
 
     @staticmethod
     def _remove_acl(img: MetadataImage, r: Dict[str, Any]) -> None:
-        if img.acls.pop(r["Id"], None) is None:
+        if img.acls.acls.pop(r["Id"], None) is None:
             raise ReplayFault(f"Failed to find ACL with id {r['Id']} to remove")
 
     @staticmethod
     def _client_quota(img: MetadataImage, r: Dict[str, Any]) -> None:
         entity = tuple(sorted((e["EntityType"], e["EntityName"]) for e in r["Entity"]))
-        quotas = img.client_quotas.setdefault(entity, {})
+        quotas = img.client_quotas.entities.setdefault(entity, {})
         if r["Remove"]:
             quotas.pop(r["Key"], None)
         else:
             quotas[r["Key"]] = r["Value"]
         if not quotas:
-            del img.client_quotas[entity]
+            del img.client_quotas.entities[entity]
 
     @staticmethod
     def _scram(img: MetadataImage, r: Dict[str, Any], remove: bool) -> None:
-        users = img.scram.setdefault(_name(SCRAM_MECHANISMS, r["Mechanism"]), set())
+        users = img.scram.mechanisms.setdefault(_name(SCRAM_MECHANISMS, r["Mechanism"]), set())
         if remove:
             users.discard(r["Name"])
         else:
@@ -274,20 +326,20 @@ class MetadataDelta:
     @staticmethod
     def _token(img: MetadataImage, r: Dict[str, Any], remove: bool) -> None:
         if remove:
-            img.delegation_tokens.pop(r["TokenId"], None)
+            img.delegation_tokens.tokens.pop(r["TokenId"], None)
         else:
-            img.delegation_tokens[r["TokenId"]] = r["Owner"]
+            img.delegation_tokens.tokens[r["TokenId"]] = r["Owner"]
 
 
 def _broker(img: MetadataImage, broker_id: int, epoch: int) -> Dict[str, Any]:
-    broker = img.brokers.get(broker_id)
+    broker = img.cluster.brokers.get(broker_id)
     if broker is None or broker["epoch"] != epoch:
         raise ReplayFault(f"no broker {broker_id} with epoch {epoch} registered")
     return broker
 
 
 def _topic_or_fault(img: MetadataImage, topic_id: str, what: str) -> Dict[str, Any]:
-    topic = img.topics.get(topic_id)
+    topic = img.topics.by_id.get(topic_id)
     if topic is None:
         raise ReplayFault(f"{what} for unknown topic id {topic_id}")
     return topic
@@ -675,8 +727,8 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
                      f"{len(loader.txn)} record(s) are not in the image (as in Kafka)")
     if loader.aborted:
         notes.append(f"{loader.aborted} aborted metadata transaction(s) left out")
-    if image.metadata_version_level not in METADATA_VERSIONS:
-        problems.append(f"metadata.version feature level {image.metadata_version_level} is newer than this "
+    if image.features.metadata_version_level not in METADATA_VERSIONS:
+        problems.append(f"metadata.version feature level {image.features.metadata_version_level} is newer than this "
                         f"kstore knows (up to {max(METADATA_VERSIONS)})")
     source.update({"snapshot_records": records_read, "log_batches": batches, "log_records": log_records,
                    "as_of_offset": as_of_offset, "as_of_time": as_of_time, "end_offset": last_offset + 1,
@@ -691,29 +743,29 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
 def image_json(image: MetadataImage) -> List[Dict[str, Any]]:
     """The image as JSON objects (one per entity), in the oracle's ``metadata-image`` field names."""
     out: List[Dict[str, Any]] = [{
-        "type": "features", "metadata_version": image.metadata_version,
-        "metadata_version_level": image.metadata_version_level,
-        "finalized_versions": dict(sorted(image.finalized_versions.items())),
-        "zk_migration_state": image.zk_migration_state,
+        "type": "features", "metadata_version": image.features.metadata_version,
+        "metadata_version_level": image.features.metadata_version_level,
+        "finalized_versions": dict(sorted(image.features.finalized_versions.items())),
+        "zk_migration_state": image.features.zk_migration_state,
     }]
-    for _id, b in sorted(image.brokers.items()):
+    for _id, b in sorted(image.cluster.brokers.items()):
         out.append({"type": "broker", **b})
-    for _id, c in sorted(image.controllers.items()):
+    for _id, c in sorted(image.cluster.controllers.items()):
         out.append({"type": "controller", **c})
-    for t in sorted(image.topics.values(), key=lambda t: t["name"]):
+    for t in sorted(image.topics.by_id.values(), key=lambda t: t["name"]):
         out.append({"type": "topic", "name": t["name"], "id": t["id"],
                     "partitions": [p for _n, p in sorted(t["partitions"].items())]})
-    for (rtype, name), data in sorted(image.configs.items()):
+    for (rtype, name), data in sorted(image.configs.resource_data.items()):
         out.append({"type": "config", "resource_type": rtype, "name": name, "configs": dict(sorted(data.items()))})
-    out.append({"type": "producer_ids", "next_producer_id": image.next_producer_id})
-    for _id, a in sorted(image.acls.items()):
+    out.append({"type": "producer_ids", "next_producer_id": image.producer_ids.next_producer_id})
+    for _id, a in sorted(image.acls.acls.items()):
         out.append({"type": "acl", **a})
-    for entity, quotas in sorted(image.client_quotas.items(), key=lambda e: str(e[0])):
+    for entity, quotas in sorted(image.client_quotas.entities.items(), key=lambda e: str(e[0])):
         out.append({"type": "client_quota", "entity": {k: v for k, v in entity},
                     "quotas": dict(sorted(quotas.items()))})
-    for mech, users in sorted(image.scram.items()):
+    for mech, users in sorted(image.scram.mechanisms.items()):
         for user in sorted(users):
             out.append({"type": "scram_user", "mechanism": mech, "name": user})
-    for token_id, owner in sorted(image.delegation_tokens.items()):
+    for token_id, owner in sorted(image.delegation_tokens.tokens.items()):
         out.append({"type": "delegation_token", "id": token_id, "owner": owner})
     return out

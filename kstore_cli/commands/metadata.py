@@ -42,24 +42,24 @@ def render_text(result: LoadResult) -> None:
     click.echo(f"cluster id: {cluster_id or 'unknown (no meta.properties next to the metadata log)'}")
     click.echo(f"as of end offset {src['end_offset']}" + (f" (snapshot {src['snapshot']}, then "
                f"{src['log_records']} log record(s))" if src["snapshot"] else f" ({src['log_records']} log record(s))"))
-    feats = ", ".join(f"{k}={v}" for k, v in sorted(img.finalized_versions.items()))
-    click.echo(f"metadata.version: {img.metadata_version} (level {img.metadata_version_level})"
+    feats = ", ".join(f"{k}={v}" for k, v in sorted(img.features.finalized_versions.items()))
+    click.echo(f"metadata.version: {img.features.metadata_version} (level {img.features.metadata_version_level})"
                + (f"; features: {feats}" if feats else ""))
     click.echo("")
-    click.echo(f"brokers ({len(img.brokers)}):")
-    for b in sorted(img.brokers.values(), key=lambda b: b["id"]):
+    click.echo(f"brokers ({len(img.cluster.brokers)}):")
+    for b in sorted(img.cluster.brokers.values(), key=lambda b: b["id"]):
         state = "fenced" if b["fenced"] else "active"
         if b["in_controlled_shutdown"]:
             state += ", in controlled shutdown"
         eps = " ".join(f"{e['listener']}://{e['host']}:{e['port']}" for e in b["endpoints"])
         click.echo(f"  {b['id']}  epoch {b['epoch']}  {state}  rack {b['rack'] or '-'}  {eps}  "
                    f"log dirs {','.join(b['log_dirs']) or '-'}")
-    click.echo(f"controllers ({len(img.controllers)}):")
-    for c in sorted(img.controllers.values(), key=lambda c: c["id"]):
+    click.echo(f"controllers ({len(img.cluster.controllers)}):")
+    for c in sorted(img.cluster.controllers.values(), key=lambda c: c["id"]):
         eps = " ".join(f"{e['listener']}://{e['host']}:{e['port']}" for e in c["endpoints"])
         click.echo(f"  {c['id']}  {eps}")
-    click.echo(f"topics ({len(img.topics)}):")
-    for t in sorted(img.topics.values(), key=lambda t: t["name"]):
+    click.echo(f"topics ({len(img.topics.by_id)}):")
+    for t in sorted(img.topics.by_id.values(), key=lambda t: t["name"]):
         click.echo(f"  {t['name']}  id {t['id']}  {len(t['partitions'])} partition(s)")
         for n, p in sorted(t["partitions"].items()):
             extra = ""
@@ -69,24 +69,24 @@ def render_text(result: LoadResult) -> None:
                 extra += f"  {p['leaderRecoveryState']}"
             click.echo(f"    {n}: leader {p['leader']} (epoch {p['leaderEpoch']})  replicas {_ids(p['replicas'])}"
                        f"  isr {_ids(p['isr'])}  dirs {','.join(p['directories'])}{extra}")
-    click.echo(f"configs ({len(img.configs)}):")
-    for (rtype, name), data in sorted(img.configs.items()):
+    click.echo(f"configs ({len(img.configs.resource_data)}):")
+    for (rtype, name), data in sorted(img.configs.resource_data.items()):
         label = f"{rtype.lower()} {name}" if name else f"{rtype.lower()} (cluster default)"
         for k, v in sorted(data.items()):
             click.echo(f"  {label}: {k}={v}")
-    click.echo(f"next producer id: {img.next_producer_id}")
-    click.echo(f"acls ({len(img.acls)}):")
-    for a in sorted(img.acls.values(), key=lambda a: a["id"]):
+    click.echo(f"next producer id: {img.producer_ids.next_producer_id}")
+    click.echo(f"acls ({len(img.acls.acls)}):")
+    for a in sorted(img.acls.acls.values(), key=lambda a: a["id"]):
         click.echo(f"  {a['permission_type']} {a['principal']} {a['operation']} on {a['resource_type']} "
                    f"{a['pattern_type']} {a['resource_name']} from {a['host']}")
-    click.echo(f"client quotas ({len(img.client_quotas)}):")
-    for entity, quotas in sorted(img.client_quotas.items(), key=lambda e: str(e[0])):
+    click.echo(f"client quotas ({len(img.client_quotas.entities)}):")
+    for entity, quotas in sorted(img.client_quotas.entities.items(), key=lambda e: str(e[0])):
         who = ",".join(f"{k}={v if v is not None else '(default)'}" for k, v in entity)
         click.echo(f"  {who}: " + ", ".join(f"{k}={v}" for k, v in sorted(quotas.items())))
-    users = sorted((m, u) for m, us in img.scram.items() for u in us)
+    users = sorted((m, u) for m, us in img.scram.mechanisms.items() for u in us)
     click.echo(f"scram users ({len(users)}): " + ", ".join(f"{u} ({m})" for m, u in users))
-    click.echo(f"delegation tokens ({len(img.delegation_tokens)}): "
-               + ", ".join(f"{t} (owner {o})" for t, o in sorted(img.delegation_tokens.items())))
+    click.echo(f"delegation tokens ({len(img.delegation_tokens.tokens)}): "
+               + ", ".join(f"{t} (owner {o})" for t, o in sorted(img.delegation_tokens.tokens.items())))
 
 
 def _topic_config_ok(value: str) -> bool:
@@ -108,7 +108,7 @@ def topic_commands(img: MetadataImage, bootstrap: str) -> Tuple[List[str], List[
     q = shlex.quote
     if bootstrap != BOOTSTRAP_PLACEHOLDER:
         bootstrap = q(bootstrap)
-    for t in sorted(img.topics.values(), key=lambda t: t["name"]):
+    for t in sorted(img.topics.by_id.values(), key=lambda t: t["name"]):
         parts = [p for _n, p in sorted(t["partitions"].items())]
         if not parts:
             left_out.append(f"topic {t['name']}: no partitions in the image (kafka-topics.sh needs at least one)")
@@ -120,7 +120,7 @@ def topic_commands(img: MetadataImage, bootstrap: str) -> Tuple[List[str], List[
         else:
             # replication factors differ per partition: only an explicit assignment keeps them
             cmd += ["--replica-assignment", ",".join(":".join(str(r) for r in p["replicas"]) for p in parts)]
-        for k, v in sorted(img.configs.get(("TOPIC", t["name"]), {}).items()):
+        for k, v in sorted(img.configs.resource_data.get(("TOPIC", t["name"]), {}).items()):
             if _topic_config_ok(v):
                 cmd += ["--config", q(f"{k}={v}")]
             else:
@@ -130,7 +130,7 @@ def topic_commands(img: MetadataImage, bootstrap: str) -> Tuple[List[str], List[
             lines.append(f"# internal topic, created by Kafka itself: {line}")
         else:
             lines.append(line)
-    for (rtype, name), data in sorted(img.configs.items()):
+    for (rtype, name), data in sorted(img.configs.resource_data.items()):
         if rtype not in ("BROKER", "BROKER_LOGGER") or not data:
             continue
         entity_type = "brokers" if rtype == "BROKER" else "broker-loggers"
