@@ -40,11 +40,39 @@ CALLS = ([("metadata-image", [str(_mdir(c)), "--no-check"]) for c in ("full", "t
          + [("metadata-image", [str(_mdir("levels")), "--no-check", "--as-of", str(2 * n)]) for n in LEVELS])
 
 
+def _write_faults_case(root: Path) -> Path:
+    """Records that do not apply (what Kafka's loader hands its fault handler): a replica change without
+    directories for a partition that has them, a fence with a stale broker epoch, a removal of an unknown ACL."""
+    from kstore_cli.segment.builder import RecordSpec, build_v2_batch
+    from tests.make_metadata_cluster import TOPIC_ORDERS, history, rec, uid
+
+    H = history()[:5] + [("data", [
+        rec("PartitionChangeRecord", 0, PartitionId=0, TopicId=TOPIC_ORDERS, Replicas=[3, 1], Isr=[3, 1]),
+        rec("FenceBrokerRecord", 0, Id=1, Epoch=9),
+        rec("RemoveAccessControlEntryRecord", 0, Id=uid(999)),
+        rec("ProducerIdsRecord", 0, BrokerId=1, BrokerEpoch=10, NextProducerId=5000)])]
+    d = root / "faults" / "__cluster_metadata-0"
+    d.mkdir(parents=True)
+    data, offset = bytearray(), 0
+    for kind, pairs in H:
+        data += build_v2_batch([RecordSpec(offset + i, BASE_TS + offset * 1000, k, v) for i, (k, v) in enumerate(pairs)],
+                               is_control=kind == "control", partition_leader_epoch=1)
+        offset += len(pairs)
+    (d / "00000000000000000000.log").write_bytes(bytes(data))
+    return d
+
+
 @pytest.fixture(scope="module")
-def kafka(oracle) -> Dict[tuple, list]:
-    results = oracle.run_many(CALLS)
+def faults_dir(tmp_path_factory) -> Path:
+    return _write_faults_case(tmp_path_factory.mktemp("md"))
+
+
+@pytest.fixture(scope="module")
+def kafka(oracle, faults_dir) -> Dict[tuple, list]:
+    calls = CALLS + [("metadata-image", [str(faults_dir), "--no-check"])]
+    results = oracle.run_many(calls)
     out = {}
-    for (_tool, args), res in zip(CALLS, results):
+    for (_tool, args), res in zip(calls, results):
         assert res.rc == 0, res.stdout[-2000:]
         out[tuple(args[:1] + args[2:])] = res.records
     return out
@@ -166,3 +194,14 @@ def test_every_metadata_version_and_migration_state_is_named_as_kafka_names_it(k
         theirs = _kafka_entities(kafka[(str(_mdir("levels")), "--as-of", str(2 * n))])
         ours = _kstore("levels", as_of_offset=2 * n)
         assert ours[0] == theirs[0], n
+
+
+def test_records_that_do_not_apply_are_faults_in_both(kafka, faults_dir):
+    theirs = kafka[(str(faults_dir),)]
+    faults = theirs[0]["faults"]
+    assert len(faults) == 3, faults
+    result = load_image(find_metadata([str(faults_dir)]))
+    assert len(result.problems) == 3, result.problems
+    assert "The lengths for replicas and directories do not match." in result.problems[0]
+    assert "The lengths for replicas and directories do not match." in faults[0]
+    _assert_same(_ours(image_json(result.image)), _kafka_entities(theirs))  # the rest still applies

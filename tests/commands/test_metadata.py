@@ -206,6 +206,17 @@ def test_damaged_log_one_line_with_file_and_byte(tmp_path):
     assert re.match(rf"kstore: error: {re.escape(str(log))} at byte \d+: .*crc", lines[0], re.I)
 
 
+def test_damaged_snapshot_one_line(tmp_path):
+    d = _copy(tmp_path)
+    snap = d / "__cluster_metadata-0" / SNAPSHOT
+    data = bytearray(snap.read_bytes())
+    data[200] ^= 0x01
+    snap.write_bytes(bytes(data))
+    proc = kstore("--json", d)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert re.fullmatch(rf"kstore: error: {re.escape(str(snap))} at byte \d+: .*\n", proc.stderr)
+
+
 def test_torn_tail_is_reported(tmp_path):
     d = _copy(tmp_path)
     log = d / "__cluster_metadata-0" / LOG
