@@ -575,9 +575,16 @@ class LoadResult:
     notes: List[str]
 
 
+def _listdir(path: str) -> List[str]:
+    try:
+        return os.listdir(path)
+    except OSError as e:
+        raise FileUnreadableError(f"could not list: {e.strerror}", path=path) from None
+
+
 def _snapshots(metadata_dir: str) -> List[Tuple[int, int, str]]:
     out = []
-    for name in os.listdir(metadata_dir):
+    for name in _listdir(metadata_dir):
         m = _SNAPSHOT_NAME.match(name)
         if m:
             out.append((int(m.group(1)), int(m.group(2)), os.path.join(metadata_dir, name)))
@@ -586,7 +593,7 @@ def _snapshots(metadata_dir: str) -> List[Tuple[int, int, str]]:
 
 def _segments(metadata_dir: str) -> List[Tuple[int, str]]:
     return sorted((int(m.group(1)), os.path.join(metadata_dir, n))
-                  for n in os.listdir(metadata_dir) if (m := _SEGMENT_NAME.match(n)))
+                  for n in _listdir(metadata_dir) if (m := _SEGMENT_NAME.match(n)))
 
 
 def _log_batches(segments: List[Tuple[int, str]], skip_below: int = -1) -> Iterator[FileBatch]:

@@ -260,6 +260,19 @@ def test_no_metadata_log_is_a_usage_error(tmp_path):
     assert proc.returncode == 2 and "no __cluster_metadata-0" in proc.stderr
 
 
+def test_unlistable_metadata_dir_exit_3(capsys):
+    """A dir that cannot be listed (permissions; root reads anything, so the refusal is simulated)."""
+    from unittest import mock
+
+    from kstore_cli.cli import main
+
+    denied = PermissionError(13, "Permission denied")
+    with mock.patch("kstore_cli.metadata_image.os.listdir", side_effect=denied), pytest.raises(SystemExit) as e:
+        main(["metadata", str(CASES / "full")])
+    err = capsys.readouterr().err
+    assert e.value.code == 3 and err.count("\n") == 1 and "could not list: Permission denied" in err
+
+
 def test_missing_path_exit_3(tmp_path):
     proc = kstore(tmp_path / "nope")
     assert proc.returncode == 3 and proc.stderr.count("\n") == 1
