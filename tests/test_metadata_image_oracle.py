@@ -26,8 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "fixtures" / "kraft-cluster"
 SPANS = [tuple(map(int, line.split())) for line in (CASES / "SPANS.txt").read_text().splitlines()[1:]]
 SNAPSHOT_END = int((CASES / "SPANS.txt").read_text().splitlines()[0].split("=")[1])
-#: every batch end, and an offset inside every batch of more than one record
-AS_OF = sorted({last + 1 for _b, last in SPANS} | {b + 1 for b, last in SPANS if last > b})
+#: every batch end, and an offset inside three batches of several records (whole batches only, as Kafka)
+_INSIDE = [b + 1 for b, last in SPANS if last > b]
+AS_OF = sorted({last + 1 for _b, last in SPANS} | {_INSIDE[0], _INSIDE[len(_INSIDE) // 2], _INSIDE[-1]})
 
 
 def _mdir(case: str) -> Path:
