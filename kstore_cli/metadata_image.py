@@ -647,7 +647,9 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
     """Replay the metadata log into an image, as of the end or of an end offset / a time (ms)."""
     problems: List[str] = []
     notes: List[str] = []
-    source: Dict[str, Any] = {"metadata_dir": src.metadata_dir, "meta_properties": src.meta_properties}
+    # the cluster id lives in meta.properties, not in the metadata log
+    source: Dict[str, Any] = {"metadata_dir": src.metadata_dir, "cluster_id": src.meta_properties.get("cluster.id"),
+                              "meta_properties": src.meta_properties}
     image = MetadataImage()
     loader = _Loader(image, problems)
     newer: Dict[Tuple[str, int], List[int]] = {}  # (record, version) -> [first offset, count]

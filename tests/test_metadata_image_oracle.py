@@ -185,7 +185,8 @@ def test_cli_json_matches_kafka(kafka):
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     assert lines[0]["type"] == "source" and lines[0]["snapshot"].endswith(".checkpoint")
-    assert lines[0]["meta_properties"]["cluster.id"] == "kstoreClusterIdTest0001"
+    assert lines[0]["cluster_id"] == "kstoreClusterIdTest0001"
+    assert lines[0]["meta_properties"] == kafka[(str(_mdir("full")),)][0]["meta_properties"]
     _assert_same(_ours(lines[1:]), _without_loader_quirk(_kafka_entities(kafka[(str(_mdir("full")),)]), 10**9))
     assert "not finished" in proc.stderr  # the open transaction is said, not silently dropped
 
