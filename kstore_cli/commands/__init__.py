@@ -27,6 +27,7 @@ def _load() -> List[click.Command]:
     from kstore_cli.commands import compact; commands.append(compact.command)  # noqa: E702
     from kstore_cli.commands import restore; commands.append(restore.command)  # noqa: E702
     from kstore_cli.commands import spark_export; commands.append(spark_export.command)  # noqa: E702
+    from kstore_cli.commands import metadata; commands.append(metadata.command)  # noqa: E702
     return commands
 
 
