@@ -27,7 +27,14 @@ def _require_spark_dependencies() -> None:
 
     from kstore_cli.errors import MissingDependencyError
 
-    missing = [name for name in ("pyspark", "pyarrow") if importlib.util.find_spec(name) is None]
+    def installed(name: str) -> bool:
+        # find_spec, not import: importing pyspark costs ~0.3 s, and options are checked before Spark starts
+        try:
+            return importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a finder that refuses it; a half-removed sys.modules entry
+            return False
+
+    missing = [name for name in ("pyspark", "pyarrow") if not installed(name)]
     if missing:
         error = MissingDependencyError(
             f"spark-export (kstore_cli.spark) needs {' and '.join(missing)}, not installed here; install "
