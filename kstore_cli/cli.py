@@ -141,9 +141,9 @@ def usage_error_line(exc: click.ClickException) -> str:
     One line, not click's Usage/Try/Error block nor a second "Try" line: every kstore error is one
     line on stderr, so `2>&1 | tail -1`, cron mail and log collectors get it whole and `^kstore: error:`
     finds them all; the pointer to the help fits on the same line."""
+    # The message verbatim (some repeat Kafka's own, e.g. dump-segment's 'Missing required argument
+    # "[files]"'), on one line, without the final full stop the pointer to --help would follow.
     what = " ".join(exc.format_message().split()).rstrip(".")
-    if what[:2].istitle():  # click's "Missing argument ...", "No such option ...": lower case mid-line
-        what = what[0].lower() + what[1:]
     ctx = getattr(exc, "ctx", None)
     if not isinstance(exc, click.UsageError) or ctx is None:
         return f"kstore: error: {what}"
