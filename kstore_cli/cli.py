@@ -75,7 +75,8 @@ class KstoreGroup(click.Group):
         command = self.commands.get(cmd_name)
         return command if command is not None else registry.load(cmd_name)
 
-    def _short_helps(self, names: List[str]) -> List[Tuple[str, str]]:
+    def _short_helps(self, ctx: click.Context, names: List[str]) -> List[Tuple[str, str]]:
+        """(name, one-line help) of each visible command: from the table, or from the command itself."""
         from kstore_cli import commands as registry
 
         rows = []
@@ -84,7 +85,7 @@ class KstoreGroup(click.Group):
             if line is not None:
                 rows.append((name, line.short_help))
             else:
-                command = self.get_command(click.get_current_context(), name)
+                command = self.get_command(ctx, name)
                 if command is not None and not command.hidden:
                     rows.append((name, command.get_short_help_str(1000)))
         return rows
@@ -92,7 +93,7 @@ class KstoreGroup(click.Group):
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         from click.utils import make_default_short_help
 
-        rows = self._short_helps(self.list_commands(ctx))
+        rows = self._short_helps(ctx, self.list_commands(ctx))
         if rows:
             limit = formatter.width - 6 - max(len(name) for name, _ in rows)
             with formatter.section("Commands"):
@@ -102,7 +103,7 @@ class KstoreGroup(click.Group):
         from click.shell_completion import CompletionItem
 
         names = [name for name in self.list_commands(ctx) if name.startswith(incomplete)]
-        items = [CompletionItem(name, help=text) for name, text in self._short_helps(names)]
+        items = [CompletionItem(name, help=text) for name, text in self._short_helps(ctx, names)]
         return items + click.Command.shell_complete(self, ctx, incomplete)
 
 
