@@ -477,6 +477,13 @@ class Suite:
         if shutil.which("java") is None:
             self.add("spark-export", decoder=None, figure=None, unit="rows/s", note="not available: no java on PATH")
             return
+        import importlib.util
+
+        missing = [m for m in ("pyspark", "pyarrow") if importlib.util.find_spec(m) is None]
+        if missing:  # the light install: pyspark and pyarrow are the [spark] extra
+            self.add("spark-export", decoder=None, figure=None, unit="rows/s",
+                     note=f"not available: {' and '.join(missing)} not installed (pip install '.[spark]')")
+            return
         data = self.spark_data()
         warm([str(p) for p in Path(data["dir"]).rglob("*.log")])
         for dec in self.decoders:

@@ -15,7 +15,7 @@ import errno
 import os
 import sys
 import traceback as _traceback
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import click
 
@@ -40,24 +40,95 @@ def _print_traceback() -> None:
     sys.stderr.flush()
 
 
-def _version_text() -> str:
-    from kstore_cli.segment import decode
+def _decoder_backend() -> str:
+    """The record decoder kstore_cli.segment.decode picks, found without importing the segment core
+    (~100 ms: `kstore --version` must start as fast as click). Mirrors decode._load: KSTORE_DECODER,
+    then the native extension when one is built for this interpreter."""
+    decode = sys.modules.get("kstore_cli.segment.decode")
+    if decode is not None:
+        return decode.BACKEND
+    policy = os.environ.get("KSTORE_DECODER", "").strip().lower()
+    if policy == "python":
+        return "python"
+    if policy not in ("", "native"):
+        return f"none, KSTORE_DECODER={policy!r} is not a decoder"
+    import importlib.machinery
 
-    return f"kstore {__version__} (record decoder: {decode.BACKEND})"
+    import kstore_cli
+
+    segment_dir = os.path.join(os.path.dirname(os.path.abspath(kstore_cli.__file__)), "segment")
+    # PathFinder with an explicit path: looks for the file without importing kstore_cli.segment.
+    spec = importlib.machinery.PathFinder.find_spec("kstore_cli.segment._decode_c", [segment_dir])
+    if spec is not None and isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
+        return "native"
+    return "none, KSTORE_DECODER=native but it is not built" if policy == "native" else "python"
+
+
+def _version_text() -> str:
+    return f"kstore {__version__} (record decoder: {_decoder_backend()})"
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(_version_text())
+        ctx.exit()
 
 
 class KstoreGroup(click.Group):
-    """Lists commands in the order they were added (the order an operator meets them)."""
+    """The root group, lazy: commands come from the registry table (kstore_cli/commands/__init__.py),
+    listed with their one-line help without importing them; a command's module is imported when it
+    is resolved (run, its --help, completion inside it). Commands added with add_command (tests)
+    come first."""
 
     def list_commands(self, ctx: click.Context) -> List[str]:
-        return list(self.commands)
+        from kstore_cli import commands as registry
+
+        return list(self.commands) + [name for name in registry.names() if name not in self.commands]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> Optional[click.Command]:
+        from kstore_cli import commands as registry
+
+        command = self.commands.get(cmd_name)
+        return command if command is not None else registry.load(cmd_name)
+
+    def _short_helps(self, ctx: click.Context, names: List[str]) -> List[Tuple[str, str]]:
+        """(name, one-line help) of each visible command: from the table, or from the command itself."""
+        from kstore_cli import commands as registry
+
+        rows = []
+        for name in names:
+            line = registry.entry(name) if name not in self.commands else None
+            if line is not None:
+                rows.append((name, line.short_help))
+            else:
+                command = self.get_command(ctx, name)
+                if command is not None and not command.hidden:
+                    rows.append((name, command.get_short_help_str(1000)))
+        return rows
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from click.utils import make_default_short_help
+
+        rows = self._short_helps(ctx, self.list_commands(ctx))
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, make_default_short_help(text, limit)) for name, text in rows])
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list:
+        from click.shell_completion import CompletionItem
+
+        names = [name for name in self.list_commands(ctx) if name.startswith(incomplete)]
+        items = [CompletionItem(name, help=text) for name, text in self._short_helps(ctx, names)]
+        return items + click.Command.shell_complete(self, ctx, incomplete)
 
 
 @click.group(
     cls=KstoreGroup,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
-@click.version_option(message=_version_text(), version=__version__, prog_name="kstore")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version and the record decoder in use, and exit.")
 @click.option("--traceback", is_flag=True, help=f"Show Python tracebacks for errors (or set {TRACEBACK_ENV}=1).")
 @click.pass_context
 def cli(ctx: click.Context, traceback: bool) -> None:
@@ -75,10 +146,29 @@ def cli(ctx: click.Context, traceback: bool) -> None:
 
 
 def _register_commands() -> None:
-    from kstore_cli.commands import COMMANDS
+    """Kept for callers from before the lazy registry: the group finds every command itself."""
 
-    for command in COMMANDS:
-        cli.add_command(command)
+
+#: The shell-completion variable: `_KSTORE_COMPLETE=bash_source kstore` prints the bash script.
+COMPLETE_ENV = "_KSTORE_COMPLETE"
+
+
+def usage_error_line(exc: click.ClickException) -> str:
+    """A click error as kstore's one line: `kstore: error: [COMMAND: ]<what> (see 'kstore COMMAND --help')`.
+
+    One line, not click's Usage/Try/Error block nor a second "Try" line: every kstore error is one
+    line on stderr, so `2>&1 | tail -1`, cron mail and log collectors get it whole and `^kstore: error:`
+    finds them all; the pointer to the help fits on the same line."""
+    # The message verbatim (some repeat Kafka's own, e.g. dump-segment's 'Missing required argument
+    # "[files]"'), on one line, without the final full stop the pointer to --help would follow.
+    what = " ".join(exc.format_message().split()).rstrip(".")
+    ctx = getattr(exc, "ctx", None)
+    if not isinstance(exc, click.UsageError) or ctx is None:
+        return f"kstore: error: {what}"
+    path = ctx.command_path
+    command = path.split(" ", 1)[1] if " " in path else ""
+    prefix = f"{command}: " if command else ""
+    return f"kstore: error: {prefix}{what} (see '{path} --help')"
 
 
 def report_error(exc: KstoreError) -> int:
@@ -116,6 +206,10 @@ def _internal_error(exc: BaseException) -> None:
     sys.exit(ExitStatus.PROBLEMS)
 
 
+#: click >= 8.2 raises this for a command run with no arguments that prints its help instead.
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Entry point of the ``kstore`` script.
 
@@ -124,8 +218,12 @@ def main(argv: Optional[List[str]] = None) -> None:
     """
     global _traceback_flag
     _traceback_flag = False
-    _register_commands()
     args = sys.argv[1:] if argv is None else list(argv)
+    instruction = os.environ.get(COMPLETE_ENV)
+    if instruction:
+        from click.shell_completion import shell_complete
+
+        sys.exit(shell_complete(cli, {}, "kstore", COMPLETE_ENV, instruction))
     try:
         # Not cli.main(): Click's own handler would turn a closed pipe into exit 1.
         with cli.make_context("kstore", args) as ctx:
@@ -140,9 +238,15 @@ def main(argv: Optional[List[str]] = None) -> None:
     except click.Abort:
         click.echo("Aborted!", err=True)
         sys.exit(ExitStatus.PROBLEMS)
+    except _NO_ARGS_IS_HELP as exc:
+        exc.show()  # the help itself, asked for by giving no arguments: not an error line
+        sys.exit(ExitStatus.USAGE)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(ExitStatus.USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
+        # One format for every error: click's "Usage: ... Try ... Error: ..." block becomes one line.
+        click.echo(usage_error_line(exc), err=True)
+        if isinstance(exc, click.UsageError):
+            sys.exit(ExitStatus.USAGE)
+        sys.exit(ExitStatus.UNREADABLE if isinstance(exc, click.FileError) else exc.exit_code)
     except BrokenPipeError:
         # A pager or `head` closed the pipe: stop quietly, as Unix tools do.
         _silence_stdout()

@@ -105,6 +105,13 @@ class CodecUnavailableError(KstoreError):
     exit_status = ExitStatus.UNREADABLE
 
 
+class MissingDependencyError(KstoreError, ImportError):
+    """An optional dependency a command needs is not installed (pyspark and pyarrow: the ``spark``
+    extra). Also an ImportError, so ``import kstore_cli.spark`` fails the way a missing import does."""
+
+    exit_status = ExitStatus.UNREADABLE
+
+
 class RecordParseError(KstoreError):
     """A record parser (offsets, transaction log, ...) met data it cannot handle.
 

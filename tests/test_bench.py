@@ -45,3 +45,14 @@ def test_quick_run_writes_json_figures(tmp_path):
     assert "verify-index" in proc.stdout and "machine:" in proc.stdout
     # Inputs live in a temp dir under --dir, removed afterwards.
     assert not list(tmp_path.glob("kstore-bench-*"))
+
+
+def test_startup_bench_prints_every_ratio(tmp_path):
+    """bench/startup.py runs and prints one line per timed command with its ratio to `import click`."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "startup.py"), "-n", "1"],
+                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()[2:]]
+    assert [" ".join(r[:-6]) for r in rows] == ["python -c 'import click'", "kstore --version",
+                                                "kstore dump-segment --help", "kstore --help"]
+    assert rows[0][-1] == rows[0][-4] == "1.00x" and all(float(r[-1].rstrip("x")) > 0 for r in rows)

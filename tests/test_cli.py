@@ -1,25 +1,79 @@
-"""The root command: help, version, and that every command documents itself with an example."""
+"""The root command: help, version, the lazy command registry, one-line usage errors, shell
+completion, and that every command documents itself with an example."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from kstore_cli.cli import _register_commands, cli
-from kstore_cli.commands import COMMANDS
+from kstore_cli.cli import cli, main
+from kstore_cli.commands import COMMANDS, TABLE
 
-_register_commands()
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_root_help_has_example_and_lists_commands() -> None:
     result = CliRunner().invoke(cli, ["--help"])
     assert result.exit_code == 0
     assert "Example:" in result.output
+    listed = result.output.split("Commands:", 1)[1].splitlines()
     for command in COMMANDS:
-        assert command.name in result.output
+        # each command on its own line with the start of its own one-line help
+        line = next(line for line in listed if line.split()[:1] == [command.name])
+        assert command.get_short_help_str(1000)[:20] in line
+
+
+def test_every_module_under_commands_is_in_the_registry() -> None:
+    modules = {p.stem for p in (ROOT / "kstore_cli" / "commands").glob("*.py") if not p.stem.startswith("_")}
+    assert modules == {entry.module for entry in TABLE}
+    assert len({entry.name for entry in TABLE}) == len(TABLE)
+
+
+@pytest.mark.parametrize("entry", TABLE, ids=lambda e: e.name)
+def test_registry_line_matches_the_command(entry) -> None:
+    """The table's name and one-line help are what the command itself says (its docstring)."""
+    from kstore_cli.commands import load
+
+    command = load(entry.name)
+    assert command.name == entry.name
+    assert entry.short_help == command.get_short_help_str(1000)
+
+
+def _imported_by(argv: list, env: dict = None) -> tuple:
+    code = (
+        "import sys, runpy\n"
+        f"sys.argv = ['kstore', *{argv!r}]\n"
+        "try:\n    runpy.run_module('kstore_cli', run_name='__main__')\n"
+        "except SystemExit as e:\n    code = e.code\n"
+        "mods = sorted(m for m in sys.modules if m.startswith('kstore_cli') or m.split('.')[0] in "
+        "('rich', 'pyspark', 'pyarrow', 'crc32c', 'lz4', 'zstandard', 'snappy'))\n"
+        "print('MODULES', ','.join(mods))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env=dict(os.environ, **(env or {})))
+    assert out.returncode == 0, out.stderr
+    text, _, mods = out.stdout.rpartition("MODULES ")
+    return text, set(mods.strip().split(",")) - {""}
+
+
+def test_help_and_version_import_no_command_module_and_no_core() -> None:
+    """The lazy group: listing commands and printing the version import no command module, nor the
+    segment core, rich, pyspark or pyarrow; `dump-segment --help` imports dump-segment's only."""
+    text, mods = _imported_by(["--help"])
+    assert "spark-export" in text
+    assert mods == {"kstore_cli", "kstore_cli.cli", "kstore_cli.errors", "kstore_cli.commands"}
+    text, mods = _imported_by(["--version"])
+    assert "record decoder:" in text
+    assert mods == {"kstore_cli", "kstore_cli.cli", "kstore_cli.errors"}
+    text, mods = _imported_by(["dump-segment", "--help"])
+    assert "Example" in text
+    assert {m for m in mods if m.startswith("kstore_cli.commands.")} == {"kstore_cli.commands.dump_segment"}
+    assert not any(m.startswith("kstore_cli.segment") for m in mods)
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c.name)
@@ -34,6 +88,24 @@ def test_version_names_the_decoder() -> None:
     result = CliRunner().invoke(cli, ["--version"])
     assert result.exit_code == 0
     assert "record decoder:" in result.output
+
+
+@pytest.mark.parametrize("policy", ["", "python", "native"])
+def test_version_names_the_decoder_the_core_picks(policy) -> None:
+    """--version finds the decoder without importing the core: it names the one decode.py loads."""
+    code = (
+        "import sys, runpy\n"
+        "sys.argv = ['kstore', '--version']\n"
+        "try:\n    runpy.run_module('kstore_cli', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "try:\n    from kstore_cli.segment import decode\n    print('CORE', decode.BACKEND)\n"
+        "except ImportError:\n    print('CORE none')\n"
+    )
+    env = dict(os.environ, KSTORE_DECODER=policy)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+    version, core = out.stdout.splitlines()
+    named = version.split("record decoder: ", 1)[1].rstrip(")")
+    assert named.split(",")[0] == core.split()[1]
 
 
 def test_core_does_not_import_click_or_rich() -> None:
@@ -51,7 +123,87 @@ def test_core_does_not_import_click_or_rich() -> None:
 def test_unknown_command_is_a_usage_error() -> None:
     out = subprocess.run([sys.executable, "-m", "kstore_cli", "no-such-command"], capture_output=True, text=True)
     assert out.returncode == 2
-    assert "Traceback" not in out.stderr
+    assert out.stderr == "kstore: error: No such command 'no-such-command' (see 'kstore --help')\n"
+
+
+def _usage_error_argv():
+    """For every command, a bad option, a bad value or a missing argument."""
+    for entry in TABLE:
+        yield [entry.name, "--no-such-option"]
+        yield [entry.name]  # a missing argument (dump-segment: Kafka's 'Missing required argument "[files]"')
+    yield ["retain", "--retention-ms", "abc", "x"]
+    yield ["find", "/no/such/dir", "--offset", "1"]
+    yield ["--no-such-root-option"]
+
+
+@pytest.mark.parametrize("argv", list(_usage_error_argv()), ids=" ".join)
+def test_usage_errors_are_one_line_with_exit_2(argv, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("kstore: error: "), err
+    assert "Usage:" not in err and "Try " not in err
+    command = argv[0] if not argv[0].startswith("-") else None
+    if command:
+        assert err.startswith(f"kstore: error: {command}: ")
+        assert err.endswith(f"(see 'kstore {command} --help')\n")
+
+
+def test_usage_error_through_a_real_process() -> None:
+    out = subprocess.run([sys.executable, "-m", "kstore_cli", "dump-segment", "--deep"], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == ("kstore: error: dump-segment: No such option '--deep'. Did you mean '--help'? "
+                          "(see 'kstore dump-segment --help')\n")
+
+
+def _complete(words: str, cword: int, capsys) -> str:
+    env = {"_KSTORE_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            main([])
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
+    assert exit_info.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_bash_completion_script(capsys) -> None:
+    os.environ["_KSTORE_COMPLETE"] = "bash_source"
+    try:
+        with pytest.raises(SystemExit):
+            main([])
+    finally:
+        del os.environ["_KSTORE_COMPLETE"]
+    script = capsys.readouterr().out
+    assert "_kstore_completion()" in script and "complete -o nosort -F _kstore_completion kstore" in script
+    assert "_KSTORE_COMPLETE=bash_complete" in script
+
+
+def test_completion_of_command_names_and_options(capsys) -> None:
+    assert _complete("kstore ", 1, capsys).split() == [f"plain,{e.name}" for e in TABLE]
+    assert _complete("kstore re", 1, capsys).split() == ["plain,rebuild-index", "plain,retain", "plain,restore"]
+    options = _complete("kstore dump-segment --deep", 2, capsys).split()
+    assert options == ["plain,--deep-iteration"]
+    options = _complete("kstore verify-index --", 2, capsys).split()
+    assert "plain,--json" in options and "plain,--help" in options
+
+
+def test_completion_through_a_real_process() -> None:
+    env = dict(os.environ, _KSTORE_COMPLETE="bash_complete", COMP_WORDS="kstore spark", COMP_CWORD="1")
+    out = subprocess.run([sys.executable, "-m", "kstore_cli"], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert out.returncode == 0 and out.stdout.split() == ["plain,spark-export"]
+    env["_KSTORE_COMPLETE"] = "bash_source"
+    out = subprocess.run([sys.executable, "-m", "kstore_cli"], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert out.returncode == 0 and "complete -o nosort -F _kstore_completion kstore" in out.stdout
 
 
 def test_closed_pipe_exits_quietly_with_zero(tmp_path) -> None:

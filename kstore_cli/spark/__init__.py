@@ -17,6 +17,35 @@ import tempfile
 import zipfile
 from typing import Dict, Optional
 
+#: What `kstore spark-export` and `import kstore_cli.spark` say when pyspark or pyarrow is missing
+#: (they are the `spark` extra: a plain `pip install kstore-cli` leaves out their ~660 MB).
+SPARK_EXTRA_HINT = "pip install 'kstore-cli[spark]'"
+
+
+def _require_spark_dependencies() -> None:
+    import importlib.util
+
+    from kstore_cli.errors import MissingDependencyError
+
+    def installed(name: str) -> bool:
+        # find_spec, not import: importing pyspark costs ~0.3 s, and options are checked before Spark starts
+        try:
+            return importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a finder that refuses it; a half-removed sys.modules entry
+            return False
+
+    missing = [name for name in ("pyspark", "pyarrow") if not installed(name)]
+    if missing:
+        error = MissingDependencyError(
+            f"spark-export (kstore_cli.spark) needs {' and '.join(missing)}, not installed here; install "
+            f"kstore's spark extra: {SPARK_EXTRA_HINT} (from a source checkout: pip install '.[spark]')"
+        )
+        error.name = missing[0]  # ImportError's attribute: the module that could not be found
+        raise error
+
+
+_require_spark_dependencies()
+
 _ZIP_CACHE: dict = {}
 
 
