@@ -40,7 +40,7 @@ from kstore_cli.errors import (
 )
 from kstore_cli.parsers import RAW, DecoderMessageParser, decode_control, make_parser, render_control
 from kstore_cli.parsers.decoders import decoder_for
-from kstore_cli.segment.text import java_utf8
+from kstore_cli.segment.text import ScalaHashMapOrder, java_utf8
 from kstore_cli.segment import read_batches
 from kstore_cli.segment.batch import (
     CONTROL_TYPE_NAMES,
@@ -576,6 +576,13 @@ class _TextDumper(_Dumper):
         self.time_out_of_order: Dict[str, List[Tuple[int, int]]] = {}
         self.time_not_found: Dict[str, List[Tuple[int, int]]] = {}
         self.non_consecutive: Dict[str, array] = {}
+        # Kafka's five maps are scala mutable.HashMaps keyed by absolute path: their report blocks come in
+        # hash order, which depends on every put (see ScalaHashMapOrder), so each put is replayed here.
+        self.index_mismatches_order = ScalaHashMapOrder()
+        self.time_mismatches_order = ScalaHashMapOrder()
+        self.time_out_of_order_order = ScalaHashMapOrder()
+        self.time_not_found_order = ScalaHashMapOrder()
+        self.non_consecutive_order = ScalaHashMapOrder()
         self._native_flags = self.native_flags() if _native_format_v2 is not None else None
 
     # stderr lines: flush stdout first so a shared pipe keeps the call order
@@ -691,6 +698,7 @@ class _TextDumper(_Dumper):
             if seq is None:
                 seq = self.non_consecutive[absolute] = array("q")
             seq.extend(gaps)
+            self.non_consecutive_order.put(absolute, len(gaps) // 2)
         self.out.write(text)
         return True
 
@@ -731,6 +739,7 @@ class _TextDumper(_Dumper):
                     seq = pairs[absolute] = array("q")
                 seq.append(last)
                 seq.append(offset)
+                self.non_consecutive_order.put(absolute)
             last = offset
             self._last_offset = last
             prefix = "| "
@@ -804,6 +813,7 @@ class _TextDumper(_Dumper):
                     seq = self.index_mismatches[absolute] = array("q")
                 seq.append(offset)
                 seq.append(last)
+                self.index_mismatches_order.put(absolute)
                 self.problem()
             if not o.verify_index_only:
                 write(f"offset: {offset} position: {position}\n")
@@ -832,14 +842,21 @@ class _TextDumper(_Dumper):
         o = self.o
         write = self.out.write
         for kind, timestamp, offset, a, b in verify_time_index(time_index, index, log, log_path):
+            # TimeIndexDumpErrors puts a file's buffer into its map only when it creates it
             if kind == "not-found":
+                if absolute not in self.time_not_found:
+                    self.time_not_found_order.put(absolute)
                 self.time_not_found.setdefault(absolute, []).append((a, b))
                 self.problem()
             elif kind == "checked":
                 if a is not None:
+                    if absolute not in self.time_mismatches:
+                        self.time_mismatches_order.put(absolute)
                     self.time_mismatches.setdefault(absolute, []).append(a)
                     self.problem()
                 if b is not None:
+                    if absolute not in self.time_out_of_order:
+                        self.time_out_of_order_order.put(absolute)
                     self.time_out_of_order.setdefault(absolute, []).append(b)
                     self.problem()
             if not o.verify_index_only:
@@ -869,21 +886,26 @@ class _TextDumper(_Dumper):
     # ---------------------------------------------------------------- end-of-run reports (stderr)
     def print_summaries(self) -> None:
         lines: List[str] = []
-        for absolute, seq in self.index_mismatches.items():
+        for absolute in self.index_mismatches_order.order():
+            seq = self.index_mismatches[absolute]
             lines.append(f"Mismatches in :{absolute}")
             # Kafka prepends to a Scala List: most recent first.
             for k in range(len(seq) - 2, -1, -2):
                 lines.append(f"  Index offset: {seq[k]}, log offset: {seq[k + 1]}")
-        for absolute, pairs in self.time_mismatches.items():
+        for absolute in self.time_mismatches_order.order():
+            pairs = self.time_mismatches[absolute]
             lines.append("Found timestamp mismatch in :" + absolute)
             lines.extend(f"  Index timestamp: {a}, log timestamp: {b}" for a, b in pairs)
-        for absolute, pairs in self.time_out_of_order.items():
+        for absolute in self.time_out_of_order_order.order():
+            pairs = self.time_out_of_order[absolute]
             lines.append("Found out of order timestamp in :" + absolute)
             lines.extend(f"  Index timestamp: {a}, Previously indexed timestamp: {b}" for a, b in pairs)
-        for pairs in self.time_not_found.values():
+        for absolute in self.time_not_found_order.order():
+            pairs = self.time_not_found[absolute]
             lines.append("The following indexed offsets are not found in the log.")
             lines.extend(f"Indexed offset: {a}, found log offset: {b}" for a, b in pairs)
-        for absolute, seq in self.non_consecutive.items():
+        for absolute in self.non_consecutive_order.order():
+            seq = self.non_consecutive[absolute]
             lines.append(f"Non-consecutive offsets in {absolute}")
             for k in range(len(seq) - 2, -1, -2):
                 lines.append(f"  {seq[k]} is followed by {seq[k + 1]}")

@@ -41,6 +41,7 @@ from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.names import filename_prefix
 from kstore_cli.segment.recovery import apply_plan, plan_partition
 from kstore_cli.segment.snapshot import build_snapshot
+from kstore_cli.segment.text import ScalaHashMapOrder, scala_hashmap_order
 from tests.conftest import CORPUS, GOLDEN
 from tests.oracle_gen import GZIP, T0, Gen, damage_partition
 from tests.commands.test_dump_segment_golden import _PROBLEM_MARKS_STDERR, _PROBLEM_MARKS_STDOUT
@@ -191,51 +192,55 @@ def dumped(oracle, tmp_path_factory) -> Dict[str, tuple]:
 # ------------------------------------------------------------- the order of the closing report's blocks
 
 
-def java_string_hash(text: str) -> int:
-    """java.lang.String.hashCode (over UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def scala_hashmap_order(keys: List[str]) -> List[str]:
-    """The iteration order of a Scala 2.13 `mutable.HashMap[String, _]` after inserting `keys` in turn:
-    table index (improved hash & (size - 1)), then the hash (each bucket is kept sorted by it); the table
-    starts at 16 slots and doubles when size + 1 reaches 3/4 of it."""
-    size = 16
-    for n in range(1, len(keys) + 1):
-        if n >= size * 0.75:  # put0 grows before inserting the n-th key when n >= threshold
-            size *= 2
-    def slot(key: str) -> Tuple[int, int]:
-        h = java_string_hash(key)
-        improved = (h ^ ((h & 0xFFFFFFFF) >> 16)) & 0xFFFFFFFF
-        return improved & (size - 1), (improved - (1 << 32) if improved >= 1 << 31 else improved)
-    return sorted(keys, key=slot)
-
-
 def order_cases(root: Path) -> Dict[str, List[str]]:
     """Inputs whose closing report has several per-file blocks, named so that Kafka's (hash) order is not
-    the order the files were given in: log files with offset gaps, and copies of an offset index that
-    points at the wrong batches."""
+    the order the files were given in: log files with offset gaps, copies of an offset index that points
+    at the wrong batches and of a time index with wrong and out-of-order timestamps. "order-regrow": 11
+    logs with 3 gaps each, named so that the table's growth on a put of a key already there (the 11th
+    file's second put grows 16 -> 32 slots) changes the order: one put per key would give another."""
     logs: List[str] = []
     indexes: List[str] = []
-    i = 0
-    while i < 4 or scala_hashmap_order(logs) == logs or scala_hashmap_order(indexes) == indexes:
-        part = root / f"order{i}-0"
+    time_indexes: List[str] = []
+
+    def gap_log(part: Path, base: int) -> str:
         part.mkdir(parents=True)
-        base = 100 * i
-        recs = [RecordSpec(base + o, T0 + o, b"k", b"v") for o in (0, 1, 3, 7)]
+        recs = [RecordSpec(base + o, T0 + o, b"k", b"v") for o in (0, 1, 3, 7)]  # gaps 1->3, 3->7 ...
         log = part / (filename_prefix(base) + ".log")
-        log.write_bytes(build_v2_batch(recs) + build_v2_batch([RecordSpec(base + 9, T0, None, b"w")]))
-        logs.append(str(log))
+        log.write_bytes(build_v2_batch(recs) + build_v2_batch([RecordSpec(base + 9, T0, None, b"w")]))  # 7->9
+        return str(log)
+
+    i = 0
+    while (i < 4 or scala_hashmap_order(logs) == logs or scala_hashmap_order(indexes) == indexes
+           or scala_hashmap_order(time_indexes) == time_indexes):
+        part = root / f"order{i}-0"
+        logs.append(gap_log(part, 100 * i))
         bad = part / "bad-index-0"
         shutil.copytree(GOLDEN / "inputs" / "bad-index-0", bad)
         indexes.append(str(bad / "00000000000000000000.index"))
+        time_indexes.append(str(bad / "00000000000000000000.timeindex"))
         i += 1
+    regrow: List[str] = []
+    attempt = 0
+    while len(regrow) < 11 or replayed_order(regrow, 3) == scala_hashmap_order(regrow) \
+            or replayed_order(regrow, 3) == regrow:
+        if len(regrow) == 11:
+            shutil.rmtree(Path(regrow.pop()).parent)
+        regrow.append(gap_log(root / f"regrow{len(regrow)}-{attempt}-0", 100 * len(regrow)))
+        attempt += 1
+        assert attempt < 1000, "no names found whose order shows the regrowth"
     return {"order-non-consecutive": ["--deep-iteration", "--files", ",".join(logs)],
-            "order-index-mismatches": ["--verify-index-only", "--files", ",".join(indexes)]}
+            "order-index-mismatches": ["--verify-index-only", "--files", ",".join(indexes)],
+            "order-time-index": ["--verify-index-only", "--files", ",".join(time_indexes)],
+            "order-regrow": ["--deep-iteration", "--files", ",".join(regrow)]}
+
+
+def replayed_order(keys: List[str], puts_per_key: int) -> List[str]:
+    """A HashMap's order after `puts_per_key` puts of each key in turn (as each gap of a file puts its key)."""
+    m = ScalaHashMapOrder()
+    for key in keys:
+        for _ in range(puts_per_key):
+            m.put(key)
+    return m.order()
 
 
 def legacy_bad_size_cases(root: Path) -> Dict[str, List[str]]:
@@ -317,7 +322,9 @@ def _blocks_in_order(stderr: str, head: str) -> List[str]:
 
 
 @pytest.mark.parametrize("name,head", [("order-non-consecutive", "Non-consecutive offsets in "),
-                                       ("order-index-mismatches", "Mismatches in :")])
+                                       ("order-index-mismatches", "Mismatches in :"),
+                                       ("order-time-index", "Found timestamp mismatch in :"),
+                                       ("order-time-index", "Found out of order timestamp in :")])
 def test_kafka_orders_per_file_blocks_as_a_scala_hashmap(name: str, head: str, dumped) -> None:
     """What Kafka does (so kstore can reproduce it): the closing report's per-file blocks come in the
     iteration order of DumpLogSegments' `mutable.Map` keyed by absolute path, not in the files' order."""
@@ -329,10 +336,18 @@ def test_kafka_orders_per_file_blocks_as_a_scala_hashmap(name: str, head: str, d
     assert got != given
 
 
-@pytest.mark.xfail(strict=True, reason="kstore_cli/dumplog.py (owner: meta) prints the closing report's per-file "
-                   "blocks in the order the files came; Kafka prints them in Scala HashMap order "
-                   "(scala_hashmap_order above)")
-@pytest.mark.parametrize("name", ["order-non-consecutive", "order-index-mismatches"])
+def test_kafka_hashmap_grows_on_a_put_of_a_key_it_has(dumped) -> None:
+    """Scala's HashMap.put checks its load threshold before it looks the key up: 11 files with 3 gaps each
+    leave a 32-slot table (the 11th file's second put grows it), not the 16 slots 11 keys would need."""
+    args, kafka, _note = dumped["order-regrow"]
+    given = args[-1].split(",")
+    got = _blocks_in_order(kafka.stderr, "Non-consecutive offsets in ")
+    assert got == replayed_order(given, 3)
+    assert got != scala_hashmap_order(given) and got != given
+
+
+@pytest.mark.parametrize("name", ["order-non-consecutive", "order-index-mismatches", "order-time-index",
+                                  "order-regrow"])
 def test_per_file_blocks_in_kafka_order(name: str, dumped) -> None:
     args, kafka, _note = dumped[name]
     run = kstore_dump(args)

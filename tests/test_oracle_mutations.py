@@ -601,12 +601,11 @@ def test_offset_overflow_is_left_as_kafka_cannot_load_it(results) -> None:
         assert (data / log.name).read_bytes() == log.read_bytes()
 
 
-@pytest.mark.xfail(strict=True, reason="kstore_cli/segment/cleaner.py / commands/compact.py (owner: compact): a log "
-                   "whose first transaction is still open (last stable offset 1) is reported 'not cleaned (the log is "
-                   "empty)'; it holds 67 offsets. (Kafka's Cleaner, started clean with no producer snapshot, does not "
-                   "rebuild producer state, sees no open transaction and cleans [0, 22): kstore stopping at the open "
-                   "transaction is the safer reading, but the reason it gives is wrong)")
 def test_compact_says_why_it_did_not_clean(tmp_path) -> None:
+    """A log whose first transaction is still open (last stable offset 1) holds 67 offsets: kstore stops
+    at the open transaction and says so, rather than calling the log empty. (Kafka's Cleaner, started
+    clean with no producer snapshot, rebuilds no producer state, sees no open transaction and cleans
+    [0, 22): stopping at the first unstable offset is the safer reading.)"""
     data = _generated(tmp_path / "data", 31)  # v1 message, then producer 48's transaction, never ended
     (tmp_path / "topics.ini").write_text(_TOPIC_CONFIG_COMPACT)
     rc, text = run_kstore(["compact", "--json", "--topic-config", str(tmp_path / "topics.ini"), "--now", str(NOW),
@@ -614,4 +613,5 @@ def test_compact_says_why_it_did_not_clean(tmp_path) -> None:
     part = json.loads(text.splitlines()[0])["partitions"][0]
     assert rc == 0 and part["lastStableOffset"] == 1 and not part["cleaned"]
     assert kstore_view(data / "gen31-0")["log_end_offset"] == 67
-    assert part["reason"] != "the log is empty"
+    assert part["reason"] == ("cleaning stops at the first unstable offset 1, where producer 48's transaction is "
+                              "still open, and nothing below it is cleanable")

@@ -286,8 +286,13 @@ class ProducerState:
                 entry.txn_first_offset = batch.base_offset
 
     def first_unstable_offset(self) -> Optional[int]:
-        firsts = [e.txn_first_offset for e in self.producers.values() if e.txn_first_offset >= 0]
-        return min(firsts) if firsts else None
+        first = self.first_open_transaction()
+        return None if first is None else first[0]
+
+    def first_open_transaction(self) -> Optional[Tuple[int, int]]:
+        """(first offset, producer id) of the open transaction that starts first, or None."""
+        opens = [(e.txn_first_offset, pid) for pid, e in self.producers.items() if e.txn_first_offset >= 0]
+        return min(opens) if opens else None
 
     def last_records(self) -> Dict[int, Tuple[Optional[int], int]]:
         """UnifiedLog.lastRecordsOfActiveProducers: pid -> (last data offset or None, epoch)."""
@@ -346,16 +351,28 @@ def plan_cleaning(view: LogView, config: TopicConfig, producers: ProducerState, 
     if dirty < lso_start or dirty > view.log_end_offset:
         dirty, plan.checkpoint_reset = lso_start, True
     plan.first_dirty_offset = dirty
-    unstable = producers.first_unstable_offset()
+    open_txn = producers.first_open_transaction()
+    unstable = None if open_txn is None else open_txn[0]
     plan.last_stable_offset = view.high_watermark if unstable is None else min(view.high_watermark, unstable)
-    candidates = [plan.last_stable_offset, view.active.base_offset]
+    # each bound on the cleanable range, with what to tell the user when it is the one that leaves nothing
+    if unstable is not None and unstable <= view.high_watermark:
+        lso_why = (f"cleaning stops at the first unstable offset {unstable}, where producer {open_txn[1]}'s "
+                   "transaction is still open,")
+    else:
+        lso_why = f"cleaning stops at the high watermark {view.high_watermark},"
+    bounds = [(plan.last_stable_offset, lso_why),
+              (view.active.base_offset,
+               f"cleaning stops at the active segment, which starts at offset {view.active.base_offset} and is "
+               "never cleaned,")]
     lag = max(config.get("min.compaction.lag.ms"), 0)
     if lag > 0:
         for seg in view.non_active_from(dirty):
             if largest_timestamp(seg.segment)[0] > now - lag:  # §7's largestTimestamp
-                candidates.append(seg.base_offset)
+                bounds.append((seg.base_offset, f"cleaning stops at segment {seg.base_offset}, which has records "
+                                                f"newer than min.compaction.lag.ms {lag},"))
                 break
-    plan.uncleanable_offset = max(dirty, min(candidates))
+    bound, bound_why = min(bounds, key=lambda b: b[0])  # ties: the first listed (min keeps it)
+    plan.uncleanable_offset = max(dirty, bound)
     # calculateCleanableBytes: down to the base of the segment holding it.
     following = view.non_active_from(plan.uncleanable_offset)
     plan.first_uncleanable_offset = following[0].base_offset if following else view.active.base_offset
@@ -377,7 +394,12 @@ def plan_cleaning(view: LogView, config: TopicConfig, producers: ProducerState, 
         plan.compaction_delay_ms = clean_until - min(firsts)
     ratio_needed = config.get("min.cleanable.dirty.ratio")
     if plan.total_bytes == 0:
-        plan.reason = "the log is empty"
+        if view.log_end_offset <= view.log_start_offset:
+            plan.reason = "the log is empty"
+        else:
+            # Segments hold offsets, but none lies wholly below the bound (calculateCleanableBytes counts
+            # whole segments up to the one holding it).
+            plan.reason = f"{bound_why} and nothing below it is cleanable"
     elif plan.need_compaction_now and plan.cleanable_bytes > 0:
         plan.eligible = True
         plan.reason = f"max.compaction.lag.ms passed {plan.compaction_delay_ms} ms ago"

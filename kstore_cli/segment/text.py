@@ -1,4 +1,5 @@
-"""Text the way Java decodes it: ``new String(bytes, StandardCharsets.UTF_8)``.
+"""Text the way Java handles it: ``new String(bytes, StandardCharsets.UTF_8)``, ``String.hashCode()``,
+and the order a Scala ``mutable.HashMap`` keyed by strings iterates in.
 
 Kafka's tools print keys, values and header keys through Java's UTF-8 decoder,
 which replaces malformed input with U+FFFD by rules close to, but not the same
@@ -8,6 +9,7 @@ as, Python's ``errors="replace"``.
 from __future__ import annotations
 
 import codecs
+from typing import Dict, Iterable, List
 
 
 def _cont(b: int) -> bool:
@@ -80,3 +82,69 @@ def java_utf8(data: "bytes | memoryview") -> str:
 def java_utf8_reference(data: "bytes | memoryview") -> str:
     """The reference: every malformed sequence through the Java-rules handler."""
     return bytes(data).decode("utf-8", "kstore-java-utf8")
+
+
+# ------------------------------------------------------------------ String.hashCode and Scala's HashMap order
+
+
+def _int32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def java_string_hash(text: str) -> int:
+    """``String.hashCode()`` (over UTF-16 code units) as a signed 32-bit int."""
+    h = 0
+    units = text.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(units), 2):
+        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
+    return _int32(h)
+
+
+class ScalaHashMapOrder:
+    """The iteration order of a Scala 2.13 ``mutable.HashMap[String, _]``, replayed from its ``put`` calls.
+
+    Buckets are visited by index (``improved & (table length - 1)``, ``improved = h ^ (h >>> 16)``); each
+    bucket's list is kept sorted by the (signed) improved hash, equal hashes in insertion order, and a
+    resize keeps that order, so only the final table length matters. It starts at 16 with load factor
+    0.75, and ``put`` grows the table BEFORE it looks the key up (``contentSize + 1 >= threshold``): putting
+    an existing key again can grow it, so the caller replays every ``put``, not only the first per key.
+    """
+
+    def __init__(self) -> None:
+        self._table_len = 16
+        self._threshold = 12
+        self._hashes: Dict[str, int] = {}  # key -> improved hash, in insertion order
+
+    def _check_threshold(self) -> None:
+        if len(self._hashes) + 1 >= self._threshold:
+            self._table_len *= 2
+            self._threshold = int(self._table_len * 0.75)
+
+    def put(self, key: str, times: int = 1) -> None:
+        """``map.put(key, ...)`` called ``times`` times in a row."""
+        if times <= 0:
+            return
+        self._check_threshold()
+        if key not in self._hashes:
+            h = java_string_hash(key)
+            self._hashes[key] = _int32(h ^ ((h & 0xFFFFFFFF) >> 16))
+        if times > 1:
+            self._check_threshold()  # later puts of the same key: one more check can still grow it
+
+    def __len__(self) -> int:
+        return len(self._hashes)
+
+    def order(self) -> List[str]:
+        """The keys as ``foreach``/``foreachEntry``/``values`` visit them."""
+        mask = self._table_len - 1
+        hashes = self._hashes
+        return sorted(hashes, key=lambda k: (hashes[k] & mask, hashes[k]))  # stable: ties keep insertion order
+
+
+def scala_hashmap_order(keys: Iterable[str]) -> List[str]:
+    """The iteration order of a ``mutable.HashMap[String, _]`` after ``put`` of each key in turn."""
+    m = ScalaHashMapOrder()
+    for key in keys:
+        m.put(key)
+    return m.order()

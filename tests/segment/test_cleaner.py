@@ -208,3 +208,51 @@ def test_a_completed_swap_leaves_only_the_old_segments_the_intent_names(tmp_path
     assert intent.swap_leftovers(str(part)) == ([], "segment 24 changed since")
     new_log.write_bytes(b"other")
     assert not intent.swap_completed(str(part))
+
+
+
+# --------------------------------------------------------------------------- why a log is not cleaned
+
+
+def _plain(first: int, n: int) -> bytes:
+    return build_v2_batch([RecordSpec(first + i, T + first + i, b"k%d" % i, b"v") for i in range(n)])
+
+
+def _log(part: Path, base: int, data: bytes) -> None:
+    part.mkdir(parents=True, exist_ok=True)
+    (part / f"{filename_prefix(base)}.log").write_bytes(data)
+
+
+def _not_cleaned(part: Path) -> dict:
+    row = one_pass(part, T + 100_000, 1 << 20).to_dict()
+    assert not row["cleaned"] and row["cleanableBytes"] == 0 and row["cleanBytes"] == 0
+    return row
+
+
+def test_a_log_held_back_by_an_open_transaction_says_so(tmp_path: Path) -> None:
+    """Offsets 0-2 plain, then producer 7's transaction opens at 3 and never ends: the last stable offset
+    is 3, inside the first segment, so no whole segment lies below it. The log is not empty."""
+    part = tmp_path / "t-0"
+    txn = build_v2_batch([RecordSpec(3, T + 3, b"a", b"x"), RecordSpec(4, T + 4, b"b", b"y")],
+                         producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True)
+    _log(part, 0, _plain(0, 3) + txn)
+    _log(part, 5, _plain(5, 5))
+    _log(part, 10, b"")
+    row = _not_cleaned(part)
+    assert row["lastStableOffset"] == 3
+    assert row["reason"] == ("cleaning stops at the first unstable offset 3, where producer 7's transaction is "
+                             "still open, and nothing below it is cleanable")
+
+
+def test_a_log_in_its_active_segment_only_says_so(tmp_path: Path) -> None:
+    part = tmp_path / "t-0"
+    _log(part, 0, _plain(0, 4))
+    row = _not_cleaned(part)
+    assert row["reason"] == ("cleaning stops at the active segment, which starts at offset 0 and is never "
+                             "cleaned, and nothing below it is cleanable")
+
+
+def test_an_empty_log_is_called_empty(tmp_path: Path) -> None:
+    part = tmp_path / "t-0"
+    _log(part, 0, b"")
+    assert _not_cleaned(part)["reason"] == "the log is empty"
