@@ -951,7 +951,8 @@ def repair_plan(partition: Partition, *, only: Optional[int] = None,
                 index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES, all_indexes: bool = False,
                 progress: Optional[Callable[[int], None]] = None) -> PartitionPlan:
     """What ``rebuild-index`` writes: the index files :func:`verify_partition` calls wrong (each with
-    its finding as the reason) and the missing ones, rebuilt as Kafka's recovery writes them; an index
+    its finding as the reason), the missing ones and a crash's preallocated active-segment indexes,
+    rebuilt as Kafka's recovery writes them; an index
     laid out by another writer (a leader of any Kafka version, a follower, the cleaner, another
     index.interval.bytes) that Kafka reads right is "kept". With `all_indexes`, every index that
     differs from recovery's is rewritten. A damaged segment's indexes go with its cut (they describe
@@ -966,8 +967,14 @@ def repair_plan(partition: Partition, *, only: Optional[int] = None,
                                       index_interval_bytes=index_interval_bytes)
     wrong: Dict[str, str] = {}
     for finding in findings:
-        if finding.severity == ERROR and finding.file is not None and finding.file not in wrong:
+        if finding.file is None or finding.file in wrong:
+            continue
+        if finding.severity == ERROR:
             wrong[finding.file] = f"{finding.check}: {finding.message}"
+        elif finding.check.endswith(("-preallocated", "-sanity")):
+            # A crash left the active segment's preallocated index (Kafka's sanity check rejects the time
+            # index's zero slots; its recovery rebuilds both at startup). A clean shutdown trims them.
+            wrong[finding.file] = f"{finding.check}: preallocated active-segment index left by a crash"
     damaged = plan.damaged
     for splan in plan.segments:
         if damaged is not None and splan.segment.base_offset > damaged.segment.base_offset:
