@@ -243,7 +243,7 @@ def test_read_only_commands_never_open_a_data_file_for_writing(tmp_path: Path) -
     rec = []
     _AUDITED[0] = rec
     try:
-        assert run_main(["rebuild-index", "--index-interval-bytes", "64", str(data / "orders-0")])[0] == 0
+        assert run_main(["rebuild-index", "--all", "--index-interval-bytes", "64", str(data / "orders-0")])[0] == 0
     finally:
         _AUDITED[0] = None
     kinds = {r[0] for r in rec if any(_under(v, root) for v in r[1:])}

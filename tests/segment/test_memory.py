@@ -158,14 +158,20 @@ def test_batches_at_entries_equal_a_lookup_over_every_batch(runs, positions, off
     for batch in batches:
         watcher.sink(*batch)
     by_position = {b[0]: k for k, b in enumerate(batches)}
-    running = {}
-    current = -1
-    for _, _, last, max_ts in batches:
-        current = max(current, max_ts)
-        running[last] = (max_ts, current)
     for p in positions | {-1, 10_000}:
         k = by_position.get(p)
         want = None if k is None else (batches[k - 1][2] if k else base_offset - 1, batches[k][1])
         assert watcher.at_position(p) == want
+
+    def landing(o: int) -> Optional[Tuple[int, int, int]]:
+        # Kafka's translateOffset: the first batch whose last offset reaches o; with the running maximum
+        # timestamp of every batch before it.
+        before = -1
+        for _, _, last, max_ts in batches:
+            if last >= o:
+                return max_ts, last, before
+            before = max(before, max_ts)
+        return None
+
     for o in offsets | {-100, 10_000}:
-        assert watcher.at_offset(o) == running.get(o)
+        assert watcher.at_offset(o) == (landing(o) if o in offsets else None)
