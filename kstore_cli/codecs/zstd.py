@@ -24,6 +24,16 @@ def decompress(data: "bytes | memoryview") -> bytes:
         chunks.append(chunk)
 
 
+def open_stream(data: "bytes | memoryview") -> object:
+    """A reader of the decompressed bytes of one or more zstd frames (zstd's own streaming window)."""
+    global _decompressor
+    if _decompressor is None:
+        import zstandard
+
+        _decompressor = zstandard.ZstdDecompressor()
+    return _decompressor.stream_reader(data, read_across_frames=True)
+
+
 def compress(data: "bytes | memoryview", level: Optional[int] = None) -> bytes:
     """One zstd frame at Kafka's default level 3 unless told otherwise."""
     level = 3 if level is None else level
