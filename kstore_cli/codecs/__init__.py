@@ -130,6 +130,22 @@ class Codec:
         except Exception as exc:  # codec libraries raise their own error types
             raise CodecError(f"{self.name} data could not be decompressed: {exc}") from None
 
+    def decompress_small(self, data: "bytes | memoryview", magic: int, limit: int) -> "bytes | bytearray | None":
+        """The whole decompressed data when it is at most `limit` bytes, else None (the caller then streams
+        with :meth:`stream`); one call for gzip and lz4, the fast path for normal batches."""
+        whole = _SMALL.get(self.codec_id)
+        if whole is None:
+            out = self.stream(data, magic).read_upto(limit + 1)
+            return out if len(out) <= limit else None
+        try:
+            return whole(data, magic, limit)
+        except ImportError as exc:
+            raise self._unavailable(exc) from None
+        except (CodecError, CodecUnavailableError, RecordTooLargeError):
+            raise
+        except Exception as exc:  # codec libraries raise their own error types
+            raise CodecError(f"{self.name} data could not be decompressed: {exc}") from None
+
     def decompress(self, data: "bytes | memoryview", magic: int, limit: Optional[int] = None) -> "bytes | bytearray":
         """Decompress a whole v2 records section or legacy wrapper value, at most `limit` bytes of output
         (default :data:`max_record_bytes`): RecordTooLargeError past it, before holding more."""
@@ -309,6 +325,33 @@ _REGISTRY: Dict[int, Codec] = {
     LZ4: Codec(LZ4, "lz4", "lz4", _lz4_decompress, _lz4_compress, _lz4_stream),
     ZSTD: Codec(ZSTD, "zstd", "zstandard", _zstd_decompress, _zstd_compress, _zstd_stream),
 }
+
+
+def _gzip_small(data: "bytes | memoryview", magic: int, limit: int) -> Optional[bytes]:
+    from kstore_cli.codecs import gzip as impl
+
+    return impl.decompress(data, limit)
+
+
+def _lz4_small(data: "bytes | memoryview", magic: int, limit: int) -> Optional[bytes]:
+    from kstore_cli.codecs import lz4 as impl
+
+    return impl.decompress(data, verify_header_checksum=magic != 0, limit=limit)
+
+
+def _zstd_small(data: "bytes | memoryview", magic: int, limit: int) -> Optional[bytes]:
+    from kstore_cli.codecs import zstd as impl
+
+    return impl.decompress(data, limit)
+
+
+def _snappy_small(data: "bytes | memoryview", magic: int, limit: int) -> Optional[bytes]:
+    from kstore_cli.codecs import snappy as impl
+
+    return impl.decompress(data, limit)
+
+
+_SMALL = {GZIP: _gzip_small, SNAPPY: _snappy_small, LZ4: _lz4_small, ZSTD: _zstd_small}
 
 
 def get_codec(codec_id: int) -> Codec:

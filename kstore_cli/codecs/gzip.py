@@ -11,13 +11,20 @@ from kstore_cli.errors import CodecError
 _JDK_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 
 
-def decompress(data: "bytes | memoryview") -> bytes:
-    """Decompress one or more concatenated gzip members (GZIPInputStream accepts both)."""
+def decompress(data: "bytes | memoryview", limit: Optional[int] = None) -> Optional[bytes]:
+    """Decompress one or more concatenated gzip members (GZIPInputStream accepts both); None as soon as
+    the output would pass `limit` bytes (the caller streams instead)."""
     out = []
-    remaining = bytes(data)
+    remaining = data
+    room = -1 if limit is None else limit + 1
     while True:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        out.append(d.decompress(remaining))
+        piece = d.decompress(remaining, room) if room > 0 else d.decompress(remaining)
+        if limit is not None:
+            room -= len(piece)
+            if room <= 0:
+                return None
+        out.append(piece)
         if not d.eof:
             raise CodecError("gzip stream ended prematurely (Unexpected end of ZLIB input stream)")
         remaining = d.unused_data

@@ -183,14 +183,19 @@ def open_stream(data: "bytes | memoryview", verify_header_checksum: bool = True)
     return Lz4Stream(data, verify_header_checksum)
 
 
-def decompress(data: "bytes | memoryview", verify_header_checksum: bool = True) -> bytes:
-    """Decompress a Kafka LZ4 frame whole (no bound: codec tests and small inputs only)."""
+def decompress(data: "bytes | memoryview", verify_header_checksum: bool = True,
+               limit: Optional[int] = None) -> Optional[bytes]:
+    """Decompress a Kafka LZ4 frame whole; None as soon as the output passes `limit` bytes."""
     stream = Lz4Stream(data, verify_header_checksum)
     parts = []
+    total = 0
     while True:
         block = stream._next_block()
         if stream._done:
             return b"".join(parts)
+        total += len(block)
+        if limit is not None and total > limit:
+            return None
         parts.append(block)
 
 

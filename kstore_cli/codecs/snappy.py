@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 from typing import Optional
 
+from kstore_cli import codecs
 from kstore_cli.errors import CodecError
 
 MAGIC = b"\x82SNAPPY\x00"
@@ -25,14 +26,18 @@ _MAGIC_AS_LENGTH = 0x82534E41  # first 4 magic bytes read as a block length: a c
 BLOCK_SIZE = 32 * 1024
 
 
-def decompress(data: "bytes | memoryview") -> bytes:
-    """Decompress xerial-framed (or raw) snappy bytes."""
+def decompress(data: "bytes | memoryview", limit: Optional[int] = None) -> Optional[bytes]:
+    """Decompress xerial-framed (or raw) snappy bytes; None when the blocks' declared lengths pass `limit`."""
     import snappy  # python-snappy
 
     buf = memoryview(data)
     if len(buf) < HEADER.size or bytes(buf[:8]) != MAGIC:
-        return snappy.uncompress(bytes(buf))
+        declared = _raw_length(buf)
+        if limit is not None and declared > limit:
+            return None
+        return _inflate(buf, "data", declared)
     out = []
+    total = 0
     pos = HEADER.size
     end = len(buf)
     while pos < end:
@@ -49,13 +54,20 @@ def decompress(data: "bytes | memoryview") -> bytes:
             raise CodecError(
                 f"snappy block at byte {pos - 4} needs {length} bytes but only {end - pos} remain"
             )
-        out.append(snappy.uncompress(bytes(buf[pos : pos + length])))
+        block = buf[pos : pos + length]
+        declared = _raw_length(block)
+        total += declared
+        if limit is not None and total > limit:
+            return None
+        out.append(_inflate(block, "block", declared))
         pos += length
     return b"".join(out)
 
 
 def _raw_length(block: "bytes | memoryview") -> int:
     """The uncompressed length a raw snappy block declares (its leading varint), checked before inflating."""
+    if block and block[0] < 0x80:
+        return block[0]
     value = 0
     for i in range(5):
         if i >= len(block):
@@ -67,12 +79,11 @@ def _raw_length(block: "bytes | memoryview") -> int:
     raise CodecError("snappy block has a corrupt length header")
 
 
-def _inflate(block: "bytes | memoryview", where: str) -> bytes:
+def _inflate(block: "bytes | memoryview", where: str, declared: int = -1) -> bytes:
     import snappy  # python-snappy
 
-    from kstore_cli import codecs
-
-    declared = _raw_length(block)
+    if declared < 0:
+        declared = _raw_length(block)
     # Snappy's densest element, a 3-byte copy of 64 bytes, inflates ~21x: a larger claim is damage.
     if declared > 22 * len(block) + 64:
         raise CodecError(f"snappy {where} declares {declared} bytes, more than its {len(block)} bytes can hold")

@@ -496,10 +496,12 @@ class RecordBatch(Batch):
             if codec_id == 0:
                 data, start = self._buf, RECORD_BATCH_OVERHEAD
             else:
-                stream = get_codec(codec_id).stream(self._buf[RECORD_BATCH_OVERHEAD:], 2)
-                data, start = stream.read_upto(WHOLE_BATCH_BYTES + 1), 0
-                if len(data) > WHOLE_BATCH_BYTES:
-                    return stream_v2_records(Record, Header, self, stream, data, codecs.max_record_bytes)
+                codec = get_codec(codec_id)
+                payload = self._buf[RECORD_BATCH_OVERHEAD:]
+                data, start = codec.decompress_small(payload, 2, WHOLE_BATCH_BYTES), 0
+                if data is None:
+                    return stream_v2_records(Record, Header, self, codec.stream(payload, 2), b"",
+                                             codecs.max_record_bytes)
             return decode.build_v2_records(
                 Record, Header, self, data, start, len(data), count, self.base_offset, self.base_timestamp,
                 log_append, self.base_sequence,
