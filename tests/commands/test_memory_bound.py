@@ -178,3 +178,9 @@ def test_sparse_10_gib_index_under_150_mb(sparse: Path, argv) -> None:
     assert code in (0, 1), err  # verify-index/rebuild-index report the zero index; never an internal error
     assert "Traceback" not in err and "MemoryError" not in err and "internal error" not in err, err
     assert rss < LIMIT_MIB, f"peak RSS {rss:.0f} MiB"
+
+
+def test_bound_that_is_not_a_size_is_a_usage_error(parts: Dict[str, Path]) -> None:
+    code, err, _rss = run_measured(kstore("find", str(parts["many"]), "--offset", "0"),
+                                   env={"KSTORE_MAX_RECORD_BYTES": "lots"})
+    assert code == 2 and err.startswith("kstore: error: KSTORE_MAX_RECORD_BYTES: 'lots' is not a size"), err
