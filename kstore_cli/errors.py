@@ -112,6 +112,16 @@ class MissingDependencyError(KstoreError, ImportError):
     exit_status = ExitStatus.UNREADABLE
 
 
+class RecordTooLargeError(KstoreError):
+    """Decompressed data bigger than kstore's bound (KSTORE_MAX_RECORD_BYTES) on what it holds at once.
+
+    Not a verdict on the data (Kafka may hold such a record): kstore refused to read it into
+    memory, so the command could not read the file, exit status 3.
+    """
+
+    exit_status = ExitStatus.UNREADABLE
+
+
 class RecordParseError(KstoreError):
     """A record parser (offsets, transaction log, ...) met data it cannot handle.
 

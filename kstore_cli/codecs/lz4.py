@@ -83,70 +83,120 @@ def _header_checksum(frame: bytes, descriptor_start: int, descriptor_end: int, b
     return (xxh32(bytes(frame[start:descriptor_end])) >> 8) & 0xFF
 
 
-def decompress(data: "bytes | memoryview", verify_header_checksum: bool = True) -> bytes:
-    """Decompress a Kafka LZ4 frame; bytes after the end mark are ignored, as in Kafka."""
-    import lz4.block
+class Lz4Stream:
+    """A Kafka LZ4 frame, decompressed block by block (a block is at most 4 MiB by the frame's descriptor)."""
 
-    buf = bytes(data)
-    end = len(buf)
-    if end < 4 or _U32LE.unpack_from(buf, 0)[0] != MAGIC:
-        raise CodecError("Stream unsupported (invalid magic bytes)")
-    if end < 7:
-        raise CodecError("Stream ended prematurely")
-    flg = buf[4]
-    bd = buf[5]
-    if (flg & _FLG_VERSION_MASK) != 0x40:
-        raise CodecError("Stream unsupported (version must be 01)")
-    if not flg & _FLG_BLOCK_INDEPENDENT:
-        raise CodecError("Stream unsupported (dependent blocks)")
-    if flg & _FLG_RESERVED or bd & 0x8F:
-        raise CodecError("Stream unsupported (reserved bits set)")
-    block_size_id = (bd >> 4) & 0x07
-    if block_size_id not in _BLOCK_SIZES:
-        raise CodecError(f"Stream unsupported (block size id {block_size_id})")
-    max_block = _BLOCK_SIZES[block_size_id]
-    pos = 6
-    if flg & _FLG_CONTENT_SIZE:
-        pos += 8
-    if pos >= end:
-        raise CodecError("Stream ended prematurely")
-    if verify_header_checksum:
-        expected = _header_checksum(buf, 4, pos, broken=False)
-        if buf[pos] != expected:
-            raise CodecError("Stream frame descriptor corrupted")
-    pos += 1
-    block_checksum = bool(flg & _FLG_BLOCK_CHECKSUM)
-    out = []
-    while True:
+    __slots__ = ("_buf", "_pos", "_end", "_max_block", "_block_checksum", "_out", "_out_pos", "_done")
+
+    def __init__(self, data: "bytes | memoryview", verify_header_checksum: bool = True) -> None:
+        import lz4.block  # noqa: F401 - fail early (ImportError) when the lz4 package is missing
+
+        buf = memoryview(data)
+        end = len(buf)
+        if end < 4 or _U32LE.unpack_from(buf, 0)[0] != MAGIC:
+            raise CodecError("Stream unsupported (invalid magic bytes)")
+        if end < 7:
+            raise CodecError("Stream ended prematurely")
+        flg = buf[4]
+        bd = buf[5]
+        if (flg & _FLG_VERSION_MASK) != 0x40:
+            raise CodecError("Stream unsupported (version must be 01)")
+        if not flg & _FLG_BLOCK_INDEPENDENT:
+            raise CodecError("Stream unsupported (dependent blocks)")
+        if flg & _FLG_RESERVED or bd & 0x8F:
+            raise CodecError("Stream unsupported (reserved bits set)")
+        block_size_id = (bd >> 4) & 0x07
+        if block_size_id not in _BLOCK_SIZES:
+            raise CodecError(f"Stream unsupported (block size id {block_size_id})")
+        pos = 6
+        if flg & _FLG_CONTENT_SIZE:
+            pos += 8
+        if pos >= end:
+            raise CodecError("Stream ended prematurely")
+        if verify_header_checksum:
+            expected = _header_checksum(bytes(buf[:pos]), 4, pos, broken=False)
+            if buf[pos] != expected:
+                raise CodecError("Stream frame descriptor corrupted")
+        self._buf = buf
+        self._pos = pos + 1
+        self._end = end
+        self._max_block = _BLOCK_SIZES[block_size_id]
+        self._block_checksum = bool(flg & _FLG_BLOCK_CHECKSUM)
+        self._out = b""
+        self._out_pos = 0
+        self._done = False
+
+    def _next_block(self) -> bytes:
+        import lz4.block
+
+        buf, pos, end = self._buf, self._pos, self._end
         if pos + 4 > end:
             raise CodecError("Stream ended prematurely")
         (size,) = _U32LE.unpack_from(buf, pos)
         pos += 4
         if size == 0:
-            return b"".join(out)  # end mark; a content checksum after it is not verified
+            self._done = True  # end mark; a content checksum after it is not verified
+            return b""
         stored = bool(size & _UNCOMPRESSED_BIT)
         size &= ~_UNCOMPRESSED_BIT & _M32
+        max_block = self._max_block
         if size > max_block:
             raise CodecError(f"Block size {size} exceeded max: {max_block}")
         if pos + size > end:
             raise CodecError("Stream ended prematurely")
         block = buf[pos : pos + size]
         pos += size
-        if block_checksum:
+        if self._block_checksum:
             if pos + 4 > end:
                 raise CodecError("Stream ended prematurely")
-            if _U32LE.unpack_from(buf, pos)[0] != xxh32(block):
+            if _U32LE.unpack_from(buf, pos)[0] != xxh32(bytes(block)):
                 raise CodecError("Block checksum mismatch")
             pos += 4
+        self._pos = pos
         if stored:
-            out.append(block)
-        else:
-            try:
-                # LZ4 expands at most 255x, so a damaged block-size id (up to 4 MiB) cannot size the buffer.
-                capacity = min(max_block, 255 * size + 64)
-                out.append(lz4.block.decompress(block, uncompressed_size=capacity))
-            except lz4.block.LZ4BlockError as exc:
-                raise CodecError(f"lz4 block at byte {pos - size} is corrupt: {exc}") from None
+            return bytes(block)
+        try:
+            # LZ4 expands at most 255x, so a damaged block-size id (up to 4 MiB) cannot size the buffer.
+            capacity = min(max_block, 255 * size + 64)
+            return lz4.block.decompress(block, uncompressed_size=capacity)
+        except lz4.block.LZ4BlockError as exc:
+            raise CodecError(f"lz4 block at byte {pos - size} is corrupt: {exc}") from None
+
+    def read(self, n: int) -> bytes:
+        parts = []
+        while n > 0:
+            out, at = self._out, self._out_pos
+            if at >= len(out):
+                if self._done:
+                    break
+                self._out, self._out_pos = self._next_block(), 0
+                continue
+            piece = out[at : at + n] if at or n < len(out) else out
+            self._out_pos = at + len(piece)
+            parts.append(piece)
+            n -= len(piece)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def open_stream(data: "bytes | memoryview", verify_header_checksum: bool = True) -> Lz4Stream:
+    """A reader of a Kafka LZ4 frame's decompressed bytes; bytes after the end mark are ignored, as in Kafka."""
+    return Lz4Stream(data, verify_header_checksum)
+
+
+def decompress(data: "bytes | memoryview", verify_header_checksum: bool = True,
+               limit: Optional[int] = None) -> Optional[bytes]:
+    """Decompress a Kafka LZ4 frame whole; None as soon as the output passes `limit` bytes."""
+    stream = Lz4Stream(data, verify_header_checksum)
+    parts = []
+    total = 0
+    while True:
+        block = stream._next_block()
+        if stream._done:
+            return b"".join(parts)
+        total += len(block)
+        if limit is not None and total > limit:
+            return None
+        parts.append(block)
 
 
 def compress(

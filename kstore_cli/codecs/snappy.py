@@ -14,7 +14,9 @@ snappy-java's SnappyInputStream does.
 from __future__ import annotations
 
 import struct
+from typing import Optional
 
+from kstore_cli import codecs
 from kstore_cli.errors import CodecError
 
 MAGIC = b"\x82SNAPPY\x00"
@@ -24,14 +26,18 @@ _MAGIC_AS_LENGTH = 0x82534E41  # first 4 magic bytes read as a block length: a c
 BLOCK_SIZE = 32 * 1024
 
 
-def decompress(data: "bytes | memoryview") -> bytes:
-    """Decompress xerial-framed (or raw) snappy bytes."""
+def decompress(data: "bytes | memoryview", limit: Optional[int] = None) -> Optional[bytes]:
+    """Decompress xerial-framed (or raw) snappy bytes; None when the blocks' declared lengths pass `limit`."""
     import snappy  # python-snappy
 
     buf = memoryview(data)
     if len(buf) < HEADER.size or bytes(buf[:8]) != MAGIC:
-        return snappy.uncompress(bytes(buf))
+        declared = _raw_length(buf)
+        if limit is not None and declared > limit:
+            return None
+        return _inflate(buf, "data", declared)
     out = []
+    total = 0
     pos = HEADER.size
     end = len(buf)
     while pos < end:
@@ -48,9 +54,108 @@ def decompress(data: "bytes | memoryview") -> bytes:
             raise CodecError(
                 f"snappy block at byte {pos - 4} needs {length} bytes but only {end - pos} remain"
             )
-        out.append(snappy.uncompress(bytes(buf[pos : pos + length])))
+        block = buf[pos : pos + length]
+        declared = _raw_length(block)
+        total += declared
+        if limit is not None and total > limit:
+            return None
+        out.append(_inflate(block, "block", declared))
         pos += length
     return b"".join(out)
+
+
+def _raw_length(block: "bytes | memoryview") -> int:
+    """The uncompressed length a raw snappy block declares (its leading varint), checked before inflating."""
+    if block and block[0] < 0x80:
+        return block[0]
+    value = 0
+    for i in range(5):
+        if i >= len(block):
+            break
+        b = block[i]
+        value |= (b & 0x7F) << (7 * i)
+        if not b & 0x80:
+            return value
+    raise CodecError("snappy block has a corrupt length header")
+
+
+def _inflate(block: "bytes | memoryview", where: str, declared: int = -1) -> bytes:
+    import snappy  # python-snappy
+
+    if declared < 0:
+        declared = _raw_length(block)
+    # Snappy's densest element, a 3-byte copy of 64 bytes, inflates ~21x: a larger claim is damage.
+    if declared > 22 * len(block) + 64:
+        raise CodecError(f"snappy {where} declares {declared} bytes, more than its {len(block)} bytes can hold")
+    bound = codecs.max_record_bytes
+    if declared > bound:
+        raise codecs.too_large(f"snappy {where}", declared, bound)
+    return snappy.uncompress(bytes(block))
+
+
+class SnappyStream:
+    """xerial-framed snappy, decompressed block by block; a raw snappy input is inflated whole, after its
+    declared length is checked against the bound."""
+
+    __slots__ = ("_buf", "_pos", "_end", "_out", "_out_pos", "_raw")
+
+    def __init__(self, data: "bytes | memoryview") -> None:
+        import snappy  # noqa: F401 - fail early (ImportError) when python-snappy is missing
+
+        buf = memoryview(data)
+        self._buf = buf
+        self._end = len(buf)
+        self._out = b""
+        self._out_pos = 0
+        self._raw = len(buf) < HEADER.size or bytes(buf[:8]) != MAGIC
+        self._pos = 0 if self._raw else HEADER.size
+
+    def _next_block(self) -> Optional[bytes]:
+        buf, pos, end = self._buf, self._pos, self._end
+        if self._raw:
+            if pos:
+                return None
+            self._pos = end
+            return _inflate(buf, "data")
+        while pos < end:
+            if end - pos < 4:
+                raise CodecError(f"snappy stream ended inside a block length at byte {pos}")
+            (length,) = BLOCK_LENGTH.unpack_from(buf, pos)
+            if length & 0xFFFFFFFF == _MAGIC_AS_LENGTH:
+                pos += HEADER.size
+                continue
+            pos += 4
+            if length < 0:
+                raise CodecError(f"snappy block at byte {pos - 4} has a negative length {length}")
+            if pos + length > end:
+                raise CodecError(
+                    f"snappy block at byte {pos - 4} needs {length} bytes but only {end - pos} remain"
+                )
+            self._pos = pos + length
+            return _inflate(buf[pos : pos + length], f"block at byte {pos - 4}")
+        self._pos = pos
+        return None
+
+    def read(self, n: int) -> bytes:
+        parts = []
+        while n > 0:
+            out, at = self._out, self._out_pos
+            if at >= len(out):
+                block = self._next_block()
+                if block is None:
+                    break
+                self._out, self._out_pos = block, 0
+                continue
+            piece = out[at : at + n] if at or n < len(out) else out
+            self._out_pos = at + len(piece)
+            parts.append(piece)
+            n -= len(piece)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def open_stream(data: "bytes | memoryview") -> SnappyStream:
+    """A reader of xerial-framed (or raw) snappy bytes."""
+    return SnappyStream(data)
 
 
 def compress(data: "bytes | memoryview") -> bytes:

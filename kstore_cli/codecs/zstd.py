@@ -8,8 +8,9 @@ _compressors: Dict[int, object] = {}
 _decompressor = None
 
 
-def decompress(data: "bytes | memoryview") -> bytes:
-    """Decompress one or more zstd frames (frames need not carry their content size)."""
+def decompress(data: "bytes | memoryview", limit: Optional[int] = None) -> Optional[bytes]:
+    """Decompress one or more zstd frames (frames need not carry their content size); None as soon as
+    the output passes `limit` bytes."""
     global _decompressor
     if _decompressor is None:
         import zstandard
@@ -17,11 +18,25 @@ def decompress(data: "bytes | memoryview") -> bytes:
         _decompressor = zstandard.ZstdDecompressor()
     reader = _decompressor.stream_reader(bytes(data), read_across_frames=True)
     chunks = []
+    total = 0
     while True:
         chunk = reader.read(1 << 20)
         if not chunk:
-            return b"".join(chunks)
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        total += len(chunk)
+        if limit is not None and total > limit:
+            return None
         chunks.append(chunk)
+
+
+def open_stream(data: "bytes | memoryview") -> object:
+    """A reader of the decompressed bytes of one or more zstd frames (zstd's own streaming window)."""
+    global _decompressor
+    if _decompressor is None:
+        import zstandard
+
+        _decompressor = zstandard.ZstdDecompressor()
+    return _decompressor.stream_reader(data, read_across_frames=True)
 
 
 def compress(data: "bytes | memoryview", level: Optional[int] = None) -> bytes:

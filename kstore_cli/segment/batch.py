@@ -28,11 +28,13 @@ from __future__ import annotations
 import struct
 from typing import Iterator, List, Optional, Tuple
 
+from kstore_cli import codecs
 from kstore_cli.codecs import CODEC_NAMES, get_codec
 from kstore_cli.errors import CorruptRecordError, InvalidRecordError, KstoreError
 from kstore_cli.segment import decode
 from kstore_cli.segment._decode_common import _int32, increment_sequence  # noqa: F401 - re-exported
 from kstore_cli.segment.crc import crc32, crc32c
+from kstore_cli.segment.recstream import WHOLE_BATCH_BYTES, stream_v2_records
 from kstore_cli.segment.text import java_utf8
 
 V2_HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -435,23 +437,74 @@ class RecordBatch(Batch):
             )
 
     def records(self) -> List[Record]:
-        """Decode the records (decompressing first when needed)."""
+        """Decode the records (decompressing first when needed), all of them in a list: the decompressed
+        batch may not exceed the bound (``codecs.max_record_bytes``; RecordTooLargeError past it).
+        Iterate the batch instead to stream its records, one at a time."""
         try:
             fast = _v2_batch_records(Record, Header, self)  # a plain uncompressed batch, in one call
         except KstoreError as exc:
             raise self._fail(exc) from None
         if fast is not None:
             return fast
+        it = self._records()
+        if isinstance(it, list):
+            return it
+        out = []
+        total = 0
+        bound = codecs.max_record_bytes
+        try:
+            for record in it:
+                # A streamed record holds its bytes and its key/value copies: about twice its size.
+                total += 2 * record.size_in_bytes
+                if total > bound:
+                    raise codecs.too_large("the batch's records", f"more than {bound}", bound)
+                out.append(record)
+        except KstoreError as exc:
+            raise self._fail(exc) from None
+        return out
+
+    def __iter__(self) -> Iterator[Record]:
+        """The records, streamed out of the decompression when the batch inflates past
+        ``recstream.WHOLE_BATCH_BYTES``: only one record (at most the bound) is held at a time."""
+        try:
+            fast = _v2_batch_records(Record, Header, self)
+        except KstoreError as exc:
+            raise self._fail(exc) from None
+        if fast is not None:
+            return iter(fast)
+        it = self._records()
+        return iter(it) if isinstance(it, list) else self._failing(it)
+
+    def _failing(self, it: Iterator[Record]) -> Iterator[Record]:
+        try:
+            yield from it
+        except KstoreError as exc:
+            raise self._fail(exc) from None
+
+    def _records(self) -> "List[Record] | Iterator[Record]":
+        """A list when the batch is small enough to decode in one call, else a record stream."""
         count = self.count
         if count < 0:
             raise self._fail(InvalidRecordError(f"Found invalid record count {count} in magic v2 batch"))
         if count == 0:
             return []
+        log_append = self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None
         try:
-            data, start = self._record_data()
+            if self.size < RECORD_BATCH_OVERHEAD:
+                self._record_data()  # raises Kafka's error
+            codec_id = self.attributes & COMPRESSION_MASK
+            if codec_id == 0:
+                data, start = self._buf, RECORD_BATCH_OVERHEAD
+            else:
+                codec = get_codec(codec_id)
+                payload = self._buf[RECORD_BATCH_OVERHEAD:]
+                data, start = codec.decompress_small(payload, 2, WHOLE_BATCH_BYTES), 0
+                if data is None:
+                    return stream_v2_records(Record, Header, self, codec.stream(payload, 2), b"",
+                                             codecs.max_record_bytes)
             return decode.build_v2_records(
                 Record, Header, self, data, start, len(data), count, self.base_offset, self.base_timestamp,
-                self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None, self.base_sequence,
+                log_append, self.base_sequence,
             )
         except KstoreError as exc:
             raise self._fail(exc) from None

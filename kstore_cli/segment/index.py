@@ -13,18 +13,42 @@ unwritten zero slots begin.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from typing import Iterator, List, Optional, Tuple
 
 from kstore_cli.errors import CorruptIndexError
 from kstore_cli.segment.names import base_offset_from_name
-from kstore_cli.segment.reader import map_file
+from kstore_cli.segment.reader import _release, map_file
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
 MAX_INT32 = 0x7FFFFFFF
 _WARM_BYTES = 8192  # AbstractIndex: the hot tail searched first
+
+
+def _data_end(path: str, length: int) -> int:
+    """Where the file's last data extent ends (SEEK_DATA/SEEK_HOLE), `length` when that cannot be told."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return length
+    try:
+        end = pos = 0
+        while pos < length:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # no data after pos
+                    break
+                return length
+            end = pos = os.lseek(fd, start, os.SEEK_HOLE)
+        return min(end, length)
+    except (AttributeError, OSError):
+        return length
+    finally:
+        os.close(fd)
 
 
 class IndexFile:
@@ -64,10 +88,21 @@ class IndexFile:
 
     def zero_tail_start(self) -> int:
         """Index of the first trailing all-zero slot (== entries when there is none)."""
-        n = self.entries
-        zero = b"\x00" * self.entry_size
-        buf = self._buf
         size = self.entry_size
+        # Slots past the file's last data extent are holes, zeros by definition: not read at all.
+        n = min(self.entries, -(-_data_end(self.path, self.length) // size))
+        buf = self._buf
+        # Backwards a chunk at a time (a sparse multi-GB index is all zeros: one slot at a time took hours);
+        # a chunk is a whole number of slots.
+        step = (1 << 20) // size
+        while n > 0:
+            lo = max(0, n - step)
+            chunk = bytes(buf[lo * size : n * size])
+            if chunk.count(0) != len(chunk):
+                break
+            _release(buf, lo * size, n * size)  # walked past: keep RSS flat
+            n = lo
+        zero = b"\x00" * size
         while n > 0 and buf[(n - 1) * size : n * size] == zero:
             n -= 1
         return n

@@ -398,7 +398,7 @@ def _records_from(partition: Partition, seg_idx: int, position: int, stats: Look
                 stats.batches_scanned += 1
                 if not accept_batch(batch):
                     continue
-            for record in batch.records():
+            for record in batch:  # streamed: a huge compressed batch is not held whole
                 if not started:
                     if not accept_record(record):
                         continue

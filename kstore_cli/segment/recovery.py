@@ -509,14 +509,24 @@ class PartitionPlan:
         return any(s.error is not None or (s.result is not None and s.result.problem is not None) for s in self.segments)
 
 
-def _read_or_none(path: Optional[str]) -> Optional[bytes]:
+def _file_holds(path: Optional[str], data: bytes) -> Optional[bool]:
+    """Whether the file holds exactly `data` (None when it cannot be read), read 1 MiB at a time: an index
+    of the wrong size is never read (a sparse 10 GB .index is not loaded to be told apart)."""
     if path is None:
         return None
     try:
         with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
+            if os.fstat(f.fileno()).st_size != len(data):
+                return False
+            view = memoryview(data)
+            pos = 0
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    return pos == len(data)
+                if view[pos : pos + len(chunk)] != chunk:
+                    return False
+                pos += len(chunk)
     except OSError:
         return None
 
@@ -529,13 +539,13 @@ def _changes_for(segment: Segment, result: RecoveryResult) -> List[FileChange]:
         (names.TXN_INDEX_SUFFIX, result.txnindex_bytes, segment.txnindex),
     ):
         target = segment.path(suffix)
-        current = _read_or_none(current_path)
+        current = _file_holds(current_path, data)
         if current is None:
             # recover() creates .index/.timeindex; a .txnindex only once an entry is written.
             if suffix == names.TXN_INDEX_SUFFIX and not data:
                 continue
             changes.append(FileChange(target, "create", data))
-        elif current != data:
+        elif not current:
             changes.append(FileChange(target, "rewrite", data))
         else:
             changes.append(FileChange(target, "unchanged", data))
@@ -1217,7 +1227,11 @@ def _entry_keys(kind, path: Optional[str], base_offset: int, field: int) -> "arr
     if path is None:
         return array("q")
     try:
-        values = [entry[field] for entry in kind(path, base_offset)]
+        index = kind(path, base_offset)
+        # A zero tail adds one distinct value however long it is: one slot of it stands for all (a sparse
+        # multi-GB index would otherwise be a list of a billion entries).
+        keep = min(index.entries, index.zero_tail_start() + 1)
+        values = [entry[field] for entry in islice(index, keep)]
     except KstoreError:
         return array("q")
     if any(map(operator.ge, values, islice(values, 1, None))):  # not strictly increasing (a damaged index)
