@@ -26,6 +26,7 @@ def _load() -> List[click.Command]:
     from kstore_cli.commands import retain; commands.append(retain.command)  # noqa: E702
     from kstore_cli.commands import compact; commands.append(compact.command)  # noqa: E702
     from kstore_cli.commands import restore; commands.append(restore.command)  # noqa: E702
+    from kstore_cli.commands import groups; commands.append(groups.command)  # noqa: E702
     from kstore_cli.commands import spark_export; commands.append(spark_export.command)  # noqa: E702
     return commands
 
