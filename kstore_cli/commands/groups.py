@@ -69,20 +69,27 @@ def _warnings(state: GroupsState) -> list:
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
 @click.option("--format", "fmt", type=click.Choice(["table", "reset-offsets"]), default="table", show_default=True,
               help="reset-offsets: the CSV kafka-consumer-groups.sh --reset-offsets --from-file takes "
-                   "(TOPIC,PARTITION,OFFSET), one block per group under a '# group <id>' line.")
+                   "(TOPIC,PARTITION,OFFSET for one group, GROUP,TOPIC,PARTITION,OFFSET for several).")
 def command(paths: Tuple[str, ...], groups: Tuple[str, ...], topics: Tuple[str, ...], offsets_partitions: int,
             as_json: bool, fmt: str) -> None:
     """Committed offsets per group, topic and partition from the __consumer_offsets partitions in PATHS,
-    as the group coordinator would load them, with log end offset, high watermark and lag."""
+    as the group coordinator would load them, with log end offset, high watermark and lag.
+
+    A group's offsets live in __consumer_offsets-N with N = abs(javaStringHashCode(group)) %
+    --offsets-partitions; partitions missing from PATHS are named and the exit status is 1.
+
+    \b
+    Example (restore positions on a rebuilt cluster):
+        kstore groups /var/lib/kafka --group orders-app --format reset-offsets > orders-app.csv
+        kafka-consumer-groups.sh --bootstrap-server HOST:9092 --group orders-app \\
+          --reset-offsets --from-file orders-app.csv --execute
+    """
     state = load_groups(paths, num_partitions=offsets_partitions, groups=list(groups) or None,
                         topics=list(topics) or None)
     if as_json:
         click.echo(_json(state))
     elif fmt == "reset-offsets":
-        for _n, g in sorted(state.groups.items()):
-            if len(state.groups) > 1:
-                click.echo(f"# group {g.group_id}")
-            click.echo(reset_offsets_csv(g), nl=False)
+        click.echo(reset_offsets_csv(list(state.groups.values())), nl=False)
     else:
         text = _text(state)
         if text:
