@@ -230,10 +230,11 @@ def _join_log_ends(partitions: List[Partition], state: Dict[str, Group]) -> None
             committed.log_end_offset, committed.high_watermark = ends.get(key, (None, None))
 
 
-def reset_offsets_csv(groups: List[Group]) -> str:
+def reset_offsets_csv(groups: List[Group], *, single_group: bool) -> str:
     """``kafka-consumer-groups.sh --reset-offsets --from-file`` input. ConsumerGroupCommand.parseResetPlan
-    takes ``TOPIC,PARTITION,OFFSET`` for a single ``--group`` and ``GROUP,TOPIC,PARTITION,OFFSET`` otherwise."""
-    if len(groups) == 1:
+    takes ``TOPIC,PARTITION,OFFSET`` only when exactly one ``--group`` is given, ``GROUP,TOPIC,PARTITION,OFFSET``
+    otherwise (several groups, ``--all-groups``): `single_group` says the plan is for one named group."""
+    if single_group and len(groups) == 1:
         return "".join(f"{c.topic},{c.partition},{c.offset}\n" for _k, c in sorted(groups[0].offsets.items()))
     return "".join(f"{g.group_id},{c.topic},{c.partition},{c.offset}\n"
                    for g in sorted(groups, key=lambda g: g.group_id) for _k, c in sorted(g.offsets.items()))

@@ -98,11 +98,13 @@ def test_cli_reset_offsets_csv_and_json():
 
 def test_reset_offsets_csv_sorted():
     state = load_groups([str(LOGS / "__consumer_offsets-0")], num_partitions=1)
-    assert reset_offsets_csv([state.groups["eos-app"]]) == "orders,0,512\norders,1,513\norders,2,514\n"
+    assert reset_offsets_csv([state.groups["eos-app"]], single_group=True) == "orders,0,512\norders,1,513\norders,2,514\n"
     # several groups: ConsumerGroupCommand's CsvRecordWithGroup layout, group first
-    both = reset_offsets_csv(list(state.groups.values())).splitlines()
+    both = reset_offsets_csv(list(state.groups.values()), single_group=False).splitlines()
     assert both[:3] == ["eos-app,orders,0,512", "eos-app,orders,1,513", "eos-app,orders,2,514"]
     assert both[3] == "orders-app,orders,0,3929" and len(both) == 9
+    # one group found but none named (the plan is for --all-groups): the group column stays
+    assert reset_offsets_csv([state.groups["eos-app"]], single_group=False).startswith("eos-app,orders,0,512\n")
 
 
 # ---- partitions written by Kafka's broker code (append-log), keys/values from the generated schemas ----

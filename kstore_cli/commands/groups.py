@@ -69,7 +69,7 @@ def _warnings(state: GroupsState) -> list:
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
 @click.option("--format", "fmt", type=click.Choice(["table", "reset-offsets"]), default="table", show_default=True,
               help="reset-offsets: the CSV kafka-consumer-groups.sh --reset-offsets --from-file takes "
-                   "(TOPIC,PARTITION,OFFSET for one group, GROUP,TOPIC,PARTITION,OFFSET for several).")
+                   "(TOPIC,PARTITION,OFFSET with one --group, else GROUP,TOPIC,PARTITION,OFFSET).")
 def command(paths: Tuple[str, ...], groups: Tuple[str, ...], topics: Tuple[str, ...], offsets_partitions: int,
             as_json: bool, fmt: str) -> None:
     """Committed offsets per group, topic and partition from the __consumer_offsets partitions in PATHS,
@@ -89,7 +89,7 @@ def command(paths: Tuple[str, ...], groups: Tuple[str, ...], topics: Tuple[str, 
     if as_json:
         click.echo(_json(state))
     elif fmt == "reset-offsets":
-        click.echo(reset_offsets_csv(list(state.groups.values())), nl=False)
+        click.echo(reset_offsets_csv(list(state.groups.values()), single_group=len(groups) == 1), nl=False)
     else:
         text = _text(state)
         if text:
