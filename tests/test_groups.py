@@ -195,3 +195,15 @@ def test_broker_written_cli_exit_reports_missing(broker_written):
     assert res.returncode == 1
     assert res.stdout == "orders,0,9\n"
     assert "missing from the given paths (of 2): 0" in res.stderr
+
+
+def test_damaged_offsets_partition_fails_with_one_line(tmp_path):
+    part = tmp_path / "__consumer_offsets-0"
+    shutil.copytree(LOGS / "__consumer_offsets-0", part)
+    log = part / "00000000000000000000.log"
+    data = bytearray(log.read_bytes())
+    data[200] ^= 0xFF  # inside the first batch's records: its CRC no longer matches
+    log.write_bytes(bytes(data))
+    res = _kstore("groups", str(part), "--offsets-partitions", "1")
+    assert res.returncode == 1 and res.stdout == ""
+    assert len(res.stderr.splitlines()) == 1 and res.stderr.startswith(f"kstore: error: {log} at byte 0:")
