@@ -1,0 +1,103 @@
+"""``kstore groups``: committed offsets per group, topic and partition, read from ``__consumer_offsets`` (read-only)."""
+
+from __future__ import annotations
+
+import json
+from typing import Tuple
+
+import click
+
+from kstore_cli.errors import ExitStatus
+from kstore_cli.groups import DEFAULT_OFFSETS_PARTITIONS, OFFSETS_TOPIC, GroupsState, load_groups, reset_offsets_csv
+
+
+def _json(state: GroupsState) -> str:
+    return json.dumps({
+        "offsetsTopicPartitions": state.num_partitions,
+        "loadedPartitions": state.loaded_partitions,
+        "missingPartitions": state.missing_partitions,
+        "unknownGroups": [{"group": g, "partition": p} for g, p in sorted(state.unknown_groups.items())],
+        "skippedRecords": [{"file": f, "offset": o, "reason": r} for f, o, r in state.skipped],
+        "groups": [{
+            "group": g.group_id, "type": g.kind, "protocolType": g.protocol_type, "generation": g.generation,
+            "members": g.members, "coordinatorPartition": g.coordinator_partition,
+            "offsets": [{"topic": c.topic, "partition": c.partition, "offset": c.offset,
+                         "leaderEpoch": c.leader_epoch, "metadata": c.metadata,
+                         "commitTimestamp": c.commit_timestamp, "logEndOffset": c.log_end_offset,
+                         "highWatermark": c.high_watermark, "lag": c.lag}
+                        for _k, c in sorted(g.offsets.items())],
+        } for _n, g in sorted(state.groups.items())],
+    }, indent=2)
+
+
+def _text(state: GroupsState) -> str:
+    lines = []
+    for _n, g in sorted(state.groups.items()):
+        extra = f" generation {g.generation}" if g.generation is not None else ""
+        members = f", {g.members} members" if g.kind == "classic" else ""
+        lines.append(f"group {g.group_id} ({g.kind}{extra}{members}; {OFFSETS_TOPIC}-{g.coordinator_partition})")
+        lines.append(f"  {'TOPIC':<30} {'PARTITION':>9} {'OFFSET':>12} {'LOG-END':>12} {'HW':>12} {'LAG':>10}")
+        for _k, c in sorted(g.offsets.items()):
+            fmt = lambda v: "-" if v is None else str(v)  # noqa: E731
+            lines.append(f"  {c.topic:<30} {c.partition:>9} {c.offset:>12} {fmt(c.log_end_offset):>12} "
+                         f"{fmt(c.high_watermark):>12} {fmt(c.lag):>10}")
+    return "\n".join(lines)
+
+
+def _warnings(state: GroupsState) -> list:
+    out = []
+    if not state.loaded_partitions:
+        out.append(f"no {OFFSETS_TOPIC} partition found in the given paths")
+    elif state.missing_partitions:
+        missing = ", ".join(str(n) for n in state.missing_partitions)
+        out.append(f"{OFFSETS_TOPIC} partitions missing from the given paths (of {state.num_partitions}): "
+                   f"{missing}; groups they coordinate are not shown (a group lives in partition "
+                   f"abs(javaStringHashCode(group)) % {state.num_partitions}, as Kafka's GroupCoordinator.partitionFor)")
+    for g, p in sorted(state.unknown_groups.items()):
+        out.append(f"group {g}: unknown, its offsets live in {OFFSETS_TOPIC}-{p}, which is not in the given paths")
+    for f, o, r in state.skipped:
+        out.append(f"{f}: record at offset {o} not loaded: {r}")
+    return out
+
+
+@click.command("groups")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--group", "groups", multiple=True, help="Only this group (repeatable).")
+@click.option("--topic", "topics", multiple=True, help="Only offsets of this topic (repeatable).")
+@click.option("--offsets-partitions", type=int, default=DEFAULT_OFFSETS_PARTITIONS, show_default=True,
+              help=f"Partitions of {OFFSETS_TOPIC} (the cluster's offsets.topic.num.partitions).")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@click.option("--format", "fmt", type=click.Choice(["table", "reset-offsets"]), default="table", show_default=True,
+              help="reset-offsets: the CSV kafka-consumer-groups.sh --reset-offsets --from-file takes "
+                   "(TOPIC,PARTITION,OFFSET with one --group, else GROUP,TOPIC,PARTITION,OFFSET).")
+def command(paths: Tuple[str, ...], groups: Tuple[str, ...], topics: Tuple[str, ...], offsets_partitions: int,
+            as_json: bool, fmt: str) -> None:
+    """Committed offsets per group, topic and partition from the __consumer_offsets partitions in PATHS,
+    as the group coordinator would load them, with log end offset, high watermark and lag.
+
+    A group's offsets live in __consumer_offsets-N with N = abs(javaStringHashCode(group)) %
+    --offsets-partitions; partitions missing from PATHS are named and the exit status is 1.
+
+    \b
+    Example (restore positions on a rebuilt cluster):
+        kstore groups /var/lib/kafka --group orders-app --format reset-offsets > orders-app.csv
+        kafka-consumer-groups.sh --bootstrap-server HOST:9092 --group orders-app \\
+          --reset-offsets --from-file orders-app.csv --execute
+    """
+    state = load_groups(paths, num_partitions=offsets_partitions, groups=list(groups) or None,
+                        topics=list(topics) or None)
+    if as_json:
+        click.echo(_json(state))
+    elif fmt == "reset-offsets":
+        click.echo(reset_offsets_csv(list(state.groups.values()), single_group=len(groups) == 1), nl=False)
+    else:
+        text = _text(state)
+        if text:
+            click.echo(text)
+    warnings = _warnings(state)
+    for w in warnings:
+        click.echo(f"kstore: warning: {w}", err=True)
+    incomplete = bool(not state.loaded_partitions or state.unknown_groups or state.skipped
+                      or (groups and len(state.groups) < len(groups)))
+    if incomplete or state.missing_partitions:
+        raise SystemExit(int(ExitStatus.PROBLEMS))
