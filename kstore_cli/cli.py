@@ -225,9 +225,10 @@ def main(argv: Optional[List[str]] = None) -> None:
 
         sys.exit(shell_complete(cli, {}, "kstore", COMPLETE_ENV, instruction))
     try:
-        from kstore_cli.codecs import check_env_bound
+        if os.environ.get("KSTORE_MAX_RECORD_BYTES") is not None:  # imports the codecs only when set
+            from kstore_cli.codecs import check_env_bound
 
-        check_env_bound()  # a KSTORE_MAX_RECORD_BYTES that is not a size is a usage error, not ignored
+            check_env_bound()  # a KSTORE_MAX_RECORD_BYTES that is not a size is a usage error, not ignored
         # Not cli.main(): Click's own handler would turn a closed pipe into exit 1.
         with cli.make_context("kstore", args) as ctx:
             rv = cli.invoke(ctx)
