@@ -45,6 +45,9 @@ def test_no_error_on_what_kafka_wrote(case: str) -> None:
     res = invoke("verify-index", str(WRITTEN / case / "t-0"))
     assert res.exit_code == 0, res.output
     assert "healthy" in res.output
+    res = invoke("doctor", str(WRITTEN / case))
+    assert res.exit_code == 0, res.output
+    assert "no errors or warnings" in res.output
 
 
 @pytest.mark.parametrize("case", CASES)
