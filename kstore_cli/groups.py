@@ -21,6 +21,7 @@ from kstore_cli.segment.batch import parse_control_key
 from kstore_cli.segment.checkpoint import read_offset_checkpoint
 from kstore_cli.segment.logdir import Partition, resolve
 from kstore_cli.segment.reader import read_batches
+from kstore_cli.segment.text import java_string_hash
 
 OFFSETS_TOPIC = "__consumer_offsets"
 #: offsets.topic.num.partitions default (GroupCoordinatorConfig).
@@ -32,15 +33,6 @@ _GROUP_METADATA = 2
 _CONSUMER_GROUP_METADATA = 3
 _SHARE_GROUP_METADATA = 11
 _CONTROL_COMMIT = 1
-
-
-def java_string_hash(text: str) -> int:
-    """``String.hashCode()``: over UTF-16 code units, as a signed 32-bit int."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
 
 
 def partition_for(group: str, num_partitions: int) -> int:

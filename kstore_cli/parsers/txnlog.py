@@ -18,6 +18,7 @@ from kstore_cli.parsers import RAW, JsonDecoded
 from kstore_cli.parsers.schema import plain, read_message, to_json
 from kstore_cli.parsers.schemas import TRANSACTION_LOG_KEY, TRANSACTION_LOG_VALUE
 from kstore_cli.parsers.wire import JavaError, WireReader
+from kstore_cli.segment.text import int32, java_string_hash
 
 #: TransactionState ids and their Scala case-object names.
 STATES: Dict[int, str] = {
@@ -32,23 +33,9 @@ def _abort(e: JavaError) -> RecordParseError:
     return RecordParseError(e.message if e.message is not None else e.java_class.rsplit(".", 1)[-1])
 
 
-def _int32(value: int) -> int:
-    value &= 0xFFFFFFFF
-    return value - (1 << 32) if value >= 1 << 31 else value
-
-
-def java_string_hash(text: str) -> int:
-    """``String.hashCode()`` over UTF-16 code units."""
-    h = 0
-    units = text.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(units), 2):
-        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
-    return _int32(h)
-
-
 def topic_partition_hash(topic: str, partition: int) -> int:
     """``TopicPartition.hashCode()``: ``31 * (31 + partition) + topic.hashCode()``."""
-    return _int32(31 * (31 + partition) + java_string_hash(topic))
+    return int32(31 * (31 + partition) + java_string_hash(topic))
 
 
 def _table_size_for(capacity: int) -> int:
@@ -80,7 +67,7 @@ class ScalaMutableHashSet:
         if key in self._keys:
             return
         self._keys.add(key)
-        improved = _int32(java_hash ^ ((java_hash & 0xFFFFFFFF) >> 16))
+        improved = int32(java_hash ^ ((java_hash & 0xFFFFFFFF) >> 16))
         self.items.append((improved, len(self.items), key, text))
 
     def add(self, key: object, java_hash: int, text: str) -> None:

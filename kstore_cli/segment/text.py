@@ -87,7 +87,8 @@ def java_utf8_reference(data: "bytes | memoryview") -> str:
 # ------------------------------------------------------------------ String.hashCode and Scala's HashMap order
 
 
-def _int32(value: int) -> int:
+def int32(value: int) -> int:
+    """`value` wrapped to a Java int (two's complement, 32 bits)."""
     value &= 0xFFFFFFFF
     return value - (1 << 32) if value >= 1 << 31 else value
 
@@ -98,7 +99,7 @@ def java_string_hash(text: str) -> int:
     units = text.encode("utf-16-be", "surrogatepass")
     for i in range(0, len(units), 2):
         h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
-    return _int32(h)
+    return int32(h)
 
 
 class ScalaHashMapOrder:
@@ -128,7 +129,7 @@ class ScalaHashMapOrder:
         self._check_threshold()
         if key not in self._hashes:
             h = java_string_hash(key)
-            self._hashes[key] = _int32(h ^ ((h & 0xFFFFFFFF) >> 16))
+            self._hashes[key] = int32(h ^ ((h & 0xFFFFFFFF) >> 16))
         if times > 1:
             self._check_threshold()  # later puts of the same key: one more check can still grow it
 
