@@ -2,7 +2,9 @@
 well under 150 MB of peak RSS and end in one ``kstore: error:`` line with exit status 3, instead of
 2-6 GB of RSS; a batch of many small records adding up to 256 MiB streams through ``find``.
 
-Peak RSS is the child's own (``os.wait4``'s ru_maxrss), each command a real ``python -m kstore_cli``.
+Peak RSS is the child's own VmHWM (its address space's high-water mark, reported at exit), each command a
+real ``python -m kstore_cli``. Not ``os.wait4``'s ru_maxrss: Linux carries the forked parent's high-water
+mark across exec into it, so late in a full suite run every child "peaked" at pytest's own size.
 """
 
 from __future__ import annotations
@@ -37,12 +39,35 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
     }
 
 
+# Runs `-m MODULE ARGS...` or `-c CODE ARGS...` as python would, and at exit writes the process's VmHWM
+# (kB, /proc/self/status) to the file named by KSTORE_MEMTEST_HWM.
+_HWM_WRAPPER = """
+import atexit, os, runpy, sys
+def _report():
+    with open('/proc/self/status') as f:
+        hwm = next(line.split()[1] for line in f if line.startswith('VmHWM:'))
+    with open(os.environ['KSTORE_MEMTEST_HWM'], 'w') as out:
+        out.write(hwm)
+atexit.register(_report)
+mode, what, *rest = sys.argv[1:]
+if mode == '-m':
+    sys.argv = [what, *rest]
+    runpy.run_module(what, run_name='__main__', alter_sys=True)
+else:
+    sys.argv = ['-c', *rest]
+    exec(compile(what, '<string>', 'exec'), {'__name__': '__main__'})
+"""
+
+
 def run_measured(args: List[str], env: Dict[str, str] = {}) -> Tuple[int, str, float]:
     """(exit status, stderr, peak RSS in MiB) of a kstore child process."""
-    err_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"kstore-memtest-{os.getpid()}.err"
+    base = Path(os.environ.get("TMPDIR", "/tmp")) / f"kstore-memtest-{os.getpid()}"
+    err_path, hwm_path = base.with_suffix(".err"), base.with_suffix(".hwm")
+    hwm_path.unlink(missing_ok=True)
     with open(err_path, "w+b") as err:
-        proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
-                                env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+        proc = subprocess.Popen([sys.executable, "-c", _HWM_WRAPPER, *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=err, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                                 "KSTORE_MEMTEST_HWM": str(hwm_path), **env})
         killer = threading.Timer(TIMEOUT_S, proc.kill)  # a regression fails, it does not hang the suite
         killer.start()
         try:
@@ -53,7 +78,12 @@ def run_measured(args: List[str], env: Dict[str, str] = {}) -> Tuple[int, str, f
         err.seek(0)
         stderr = err.read().decode()
     err_path.unlink()
-    return proc.returncode, stderr, usage.ru_maxrss / 1024
+    try:
+        peak_kib = int(hwm_path.read_text())
+        hwm_path.unlink()
+    except (OSError, ValueError):  # killed before it could report: ru_maxrss is an upper bound
+        peak_kib = usage.ru_maxrss
+    return proc.returncode, stderr, peak_kib / 1024
 
 
 def kstore(*args: str) -> List[str]:
@@ -184,3 +214,14 @@ def test_bound_that_is_not_a_size_is_a_usage_error(parts: Dict[str, Path]) -> No
     code, err, _rss = run_measured(kstore("find", str(parts["many"]), "--offset", "0"),
                                    env={"KSTORE_MAX_RECORD_BYTES": "lots"})
     assert code == 2 and err.startswith("kstore: error: KSTORE_MAX_RECORD_BYTES: 'lots' is not a size"), err
+
+
+def test_the_measurement_is_the_childs_own() -> None:
+    """A 300 MB parent measures a tiny child as tiny (wait4's ru_maxrss would say ~310 MiB: Linux carries the
+    parent's high-water mark across the child's exec)."""
+    ballast = bytearray(300 << 20)
+    for i in range(0, len(ballast), 4096):
+        ballast[i] = 1
+    code, err, rss = run_measured(["-c", "print(1)"])
+    assert code == 0, err
+    assert rss < 60, rss
