@@ -1276,9 +1276,14 @@ def _verify_offset_index(idx, result: RecoveryResult, batches: _BatchesAtEntries
     n = _zero_tail(idx, prealloc, add, base, "index")
     last_offset = result.last_offset
     prev = None
+    past, first_past = 0, None  # entries past a damaged segment's valid data: one finding, not one each
     for i in range(n):
         offset, position = idx.entry(i)
         where = f"entry {i} (offset {offset}, position {position})"
+        if result.problem is not None and position >= result.valid_bytes:
+            past += 1
+            first_past = where if first_past is None else first_past
+            continue
         if prev is not None:
             if offset <= prev[0]:
                 add(base, path, ERROR, "index-order", f"{where}: offset not above the previous entry's {prev[0]}")
@@ -1300,6 +1305,9 @@ def _verify_offset_index(idx, result: RecoveryResult, batches: _BatchesAtEntries
             add(base, path, ERROR, "index-offset", f"{where}: the batch there starts at offset {batch_base}")
         elif last_offset is not None and offset > last_offset:
             add(base, path, ERROR, "index-offset", f"{where}: past the segment's last offset {last_offset}")
+    if past:
+        add(base, path, ERROR, "index-position",
+            f"{past} entries, from {first_past}, point past the valid data ({result.valid_bytes} bytes)")
 
 
 def _verify_time_index(tidx, result: RecoveryResult, batches: _BatchesAtEntries, prealloc: bool, is_last: bool,
@@ -1321,9 +1329,16 @@ def _verify_time_index(tidx, result: RecoveryResult, batches: _BatchesAtEntries,
     n = _zero_tail(tidx, prealloc, add, base, "timeindex")
     prev = None
     last_found = None
+    past, first_past = 0, None  # entries past a damaged segment's valid data: one finding, not one each
+    valid_last = result.last_offset if result.last_offset is not None else base - 1
     for i in range(n):
         ts, offset = tidx.entry(i)
         where = f"entry {i} (timestamp {ts}, offset {offset})"
+        if result.problem is not None and offset > valid_last:
+            past += 1
+            first_past = where if first_past is None else first_past
+            last_found = None
+            continue
         if prev is not None:
             if ts <= prev[0]:
                 add(base, path, ERROR, "timeindex-order", f"{where}: timestamp not above the previous entry's {prev[0]}")
@@ -1339,6 +1354,9 @@ def _verify_time_index(tidx, result: RecoveryResult, batches: _BatchesAtEntries,
             add(base, path, ERROR, "timeindex-timestamp",
                 f"{where}: an earlier batch already holds timestamp {found[2]}, so Kafka's lookups for "
                 f"timestamps from {ts} skip it")
+    if past:
+        add(base, path, ERROR, "timeindex-offset",
+            f"{past} entries, from {first_past}, name offsets past the valid data (last valid offset {valid_last})")
     if result.max_timestamp >= 0:
         want = (result.max_timestamp, result.offset_of_max_timestamp)
         last = tidx.entry(n - 1) if n else None

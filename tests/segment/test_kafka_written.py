@@ -143,3 +143,25 @@ def test_kafka_loads_every_case_as_it_is(oracle) -> None:
         assert res.rc == 0 and summary["ok"], (case, res.stdout[-2000:])
         assert all(i["ok"] for i in summary["index_sanity_before_load"]), case
         assert not summary["truncations"] and not summary["recovery_ran"], case
+
+
+def test_one_corrupt_batch_is_one_fault_not_one_line_per_index_entry(tmp_path: Path) -> None:
+    """A flipped byte mid-segment: the corrupt batch is named once, and the index entries past the valid
+    data (consequences: recovery's cut drops them) come as one finding per index file, with their count."""
+    data = tmp_path / "data"
+    shutil.copytree(WRITTEN / "leader-3.6", data)
+    log = sorted((data / "t-0").glob("*.log"))[1]
+    raw = bytearray(log.read_bytes())
+    raw[5000] ^= 0xFF
+    log.write_bytes(bytes(raw))
+    (target,) = resolve([str(data / "t-0")])
+    findings, _ = verify_partition(target.partition)
+    errors = [f for f in findings if f.severity == ERROR]
+    checks = [f.check for f in errors]
+    assert checks.count("log-corrupt-batch") == 1
+    assert checks.count("index-position") == 1 and checks.count("timeindex-offset") == 1
+    assert len(errors) <= 6, [repr(f) for f in errors]
+    (past,) = [f for f in errors if f.check == "index-position"]
+    n = int(past.message.split(" entries", 1)[0])
+    entries = (data / "t-0" / log.name.replace(".log", ".index")).stat().st_size // 8
+    assert 10 < n < entries
