@@ -44,6 +44,7 @@ from kstore_cli.segment.text import ScalaHashMapOrder, java_utf8
 from kstore_cli.segment import read_batches
 from kstore_cli.segment.batch import (
     CONTROL_TYPE_NAMES,
+    MAX_INT32,  # Integer.MAX_VALUE: --max-bytes' default, the value that keeps the trailing-bytes message
     RECORD_BATCH_OVERHEAD,
     Batch,
     Record,
@@ -54,23 +55,23 @@ from kstore_cli.segment.batch import (
 from kstore_cli.segment import decode as _decode
 from kstore_cli.segment.decode import decode_v2_records
 from kstore_cli.segment.index import OffsetIndex, TimeIndex, TransactionIndex
-from kstore_cli.segment.names import base_offset_from_name
+from kstore_cli.segment.names import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SNAPSHOT_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    base_offset_from_name,
+)
 from kstore_cli.segment.reader import map_file
 from kstore_cli.segment.snapshot import ProducerEntry, parse_snapshot
 
-#: Integer.MAX_VALUE: the default of --max-bytes, and the value that keeps the trailing-bytes message.
-MAX_INT32 = 0x7FFFFFFF
 #: The default of --max-message-size (5 MiB).
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 #: DumpLogSegments.RecordIndent
 RECORD_INDENT = "|"
 
-LOG_SUFFIX = ".log"
 CHECKPOINT_SUFFIX = ".checkpoint"
-INDEX_SUFFIX = ".index"
-TIME_INDEX_SUFFIX = ".timeindex"
-SNAPSHOT_SUFFIX = ".snapshot"
-TXN_INDEX_SUFFIX = ".txnindex"
 BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
 
 #: kafka.serializer.* decoder classes Kafka still accepts, with the notice it prints for each.

@@ -10,10 +10,10 @@ import click
 
 from kstore_cli import __version__
 from kstore_cli.errors import UsageError
+from kstore_cli.java import MAX_INT32
 
 DEFAULT_DECODER_CLASS = "org.apache.kafka.tools.api.StringDecoder"
 FRIENDLY_DECODERS = ["string", "hex", "base64", "int", "long"]
-MAX_INT32 = 0x7FFFFFFF
 
 
 def _open_utf8(stream: TextIO) -> Tuple[TextIO, bool]:

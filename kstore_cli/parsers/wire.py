@@ -16,6 +16,8 @@ import base64
 import struct
 from typing import Optional
 
+from kstore_cli.errors import RecordParseError
+
 _INT8 = struct.Struct(">b")      # signed byte
 _UINT8 = struct.Struct(">B")     # unsigned byte (varint groups)
 _INT16 = struct.Struct(">h")     # signed short
@@ -27,13 +29,20 @@ _FLOAT64 = struct.Struct(">d")   # IEEE 754 double
 _UUID = struct.Struct(">qq")     # most significant bits, least significant bits
 
 
-class JavaError(Exception):
-    """A Java exception as Kafka would raise it: ``message`` is what ``getMessage()`` returns (maybe None)."""
+class JavaError(RecordParseError):
+    """A Java exception as Kafka would raise it: ``message`` is what ``getMessage()`` returns (maybe None).
+
+    Part of the error tree (a record parser's failure), so one that escapes a decoder still reaches the
+    CLI's one error format and exit code.
+    """
 
     def __init__(self, message: Optional[str], java_class: str = "java.lang.RuntimeException") -> None:
-        super().__init__(message)
-        self.message = message
+        super().__init__(f"{java_class}: {'null' if message is None else message}")
+        self.message = message  # type: ignore[assignment] - Java's getMessage() may be null
         self.java_class = java_class
+
+    def __str__(self) -> str:
+        return f"{self.java_class}: {self.text}"
 
     @property
     def text(self) -> str:

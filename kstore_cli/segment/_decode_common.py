@@ -10,6 +10,8 @@ from __future__ import annotations
 import struct
 from typing import Tuple
 
+from kstore_cli.java import MAX_INT32  # noqa: F401 - re-exported to the twins
+
 
 class _Underflow(Exception):
     """A varint ran past the end of the buffer (callers turn it into Kafka's message for the spot)."""
@@ -48,8 +50,6 @@ SCAN_END = 0
 SCAN_MORE = 1
 SCAN_OTHER = 2
 
-
-MAX_INT32 = 0x7FFFFFFF
 
 
 def _int32(value: int) -> int:

@@ -32,16 +32,20 @@ from kstore_cli import codecs
 from kstore_cli.codecs import CODEC_NAMES, get_codec
 from kstore_cli.errors import CorruptRecordError, InvalidRecordError, KstoreError
 from kstore_cli.segment import decode
-from kstore_cli.segment._decode_common import _int32, increment_sequence  # noqa: F401 - re-exported
+from kstore_cli.segment._decode_common import (  # noqa: F401 - the wire facts' one home, re-exported
+    HEADER_SIZE_UP_TO_MAGIC,
+    LOG_OVERHEAD,
+    MAX_INT32,
+    V2_CRC_START as _CRC_START,
+    V2_HEADER,
+    _int32,
+    increment_sequence,
+)
 from kstore_cli.segment.crc import crc32, crc32c
 from kstore_cli.segment.recstream import WHOLE_BATCH_BYTES, stream_v2_records
 from kstore_cli.segment.text import java_utf8
 
-V2_HEADER = struct.Struct(">qiibIhiqqqhii")
 RECORD_BATCH_OVERHEAD = V2_HEADER.size  # 61
-_CRC_START = struct.calcsize(">qiibI")  # 21: the CRC covers attributes to the end
-LOG_OVERHEAD = 12
-HEADER_SIZE_UP_TO_MAGIC = 17
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
@@ -53,8 +57,6 @@ NO_TIMESTAMP_TYPE = -1
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
 TIMESTAMP_TYPE_NAMES = {NO_TIMESTAMP_TYPE: "NoTimestampType", CREATE_TIME: "CreateTime", LOG_APPEND_TIME: "LogAppendTime"}
-
-MAX_INT32 = 0x7FFFFFFF
 
 # Control record types (ControlRecordType).
 CONTROL_TYPE_NAMES = {

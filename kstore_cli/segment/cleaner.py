@@ -82,7 +82,7 @@ from kstore_cli.segment.config import CleanerSettings, TopicConfig
 from kstore_cli.segment.index import AbortedTxn, OffsetIndex, TransactionIndex
 from kstore_cli.segment.logdir import Partition, Segment
 from kstore_cli.segment.offset_map import OffsetMap
-from kstore_cli.segment.reader import _release, map_file, read_batches
+from kstore_cli.segment.reader import release_pages, map_file, read_batches
 from kstore_cli.segment.retention import DataDirState, largest_timestamp, mtime_ms
 from kstore_cli.segment.snapshot import read_snapshot
 from kstore_cli.segment.writer import PartitionWriter
@@ -90,7 +90,7 @@ from kstore_cli.segment.writer import PartitionWriter
 LONG_MAX = (1 << 63) - 1
 _ABORT, _COMMIT = 0, 1
 _SIZE_FIELD = 8  # byte of a batch's size field
-_RELEASE_EVERY = 8 * 1024 * 1024  # drop read pages of the mapped segment this often
+RELEASE_EVERY = 8 * 1024 * 1024  # drop read pages of the mapped segment this often
 
 
 # --------------------------------------------------------------------------- the log as the cleaner sees it
@@ -102,8 +102,8 @@ def _scan(path: str) -> Iterator[Batch]:
     released = 0
     for batch in read_batches(buf, path=path):
         yield batch
-        if batch.position - released >= _RELEASE_EVERY:
-            _release(buf, released, batch.position)
+        if batch.position - released >= RELEASE_EVERY:
+            release_pages(buf, released, batch.position)
             released = batch.position
 
 
@@ -548,8 +548,8 @@ def _chunks(buf: memoryview, start: int, settings: CleanerSettings, max_message_
             continue
         consumed = yield position, batches, capacity
         position += consumed if consumed is not None else sum(b.size for b in batches)
-        if position - released >= _RELEASE_EVERY:
-            _release(buf, released, position)  # pages already filtered leave the process (RSS stays flat)
+        if position - released >= RELEASE_EVERY:
+            release_pages(buf, released, position)  # pages already filtered leave the process (RSS stays flat)
             released = position
 
 

@@ -16,7 +16,7 @@ from typing import Iterator, NamedTuple, Optional, Union
 from kstore_cli.segment import decode
 from kstore_cli.segment.batch import Batch
 from kstore_cli.segment.decode import SCAN_MORE, SCAN_OTHER
-from kstore_cli.segment.reader import _RELEASE_EVERY, Source, _iterate, _release, open_source
+from kstore_cli.segment.reader import RELEASE_EVERY, Source, iterate_source, release_pages, open_source
 
 #: Records per run (one decode call).
 MAX_ROWS = 65536
@@ -99,8 +99,8 @@ def _runs(buf: memoryview, pos: int, end: int, path: Optional[str], check_crc: b
         if batches:
             yield RecordColumns(pos, stop, batches, rows, *cols)
         pos = stop
-        if pos - released >= _RELEASE_EVERY:
-            _release(buf, released, pos)
+        if pos - released >= RELEASE_EVERY:
+            release_pages(buf, released, pos)
             released = pos
         if status == SCAN_MORE:
             continue
@@ -109,7 +109,7 @@ def _runs(buf: memoryview, pos: int, end: int, path: Optional[str], check_crc: b
         # Entries the batch way (the reader's framing: legacy, codecs, errors, a partial tail), up to one
         # that could start a run again. One generator for them all: a fresh one per entry framed 8
         # batches to hand out one (columnar reads of compressed 1-record batches were 0.6x the object API).
-        entries = _iterate(buf, pos, end, path, check_crc)
+        entries = iterate_source(buf, pos, end, path, check_crc)
         try:
             for batch in entries:
                 yield batch

@@ -45,19 +45,22 @@ _env_read = False
 _fault_at: Optional[int] = None
 _fault_errno = 0
 _pending_fault: Optional[int] = None
-#: Every operation performed, as (kind, path), for tests that audit what a command did.
+#: Every operation performed since arm_crash/arm_fault, as (kind, path), for tests that audit what a command
+#: did. Nothing is recorded until a test arms the hooks: in production the list stays empty.
 journal: List[tuple] = []
+_recording = False
 
 
 def arm_crash(at: Optional[int], hook: Optional[Callable[[int, str, str], None]] = None) -> None:
     """Kill the process (or call hook) just before the at-th file operation (1-based); None disarms."""
-    global _crash_at, _op_count, _crash_hook, _env_read, _fault_at, _pending_fault
+    global _crash_at, _op_count, _crash_hook, _env_read, _fault_at, _pending_fault, _recording
     _crash_at = at
     _crash_hook = hook
     _op_count = 0
     _env_read = True
     _fault_at = None
     _pending_fault = None
+    _recording = True
     journal.clear()
 
 
@@ -65,13 +68,14 @@ def arm_fault(at: int, err: int = errno.ENOSPC) -> None:
     """Make the at-th file operation (1-based, counted as for arm_crash) fail with OSError(err),
     where the OS would report it (a write for ENOSPC, the open/rename/unlink itself otherwise);
     arm_crash(None) disarms. For tests: a full disk or a read-only file cannot be made portably."""
-    global _fault_at, _fault_errno, _op_count, _pending_fault, _crash_at, _env_read
+    global _fault_at, _fault_errno, _op_count, _pending_fault, _crash_at, _env_read, _recording
     _crash_at = None
     _env_read = True
     _fault_at = at
     _fault_errno = err
     _pending_fault = None
     _op_count = 0
+    _recording = True
     journal.clear()
 
 
@@ -97,7 +101,8 @@ def _step(kind: str, path: str) -> None:
             _crash_at = int(value)
     global _pending_fault
     _op_count += 1
-    journal.append((kind, path))
+    if _recording:
+        journal.append((kind, path))
     if _fault_at is not None and _op_count == _fault_at:
         _pending_fault = _fault_errno
     if _crash_at is not None and _op_count == _crash_at:

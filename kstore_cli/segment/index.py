@@ -19,12 +19,12 @@ import struct
 from typing import Iterator, List, Optional, Tuple
 
 from kstore_cli.errors import CorruptIndexError
+from kstore_cli.java import MAX_INT32
 from kstore_cli.segment.names import base_offset_from_name
-from kstore_cli.segment.reader import _release, map_file
+from kstore_cli.segment.reader import release_pages, map_file
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
-MAX_INT32 = 0x7FFFFFFF
 _WARM_BYTES = 8192  # AbstractIndex: the hot tail searched first
 
 
@@ -100,7 +100,7 @@ class IndexFile:
             chunk = bytes(buf[lo * size : n * size])
             if chunk.count(0) != len(chunk):
                 break
-            _release(buf, lo * size, n * size)  # walked past: keep RSS flat
+            release_pages(buf, lo * size, n * size)  # walked past: keep RSS flat
             n = lo
         zero = b"\x00" * size
         while n > 0 and buf[(n - 1) * size : n * size] == zero:

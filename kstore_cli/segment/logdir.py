@@ -325,7 +325,7 @@ class LookupStats:
         }
 
 
-def _open_index(cls, path: Optional[str], base: int, stats: LookupStats):
+def open_index(cls, path: Optional[str], base: int, stats: LookupStats):
     """An index usable for lookups (its zero tail excluded), or None."""
     if path is None:
         return None, 0
@@ -361,11 +361,11 @@ def _lower_bound_slot(index, entries: int, target: int, key, stats: LookupStats)
     return largest_lower_bound_slot(view, target, counted)  # type: ignore[arg-type]
 
 
-def _offset_position(segment: Segment, target: int, stats: LookupStats) -> int:
+def offset_position(segment: Segment, target: int, stats: LookupStats) -> int:
     """OffsetIndex.lookup(target).position, or 0 (scan the segment) with no usable index."""
     from kstore_cli.segment.index import OffsetIndex
 
-    index, entries = _open_index(OffsetIndex, segment.index, segment.base_offset, stats)
+    index, entries = open_index(OffsetIndex, segment.index, segment.base_offset, stats)
     if index is None:
         if segment.base_offset not in stats.segments_scanned:
             stats.segments_scanned.append(segment.base_offset)
@@ -416,7 +416,7 @@ def find_offset(partition: Partition, target: int, stats: Optional[LookupStats] 
     if not bases:
         return iter(())
     i = max(0, bisect.bisect_right(bases, target) - 1)
-    position = _offset_position(partition.segments[i], target, stats)
+    position = offset_position(partition.segments[i], target, stats)
     return _records_from(partition, i, position, stats,
                          lambda b: b.last_offset >= target, lambda r: r.offset >= target)
 
@@ -426,7 +426,7 @@ def _largest_timestamp(segment: Segment, stats: LookupStats) -> int:
     from kstore_cli.segment.index import TimeIndex
     from kstore_cli.segment.reader import read_batches
 
-    index, entries = _open_index(TimeIndex, segment.timeindex, segment.base_offset, stats)
+    index, entries = open_index(TimeIndex, segment.timeindex, segment.base_offset, stats)
     if index is not None and entries:
         stats.index_bytes += index.entry_size
         return index.entry(entries - 1)[0]
@@ -451,7 +451,7 @@ def find_timestamp(partition: Partition, timestamp: int, stats: Optional[LookupS
     for i, segment in enumerate(partition.segments):
         if _largest_timestamp(segment, stats) < timestamp:
             continue
-        index, entries = _open_index(TimeIndex, segment.timeindex, segment.base_offset, stats)
+        index, entries = open_index(TimeIndex, segment.timeindex, segment.base_offset, stats)
         offset = segment.base_offset
         if index is not None and entries:
             slot = _lower_bound_slot(index, entries, timestamp, lambda n: index.entry(n)[0], stats)
@@ -459,7 +459,7 @@ def find_timestamp(partition: Partition, timestamp: int, stats: Optional[LookupS
                 offset = index.entry(slot)[1]
         elif segment.base_offset not in stats.segments_scanned:
             stats.segments_scanned.append(segment.base_offset)
-        position = _offset_position(segment, offset, stats)
+        position = offset_position(segment, offset, stats)
         return _records_from(partition, i, position, stats,
                              lambda b: b.max_timestamp >= timestamp, lambda r: r.timestamp >= timestamp)
     return iter(())

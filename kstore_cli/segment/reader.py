@@ -36,11 +36,11 @@ MIN_ENTRY_SIZE = 14  # LegacyRecord.RECORD_OVERHEAD_V0
 #: bytes were walked past they are dropped (MADV_DONTNEED), so a scan holds about this much of the file
 #: (plus one framing call's batches) however large the file is. 64 MiB held ~64 MB of RSS for nothing;
 #: 1-4 MiB scan as fast (one madvise per window).
-_RELEASE_EVERY = 4 * 1024 * 1024
+RELEASE_EVERY = 4 * 1024 * 1024
 _PAGE = mmap.PAGESIZE
 #: Batches framed per frame_batches call: few at first (a caller may stop after one), then more; at most
 #: 64, so few batch objects are alive at once (thousands surviving each young-generation GC pass made
-#: the collector cost more than the framing on 1-record batches), and no more than about _RELEASE_EVERY
+#: the collector cost more than the framing on 1-record batches), and no more than about RELEASE_EVERY
 #: bytes of them (64 batches of 1 MiB would keep 64 MiB of the file mapped in until the next release).
 _SCAN_FIRST = 8
 _SCAN_MAX = 64
@@ -80,7 +80,7 @@ def map_file(path: "str | os.PathLike[str]") -> memoryview:
     return memoryview(mm)
 
 
-def _release(buf: memoryview, start: int, end: int) -> None:
+def release_pages(buf: memoryview, start: int, end: int) -> None:
     """Drop already-read pages of a file mapping from this process (they stay in the page cache)."""
     obj = buf.obj
     if not isinstance(obj, mmap.mmap):
@@ -112,7 +112,7 @@ def read_batches(
     ``is_valid``/``ensure_valid`` then costs nothing (what recovery and verification want).
     """
     buf, path = open_source(source, path)
-    return _iterate(buf, start, len(buf) if end is None else min(end, len(buf)), path, check_crc)
+    return iterate_source(buf, start, len(buf) if end is None else min(end, len(buf)), path, check_crc)
 
 
 def open_source(source: Source, path: Optional[str] = None) -> "tuple[memoryview, Optional[str]]":
@@ -125,7 +125,7 @@ def open_source(source: Source, path: Optional[str] = None) -> "tuple[memoryview
     return map_file(source), os.fspath(source) if path is None else path
 
 
-def _iterate(buf: memoryview, pos: int, end: int, path: Optional[str], check_crc: bool = False) -> Iterator[Batch]:
+def iterate_source(buf: memoryview, pos: int, end: int, path: Optional[str], check_crc: bool = False) -> Iterator[Batch]:
     released = pos
     limit = end - HEADER_SIZE_UP_TO_MAGIC
     unpack = _PREFIX.unpack_from
@@ -138,9 +138,9 @@ def _iterate(buf: memoryview, pos: int, end: int, path: Optional[str], check_crc
         yield from batches
         chunk = min(chunk * 4, _SCAN_MAX)
         if batches:
-            chunk = max(1, min(chunk, _RELEASE_EVERY * len(batches) // (pos - start)))
-        if pos - released >= _RELEASE_EVERY:
-            _release(buf, released, pos)
+            chunk = max(1, min(chunk, RELEASE_EVERY * len(batches) // (pos - start)))
+        if pos - released >= RELEASE_EVERY:
+            release_pages(buf, released, pos)
             released = pos
         if status != SCAN_OTHER:
             continue

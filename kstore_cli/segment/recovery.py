@@ -66,7 +66,7 @@ from kstore_cli.segment.index import (
     pack_aborted_txns,
 )
 from kstore_cli.segment.logdir import Partition, Segment
-from kstore_cli.segment.reader import _RELEASE_EVERY, _release, map_file, read_batches
+from kstore_cli.segment.reader import RELEASE_EVERY, release_pages, map_file, read_batches
 from kstore_cli.segment.snapshot import read_snapshot
 
 # Kinds of trouble found where the valid data of a segment ends.
@@ -100,8 +100,8 @@ def is_zero(buf: memoryview, start: int, end: int) -> bool:
         if bytes(buf[pos : pos + n]) != _ZERO_CHUNK[:n]:
             return False
         pos += n
-        if pos - released >= _RELEASE_EVERY:
-            _release(buf, released, pos)
+        if pos - released >= RELEASE_EVERY:
+            release_pages(buf, released, pos)
             released = pos
     return True
 
@@ -759,7 +759,7 @@ def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Option
     for change in checkpoint_writes:
         fileops.atomic_write(change["file"], change["_data"])
     for path, dst in moves:
-        if os.path.lexists(dst) and _same_bytes(path, dst):
+        if os.path.lexists(dst) and same_bytes(path, dst):
             fileops.unlink(path)  # a move across file systems killed between its copy and its delete
         else:
             fileops.move_file(path, dst)
@@ -786,7 +786,7 @@ def _original_indexes(segment: Segment, qdir: str) -> List[dict]:
     return entries
 
 
-def _same_bytes(a: str, b: str, a_start: int = 0, a_end: Optional[int] = None) -> bool:
+def same_bytes(a: str, b: str, a_start: int = 0, a_end: Optional[int] = None) -> bool:
     """Whether file b holds exactly bytes [a_start, a_end) of file a (read in chunks)."""
     try:
         size_a = os.path.getsize(a) if a_end is None else a_end
@@ -837,7 +837,7 @@ def _resumable_quarantine(partition_root: str, partition: Partition, log: str,
         if not same:
             continue
         tail = manifest.get("tailFile")
-        if tail and os.path.lexists(tail) and not _same_bytes(log, tail, result.valid_bytes, result.log_size):
+        if tail and os.path.lexists(tail) and not same_bytes(log, tail, result.valid_bytes, result.log_size):
             continue
         return qdir, manifest
     return None

@@ -31,7 +31,7 @@ from kstore_cli.segment.checkpoint import (
     read_leader_epoch_checkpoint,
     read_offset_checkpoint,
 )
-from kstore_cli.segment.recovery import MANIFEST, _same_bytes
+from kstore_cli.segment.recovery import MANIFEST, same_bytes
 
 _CHUNK = 1 << 20
 
@@ -152,7 +152,7 @@ def plan_restore(qdir: str) -> RestorePlan:
         elif there and not here:
             continue  # already back
         elif here and there:
-            if not _same_bytes(src, dst):
+            if not same_bytes(src, dst):
                 raise _changed(plan, f"{os.path.basename(dst)} exists again with other bytes")
             plan.moves.append((src, dst))  # a move across file systems killed before its delete
         else:

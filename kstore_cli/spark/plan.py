@@ -317,7 +317,7 @@ def _open_transactions(partition: Partition, stats: LookupStats) -> Dict[int, in
     bases = [s.base_offset for s in partition.segments]
     first = max(0, bisect.bisect_right(bases, from_offset) - 1)
     for segment in partition.segments[first:]:
-        position = logdir._offset_position(segment, from_offset, stats) if segment.base_offset < from_offset else 0
+        position = logdir.offset_position(segment, from_offset, stats) if segment.base_offset < from_offset else 0
         for batch in read_batches(segment.log, start=position):
             stats.log_bytes += batch.size
             stats.batches_scanned += 1
@@ -333,7 +333,7 @@ def _open_transactions(partition: Partition, stats: LookupStats) -> Dict[int, in
 
 def _usable_offset_index(segment: Segment, stats: LookupStats) -> List[Tuple[int, int]]:
     """(offset, position) entries of the segment's .index, without a preallocated zero tail."""
-    index, entries = logdir._open_index(OffsetIndex, segment.index, segment.base_offset, stats)
+    index, entries = logdir.open_index(OffsetIndex, segment.index, segment.base_offset, stats)
     if index is None:
         return []
     stats.index_bytes += entries * index.entry_size
@@ -342,7 +342,7 @@ def _usable_offset_index(segment: Segment, stats: LookupStats) -> List[Tuple[int
 
 def _largest_timestamp(segment: Segment, stats: LookupStats) -> Optional[int]:
     """The time index's last entry (the segment's largest timestamp), None when unknown."""
-    index, entries = logdir._open_index(TimeIndex, segment.timeindex, segment.base_offset, stats)
+    index, entries = logdir.open_index(TimeIndex, segment.timeindex, segment.base_offset, stats)
     if index is None or not entries:
         return None
     stats.index_bytes += index.entry_size

@@ -159,3 +159,18 @@ def test_append_range_appends_once(tmp_path: Path) -> None:
         fileops.append_range(str(src), str(dst), 2, 6, expected_size=2)
     fileops.append_range(None, str(dst), 0, 3, expected_size=6)
     assert dst.read_bytes() == b"01cdef\0\0\0"
+
+
+def test_journal_records_nothing_until_a_test_arms_the_hooks(tmp_path, monkeypatch):
+    # Production runs never arm the hooks: the journal must not grow with every file operation.
+    monkeypatch.setattr(fileops, "_recording", False)
+    monkeypatch.setattr(fileops, "journal", [])
+    target = tmp_path / "a.txt"
+    fileops.atomic_write(str(target), b"x")
+    assert fileops.journal == []
+    fileops.arm_crash(None)
+    try:
+        fileops.atomic_write(str(target), b"y")
+        assert fileops.journal and all(isinstance(entry, tuple) for entry in fileops.journal)
+    finally:
+        monkeypatch.setattr(fileops, "_recording", False)
