@@ -8,6 +8,8 @@ from typing import List, Optional
 
 import click
 
+from kstore_cli.commands._options import SIZE, SizeType, dry_run_option, force_option, json_option
+
 from kstore_cli.commands._console import byte_progress
 from kstore_cli.commands._console import human_bytes as _human
 from kstore_cli.commands._console import is_tty as _is_tty
@@ -46,16 +48,16 @@ def _summary_line(stats: ConvertStats) -> str:
 @click.option("--output-dir", type=click.Path(file_okay=False),
               help="Write the converted partitions here (as a data dir: <DIR>/<partition>/), leaving the input alone.")
 @click.option("--in-place", is_flag=True, help="Replace the input's segments (crash-safe swap, lock-checked).")
-@click.option("--dry-run", is_flag=True, help="Convert in memory and report; write nothing.")
+@dry_run_option("Convert in memory and report; write nothing.")
 @click.option("--strict", is_flag=True, help="Refuse any conversion that would lose information (exit 1).")
-@click.option("--batch-bytes", type=click.IntRange(min=1),
+@click.option("--batch-bytes", type=SizeType(min=1),
               help="Regroup records into batches of up to N bytes [legacy -> v2 groups at 16384 anyway].")
-@click.option("--segment-bytes", type=click.IntRange(min=1),
+@click.option("--segment-bytes", type=SizeType(min=1),
               help="Roll segments at N bytes [default: keep the input's segment boundaries].")
-@click.option("--index-interval-bytes", type=click.IntRange(min=0), default=DEFAULT_INDEX_INTERVAL_BYTES,
+@click.option("--index-interval-bytes", type=SIZE, default=DEFAULT_INDEX_INTERVAL_BYTES,
               show_default=True, help="The topic's index.interval.bytes, for the new indexes.")
-@click.option("--force", is_flag=True, help="Proceed even when the data dir's .lock is held by a running process.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per partition, then a summary object.")
+@force_option
+@json_option("One JSON object per partition, then a summary object.")
 @click.pass_context
 def command(ctx: click.Context, paths, to_magic: str, compression: Optional[str], compression_level: Optional[int],
             output_dir: Optional[str], in_place: bool, dry_run: bool, strict: bool, batch_bytes: Optional[int],

@@ -7,6 +7,8 @@ from typing import Optional
 
 import click
 
+from kstore_cli.commands._options import TIME, json_option
+
 from kstore_cli.dumplog import format_batch_line, format_record_line, record_json
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment.logdir import LookupStats, Partition, find_offset, find_timestamp, is_partition_dir
@@ -15,12 +17,13 @@ from kstore_cli.segment.logdir import LookupStats, Partition, find_offset, find_
 @click.command(name="find")
 @click.argument("partition_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--offset", type=int, help="Find the record at this offset (or the next one present).")
-@click.option("--timestamp", type=int, help="Find the first record with a timestamp >= this (ms since the epoch).")
+@click.option("--timestamp", type=TIME, metavar="TIME",
+              help="Find the first record with a timestamp >= this (epoch ms or ISO-8601).")
 @click.option("--count", "-n", type=click.IntRange(min=1), default=1, show_default=True,
               help="Print this many records from there on.")
 @click.option("--no-data", is_flag=True, help="Print record metadata only, not keys and payloads.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Records as JSON lines (dump-segment's record keys; key/value in base64), then a lookup summary.")
+@json_option(
+    "Records as JSON lines (dump-segment's record keys; key/value in base64), then a lookup summary.")
 @click.pass_context
 def command(ctx: click.Context, partition_dir: str, offset: Optional[int], timestamp: Optional[int], count: int,
             no_data: bool, as_json: bool) -> None:

@@ -8,6 +8,8 @@ from typing import Dict, List, Optional
 
 import click
 
+from kstore_cli.commands._options import json_option
+
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.codecs import CODEC_NAMES
 from kstore_cli.errors import KstoreError, UsageError
@@ -86,7 +88,7 @@ def _short(ids: List[int], limit: int = 4) -> str:
 
 @click.command(name="inspect")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per partition (and per skipped directory).")
+@json_option("One JSON object per partition (and per skipped directory).")
 @click.pass_context
 def command(ctx: click.Context, paths, as_json: bool) -> None:
     """Summarise partitions: segments, offsets, log start offset, sizes, time range, record

@@ -7,15 +7,17 @@ import os
 
 import click
 
+from kstore_cli.commands._options import dry_run_option, force_option, json_option
+
 from kstore_cli.segment import fileops
 from kstore_cli.segment.restore import apply_restore, plan_restore
 
 
 @click.command(name="restore")
 @click.argument("quarantine_dir", type=click.Path(file_okay=False))
-@click.option("--dry-run", is_flag=True, help="Check and report what would be put back; change nothing.")
-@click.option("--force", is_flag=True, help="Proceed even when the data dir's .lock is held by a running process.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@dry_run_option("Check and report what would be put back; change nothing.")
+@force_option
+@json_option("One JSON object.")
 def command(quarantine_dir: str, dry_run: bool, force: bool, as_json: bool) -> None:
     """Undo a `rebuild-index --truncate`: append the cut tail back to its .log, move the later
     segments and snapshots back, and raise the checkpoints it lowered back to their old values.

@@ -7,6 +7,8 @@ from typing import Dict, Optional, Tuple
 
 import click
 
+from kstore_cli.commands._options import TIME, json_option
+
 from kstore_cli.errors import ExitStatus, UsageError
 
 
@@ -30,10 +32,12 @@ def _spark_conf(pairs: Tuple[str, ...]) -> Dict[str, str]:
               help='Spark Kafka source startingOffsets: earliest, or {"topic":{"0":23,"1":-2}} (-2 earliest).')
 @click.option("--ending-offsets", metavar="latest|JSON",
               help='Spark Kafka source endingOffsets (exclusive): latest, or {"topic":{"0":50,"1":-1}} (-1 latest).')
-@click.option("--starting-timestamp", type=int, metavar="MS",
-              help="Start every partition at the first offset with timestamp >= MS (Kafka's offsetsForTimes).")
-@click.option("--ending-timestamp", type=int, metavar="MS",
-              help="End every partition before the first offset with timestamp >= MS (latest when none).")
+@click.option("--starting-timestamp", type=TIME, metavar="TIME",
+              help="Start every partition at the first offset with timestamp >= TIME (epoch ms or ISO-8601; "
+                   "Kafka's offsetsForTimes).")
+@click.option("--ending-timestamp", type=TIME, metavar="TIME",
+              help="End every partition before the first offset with timestamp >= TIME (epoch ms or ISO-8601; "
+                   "latest when none).")
 @click.option("--isolation-level", type=click.Choice(["read_uncommitted", "read_committed"]),
               default="read_uncommitted", show_default=True,
               help="read_committed drops records of aborted (and still open) transactions, using .txnindex.")
@@ -61,7 +65,7 @@ def _spark_conf(pairs: Tuple[str, ...]) -> Dict[str, str]:
                    "session time zone other than UTC.")
 @click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
               help="Any Spark setting (repeatable); spark.ui.showConsoleProgress=true shows Spark's stage progress.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@json_option("Print the summary as one JSON object.")
 @click.pass_context
 def command(ctx: click.Context, paths, output: str, master: str, topics: Optional[str], starting_offsets: Optional[str],
             ending_offsets: Optional[str], starting_timestamp: Optional[int], ending_timestamp: Optional[int],

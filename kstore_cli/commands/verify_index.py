@@ -7,6 +7,8 @@ import os
 
 import click
 
+from kstore_cli.commands._options import json_option
+
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import startup
@@ -28,7 +30,7 @@ def _as_finding(issue: "startup.Issue") -> Finding:
 
 @click.command(name="verify-index")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per finding, and one summary per partition.")
+@json_option("One JSON object per finding, and one summary per partition.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only problems (and notes), no per-partition summary.")
 @click.pass_context
 def command(ctx: click.Context, paths, as_json: bool, quiet: bool) -> None:

@@ -1,0 +1,118 @@
+"""The options every command spells the same way: one decorator each, one help text, one parser.
+
+Times are taken as epoch milliseconds or ISO-8601 (``2026-11-24T03:00:00Z``; a time without a zone is
+UTC, as everything kstore prints is); sizes as bytes or with a unit (``10G``, ``512MiB``, ``64k``:
+binary multiples, as Kafka's own sizes are powers of two, and ``10GB`` means the same as ``10GiB``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from typing import Any, Callable, Optional
+
+import click
+
+from kstore_cli.java import MAX_INT64
+
+F = Callable[..., Any]
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(?:([kmgtp])(?:i?b)?|b)?\s*$", re.IGNORECASE)
+_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+
+
+def parse_size(text: str) -> int:
+    """'512MiB' -> 536870912; '10G' -> 10737418240; '4096' -> 4096. ValueError when it is not a size."""
+    match = _SIZE.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a size (bytes, or a number with K, M, G, T or P, e.g. 512MiB or 10G)")
+    value = int(match.group(1)) * _UNITS.get((match.group(2) or "").lower(), 1)
+    if value > MAX_INT64:
+        raise ValueError(f"{text!r} is larger than a Java long")
+    return value
+
+
+def parse_time_ms(text: str) -> int:
+    """Epoch ms ('1732417200000', '-1') or ISO-8601 ('2024-11-24T03:00:00Z', '2024-11-24') -> epoch ms."""
+    stripped = text.strip()
+    if re.fullmatch(r"-?\d+", stripped):
+        return int(stripped)
+    iso = stripped[:-1] + "+00:00" if stripped[-1:] in ("Z", "z") else stripped
+    try:
+        when = _dt.datetime.fromisoformat(iso)
+    except ValueError:
+        raise ValueError(f"{text!r} is neither epoch milliseconds nor an ISO-8601 time "
+                         "(e.g. 2024-11-24T03:00:00Z)") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=_dt.timezone.utc)
+    return (when - _EPOCH) // _dt.timedelta(milliseconds=1)
+
+
+def format_time_ms(ms: Optional[int]) -> str:
+    """Epoch ms -> '2024-11-24 03:00:00.000Z' (UTC, millisecond precision); '-' for None or negative."""
+    if ms is None or ms < 0:
+        return "-"
+    when = _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.timezone.utc)
+    return when.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+class SizeType(click.ParamType):
+    """A size in bytes, or with a binary unit suffix (K, M, G, T, P; KiB/KB alike)."""
+
+    name = "size"
+
+    def __init__(self, min: int = 0) -> None:  # noqa: A002 - click's own spelling (IntRange(min=...))
+        self.min = min
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> int:
+        if isinstance(value, int):
+            size = value
+        else:
+            try:
+                size = parse_size(str(value))
+            except ValueError as exc:
+                self.fail(str(exc), param, ctx)
+        if size < self.min:
+            self.fail(f"{value} is below the minimum of {self.min}", param, ctx)
+        return size
+
+
+class TimeType(click.ParamType):
+    """A point in time: epoch milliseconds or ISO-8601 (UTC when no zone is given)."""
+
+    name = "time"
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_time_ms(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+SIZE = SizeType()
+TIME = TimeType()
+
+
+def force_option(f: F) -> F:
+    """--force: act although a running process (a broker) holds the data dir's .lock."""
+    return click.option("--force", is_flag=True,
+                        help="Proceed even when the data dir's .lock is held by a running process.")(f)
+
+
+def dry_run_option(help: str) -> Callable[[F], F]:  # noqa: A002 - click's own parameter name
+    """--dry-run with what this command reports instead of changing anything."""
+    return click.option("--dry-run", is_flag=True, help=help)
+
+
+def json_option(help: str) -> Callable[[F], F]:  # noqa: A002
+    """--json: JSON Lines on stdout (each line an object with a `type`); `help` says which lines."""
+    return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+def now_option(f: F) -> F:
+    """--now: the clock the command judges ages by (retention, delete horizons, transaction timeouts)."""
+    return click.option("--now", "now", type=TIME, metavar="TIME",
+                        help="The current time, epoch ms or ISO-8601 [default: the clock].")(f)
