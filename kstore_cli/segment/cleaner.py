@@ -83,7 +83,8 @@ from kstore_cli.segment.index import AbortedTxn, OffsetIndex, TransactionIndex
 from kstore_cli.segment.logdir import Partition, Segment
 from kstore_cli.segment.offset_map import OffsetMap
 from kstore_cli.segment.reader import release_pages, map_file, read_batches
-from kstore_cli.segment.retention import DataDirState, largest_timestamp, mtime_ms
+from kstore_cli.segment.log_segment import largest_timestamp, mtime_ms, read_next_offset
+from kstore_cli.segment.retention import DataDirState
 from kstore_cli.segment.snapshot import read_snapshot
 from kstore_cli.segment.writer import PartitionWriter
 
@@ -131,13 +132,7 @@ class SegmentInfo:
     def next_offset(self) -> int:
         """LogSegment.readNextOffset: the last complete batch's next offset, else the base offset."""
         if self._next is None:
-            nxt = self.base_offset
-            try:
-                for batch in _scan(self.segment.log):
-                    nxt = batch.last_offset + 1
-            except KstoreError:
-                pass  # a damaged tail: the batches before it decide, as recovery would
-            self._next = nxt
+            self._next = read_next_offset(self.segment.log, self.base_offset)
         return self._next
 
     def aborted_txns(self) -> List[AbortedTxn]:

@@ -435,16 +435,6 @@ def needs_conversion(segments: Sequence[Segment], opts: ConvertOptions) -> bool:
     return False
 
 
-def _next_offset_of(segment: Segment) -> Tuple[int, int]:
-    """(next offset, bytes) of a segment: the last batch's next offset, or the base offset when empty."""
-    nxt = segment.base_offset
-    size = 0
-    for batch in read_batches(segment.log):
-        nxt = batch.last_offset + 1
-        size = batch.position + batch.size
-    return nxt, size
-
-
 class PartitionResult:
     """What converting one partition (or one segment of it) did."""
 

@@ -421,35 +421,15 @@ def find_offset(partition: Partition, target: int, stats: Optional[LookupStats] 
                          lambda b: b.last_offset >= target, lambda r: r.offset >= target)
 
 
-def _largest_timestamp(segment: Segment, stats: LookupStats) -> int:
-    """LogSegment.largestTimestamp: the time index's last entry, or a scan of the batch headers."""
-    from kstore_cli.segment.index import TimeIndex
-    from kstore_cli.segment.reader import read_batches
-
-    index, entries = open_index(TimeIndex, segment.timeindex, segment.base_offset, stats)
-    if index is not None and entries:
-        stats.index_bytes += index.entry_size
-        return index.entry(entries - 1)[0]
-    if index is not None and not entries and os.path.getsize(segment.log) == 0:
-        return -1
-    if segment.base_offset not in stats.segments_scanned:
-        stats.segments_scanned.append(segment.base_offset)
-    largest = -1
-    for batch in read_batches(segment.log):
-        stats.log_bytes += batch.size
-        stats.batches_scanned += 1
-        largest = max(largest, batch.max_timestamp)
-    return largest
-
-
 def find_timestamp(partition: Partition, timestamp: int, stats: Optional[LookupStats] = None):
     """Records from the first one with timestamp >= `timestamp` (fetchOffsetByTimestamp: the first
     segment whose largest timestamp reaches it, its time index, its offset index, a scan)."""
     from kstore_cli.segment.index import TimeIndex
+    from kstore_cli.segment.log_segment import largest_timestamp
 
     stats = stats if stats is not None else LookupStats()
     for i, segment in enumerate(partition.segments):
-        if _largest_timestamp(segment, stats) < timestamp:
+        if largest_timestamp(segment, stats)[0] < timestamp:  # UnifiedLog.fetchOffsetByTimestamp's skip
             continue
         index, entries = open_index(TimeIndex, segment.timeindex, segment.base_offset, stats)
         offset = segment.base_offset

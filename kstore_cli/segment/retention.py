@@ -39,7 +39,7 @@ import os
 import time
 from typing import Dict, List, Optional, Tuple
 
-from kstore_cli.errors import KstoreError, UsageError
+from kstore_cli.errors import UsageError
 from kstore_cli.segment import fileops, names
 from kstore_cli.segment.checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
@@ -51,18 +51,12 @@ from kstore_cli.segment.checkpoint import (
     read_offset_checkpoint,
 )
 from kstore_cli.segment.config import TopicConfig
-from kstore_cli.segment.index import TimeIndex
+from kstore_cli.segment.log_segment import TS_NEW_SEGMENT, largest_timestamp, read_next_offset
 from kstore_cli.segment.logdir import Partition, Segment
-from kstore_cli.segment.reader import read_batches
 
 RULE_LOG_START_OFFSET = "log-start-offset"
 RULE_RETENTION_BYTES = "retention.bytes"
 RULE_RETENTION_MS = "retention.ms"
-
-TS_TIMEINDEX = "timeindex"
-TS_BATCHES = "batches"
-TS_MTIME = "mtime"
-TS_NEW_SEGMENT = "new segment"
 
 #: Partitions retention never touches, and why.
 METADATA_LOG_TOPIC = "__cluster_metadata"
@@ -73,68 +67,6 @@ _DELETED_LOG = names.LOG_SUFFIX + names.DELETED_SUFFIX
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def mtime_ms(path: str) -> int:
-    """File.lastModified: milliseconds, truncated."""
-    return os.stat(path).st_mtime_ns // 1_000_000
-
-
-# --------------------------------------------------------------------------- segment facts
-
-
-def scan_max_timestamp(log: str) -> int:
-    """The largest batch max timestamp of a .log (-1 when none), reading only batch headers.
-    Stops quietly at a damaged or partial tail, where Kafka's recovery would cut."""
-    largest = -1
-    try:
-        for batch in read_batches(log):
-            ts = batch.max_timestamp
-            if ts > largest:
-                largest = ts
-    except KstoreError:
-        pass
-    return largest
-
-
-def largest_timestamp(segment: Segment) -> Tuple[int, str]:
-    """``LogSegment.largestTimestamp`` as a broker has it after loading this directory, and its source.
-
-    * no ``.index``: the loader recovers the segment, rebuilding the time index -> the largest
-      batch max timestamp (``batches``);
-    * an untrimmed ``.timeindex`` (trailing zero slots: an unclean shutdown, which recovery
-      rebuilds) or an unreadable one -> ``batches`` too;
-    * otherwise the time index's last entry (a missing ``.timeindex`` is created empty);
-    * a result below 0 (v0 data, pre-0.10.1 segments, empty indexes) -> the ``.log`` mtime.
-    """
-    ts = -1
-    source = TS_TIMEINDEX
-    if segment.index is None:
-        ts, source = scan_max_timestamp(segment.log), TS_BATCHES
-    elif segment.timeindex is not None:
-        try:
-            index = TimeIndex(segment.timeindex, segment.base_offset)
-            usable = index.length % index.entry_size == 0 and index.zero_tail_start() == index.entries
-        except KstoreError:
-            usable = False
-        if usable:
-            ts = index.last_entry()[0]
-        else:
-            ts, source = scan_max_timestamp(segment.log), TS_BATCHES
-    if ts >= 0:
-        return ts, source
-    return mtime_ms(segment.log), TS_MTIME
-
-
-def next_offset(segment: Segment) -> int:
-    """The offset after the segment's last complete batch (its base offset when it has none)."""
-    last = None
-    try:
-        for batch in read_batches(segment.log):
-            last = batch.last_offset
-    except KstoreError:
-        pass
-    return segment.base_offset if last is None else max(segment.base_offset, last + 1)
 
 
 def truncate_epochs_from_start(entries: List[Tuple[int, int]], start_offset: int) -> List[Tuple[int, int]]:
@@ -386,7 +318,7 @@ def plan_partition(
     _scan_leftovers(plan, delete_delay_ms, wall)
     segments = partition.segments
     first_base = segments[0].base_offset
-    leo = next_offset(segments[-1])
+    leo = read_next_offset(segments[-1].log, segments[-1].base_offset)
     checkpointed = state.log_start_offsets.get(plan.key)
     lso = max(first_base, checkpointed if checkpointed is not None else first_base)
     plan.log_start_offset = lso

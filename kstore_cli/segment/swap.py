@@ -33,10 +33,10 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Optional, Sequence
 
-from kstore_cli.errors import FileUnreadableError, KstoreError, UsageError
+from kstore_cli.errors import FileUnreadableError, UsageError
 from kstore_cli.segment import fileops, names
+from kstore_cli.segment.log_segment import read_next_offset
 from kstore_cli.segment.logdir import Segment
-from kstore_cli.segment.reader import read_batches
 
 SEGMENT_SUFFIXES = (names.LOG_SUFFIX, names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX)
 
@@ -170,17 +170,6 @@ class LeftoverReport:
                 "renamed": [{"from": a, "to": b} for a, b in self.renamed]}
 
 
-def _next_offset(log_path: str, base: int) -> int:
-    """LogSegment.readNextOffset of a (swap) segment: the last complete batch's next offset, else base."""
-    nxt = base
-    try:
-        for batch in read_batches(log_path):
-            nxt = batch.last_offset + 1
-    except KstoreError:
-        pass  # a damaged tail: the complete batches before it decide
-    return nxt
-
-
 def resolve_leftovers(partition_dir: str, *, dry_run: bool = False) -> LeftoverReport:
     """Finish or roll back an interrupted replacement the way Kafka's LogLoader does at startup.
 
@@ -234,7 +223,7 @@ def resolve_leftovers(partition_dir: str, *, dry_run: bool = False) -> LeftoverR
         bases: Dict[str, int] = {n: _leading_offset(n) for n in log_swaps if _leading_offset(n) is not None}
         if bases:
             min_swap = min(bases.values())
-            max_swap = max(_next_offset(os.path.join(directory, n), b) for n, b in bases.items())
+            max_swap = max(read_next_offset(os.path.join(directory, n), b) for n, b in bases.items())
             for name in regular:
                 if name in gone or name.endswith(names.SWAP_SUFFIX):
                     continue

@@ -35,6 +35,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from kstore_cli.errors import KstoreError, UsageError
 from kstore_cli.segment import fileops, logdir
 from kstore_cli.segment.index import OffsetIndex, TimeIndex, TransactionIndex
+from kstore_cli.segment.log_segment import max_timestamp_so_far
 from kstore_cli.segment.logdir import LookupStats, Partition, Segment
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.spark.options import EARLIEST, LATEST, OffsetSpec, ReadOptions, is_internal
@@ -340,15 +341,6 @@ def _usable_offset_index(segment: Segment, stats: LookupStats) -> List[Tuple[int
     return [index.entry(n) for n in range(entries)]
 
 
-def _largest_timestamp(segment: Segment, stats: LookupStats) -> Optional[int]:
-    """The time index's last entry (the segment's largest timestamp), None when unknown."""
-    index, entries = logdir.open_index(TimeIndex, segment.timeindex, segment.base_offset, stats)
-    if index is None or not entries:
-        return None
-    stats.index_bytes += index.entry_size
-    return index.entry(entries - 1)[0]
-
-
 def _is_batch_start(log: str, position: int, entry_offset: int, stats: LookupStats) -> bool:
     """Whether a batch that can hold the index entry's offset starts at `position` (CRC checked)."""
     try:
@@ -512,8 +504,9 @@ def plan_read(opts: ReadOptions, pushed: Optional[Pushed] = None) -> Plan:
             if size == 0:
                 continue
             if scan.ts_lo is not None and next_base is not None:
-                largest = _largest_timestamp(segment, stats)
-                if largest is not None and largest < scan.ts_lo:
+                # The time index's word only: planning reads no data (None: the read decides).
+                largest = max_timestamp_so_far(segment, stats, scan=False)
+                if largest is not None and 0 <= largest[0] < scan.ts_lo:
                     continue
             entries = _usable_offset_index(segment, stats)
             lo, hi = _segment_range(segment, next_base, scan, entries, size, stats)

@@ -17,17 +17,14 @@ from kstore_cli.segment.config import ConfigResolver, parse_topic_overrides, ret
 from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.names import filename_prefix
 from kstore_cli.segment.recovery import ERROR, verify_partition
+from kstore_cli.segment.log_segment import TS_BATCHES, TS_MTIME, TS_TIMEINDEX, largest_timestamp
 from kstore_cli.segment.retention import (
     RULE_LOG_START_OFFSET,
     RULE_RETENTION_BYTES,
     RULE_RETENTION_MS,
-    TS_BATCHES,
-    TS_MTIME,
-    TS_TIMEINDEX,
     DataDirState,
     RetentionPlan,
     apply_retention,
-    largest_timestamp,
     plan_partition,
     truncate_epochs_from_start,
 )

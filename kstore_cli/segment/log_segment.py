@@ -1,0 +1,102 @@
+"""What Kafka's ``LogSegment`` derives from a segment's files, written once for every command.
+
+* :func:`read_next_offset` is ``LogSegment.readNextOffset``: the offset after the last complete
+  batch (the base offset when there is none); a damaged tail stops the walk, as recovery would cut.
+* :func:`largest_timestamp` is ``LogSegment.largestTimestamp`` as a broker has it after loading the
+  directory (retention's age, the cleaner's compaction lag, ``offsetsForTimes``' segment skip), with
+  the source it came from: the time index's last entry, the batches (when the loader would rebuild
+  the time index), or the ``.log``'s mtime (no timestamp at all).
+
+Lookups pass a ``LookupStats`` (kstore_cli.segment.logdir) to count what they read.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Optional, Tuple
+
+from kstore_cli.errors import KstoreError
+from kstore_cli.segment.index import TimeIndex
+from kstore_cli.segment.reader import read_batches
+
+if TYPE_CHECKING:
+    from kstore_cli.segment.logdir import LookupStats, Segment
+
+TS_TIMEINDEX = "timeindex"
+TS_BATCHES = "batches"
+TS_MTIME = "mtime"
+TS_NEW_SEGMENT = "new segment"
+
+
+def mtime_ms(path: str) -> int:
+    """File.lastModified: milliseconds, truncated."""
+    return os.stat(path).st_mtime_ns // 1_000_000
+
+
+def read_next_offset(log: str, base_offset: int) -> int:
+    """LogSegment.readNextOffset of the .log at `log` (a live, .cleaned or .swap segment): the last
+    batch's next offset, else the base offset."""
+    nxt = base_offset
+    try:
+        for batch in read_batches(log):
+            nxt = batch.last_offset + 1
+    except KstoreError:
+        pass  # a damaged tail: the complete batches before it decide, as recovery would cut there
+    return nxt
+
+
+def _scan_max_timestamp(log: str, stats: "Optional[LookupStats]") -> int:
+    """The largest batch max timestamp of a .log (-1 when none), reading only batch headers."""
+    largest = -1
+    try:
+        for batch in read_batches(log):
+            if stats is not None:
+                stats.log_bytes += batch.size
+                stats.batches_scanned += 1
+            if batch.max_timestamp > largest:
+                largest = batch.max_timestamp
+    except KstoreError:
+        pass  # a damaged tail, where Kafka's recovery would cut
+    return largest
+
+
+def _time_index_last(segment: "Segment", stats: "Optional[LookupStats]") -> Optional[int]:
+    """The time index's last entry's timestamp, or None when the loader would rebuild the index:
+    no ``.index`` (the segment is recovered), or an untrimmed or unreadable ``.timeindex`` (an
+    unclean shutdown's preallocated zeros). A missing ``.timeindex`` is created empty: -1."""
+    if segment.index is None:
+        return None
+    if segment.timeindex is None:
+        return -1
+    try:
+        index = TimeIndex(segment.timeindex, segment.base_offset)
+        if index.length % index.entry_size or index.zero_tail_start() != index.entries:
+            return None
+        if stats is not None:
+            stats.index_bytes += index.entry_size
+        return index.last_entry()[0]
+    except KstoreError:
+        return None
+
+
+def max_timestamp_so_far(segment: "Segment", stats: "Optional[LookupStats]" = None, *,
+                         scan: bool = True) -> Optional[Tuple[int, str]]:
+    """LogSegment.maxTimestampSoFar after loading, and its source; -1 when the segment holds no
+    timestamp. With ``scan=False``, None where only reading the batches could tell (a planner that
+    must not read data yet)."""
+    ts = _time_index_last(segment, stats)
+    if ts is not None:
+        return ts, TS_TIMEINDEX
+    if not scan:
+        return None
+    if stats is not None and segment.base_offset not in stats.segments_scanned:
+        stats.segments_scanned.append(segment.base_offset)
+    return _scan_max_timestamp(segment.log, stats), TS_BATCHES
+
+
+def largest_timestamp(segment: "Segment", stats: "Optional[LookupStats]" = None) -> Tuple[int, str]:
+    """LogSegment.largestTimestamp: the max timestamp so far, or the .log's mtime when below 0."""
+    ts, source = max_timestamp_so_far(segment, stats)  # type: ignore[misc] - scan=True never gives None
+    if ts >= 0:
+        return ts, source
+    return mtime_ms(segment.log), TS_MTIME
