@@ -135,3 +135,28 @@ def test_usage_and_not_found() -> None:
     assert CliRunner().invoke(cli, ["find", part]).exception.exit_status == 2
     result = CliRunner().invoke(cli, ["find", part, "--offset", "10000000"])
     assert result.exit_code == 1 and "nothing at or after offset 10000000" in result.output
+
+
+def test_a_stale_untrimmed_time_index_does_not_hide_a_segment(tmp_path: Path) -> None:
+    # An unclean shutdown leaves a segment's time index preallocated (zero tail) and behind its .log:
+    # the broker rebuilds it on load, so the segment's largest timestamp is its batches' maximum. A
+    # lookup that trusted the stale entries would skip the segment and answer from the next one.
+    part_dir = tmp_path / "data" / "gen-0"
+    make_partition(part_dir, seed=11)
+    apply_plan(plan_partition(Partition(str(part_dir)), index_interval_bytes=512))
+    partition = Partition(str(part_dir))
+    first = partition.segments[0]
+    records = full_scan(partition)
+    seg_end = partition.segments[1].base_offset
+    in_first = [r for r in records if r[0] < seg_end]
+    entry_size = 12
+    data = Path(first.timeindex).read_bytes()
+    kept = data[:entry_size]  # one early entry, then the preallocated zeros an unclean shutdown leaves
+    Path(first.timeindex).write_bytes(kept + bytes(10 * 1024 * 1024 // entry_size * entry_size - len(kept)))
+    stale_ts = int.from_bytes(kept[:8], "big", signed=True)
+    target = max(r[1] for r in in_first)
+    assert stale_ts < target
+    want = first_at_time(records, target)
+    assert want[0] < seg_end
+    got = next(find_timestamp(Partition(str(part_dir)), target, LookupStats()), None)
+    assert got is not None and got[2].offset == want[0]
