@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import click
 
@@ -12,37 +12,25 @@ from kstore_cli.commands._options import json_option
 
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.codecs import CODEC_NAMES
-from kstore_cli.errors import KstoreError, UsageError
-from kstore_cli.segment.checkpoint import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint
+from kstore_cli.errors import UsageError
 from kstore_cli.segment.logdir import DataDir, Partition, find_data_dirs, is_partition_dir, resolve
 from kstore_cli.segment.recovery import ERROR, verify_partition
+from kstore_cli.segment.unified_log import DataDirState, log_offsets
 
 
-def _log_start_offsets(data_dir: str, cache: Dict[str, Optional[dict]]) -> Optional[dict]:
+def _data_dir_state(data_dir: str, cache: Dict[str, DataDirState]) -> DataDirState:
     if data_dir not in cache:
-        path = os.path.join(data_dir, LOG_START_OFFSET_CHECKPOINT)
-        try:
-            cache[data_dir] = read_offset_checkpoint(path) if os.path.exists(path) else {}
-        except KstoreError:
-            cache[data_dir] = None
+        cache[data_dir] = DataDirState(data_dir, tolerant=True)  # a report goes on past a bad checkpoint
     return cache[data_dir]
 
 
-def inspect_partition(partition: Partition, checkpoints: Dict[str, Optional[dict]], progress=None) -> dict:
+def inspect_partition(partition: Partition, checkpoints: Dict[str, DataDirState], progress=None) -> dict:
     """Everything inspect reports about one partition, as a JSON-ready dict."""
     findings, plan = verify_partition(partition, progress=progress)
     results = [s.result for s in plan.segments if s.result is not None]
     first_base = partition.segments[0].base_offset if partition.segments else None
-    lso_map = _log_start_offsets(partition.data_dir, checkpoints)
-    lso_source = "first segment"
-    log_start = first_base
-    if lso_map is None:
-        lso_source = "first segment (log-start-offset-checkpoint unreadable)"
-    elif (partition.topic, partition.partition) in lso_map:
-        log_start = lso_map[(partition.topic, partition.partition)]
-        lso_source = "checkpoint"
-        if first_base is not None:
-            log_start = max(log_start, first_base)
+    offsets = log_offsets(partition, _data_dir_state(partition.data_dir, checkpoints),
+                          log_end_offset=results[-1].next_offset if results else None)
     last_offsets = [r.last_offset for r in results if r.last_offset is not None]
     timestamps = [r.min_timestamp for r in results if r.min_timestamp is not None]
     max_ts = [r.max_timestamp for r in results if r.max_timestamp >= 0]
@@ -59,8 +47,8 @@ def inspect_partition(partition: Partition, checkpoints: Dict[str, Optional[dict
         "partitionId": partition.partition,
         "segments": len(partition.segments),
         "baseOffsets": [s.base_offset for s in partition.segments],
-        "logStartOffset": log_start,
-        "logStartOffsetSource": lso_source,
+        "logStartOffset": offsets.log_start_offset if partition.segments else None,
+        "logStartOffsetSource": offsets.log_start_offset_source,
         "lastOffset": max(last_offsets) if last_offsets else None,
         "logEndOffset": results[-1].next_offset if results else first_base,
         "sizeBytes": sum(r.log_size for r in results),
@@ -118,7 +106,7 @@ def command(ctx: click.Context, paths, as_json: bool) -> None:
         if os.path.isdir(raw) and not is_partition_dir(raw):
             for data_dir in find_data_dirs(raw) or [raw]:  # a folder of several brokers' data dirs
                 skipped.extend(DataDir(data_dir).skipped)
-    checkpoints: Dict[str, Optional[dict]] = {}
+    checkpoints: Dict[str, DataDirState] = {}
     tty = _is_tty() and not as_json
     rows = []
     total = sum(os.path.getsize(s.log) for p in partitions for s in p.segments)

@@ -84,7 +84,7 @@ from kstore_cli.segment.logdir import Partition, Segment
 from kstore_cli.segment.offset_map import OffsetMap
 from kstore_cli.segment.reader import release_pages, map_file, read_batches
 from kstore_cli.segment.log_segment import largest_timestamp, mtime_ms, read_next_offset
-from kstore_cli.segment.retention import DataDirState
+from kstore_cli.segment.unified_log import DataDirState, log_offsets
 from kstore_cli.segment.snapshot import read_snapshot
 from kstore_cli.segment.writer import PartitionWriter
 
@@ -163,19 +163,12 @@ class LogView:
         self.partition = partition
         self.segments = [SegmentInfo(s) for s in partition.segments]
         self._bases = [s.base_offset for s in self.segments]
-        key = (partition.topic, partition.partition)
-        first = self._bases[0] if self._bases else 0
-        checkpointed = state.log_start_offsets.get(key)
-        #: UnifiedLog.logStartOffset: the checkpoint, never below the first segment.
-        self.log_start_offset = max(first, checkpointed) if checkpointed is not None else first
-        self.log_end_offset = self.segments[-1].next_offset if self.segments else 0
-        if state.high_watermarks is None:
-            self.high_watermark = self.log_end_offset
-            self.high_watermark_source = "log end offset (no replication-offset-checkpoint)"
-        else:
-            raw = state.high_watermarks.get(key, 0)
-            self.high_watermark = min(max(raw, self.log_start_offset), self.log_end_offset)
-            self.high_watermark_source = "replication-offset-checkpoint"
+        offsets = log_offsets(partition, state,
+                              log_end_offset=self.segments[-1].next_offset if self.segments else 0)
+        self.log_start_offset = offsets.log_start_offset
+        self.log_end_offset = offsets.log_end_offset
+        self.high_watermark = offsets.high_watermark
+        self.high_watermark_source = offsets.high_watermark_source
 
     @property
     def active(self) -> SegmentInfo:

@@ -37,22 +37,21 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 from kstore_cli.errors import UsageError
 from kstore_cli.segment import fileops, names
 from kstore_cli.segment.checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
-    REPLICATION_OFFSET_CHECKPOINT,
     format_leader_epoch_checkpoint,
     format_offset_checkpoint,
     read_leader_epoch_checkpoint,
-    read_offset_checkpoint,
 )
 from kstore_cli.segment.config import TopicConfig
-from kstore_cli.segment.log_segment import TS_NEW_SEGMENT, largest_timestamp, read_next_offset
+from kstore_cli.segment.log_segment import TS_NEW_SEGMENT, largest_timestamp
 from kstore_cli.segment.logdir import Partition, Segment
+from kstore_cli.segment.unified_log import DataDirState, log_offsets  # noqa: F401 - DataDirState: the commands' handle
 
 RULE_LOG_START_OFFSET = "log-start-offset"
 RULE_RETENTION_BYTES = "retention.bytes"
@@ -102,20 +101,6 @@ class SegmentState:
 
 
 # --------------------------------------------------------------------------- plans
-
-
-class DataDirState:
-    """The data dir's offset checkpoints, read once (under the lock) for all its partitions."""
-
-    def __init__(self, data_dir: str) -> None:
-        self.path = os.path.abspath(data_dir)
-        lso_path = os.path.join(self.path, LOG_START_OFFSET_CHECKPOINT)
-        hw_path = os.path.join(self.path, REPLICATION_OFFSET_CHECKPOINT)
-        self.log_start_offsets: Dict[Tuple[str, int], int] = (
-            read_offset_checkpoint(lso_path) if os.path.exists(lso_path) else {})
-        #: None when there is no replication-offset-checkpoint at all (a copy, an archive).
-        self.high_watermarks: Optional[Dict[Tuple[str, int], int]] = (
-            read_offset_checkpoint(hw_path) if os.path.exists(hw_path) else None)
 
 
 class Deletion:
@@ -316,24 +301,13 @@ def plan_partition(
         return plan
 
     _scan_leftovers(plan, delete_delay_ms, wall)
+    offsets = log_offsets(partition, state)
     segments = partition.segments
+    lso, leo, hw = offsets.log_start_offset, offsets.log_end_offset, offsets.high_watermark
+    plan.log_start_offset, plan.log_end_offset, plan.high_watermark = lso, leo, hw
+    plan.high_watermark_source = offsets.high_watermark_source
     first_base = segments[0].base_offset
-    leo = read_next_offset(segments[-1].log, segments[-1].base_offset)
     checkpointed = state.log_start_offsets.get(plan.key)
-    lso = max(first_base, checkpointed if checkpointed is not None else first_base)
-    plan.log_start_offset = lso
-    plan.log_end_offset = leo
-    if state.high_watermarks is None:
-        hw, plan.high_watermark_source = leo, "no replication-offset-checkpoint: the log end offset"
-    else:
-        raw = state.high_watermarks.get(plan.key)
-        if raw is None:
-            raw = 0
-            plan.high_watermark_source = "not in replication-offset-checkpoint: 0, raised to the log start offset"
-        else:
-            plan.high_watermark_source = "replication-offset-checkpoint"
-        hw = min(max(raw, lso), leo)
-    plan.high_watermark = hw
 
     if log_start_offset is not None and log_start_offset > lso:
         if log_start_offset > hw:

@@ -32,7 +32,7 @@ def test_transactional_partition_summary() -> None:
     assert row["logEndOffset"] == 481 and row["segments"] == 8
     assert row["sizeBytes"] == sum(p.stat().st_size for p in part.glob("*.log"))
     assert row["indexHealth"] == "ok"
-    assert row["logStartOffsetSource"] == "checkpoint"
+    assert row["logStartOffsetSource"] == "log-start-offset-checkpoint"
 
 
 def test_data_dir_formats_codecs_leftovers_and_skipped(tmp_path: Path) -> None:

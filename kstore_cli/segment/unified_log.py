@@ -1,0 +1,104 @@
+"""The offsets a broker's ``UnifiedLog`` reports once it has loaded a partition, worked out once.
+
+* log start offset: the data dir's ``log-start-offset-checkpoint`` entry, never below the first
+  segment's base offset (``UnifiedLog``'s constructor); the first segment when the partition is not
+  listed;
+* log end offset: the last segment's ``readNextOffset`` (kstore_cli.segment.log_segment);
+* high watermark: the ``replication-offset-checkpoint`` entry clamped to [log start, log end]
+  (``UnifiedLog.updateHighWatermark``); a partition missing from it starts at 0, raised to the log
+  start offset; a data dir with no such file at all (a copy, an archive) is taken at the log end.
+
+Every value carries its source, as the commands print it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Dict, Optional, Tuple
+
+from kstore_cli.errors import KstoreError
+from kstore_cli.segment.checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    read_offset_checkpoint,
+)
+from kstore_cli.segment.log_segment import read_next_offset
+from kstore_cli.segment.logdir import Partition
+
+LSO_CHECKPOINT = "log-start-offset-checkpoint"
+LSO_FIRST_SEGMENT = "first segment"
+LSO_UNREADABLE = "first segment (log-start-offset-checkpoint unreadable)"
+HW_CHECKPOINT = "replication-offset-checkpoint"
+HW_NOT_LISTED = "not in replication-offset-checkpoint: 0, raised to the log start offset"
+HW_NO_CHECKPOINT = "no replication-offset-checkpoint: the log end offset"
+
+
+class DataDirState:
+    """The data dir's offset checkpoints, read once (under the lock) for all its partitions.
+
+    Strict by default (a corrupt checkpoint raises, as a broker refuses to start on one);
+    ``tolerant=True`` (read-only reports) records the error and goes on without that checkpoint.
+    """
+
+    def __init__(self, data_dir: str, *, tolerant: bool = False) -> None:
+        self.path = os.path.abspath(data_dir)
+        lso_path = os.path.join(self.path, LOG_START_OFFSET_CHECKPOINT)
+        hw_path = os.path.join(self.path, REPLICATION_OFFSET_CHECKPOINT)
+        #: The error that made a checkpoint unusable (tolerant mode only).
+        self.log_start_offsets_error: Optional[KstoreError] = None
+        self.high_watermarks_error: Optional[KstoreError] = None
+        self.log_start_offsets: Dict[Tuple[str, int], int] = {}
+        #: None when there is no replication-offset-checkpoint at all (a copy, an archive).
+        self.high_watermarks: Optional[Dict[Tuple[str, int], int]] = None
+        try:
+            if os.path.exists(lso_path):
+                self.log_start_offsets = read_offset_checkpoint(lso_path)
+        except KstoreError as exc:
+            if not tolerant:
+                raise
+            self.log_start_offsets_error = exc
+        try:
+            if os.path.exists(hw_path):
+                self.high_watermarks = read_offset_checkpoint(hw_path)
+        except KstoreError as exc:
+            if not tolerant:
+                raise
+            self.high_watermarks_error = exc
+
+
+@dataclass(frozen=True)
+class LogOffsets:
+    """Log start offset, log end offset and high watermark of a loaded partition, with their sources."""
+
+    log_start_offset: int
+    log_start_offset_source: str
+    log_end_offset: int
+    high_watermark: int
+    high_watermark_source: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def log_offsets(partition: Partition, state: DataDirState, *, log_end_offset: Optional[int] = None) -> LogOffsets:
+    """The offsets a broker would report for `partition` after loading it; `log_end_offset` when the
+    caller has already read it (a recovery walk), else the last segment's readNextOffset."""
+    segments = partition.segments
+    first = segments[0].base_offset if segments else 0
+    if log_end_offset is None:
+        log_end_offset = read_next_offset(segments[-1].log, segments[-1].base_offset) if segments else 0
+    key = (partition.topic, partition.partition)
+    checkpointed = state.log_start_offsets.get(key)
+    if checkpointed is not None:
+        lso, lso_source = max(first, checkpointed), LSO_CHECKPOINT
+    else:
+        lso = first
+        lso_source = LSO_UNREADABLE if state.log_start_offsets_error is not None else LSO_FIRST_SEGMENT
+    if state.high_watermarks is None:
+        hw, hw_source = log_end_offset, HW_NO_CHECKPOINT
+    else:
+        raw = state.high_watermarks.get(key)
+        hw_source = HW_CHECKPOINT if raw is not None else HW_NOT_LISTED
+        hw = min(max(raw or 0, lso), log_end_offset)
+    return LogOffsets(lso, lso_source, log_end_offset, hw, hw_source)
