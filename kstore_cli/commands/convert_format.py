@@ -125,13 +125,10 @@ def command(ctx: click.Context, paths, to_magic: str, compression: Optional[str]
                 path = os.path.abspath(raw)
                 if os.path.isdir(path) and not is_partition_dir(path):
                     copy_data_dir_files(path, output_dir)
-        for data_dir, dir_targets in group_by_data_dir(targets).items():
-            lock = None
-            if in_place and not dry_run:
-                lock = fileops.LogDirLock(data_dir, force=force, partitions=[t.partition.path for t in dir_targets])
-            if lock is not None:
-                lock.__enter__()
-            try:
+        groups = group_by_data_dir(targets)
+        with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
+                                    force=force, enabled=in_place and not dry_run):
+            for data_dir, dir_targets in groups.items():
                 for target in dir_targets:
                     result = convert_partition(target, opts, output_root=None if in_place else output_dir,
                                                dry_run=dry_run, progress=advance)
@@ -139,9 +136,6 @@ def command(ctx: click.Context, paths, to_magic: str, compression: Optional[str]
                     total.add(result.stats)
                     if as_json:
                         click.echo(json.dumps(result.to_dict(), sort_keys=True))
-            finally:
-                if lock is not None:
-                    lock.__exit__(None, None, None)
     finally:
         if progress_cm is not None:
             progress_cm.stop()

@@ -18,12 +18,13 @@ append goes through a symbolic link (:func:`refuse_link`).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import signal
 import stat
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from kstore_cli.errors import FileUnreadableError, KstoreError, LogDirLockedError, UnsafeFileError
 
@@ -535,6 +536,21 @@ class LogDirLock:
             finally:
                 os.close(self._fd)
                 self._fd = None
+
+
+@contextlib.contextmanager
+def lock_data_dirs(partitions_by_data_dir: Mapping[str, Iterable[str]], *, force: bool = False,
+                   enabled: bool = True) -> Iterator[None]:
+    """Every data dir's ``.lock`` taken first (in path order), held until the block ends: a command
+    changes nothing unless all the dirs it will touch are its own. `partitions_by_data_dir` maps each
+    data dir to the partition dirs about to change (checked for links before anything is locked).
+    ``enabled=False`` (a dry run) takes none."""
+    with contextlib.ExitStack() as stack:
+        if enabled:
+            for data_dir in sorted(partitions_by_data_dir):
+                stack.enter_context(LogDirLock(data_dir, force=force,
+                                               partitions=list(partitions_by_data_dir[data_dir])))
+        yield
 
 
 def is_locked(data_dir: str) -> bool:

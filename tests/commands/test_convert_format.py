@@ -122,6 +122,20 @@ def test_lock_held_by_a_broker_is_refused_unless_forced(tmp_path: Path) -> None:
         assert {b.magic for s in Partition(str(part)).segments for b in read_batches(s.log)} == {2}
 
 
+
+def test_every_data_dir_is_locked_before_any_changes(tmp_path: Path) -> None:
+    # Two data dirs, the second held by a broker: the first must not be converted either.
+    first = tmp_path / "a" / "legacy-v0-0"
+    second = tmp_path / "b" / "legacy-v0-0"
+    shutil.copytree(CORPUS / "logs" / "legacy-v0-0", first)
+    shutil.copytree(CORPUS / "logs" / "legacy-v0-0", second)
+    before = dir_hash(tmp_path / "a", with_lock=False)
+    with lock_held(tmp_path / "b"):
+        refused = run("--to-magic", "2", "--in-place", str(first), str(second))
+        assert isinstance(refused.exception, LogDirLockedError)
+    assert dir_hash(tmp_path / "a", with_lock=False) == before
+
+
 # --------------------------------------------------------------------------- crash test
 
 
