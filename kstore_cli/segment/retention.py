@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from kstore_cli.errors import UsageError
 from kstore_cli.segment import fileops, names
@@ -259,6 +259,95 @@ def _marker_offset(path: str) -> Optional[int]:
     return None
 
 
+def _not_retainable(partition: Partition, config: TopicConfig) -> Tuple[Optional[str], Optional[str]]:
+    """(skipped, problem): why retention leaves this directory alone, if it does."""
+    if partition.topic == METADATA_LOG_TOPIC:
+        return "the KRaft metadata log is trimmed by the controller through snapshots, not by retention", None
+    if partition.name.endswith(("-delete", "-future", "-stray")):
+        return "not a live replica (a -delete, -future or -stray directory)", None
+    if partition.partition < 0:
+        return None, "not a <topic>-<partition> directory"
+    if config.remote_storage_enable:
+        return ("remote.storage.enable=true: local retention depends on what was uploaded to remote storage, "
+                "which kstore cannot see"), None
+    swaps = [f for f in partition.leftovers if f.endswith(names.SWAP_SUFFIX)]
+    if swaps:
+        return None, (f"{len(swaps)} .swap file(s) from an interrupted compaction or split: the broker completes "
+                      "that swap when it loads the partition; start it (or finish the swap) before retain")
+    if not partition.segments:
+        return "no segments", None
+    return None, None
+
+
+class _SegmentWalk:
+    """UnifiedLog.deleteOldSegments(predicate, reason): from the oldest segment, while the high
+    watermark is at or past its upper bound and the predicate holds; an empty last segment is never
+    deleted; when every segment goes, a new empty one is rolled at the log end offset first."""
+
+    def __init__(self, plan: RetentionPlan, live: List[SegmentState], lso: int, now: int) -> None:
+        self.plan = plan
+        self.live = live
+        self.lso = lso
+        self.now = now
+        self.deleted: List[Tuple[SegmentState, str, str]] = []
+
+    def walk(self, rule: str, predicate: Callable[[SegmentState, Optional[SegmentState]], Optional[str]]) -> None:
+        leo, hw, live = self.plan.log_end_offset, self.plan.high_watermark, self.live
+        reasons: List[str] = []
+        for i, seg in enumerate(live):
+            nxt = live[i + 1] if i + 1 < len(live) else None
+            if not hw >= (nxt.base_offset if nxt is not None else leo):
+                break
+            reason = predicate(seg, nxt)
+            if reason is None:
+                break
+            if nxt is None and (seg.size == 0 or seg.base_offset == leo):
+                break  # an empty last segment is never deleted (nor one Kafka could not roll past)
+            reasons.append(reason)
+        if not reasons:
+            return
+        if len(reasons) == len(live):
+            self.plan.roll_offset = leo
+            live.append(SegmentState(None, leo, 0, rolled=True, largest=(self.now, TS_NEW_SEGMENT)))
+        self.deleted.extend((seg, rule, reason) for seg, reason in zip(live, reasons))
+        self.live = live[len(reasons):]
+        self.lso = max(self.lso, self.live[0].base_offset)
+
+    def log_start_offset_rule(self) -> None:
+        self.walk(RULE_LOG_START_OFFSET, lambda seg, nxt: (
+            f"entirely below the log start offset {self.lso} (the next segment starts at {nxt.base_offset})"
+            if nxt is not None and nxt.base_offset <= self.lso else None))
+
+    def size_rule(self, retention_bytes: int) -> None:
+        total = sum(s.size for s in self.live)
+        if retention_bytes < 0 or total < retention_bytes:
+            return
+        excess = [total - retention_bytes]
+
+        def predicate(seg: SegmentState, nxt: Optional[SegmentState]) -> Optional[str]:
+            if excess[0] - seg.size < 0:
+                return None
+            excess[0] -= seg.size
+            return (f"the log is {total} bytes, {total - retention_bytes} over retention.bytes "
+                    f"{retention_bytes}; this segment's {seg.size} bytes fit in the excess")
+
+        self.walk(RULE_RETENTION_BYTES, predicate)
+
+    def time_rule(self, retention_ms: int) -> None:
+        if retention_ms < 0:
+            return
+        now = self.now
+
+        def predicate(seg: SegmentState, nxt: Optional[SegmentState]) -> Optional[str]:
+            ts, source = seg.largest
+            if now - ts > retention_ms:
+                return (f"largest timestamp {ts} (from the {source}) is {now - ts} ms before now {now}, "
+                        f"over retention.ms {retention_ms}")
+            return None
+
+        self.walk(RULE_RETENTION_MS, predicate)
+
+
 def plan_partition(
     partition: Partition,
     config: TopicConfig,
@@ -276,135 +365,57 @@ def plan_partition(
     unreadable checkpoints.
     """
     plan = RetentionPlan(partition, config)
-    wall = now_ms() if wall_clock_ms is None else wall_clock_ms
-    name = partition.name
-    if partition.topic == METADATA_LOG_TOPIC:
-        plan.skipped = "the KRaft metadata log is trimmed by the controller through snapshots, not by retention"
+    plan.skipped, plan.problem = _not_retainable(partition, config)
+    if plan.skipped is not None or plan.problem is not None:
         return plan
-    if name.endswith(("-delete", "-future", "-stray")):
-        plan.skipped = "not a live replica (a -delete, -future or -stray directory)"
-        return plan
-    if partition.partition < 0:
-        plan.problem = "not a <topic>-<partition> directory"
-        return plan
-    if config.remote_storage_enable:
-        plan.skipped = ("remote.storage.enable=true: local retention depends on what was uploaded to remote "
-                        "storage, which kstore cannot see")
-        return plan
-    swaps = [f for f in partition.leftovers if f.endswith(names.SWAP_SUFFIX)]
-    if swaps:
-        plan.problem = (f"{len(swaps)} .swap file(s) from an interrupted compaction or split: the broker completes "
-                        "that swap when it loads the partition; start it (or finish the swap) before retain")
-        return plan
-    if not partition.segments:
-        plan.skipped = "no segments"
-        return plan
-
-    _scan_leftovers(plan, delete_delay_ms, wall)
+    _scan_leftovers(plan, delete_delay_ms, now_ms() if wall_clock_ms is None else wall_clock_ms)
     offsets = log_offsets(partition, state)
-    segments = partition.segments
     lso, leo, hw = offsets.log_start_offset, offsets.log_end_offset, offsets.high_watermark
     plan.log_start_offset, plan.log_end_offset, plan.high_watermark = lso, leo, hw
     plan.high_watermark_source = offsets.high_watermark_source
-    first_base = segments[0].base_offset
-    checkpointed = state.log_start_offsets.get(plan.key)
-
     if log_start_offset is not None and log_start_offset > lso:
         if log_start_offset > hw:
             raise UsageError(
-                f"cannot move the log start offset of {name} to {log_start_offset}: above its high watermark "
-                f"{hw} ({plan.high_watermark_source}); Kafka refuses that too",
-                path=partition.path)
+                f"cannot move the log start offset of {partition.name} to {log_start_offset}: above its high "
+                f"watermark {hw} ({plan.high_watermark_source}); Kafka refuses that too", path=partition.path)
         lso = log_start_offset
 
-    live = [SegmentState(s, s.base_offset, os.path.getsize(s.log)) for s in segments]
+    live = [SegmentState(s, s.base_offset, os.path.getsize(s.log)) for s in partition.segments]
     plan.log_bytes = sum(s.size for s in live)
     if live[-1].size > 0 and leo == live[-1].base_offset:
         plan.notes.append("the last segment holds no complete batch; it is kept")
-    deleted: List[Tuple[SegmentState, str, str]] = []
-
-    def walk(rule: str, predicate) -> None:
-        nonlocal live, lso
-        count = 0
-        reasons = []
-        for i, seg in enumerate(live):
-            nxt = live[i + 1] if i + 1 < len(live) else None
-            upper = nxt.base_offset if nxt is not None else leo
-            if not hw >= upper:
-                break
-            reason = predicate(seg, nxt)
-            if reason is None:
-                break
-            if nxt is None and (seg.size == 0 or seg.base_offset == leo):
-                break  # an empty last segment is never deleted (nor one Kafka could not roll past)
-            reasons.append(reason)
-            count += 1
-        if count == 0:
-            return
-        if count == len(live):
-            # Every segment goes: roll a new empty active segment at the log end offset first.
-            plan.roll_offset = leo
-            live.append(SegmentState(None, leo, 0, rolled=True, largest=(now, TS_NEW_SEGMENT)))
-        for seg, reason in zip(live[:count], reasons):
-            deleted.append((seg, rule, reason))
-        live = live[count:]
-        lso = max(lso, live[0].base_offset)
-
-    # 1. log start offset breach (every cleanup policy).
-    walk(RULE_LOG_START_OFFSET, lambda seg, nxt: (
-        f"entirely below the log start offset {lso} (the next segment starts at {nxt.base_offset})"
-        if nxt is not None and nxt.base_offset <= lso else None))
-
+    walk = _SegmentWalk(plan, live, lso, now)
+    walk.log_start_offset_rule()  # every cleanup policy
     if config.delete:
-        # 2. size breach.
-        retention_bytes = config.retention_bytes
-        total = sum(s.size for s in live)
-        if retention_bytes >= 0 and total >= retention_bytes:
-            diff = total - retention_bytes
-
-            def size_rule(seg: SegmentState, nxt) -> Optional[str]:
-                nonlocal diff
-                if diff - seg.size >= 0:
-                    diff -= seg.size
-                    return (f"the log is {total} bytes, {total - retention_bytes} over retention.bytes "
-                            f"{retention_bytes}; this segment's {seg.size} bytes fit in the excess")
-                return None
-
-            walk(RULE_RETENTION_BYTES, size_rule)
-        # 3. time breach.
-        retention_ms = config.retention_ms
-        if retention_ms >= 0:
-            def time_rule(seg: SegmentState, nxt) -> Optional[str]:
-                ts, source = seg.largest
-                if now - ts > retention_ms:
-                    return (f"largest timestamp {ts} (from the {source}) is {now - ts} ms before now {now}, "
-                            f"over retention.ms {retention_ms}")
-                return None
-
-            walk(RULE_RETENTION_MS, time_rule)
+        walk.size_rule(config.retention_bytes)
+        walk.time_rule(config.retention_ms)
     else:
         plan.notes.append(f"cleanup.policy={','.join(config.cleanup_policy) or '(none)'}: only the log start "
                           "offset rule applies")
+    for seg, rule, reason in walk.deleted:
+        if not seg.rolled and seg.segment is not None:
+            plan.deletions.append(Deletion(seg.base_offset, rule, reason, seg.size,
+                                           _segment_files(seg.segment, partition)))
+    _plan_checkpoints(plan, state, walk.lso)
+    return plan
 
-    for seg, rule, reason in deleted:
-        if seg.rolled or seg.segment is None:
-            continue
-        plan.deletions.append(Deletion(seg.base_offset, rule, reason, seg.size, _segment_files(seg.segment, partition)))
+
+def _plan_checkpoints(plan: RetentionPlan, state: DataDirState, lso: int) -> None:
+    """The log-start-offset checkpoint entry and the trimmed leader-epoch checkpoint the plan writes."""
     plan.new_log_start_offset = lso
-
     # The checkpoint names the new log start offset when it moved, when its entry is stale, or when
     # an interrupted run (its .log.deleted markers below the first segment remain) did not get to write it.
+    checkpointed = state.log_start_offsets.get(plan.key)
+    first_base = plan.partition.segments[0].base_offset
     interrupted = any(o is not None and o < first_base
                       for o in map(_marker_offset, plan.leftovers + plan.leftovers_kept))
     if lso > plan.log_start_offset or (checkpointed is not None and checkpointed != lso) or (
             checkpointed is None and interrupted):
         plan.checkpoint_offset = lso
-
-    epoch_path = os.path.join(partition.path, LEADER_EPOCH_CHECKPOINT)
+    epoch_path = os.path.join(plan.partition.path, LEADER_EPOCH_CHECKPOINT)
     if os.path.exists(epoch_path):
         plan.epochs_before = read_leader_epoch_checkpoint(epoch_path)
         plan.epochs_after = truncate_epochs_from_start(plan.epochs_before, lso)
-    return plan
 
 
 # --------------------------------------------------------------------------- applying
