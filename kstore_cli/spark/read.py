@@ -136,6 +136,52 @@ def _skipped(sl: Slice, position: int, size: int, exc: KstoreError, header=None)
     return SkippedBatch(sl.scan.topic, sl.scan.partition, sl.log, position, size, base, last, exc.message)
 
 
+def _checked_records(sl: Slice, batch) -> list:
+    """The batch's records; the consumer's check.crcs: each inner message of a legacy wrapper has its
+    own CRC, checked here (a v2 batch's CRC covers its records)."""
+    records = batch.records()
+    if batch.is_legacy and batch.compression:
+        bad = next((r for r in records if not r.is_valid), None)
+        if bad is not None:
+            raise CorruptRecordError(f"Record is corrupt (inner message at offset {bad.offset} fails its "
+                                     f"CRC, stored crc = {bad.crc})", path=sl.log, position=batch.position)
+    return records
+
+
+def _selected(scan, records: list) -> list:
+    """The records the scan asks for: offsets in [start, end), in offsets_in, timestamps in range."""
+    start, end, offsets_in, ts_lo, ts_hi = scan.start, scan.end, scan.offsets_in, scan.ts_lo, scan.ts_hi
+    if (start is not None and records[0].offset < start) or (end is not None and records[-1].offset >= end):
+        records = [r for r in records if (start is None or r.offset >= start) and (end is None or r.offset < end)]
+    if offsets_in is not None:
+        records = [r for r in records if r.offset in offsets_in]
+    if ts_lo is not None or ts_hi is not None:
+        records = [r for r in records if (ts_lo is None or r.timestamp >= ts_lo)
+                   and (ts_hi is None or r.timestamp <= ts_hi)]
+    return records
+
+
+def _entries(sl: Slice, columnar: bool, read_committed: bool) -> Iterator:
+    """The slice's batches, CRC checked. Columnar: runs of plain batches wholly in [start, end) (not
+    transactional when aborts matter) come decoded as columns; anything else comes as a batch."""
+    if columnar:
+        return read_columns(sl.log, start=sl.start, end=sl.end, min_offset=sl.scan.start, end_offset=sl.scan.end,
+                            stop_transactional=read_committed, check_crc=True)
+    return read_batches(sl.log, start=sl.start, end=sl.end, check_crc=True)
+
+
+def _check_tail(sl: Slice, covered: int, skipped: Optional[List[SkippedBatch]]) -> None:
+    """Bytes after the last whole batch of the slice: a partial trailing entry, which the reader
+    stops before (FileLogInputStream does too), so bytes cut off the end of a segment are reported
+    (raised, or skipped); a running broker's append in progress is not in the log yet."""
+    if covered >= sl.end or sl.live_tail:
+        return
+    exc = _truncated_tail(sl.log, covered, sl.end)
+    if skipped is None:
+        raise exc
+    skipped.append(_skipped(sl, covered, sl.end - covered, exc))
+
+
 def _read_slice(sl: Slice, builder: ColumnBuilder, trace: SliceTrace,
                 skipped: Optional[List[SkippedBatch]] = None) -> Iterator[pa.RecordBatch]:
     """The slice's rows. Every batch's CRC is checked (natively, while framing); a damaged batch,
@@ -147,13 +193,8 @@ def _read_slice(sl: Slice, builder: ColumnBuilder, trace: SliceTrace,
     topic, partition = scan.topic, scan.partition
     # The planner gives a partition transaction facts only for read_committed.
     read_committed = scan.aborted is not None or scan.open_txns is not None
-    if builder.columnar and offsets_in is None and ts_lo is None and ts_hi is None:
-        # Runs of plain batches wholly in [start, end) (not transactional when aborts matter) come
-        # decoded as columns; anything else comes as a batch, for the checks below.
-        entries = read_columns(sl.log, start=sl.start, end=sl.end, min_offset=start, end_offset=end,
-                               stop_transactional=read_committed, check_crc=True)
-    else:
-        entries = read_batches(sl.log, start=sl.start, end=sl.end, check_crc=True)
+    entries = _entries(sl, builder.columnar and offsets_in is None and ts_lo is None and ts_hi is None,
+                       read_committed)
     covered = sl.start  # every byte before this was framed as a whole batch
     while True:
         try:
@@ -198,13 +239,7 @@ def _read_slice(sl: Slice, builder: ColumnBuilder, trace: SliceTrace,
                     if builder.full:
                         yield builder.finish()
                     continue
-            records = batch.records()
-            if batch.is_legacy and batch.compression:
-                # The consumer's check.crcs: each inner message of a legacy wrapper has its own CRC.
-                bad = next((r for r in records if not r.is_valid), None)
-                if bad is not None:
-                    raise CorruptRecordError(f"Record is corrupt (inner message at offset {bad.offset} fails its "
-                                             f"CRC, stored crc = {bad.crc})", path=sl.log, position=batch.position)
+            records = _checked_records(sl, batch)
         except CorruptDataError as exc:
             if skipped is None:
                 raise
@@ -214,26 +249,12 @@ def _read_slice(sl: Slice, builder: ColumnBuilder, trace: SliceTrace,
             continue
         if end is not None and records[0].offset >= end:
             return  # a legacy entry past the end
-        if (start is not None and records[0].offset < start) or (end is not None and records[-1].offset >= end):
-            records = [r for r in records if (start is None or r.offset >= start) and (end is None or r.offset < end)]
-        if offsets_in is not None:
-            records = [r for r in records if r.offset in offsets_in]
-        if ts_lo is not None or ts_hi is not None:
-            records = [r for r in records if (ts_lo is None or r.timestamp >= ts_lo)
-                       and (ts_hi is None or r.timestamp <= ts_hi)]
+        records = _selected(scan, records)
         trace.rows += len(records)
         builder.add(topic, partition, batch, records)
         if builder.full:
             yield builder.finish()
-    if covered < sl.end:
-        if sl.live_tail:
-            return  # a running broker's append in progress: not in the log yet, as Kafka's readers see it
-        # The reader stops before a partial trailing entry (FileLogInputStream does too): bytes cut
-        # off the end of a segment would otherwise go unnoticed.
-        exc = _truncated_tail(sl.log, covered, sl.end)
-        if skipped is None:
-            raise exc
-        skipped.append(_skipped(sl, covered, sl.end - covered, exc))
+    _check_tail(sl, covered, skipped)
 
 
 def read_task(task: Task, *, include_headers: bool = False, include_metadata: bool = False,
