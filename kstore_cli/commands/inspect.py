@@ -8,65 +8,12 @@ from typing import Dict, List
 
 import click
 
-from kstore_cli.commands._options import json_option
-
+from kstore_cli.commands._console import human_bytes
 from kstore_cli.commands._console import is_tty as _is_tty
-from kstore_cli.codecs import CODEC_NAMES
+from kstore_cli.commands._options import format_time_ms, json_option
 from kstore_cli.errors import UsageError
-from kstore_cli.segment.logdir import DataDir, Partition, find_data_dirs, is_partition_dir, resolve
-from kstore_cli.segment.recovery import ERROR, verify_partition
-from kstore_cli.segment.unified_log import DataDirState, log_offsets
-
-
-def _data_dir_state(data_dir: str, cache: Dict[str, DataDirState]) -> DataDirState:
-    if data_dir not in cache:
-        cache[data_dir] = DataDirState(data_dir, tolerant=True)  # a report goes on past a bad checkpoint
-    return cache[data_dir]
-
-
-def inspect_partition(partition: Partition, checkpoints: Dict[str, DataDirState], progress=None) -> dict:
-    """Everything inspect reports about one partition, as a JSON-ready dict."""
-    findings, plan = verify_partition(partition, progress=progress)
-    results = [s.result for s in plan.segments if s.result is not None]
-    first_base = partition.segments[0].base_offset if partition.segments else None
-    offsets = log_offsets(partition, _data_dir_state(partition.data_dir, checkpoints),
-                          log_end_offset=results[-1].next_offset if results else None)
-    last_offsets = [r.last_offset for r in results if r.last_offset is not None]
-    timestamps = [r.min_timestamp for r in results if r.min_timestamp is not None]
-    max_ts = [r.max_timestamp for r in results if r.max_timestamp >= 0]
-    magics = sorted(set().union(*[r.magics for r in results])) if results else []
-    codecs = sorted(set().union(*[r.codecs for r in results])) if results else []
-    pids = sorted(set().union(*[r.producer_ids for r in results])) if results else []
-    aborted = [t for r in results for t in r.aborted]
-    open_txns = plan.final_state.open_transactions() if plan.final_state is not None else []
-    errors = [f for f in findings if f.severity == ERROR]
-    return {
-        "type": "partition",
-        "partition": partition.path,
-        "topic": partition.topic,
-        "partitionId": partition.partition,
-        "segments": len(partition.segments),
-        "baseOffsets": [s.base_offset for s in partition.segments],
-        "logStartOffset": offsets.log_start_offset if partition.segments else None,
-        "logStartOffsetSource": offsets.log_start_offset_source,
-        "lastOffset": max(last_offsets) if last_offsets else None,
-        "logEndOffset": results[-1].next_offset if results else first_base,
-        "sizeBytes": sum(r.log_size for r in results),
-        "minTimestamp": min(timestamps) if timestamps else None,
-        "maxTimestamp": max(max_ts) if max_ts else None,
-        "batches": sum(r.batches for r in results),
-        "magics": magics,
-        "codecs": [CODEC_NAMES.get(c, f"unknown({c})") for c in codecs],
-        "producerIds": pids,
-        "openTransactions": [{"producerId": p, "firstOffset": f} for p, f in open_txns],
-        "abortedTransactions": len(aborted),
-        "snapshots": sorted(partition.snapshots),
-        "indexHealth": "ok" if not errors else f"{len(errors)} problem(s)",
-        "problems": [f.to_dict() for f in errors],
-        "notes": len(findings) - len(errors),
-        "leftoverFiles": [os.path.basename(p) for p in partition.leftovers],
-        "orphanIndexes": [os.path.basename(p) for p in partition.orphan_indexes],
-    }
+from kstore_cli.segment.logdir import DataDir, find_data_dirs, is_partition_dir, resolve
+from kstore_cli.segment.summary import DataDirStates, PartitionSummary, summarize_partition
 
 
 def _short(ids: List[int], limit: int = 4) -> str:
@@ -106,7 +53,7 @@ def command(ctx: click.Context, paths, as_json: bool) -> None:
         if os.path.isdir(raw) and not is_partition_dir(raw):
             for data_dir in find_data_dirs(raw) or [raw]:  # a folder of several brokers' data dirs
                 skipped.extend(DataDir(data_dir).skipped)
-    checkpoints: Dict[str, DataDirState] = {}
+    states = DataDirStates()
     tty = _is_tty() and not as_json
     rows = []
     total = sum(os.path.getsize(s.log) for p in partitions for s in p.segments)
@@ -116,45 +63,64 @@ def command(ctx: click.Context, paths, as_json: bool) -> None:
         with Progress(transient=True) as bar:
             task = bar.add_task("reading segments", total=total)
             for p in partitions:
-                rows.append(inspect_partition(p, checkpoints, progress=lambda n: bar.advance(task, n)))
+                rows.append(summarize_partition(p, states, progress=lambda n: bar.advance(task, n)))
     else:
-        rows = [inspect_partition(p, checkpoints) for p in partitions]
+        rows = [summarize_partition(p, states) for p in partitions]
     if as_json:
         for row in rows:
-            click.echo(json.dumps(row, sort_keys=True))
+            click.echo(json.dumps(row.to_dict(), sort_keys=True))
         for path, why in skipped:
             click.echo(json.dumps({"type": "skipped", "path": path, "reason": why}, sort_keys=True))
         return
     columns = ("partition", "segs", "offsets", "start", "bytes", "time range", "formats", "producers",
                "txns", "indexes", "leftovers")
 
-    def cells(row: dict) -> List[str]:
-        txn = f"{len(row['openTransactions'])} open/{row['abortedTransactions']} aborted"
+    def cells(row: PartitionSummary, human: bool) -> List[str]:
+        if row.max_timestamp is None:
+            times = "-"
+        elif human:
+            first, last = format_time_ms(row.min_timestamp), format_time_ms(row.max_timestamp)
+            times = f"{first}..{last[11:] if last[:11] == first[:11] else last}"  # the day once when shared
+        else:
+            times = f"{row.min_timestamp}..{row.max_timestamp}"
         return [
-            os.path.basename(row["partition"]), str(row["segments"]),
-            f"{row['baseOffsets'][0] if row['baseOffsets'] else '-'}..{row['lastOffset'] if row['lastOffset'] is not None else '-'}",
-            f"{row['logStartOffset']}", str(row["sizeBytes"]),
-            f"{row['minTimestamp']}..{row['maxTimestamp']}" if row["maxTimestamp"] is not None else "-",
-            "v" + "/v".join(map(str, row["magics"])) + " " + ",".join(row["codecs"]) if row["magics"] else "-",
-            _short(row["producerIds"]) or "-", txn, row["indexHealth"],
-            ",".join(row["leftoverFiles"] + row["orphanIndexes"]) or "-",
+            os.path.basename(row.partition), str(row.segments),
+            f"{row.base_offsets[0] if row.base_offsets else '-'}..{'-' if row.last_offset is None else row.last_offset}",
+            f"{row.log_start_offset}", human_bytes(row.size_bytes) if human else str(row.size_bytes), times,
+            "v" + "/v".join(map(str, row.magics)) + " " + ",".join(row.codecs) if row.magics else "-",
+            _short(row.producer_ids) or "-",
+            f"{len(row.open_transactions)} open/{row.aborted_transactions} aborted", row.index_health,
+            ",".join(row.leftover_files + row.orphan_indexes) or "-",
         ]
 
     if tty:
         from rich.console import Console
+        from rich import box
         from rich.table import Table
 
         console = Console()
-        by_dir: Dict[str, List[dict]] = {}
+        by_dir: Dict[str, List[PartitionSummary]] = {}
         for row in rows:
-            by_dir.setdefault(os.path.dirname(row["partition"]), []).append(row)
+            by_dir.setdefault(os.path.dirname(row.partition), []).append(row)
         for data_dir, drows in by_dir.items():
-            table = Table(title=data_dir, title_justify="left")
-            for col in columns:
-                table.add_column(col, overflow="fold")
-            for row in drows:
-                c = cells(row)
-                if row["problems"]:
+            all_cells = [cells(row, human=True) for row in drows]
+            # Cells are never wrapped or cut (a name, an offset or a time broken mid-token misleads): a
+            # terminal too narrow for the table gets each partition as a block of "column: value" lines.
+            longest = [max(len(text) for text in [col] + [c[i] for c in all_cells]) for i, col in enumerate(columns)]
+            if sum(longest) + 2 * len(columns) + 2 > console.width:
+                console.print(data_dir, style="italic", highlight=False, soft_wrap=True)
+                for row, c in zip(drows, all_cells):
+                    console.print(f"  [bold]{c[0]}[/]", highlight=False, soft_wrap=True)
+                    for col, value in zip(columns[1:], c[1:]):
+                        style = "red" if col == "indexes" and row.problems else ""
+                        console.print(f"    {col}: {value}", style=style, highlight=False, soft_wrap=True)
+                continue
+            console.print(data_dir, style="italic", highlight=False, soft_wrap=True)
+            table = Table(box=box.SIMPLE_HEAD)
+            for col, width in zip(columns, longest):
+                table.add_column(col, no_wrap=True, min_width=width)
+            for row, c in zip(drows, all_cells):
+                if row.problems:
                     c[9] = f"[red]{c[9]}[/]"
                 table.add_row(*c)
             console.print(table)
@@ -163,6 +129,6 @@ def command(ctx: click.Context, paths, as_json: bool) -> None:
         return
     click.echo("\t".join(columns))
     for row in rows:
-        click.echo("\t".join(cells(row)))
+        click.echo("\t".join(cells(row, human=False)))
     for path, why in skipped:
         click.echo(f"# skipped {path}: {why}")

@@ -55,3 +55,48 @@ def test_text_output_in_a_pipe_is_one_line_per_partition() -> None:
     lines = result.output.splitlines()
     assert lines[0].startswith("partition\tsegs")
     assert len(lines) == 4 and all("\t" in line for line in lines)
+
+
+def _on_a_terminal(args: list, columns: int) -> str:
+    """kstore's output when stdout is a terminal `columns` wide (a pseudo-terminal)."""
+    import os
+    import pty
+    import re
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    leader, follower = pty.openpty()
+    env = dict(os.environ, COLUMNS=str(columns), LINES="50", TERM="xterm")
+    proc = subprocess.Popen([sys.executable, "-m", "kstore_cli", *args], stdout=follower, stderr=follower,
+                            cwd=ROOT, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=60)
+    os.close(leader)
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode())
+
+
+def test_a_terminal_table_never_cuts_a_name_or_a_time(tmp_path: Path) -> None:
+    name = "payments.settlements.eu-west-1.v2-0"
+    shutil.copytree(CORPUS / "logs" / "v2-none-0", tmp_path / name)
+    import re
+
+    for columns in (60, 100, 250):
+        text = _on_a_terminal(["inspect", str(tmp_path / name)], columns)
+        assert name in text and str(tmp_path) in text, text
+        assert re.search(r"2023-11-14 \d\d:\d\d:\d\d\.\d{3}Z", text), text  # UTC, whole
+        assert " KiB" in text  # sizes for humans on a terminal
+    narrow = _on_a_terminal(["inspect", str(tmp_path / name)], 60)
+    assert "    time range: 2023-11-14 " in narrow  # too narrow for the table: a block per partition
+    wide = _on_a_terminal(["inspect", str(tmp_path / name)], 250)
+    assert "time range" in wide and "    time range:" not in wide
