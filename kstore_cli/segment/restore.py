@@ -66,7 +66,7 @@ class RestorePlan:
         return self.already_restored
 
     def to_dict(self) -> dict:
-        return {"quarantineDir": self.qdir, "partition": self.partition, "segment": self.segment,
+        return {"type": "restore", "quarantineDir": self.qdir, "partition": self.partition, "segment": self.segment,
                 "alreadyRestored": self.already_restored, "appendBytes": self.append_bytes,
                 "moveBack": [{"from": a, "to": b} for a, b in self.moves],
                 "checkpoints": [{"file": c["file"], "from": c["after"], "to": c["before"]} for c in self.checkpoints]}

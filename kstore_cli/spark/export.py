@@ -197,7 +197,7 @@ class ExportSummary:
         self.internal_left_out: List[str] = []
 
     def to_dict(self) -> dict:
-        return {"kafkaPartitions": self.kafka_partitions, "sparkPartitions": self.tasks, "records": self.records,
+        return {"type": "summary", "kafkaPartitions": self.kafka_partitions, "sparkPartitions": self.tasks, "records": self.records,
                 "bytesIn": self.bytes_in, "parquetFiles": self.parquet_files, "parquetBytes": self.parquet_bytes,
                 "seconds": round(self.seconds, 3), "output": self.output, "writer": self.writer,
                 "skippedBatches": [b.to_dict() for b in self.skipped],
