@@ -116,3 +116,15 @@ def now_option(f: F) -> F:
     """--now: the clock the command judges ages by (retention, delete horizons, transaction timeouts)."""
     return click.option("--now", "now", type=TIME, metavar="TIME",
                         help="The current time, epoch ms or ISO-8601 [default: the clock].")(f)
+
+
+def topics_option(f: F) -> F:
+    """--topics: only the partitions of topics matching these globs."""
+    return click.option("--topics", metavar="GLOBS",
+                        help="Only partitions of topics matching these globs (comma-separated, e.g. 'orders*,payments').")(f)
+
+
+def no_partitions(paths, topics: Optional[str]) -> str:
+    """The usage error's text when PATHS (and --topics) leave nothing to do."""
+    where = ", ".join(paths)
+    return f"no partitions found in {where}" + (f" matching --topics {topics!r}" if topics else "")

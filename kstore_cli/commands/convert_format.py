@@ -8,7 +8,15 @@ from typing import List, Optional
 
 import click
 
-from kstore_cli.commands._options import SIZE, SizeType, dry_run_option, force_option, json_option
+from kstore_cli.commands._options import (
+    SIZE,
+    SizeType,
+    dry_run_option,
+    force_option,
+    json_option,
+    no_partitions,
+    topics_option,
+)
 
 from kstore_cli.commands._console import byte_progress
 from kstore_cli.commands._console import human_bytes as _human
@@ -57,9 +65,10 @@ def _summary_line(stats: ConvertStats) -> str:
 @click.option("--index-interval-bytes", type=SIZE, default=DEFAULT_INDEX_INTERVAL_BYTES,
               show_default=True, help="The topic's index.interval.bytes, for the new indexes.")
 @force_option
+@topics_option
 @json_option("One JSON object per partition, then a summary object.")
 @click.pass_context
-def command(ctx: click.Context, paths, to_magic: str, compression: Optional[str], compression_level: Optional[int],
+def command(ctx: click.Context, paths, topics: Optional[str], to_magic: str, compression: Optional[str], compression_level: Optional[int],
             output_dir: Optional[str], in_place: bool, dry_run: bool, strict: bool, batch_bytes: Optional[int],
             segment_bytes: Optional[int], index_interval_bytes: int, force: bool, as_json: bool) -> None:
     """Rewrite partitions into another message format (magic) and/or compression codec.
@@ -96,9 +105,9 @@ def command(ctx: click.Context, paths, to_magic: str, compression: Optional[str]
         batch_bytes=batch_bytes, strict=strict, segment_bytes=segment_bytes,
         index_interval_bytes=index_interval_bytes,
     )
-    targets = resolve(paths)
+    targets = resolve(paths, topics)
     if not targets:
-        raise UsageError("no partitions found in " + ", ".join(paths))
+        raise UsageError(no_partitions(paths, topics))
     if output_dir:
         # Real paths: an alias (symlink) of the input is the input. The output must not be, or lie
         # inside, an input's data dir (where it would write into the live partition, or leave a stray

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import click
 
 from kstore_cli.commands._console import human_bytes
 from kstore_cli.commands._console import is_tty as _is_tty
-from kstore_cli.commands._options import format_time_ms, json_option
+from kstore_cli.commands._options import format_time_ms, json_option, no_partitions, topics_option
 from kstore_cli.errors import UsageError
 from kstore_cli.segment.logdir import DataDir, find_data_dirs, is_partition_dir, resolve
 from kstore_cli.segment.summary import DataDirStates, PartitionSummary, summarize_partition
@@ -23,9 +23,10 @@ def _short(ids: List[int], limit: int = 4) -> str:
 
 @click.command(name="inspect")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@topics_option
 @json_option("One JSON object per partition (and per skipped directory).")
 @click.pass_context
-def command(ctx: click.Context, paths, as_json: bool) -> None:
+def command(ctx: click.Context, paths, topics: Optional[str], as_json: bool) -> None:
     """Summarise partitions: segments, offsets, log start offset, sizes, time range, record
     formats and codecs, producer ids, open and aborted transactions, index health, and
     leftover .deleted/.cleaned/.swap files. One table per data dir on a terminal (with a
@@ -39,9 +40,9 @@ def command(ctx: click.Context, paths, as_json: bool) -> None:
       kstore inspect /var/lib/kafka/data
       kstore inspect --json /var/lib/kafka/data/orders-0
     """
-    targets = resolve(paths)
+    targets = resolve(paths, topics)
     if not targets:
-        raise UsageError("no partitions found in " + ", ".join(paths))
+        raise UsageError(no_partitions(paths, topics))
     seen = set()
     partitions = []
     for t in targets:

@@ -14,8 +14,9 @@ explicitly as a PATH.
 
 from __future__ import annotations
 
+import fnmatch
 import os
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from kstore_cli.errors import FileUnreadableError, UsageError
 from kstore_cli.segment import names
@@ -256,8 +257,17 @@ def find_data_dirs(path: str, depth: int = FIND_DEPTH) -> List[str]:
     return found
 
 
-def resolve(paths: Iterable[str]) -> List[Target]:
-    """Each PATH as targets: a ``.log`` -> one segment; a partition dir -> it; a data dir -> its partitions."""
+def topic_matcher(globs: Optional[str]) -> Callable[[str], bool]:
+    """A test of topic names against comma-separated globs (``orders*,payments``); None matches all."""
+    patterns = [g.strip() for g in (globs or "").split(",") if g.strip()]
+    if not patterns:
+        return lambda topic: True
+    return lambda topic: any(fnmatch.fnmatchcase(topic, p) for p in patterns)
+
+
+def resolve(paths: Iterable[str], topics: Optional[str] = None) -> List[Target]:
+    """Each PATH as targets: a ``.log`` -> one segment; a partition dir -> it; a data dir -> its partitions;
+    with `topics` (comma-separated globs), only the partitions of matching topics."""
     targets: List[Target] = []
     for raw in paths:
         path = os.path.abspath(raw)
@@ -274,6 +284,9 @@ def resolve(paths: Iterable[str]) -> List[Target]:
                     targets.extend(Target(p) for p in DataDir(data_dir).partitions)
         else:
             raise FileUnreadableError("no such file or directory", path=raw)
+    if topics is not None:
+        wanted = topic_matcher(topics)
+        targets = [t for t in targets if wanted(t.partition.topic)]
     return targets
 
 

@@ -68,3 +68,18 @@ def test_a_bad_time_or_size_is_a_one_line_usage_error() -> None:
     assert result.exit_code == 2
     result = CliRunner().invoke(cli, ["convert-format", part, "--to-magic", "2", "--dry-run", "--batch-bytes", "lots"])
     assert result.exit_code == 2
+
+
+def test_topics_filters_the_partitions_of_a_data_dir() -> None:
+    import json
+
+    logs = str(CORPUS / "logs")
+    every = CliRunner().invoke(cli, ["inspect", "--json", logs])
+    some = CliRunner().invoke(cli, ["inspect", "--json", "--topics", "v2-z*,legacy-v0", logs])
+    assert every.exit_code == 0 and some.exit_code == 0, some.output
+    topics = {json.loads(line)["topic"] for line in some.output.splitlines() if '"partition"' in line
+              and json.loads(line)["type"] == "partition"}
+    assert topics == {"v2-zstd", "legacy-v0"}
+    assert len(every.output.splitlines()) > len(some.output.splitlines())
+    none = CliRunner().invoke(cli, ["convert-format", "--to-magic", "2", "--dry-run", "--topics", "nope*", logs])
+    assert none.exception.exit_status == 2 and "matching --topics 'nope*'" in str(none.exception)
