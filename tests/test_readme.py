@@ -36,3 +36,18 @@ def test_readme_dump_command_runs_on_bundled_data() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("Dumping fixtures/")
     assert "| offset: 0 " in out.stdout and "payload: " in out.stdout
+
+
+def test_the_layout_map_names_every_module() -> None:
+    # The README's map is a newcomer's way in: a module missing from it is a module nobody finds.
+    text = (ROOT / "README.md").read_text()
+    layout = text[text.index("## Layout"):text.index("## Benchmarks")]
+    package = ROOT / "kstore_cli"
+    missing = []
+    for path in sorted(package.rglob("*.py")) + sorted(package.rglob("*.c")):
+        rel = path.relative_to(package)
+        if path.name == "__init__.py" or rel.parts[0] in ("commands", "parsers", "codecs", "spark"):
+            continue  # those packages are named as a whole
+        if path.name not in layout:
+            missing.append(str(rel))
+    assert not missing, f"modules missing from the README's Layout map: {missing}"
