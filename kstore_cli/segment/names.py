@@ -16,7 +16,8 @@ DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
-_TOPIC_PARTITION = re.compile(r"^(.+)-(\d+)$")
+#: LocalLog.parseTopicPartitionName: the text after the last '-' is an Integer.parseInt (a sign allowed).
+_TOPIC_PARTITION = re.compile(r"^(.+)-([+-]?[0-9]+)$")
 
 
 def filename_prefix(offset: int) -> str:
@@ -49,6 +50,6 @@ def parse_partition_dir(name: str):
             name = name[: -len(suffix)].rsplit(".", 1)[0]
             break
     match = _TOPIC_PARTITION.match(name)
-    if not match:
+    if not match or not -(1 << 31) <= int(match.group(2)) < (1 << 31):
         return None
     return match.group(1), int(match.group(2))

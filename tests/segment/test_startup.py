@@ -136,3 +136,12 @@ def test_a_fifo_under_a_checkpoint_name_does_not_hang(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(FileUnreadableError, match="not a regular file"):
         read_offset_checkpoint(fifo)
+
+
+def test_a_signed_partition_number_is_a_partition_as_kafka_parses_it() -> None:
+    # LocalLog.parseTopicPartitionName: Integer.parseInt of the text after the last '-' ("+1" is 1).
+    from kstore_cli.segment.names import parse_partition_dir
+
+    assert parse_partition_dir("orders-+1") == ("orders", 1)
+    assert parse_partition_dir("orders-2147483648") is None  # not an int: the broker refuses it
+    assert parse_partition_dir("my-topic-3") == ("my-topic", 3)
