@@ -57,6 +57,7 @@ MIGRATING_DIR = "AAAAAAAAAAAAAAAAAAAAAA"
 NO_LEADER_CHANGE = -2
 
 _BEGIN, _END, _ABORT = 23, 24, 25
+_CONFIG_RECORD = 4
 
 
 def _name(table: Dict[int, str], value: int) -> str:
@@ -103,9 +104,12 @@ class TopicsImage:
 
 @dataclass
 class ConfigurationsImage:
-    """(resource type name, resource name) -> {key: value}; broker "" is the cluster default."""
+    """(resource type name, resource name) -> {key: value}; broker "" is the cluster default.
+
+    ``set_at`` says where each value was last set: ``offset N`` of the log, or the snapshot file."""
 
     resource_data: Dict[Tuple[str, str], Dict[str, str]] = field(default_factory=dict)
+    set_at: Dict[Tuple[str, str], Dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -273,6 +277,7 @@ class MetadataDelta:
         if topic is None:
             raise ReplayFault(f"Failed to find topic with id {r['TopicId']} to remove")
         img.configs.resource_data.pop(("TOPIC", topic["name"]), None)  # a removed topic takes its configs along
+        img.configs.set_at.pop(("TOPIC", topic["name"]), None)
 
     @staticmethod
     def _config(img: MetadataImage, r: Dict[str, Any]) -> None:
@@ -606,16 +611,30 @@ class _Loader:
 
     def __init__(self, image: MetadataImage, problems: List[str]) -> None:
         self.delta = MetadataDelta(image)
+        self.image = image
         self.problems = problems
         self.txn: Optional[List[MetadataRecord]] = None
         self.txn_start: Optional[int] = None
         self.aborted = 0
+        #: The snapshot file being replayed (its records' offsets are not the log's), or None.
+        self.snapshot: Optional[str] = None
 
     def _apply(self, rec: MetadataRecord) -> None:
         try:
             self.delta.replay(rec.api_key, rec.values)
         except ReplayFault as e:
             self.problems.append(f"record at offset {rec.offset} does not apply: {e.message}")
+            return
+        if rec.api_key == _CONFIG_RECORD:
+            resource = (_name(CONFIG_RESOURCE_TYPES, rec.values["ResourceType"]), rec.values["ResourceName"])
+            where = self.image.configs.set_at.setdefault(resource, {})
+            if rec.values["Value"] is None:
+                where.pop(rec.values["Name"], None)
+            else:
+                where[rec.values["Name"]] = (f"snapshot {self.snapshot}" if self.snapshot is not None
+                                             else f"offset {rec.offset}")
+            if not where:
+                del self.image.configs.set_at[resource]
 
     def load(self, rec: MetadataRecord) -> None:
         if rec.api_key == _BEGIN:
@@ -686,11 +705,13 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
     start = 0
     records_read = 0
     if snapshot is not None:
+        loader.snapshot = os.path.basename(snapshot[2])
         for b in read_file_batches(snapshot[2]):
             for rec in b.records:
                 seen(rec, os.path.basename(snapshot[2]))
                 loader._apply(rec)  # a snapshot holds no transactions: every record applies
                 records_read += 1
+        loader.snapshot = None
         start = snapshot[0]
         last_offset = snapshot[0] - 1
         source["snapshot"] = os.path.basename(snapshot[2])
@@ -720,6 +741,7 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
         stopped = str(e)
         problems.append(f"read stopped: {e} (the image is as of offset {last_offset + 1})")
     if snapshot is None and log_records == 0 and src.checkpoint is None and src.bootstrap is not None:
+        loader.snapshot = os.path.basename(src.bootstrap)
         for b in read_file_batches(src.bootstrap):
             for rec in b.records:
                 loader._apply(rec)

@@ -240,6 +240,30 @@ def _data_dir(name: str) -> Path:
     return d / "__cluster_metadata-0"
 
 
+def write_config_log(data_dir: Path, topics: Dict[str, str], configs: List[Tuple[int, str, str, Optional[str]]],
+                     node_id: int = 1) -> Dict[Tuple[int, str, str], int]:
+    """A data dir's ``meta.properties`` (node.id) and a ``__cluster_metadata-0`` log holding TopicRecords for
+    `topics` (name -> topic id) and one ConfigRecord a batch for each (resource type, resource name, key,
+    value) of `configs`; returns each config's offset (the source kstore names)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / "meta.properties").write_text(f"version=1\ncluster.id={CLUSTER_ID}\nnode.id={node_id}\n"
+                                              f"directory.id={uid(98)}\n")
+    H: List[Tuple[str, List[Tuple[Optional[bytes], bytes]]]] = [
+        ("data", [rec("FeatureLevelRecord", 0, Name="metadata.version", FeatureLevel=21)]),
+        ("data", [rec("TopicRecord", 0, Name=name, TopicId=tid) for name, tid in topics.items()]),
+    ]
+    offsets: Dict[Tuple[int, str, str], int] = {}
+    offset = 1 + len(topics)
+    for rtype, name, key, value in configs:
+        H.append(("data", [rec("ConfigRecord", 0, ResourceType=rtype, ResourceName=name, Name=key, Value=value)]))
+        offsets[(rtype, name, key)] = offset
+        offset += 1
+    log, _spans = _batches(H)
+    (data_dir / "__cluster_metadata-0").mkdir(exist_ok=True)
+    (data_dir / "__cluster_metadata-0" / f"{0:020d}.log").write_bytes(log)
+    return offsets
+
+
 def main() -> int:
     H = history()
     log, spans = _batches(H)

@@ -188,6 +188,17 @@ def safety(**kw) -> Callable[[Path], Path]:
     return lambda dst: safety_data.make_data_dir(dst, **kw).parent
 
 
+def with_cluster_metadata(make: Callable[[Path], Path], topic: str, **configs: str) -> Callable[[Path], Path]:
+    """The data dir `make` builds, plus a KRaft metadata log holding `topic`'s overrides (ConfigRecords)."""
+    from tests.make_metadata_cluster import uid, write_config_log
+
+    def build(dst: Path) -> Path:
+        data = make(dst)
+        write_config_log(data, {topic: uid(1)}, [(2, topic, k.replace("_", "."), v) for k, v in configs.items()])
+        return data
+    return build
+
+
 def each_partition(fn: Callable[[Path], None]) -> Callable[[Path], None]:
     return lambda data: [fn(p) for p in sorted(data.iterdir()) if p.is_dir()]
 
@@ -246,6 +257,12 @@ SCENARIOS: List[Scenario] = [
               "--now", str(NOW), "{data}"],
              ["{data}/time-roll-0"],
              retention=["--config", f"retention.ms={NOW - 1_700_000_000_000 - 15_000}", "--config", "retention.bytes=-1"]),
+    # No retention flag: the topic's retention.ms comes from the cluster metadata log in the data dir.
+    Scenario("retain-cluster-metadata",
+             with_cluster_metadata(corpus("time-roll-0"), "time-roll", retention_ms=str(NOW - 1_700_000_000_000 - 15_000)),
+             ["retain", "--now", str(NOW), "{data}"],
+             ["{data}/time-roll-0"],
+             retention=["--config", f"retention.ms={NOW - 1_700_000_000_000 - 15_000}"]),
     Scenario("retain-log-start-offset", corpus("idempotent-0"),
              ["retain", "--retention-ms", "-1", "--retention-bytes", "-1", "--log-start-offset", "150",
               "--now", str(NOW), "{data}"],

@@ -23,7 +23,10 @@ _UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
 
 
 def parse_size(text: str) -> int:
-    """'512MiB' -> 536870912; '10G' -> 10737418240; '4096' -> 4096. ValueError when it is not a size."""
+    """'512MiB' -> 536870912; '10G' -> 10737418240; '4096' -> 4096; '-1' -> -1 (Kafka's "unlimited").
+    ValueError when it is not a size."""
+    if text.strip() == "-1":
+        return -1
     match = _SIZE.match(text)
     if match is None:
         raise ValueError(f"{text!r} is not a size (bytes, or a number with K, M, G, T or P, e.g. 512MiB or 10G)")
@@ -128,3 +131,10 @@ def no_partitions(paths, topics: Optional[str]) -> str:
     """The usage error's text when PATHS (and --topics) leave nothing to do."""
     where = ", ".join(paths)
     return f"no partitions found in {where}" + (f" matching --topics {topics!r}" if topics else "")
+
+
+def cluster_metadata_option(f: F) -> F:
+    """--no-cluster-metadata: leave out the topic configs of the KRaft metadata log in the data dirs."""
+    return click.option("--no-cluster-metadata", is_flag=True,
+                        help="Ignore the topic and broker configs of the cluster metadata log found in the data dirs "
+                             "(__cluster_metadata-0; by default they apply, as on the broker).")(f)

@@ -9,6 +9,15 @@ from typing import Dict, List, Optional
 
 import click
 
+from kstore_cli.commands._options import (
+    SizeType,
+    cluster_metadata_option,
+    force_option,
+    no_partitions,
+    now_option,
+    topics_option,
+)
+
 from kstore_cli.commands._console import byte_progress, exit_with_problems, human_bytes, is_tty
 from kstore_cli.errors import ExitStatus, KstoreError, UsageError
 from kstore_cli.segment import fileops
@@ -120,9 +129,9 @@ def _skip_row(partition: Partition, why: str, policy: str, dry_run: bool, proble
 @click.option("--policy", type=click.Choice(["compact"]), help="Compact as if cleanup.policy were compact, "
               "whatever the topic's resolved policy. Without it a partition directory whose policy has no "
               "compact (the default, delete) is refused: compacting such a topic removes records it keeps.")
-@click.option("--dedupe-buffer-bytes", type=click.IntRange(min=24), help="Memory for the key -> offset map "
+@click.option("--dedupe-buffer-bytes", type=SizeType(min=24), help="Memory for the key -> offset map "
               "(log.cleaner.dedupe.buffer.size) [default: 134217728]; a pass ends early when it is full.")
-@click.option("--now", "now", type=int, help="The current time in epoch ms [default: the clock].")
+@now_option
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="A broker server.properties: log.cleaner.* settings and topic defaults (log.cleanup.policy, ...).")
 @click.option("--topic-config", type=click.Path(dir_okay=False),
@@ -134,14 +143,17 @@ def _skip_row(partition: Partition, why: str, policy: str, dry_run: bool, proble
               "change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="A JSON summary on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing on success; problems still go to stderr.")
-@click.option("--force", is_flag=True, help="Proceed even when the data dir's .lock is held by a running process.")
+@force_option
+@topics_option
+@cluster_metadata_option
 @click.pass_context
 def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_compaction_lag_ms: Optional[int],
             max_compaction_lag_ms: Optional[int], min_cleanable_dirty_ratio: Optional[float],
             segment_bytes: Optional[int], max_index_bytes: Optional[int], policy: Optional[str],
             dedupe_buffer_bytes: Optional[int],
             now: Optional[int], config_file: Optional[str], topic_config: Optional[str], force_clean: bool,
-            dry_run: bool, as_json: bool, quiet: bool, force: bool) -> None:
+            dry_run: bool, as_json: bool, quiet: bool, force: bool, topics: Optional[str],
+            no_cluster_metadata: bool) -> None:
     """Compact partitions exactly as Kafka's log cleaner does: one cleaner pass per partition.
 
     PATH is a partition directory or a data directory (its partitions whose cleanup.policy
@@ -187,7 +199,6 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
                              max_index_bytes=max_index_bytes)
     if policy is not None:
         flags["cleanup.policy"] = ((policy,), "--policy")
-    resolver = ConfigResolver.from_files(config_file, topic_config, flags)
     settings = CleanerSettings.from_files(config_file, dedupe_buffer_bytes=dedupe_buffer_bytes)
     explicit = set()
     for raw in paths:
@@ -195,17 +206,19 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
         if os.path.isfile(path):
             raise UsageError("compact works on whole partitions: give a partition or data directory, not a file",
                              path=raw)
-    targets = resolve(paths)
+    targets = resolve(paths, topics)
     for raw in paths:
         explicit.add(os.path.abspath(raw))
     if not targets:
-        raise UsageError("no partitions found in " + ", ".join(paths))
+        raise UsageError(no_partitions(paths, topics))
+    resolver = ConfigResolver.from_files(config_file, topic_config, flags, data_dirs=list(group_by_data_dir(targets)),
+                                         cluster_metadata=not no_cluster_metadata)
     for target in targets:
         # A partition named on the command line is compacted whatever a data dir scan would skip,
         # but never on Kafka's default (delete) or another non-compact policy without --policy:
         # compaction keeps only the latest record per key, irreversibly.
         part = target.partition
-        config = resolver.for_topic(part.topic)
+        config = resolver.for_topic(part.topic, part.data_dir)
         if (part.path in explicit and not config.compact and part.topic != METADATA_LOG_TOPIC
                 and part.partition >= 0):
             raise UsageError(
@@ -233,7 +246,7 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
                 for target in groups[data_dir]:
                     seen.setdefault(target.partition.path, target.partition)
                 for partition in seen.values():
-                    config = resolver.for_topic(partition.topic)
+                    config = resolver.for_topic(partition.topic, data_dir)
                     policy = ",".join(config.cleanup_policy)
                     if partition.topic == METADATA_LOG_TOPIC:
                         rows.append(_skip_row(partition, "the KRaft metadata log is not compacted by the log cleaner",

@@ -8,6 +8,16 @@ from typing import List, Optional
 
 import click
 
+from kstore_cli.commands._options import (
+    SIZE,
+    cluster_metadata_option,
+    dry_run_option,
+    force_option,
+    json_option,
+    no_partitions,
+    topics_option,
+)
+
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import fileops
@@ -137,7 +147,7 @@ def _render_text(rows: List[dict], tty: bool) -> None:
 
 @click.command(name="rebuild-index")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--index-interval-bytes", type=click.IntRange(min=0),
+@click.option("--index-interval-bytes", type=SIZE,
               help="index.interval.bytes for every partition [default: from --topic-config, --config, else 4096].")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="A broker server.properties (log.index.interval.bytes).")
@@ -149,13 +159,15 @@ def _render_text(rows: List[dict], tty: bool) -> None:
               help="Cut a damaged tail where Kafka's recovery would, keeping the cut bytes in the quarantine dir.")
 @click.option("--quarantine-dir", type=click.Path(file_okay=False),
               help="Where cut bytes and dropped segments go [default: <data dir>/../kstore-quarantine].")
-@click.option("--dry-run", is_flag=True, help="Report what would change; write nothing.")
-@click.option("--force", is_flag=True, help="Proceed even when the data dir's .lock is held by a running process.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@dry_run_option("Report what would change; write nothing.")
+@force_option
+@topics_option
+@cluster_metadata_option
+@json_option("One JSON object per line.")
 @click.pass_context
 def command(ctx: click.Context, paths, index_interval_bytes: Optional[int], config_file: Optional[str],
             topic_config: Optional[str], all_indexes: bool, truncate: bool, quarantine_dir: Optional[str],
-            dry_run: bool, force: bool, as_json: bool) -> None:
+            dry_run: bool, force: bool, topics: Optional[str], no_cluster_metadata: bool, as_json: bool) -> None:
     """Regenerate the wrong or missing .index, .timeindex and .txnindex files as Kafka's recovery writes them.
 
     PATH is a .log file, a partition directory or a data directory (every partition in it;
@@ -165,7 +177,8 @@ def command(ctx: click.Context, paths, index_interval_bytes: Optional[int], conf
     differently (a leader of any Kafka version, a follower, the cleaner) are kept. --all rewrites
     every index that differs from recovery's. Files are replaced atomically. The data dir's .lock is
     taken first, so a running broker makes this refuse (unless --force). index.interval.bytes comes
-    from the flag, else --topic-config, else --config (log.index.interval.bytes), else 4096.
+    from the flag, else --topic-config, else the cluster metadata log in the data dirs, else
+    --config (log.index.interval.bytes), else 4096.
 
     A segment whose tail is damaged (partial batch, CRC mismatch, size field < 14, invalid
     marker) or zero-filled (preallocated) is reported and nothing in its partition changes
@@ -184,22 +197,20 @@ def command(ctx: click.Context, paths, index_interval_bytes: Optional[int], conf
       kstore rebuild-index --dry-run /var/lib/kafka/data
       kstore rebuild-index --truncate --quarantine-dir /srv/quarantine /var/lib/kafka/data/orders-0
     """
-    targets = resolve(paths)
+    targets = resolve(paths, topics)
     if not targets:
-        raise UsageError("no partitions found in " + ", ".join(paths))
+        raise UsageError(no_partitions(paths, topics))
     tty = _is_tty() and not as_json
     flags = {} if index_interval_bytes is None else {"index.interval.bytes": (index_interval_bytes, "--index-interval-bytes")}
-    resolver = ConfigResolver.from_files(config_file, topic_config, flags)
+    groups = group_by_data_dir(targets)
+    resolver = ConfigResolver.from_files(config_file, topic_config, flags, data_dirs=list(groups),
+                                         cluster_metadata=not no_cluster_metadata)
     problems = False
-    for data_dir, dir_targets in group_by_data_dir(targets).items():
-        lock = fileops.LogDirLock(data_dir, force=force, partitions=[t.partition.path for t in dir_targets])
-        if dry_run:
-            lock = None
-        if lock is not None:
-            lock.__enter__()
-        try:
+    with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
+                                force=force, enabled=not dry_run):
+        for data_dir, dir_targets in groups.items():
             for target in dir_targets:
-                interval = resolver.for_topic(target.partition.topic).get("index.interval.bytes")
+                interval = resolver.for_topic(target.partition.topic, data_dir).get("index.interval.bytes")
                 plan = repair_plan(target.partition, only=target.only, index_interval_bytes=interval,
                                    all_indexes=all_indexes)
                 damaged = plan.damaged
@@ -229,8 +240,5 @@ def command(ctx: click.Context, paths, index_interval_bytes: Optional[int], conf
                         click.echo(json.dumps(row, sort_keys=True))
                 else:
                     _render_text(rows, tty)
-        finally:
-            if lock is not None:
-                lock.__exit__(None, None, None)
     if problems:
         ctx.exit(int(ExitStatus.PROBLEMS))

@@ -9,6 +9,8 @@ from typing import Dict, List, Optional
 
 import click
 
+from kstore_cli.commands._options import SizeType, cluster_metadata_option, force_option, now_option
+
 from kstore_cli.commands._console import exit_with_problems
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.errors import UsageError
@@ -113,7 +115,8 @@ def _render_table(rows: List[dict], dry_run: bool) -> None:
 @click.option("--retention-ms", type=int, help="retention.ms for every topic (-1: unlimited).")
 @click.option("--retention-minutes", type=int, help="The same in minutes.")
 @click.option("--retention-hours", type=int, help="The same in hours.")
-@click.option("--retention-bytes", type=int, help="retention.bytes for every partition (-1: unlimited).")
+@click.option("--retention-bytes", type=SizeType(min=-1), help="retention.bytes for every partition (bytes or 10G; "
+              "-1: unlimited).")
 @click.option("--log-start-offset", type=click.IntRange(min=0),
               help="Move the log start offset of every partition named up to this offset first (like "
                    "DeleteRecords; never past a partition's high watermark).")
@@ -123,18 +126,19 @@ def _render_table(rows: List[dict], dry_run: bool) -> None:
 @click.option("--topic-config", type=click.Path(dir_okay=False),
               help="Per-topic overrides: INI sections named by topic or glob with topic-level keys "
                    "(retention.ms, retention.bytes, cleanup.policy, ...); JSON also accepted.")
-@click.option("--now", "now", type=int, help="The current time in epoch ms [default: the clock].")
+@now_option
 @click.option("--delete-delay-ms", type=click.IntRange(min=0), default=0, show_default=True,
               help="Keep the renamed .deleted files this long; a later run removes them.")
 @click.option("--dry-run", is_flag=True, help="Print what would be deleted and the bytes freed; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="A JSON summary on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing on success (for cron); problems still go to stderr.")
-@click.option("--force", is_flag=True, help="Proceed even when the data dir's .lock is held by a running process.")
+@force_option
+@cluster_metadata_option
 @click.pass_context
 def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_minutes: Optional[int],
             retention_hours: Optional[int], retention_bytes: Optional[int], log_start_offset: Optional[int],
             config_file: Optional[str], topic_config: Optional[str], now: Optional[int], delete_delay_ms: int,
-            dry_run: bool, as_json: bool, quiet: bool, force: bool) -> None:
+            dry_run: bool, as_json: bool, quiet: bool, force: bool, no_cluster_metadata: bool) -> None:
     """Delete old segments exactly as Kafka's retention does (UnifiedLog.deleteOldSegments).
 
     PATH is a partition directory or a data directory (every partition in it; -delete, -future
@@ -170,18 +174,19 @@ def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_mi
     """
     flags = retention_flags(ms=retention_ms, minutes=retention_minutes, hours=retention_hours,
                             retention_bytes=retention_bytes)
-    resolver = ConfigResolver.from_files(config_file, topic_config, flags)
     targets = resolve(paths)
     if not targets:
         raise UsageError("no partitions found in " + ", ".join(paths))
     if any(t.only is not None for t in targets):
         raise UsageError("retain works on whole partitions: give a partition or data directory, not a .log file")
-    if not flags and config_file is None and topic_config is None:
+    resolver = ConfigResolver.from_files(config_file, topic_config, flags, data_dirs=list(group_by_data_dir(targets)),
+                                         cluster_metadata=not no_cluster_metadata)
+    if not flags and config_file is None and topic_config is None and not resolver.cluster:
         # Kafka's defaults (retention.ms 7 days) are a broker's, not a standby copy's: a cron line
         # that lost its options must not delete a week-old copy.
         raise UsageError("no retention policy given: give --retention-ms (or --retention-minutes/--retention-hours), "
-                         "--retention-bytes, --config server.properties or --topic-config FILE; Kafka's default "
-                         "(retention.ms 7 days) is not applied without one")
+                         "--retention-bytes, --config server.properties or --topic-config FILE (or data dirs holding "
+                         "the cluster metadata log); Kafka's default (retention.ms 7 days) is not applied without one")
     now = now_ms() if now is None else now
     groups = group_by_data_dir(targets)
     rows: List[dict] = []
@@ -197,7 +202,7 @@ def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_mi
             seen: Dict[str, Partition] = {}
             for target in groups[data_dir]:
                 seen.setdefault(target.partition.path, target.partition)
-            plans = [plan_partition(p, resolver.for_topic(p.topic), state, now=now, log_start_offset=log_start_offset,
+            plans = [plan_partition(p, resolver.for_topic(p.topic, data_dir), state, now=now, log_start_offset=log_start_offset,
                                     delete_delay_ms=delete_delay_ms) for p in seen.values()]
             if in_use:
                 for plan in plans:

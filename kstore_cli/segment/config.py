@@ -6,11 +6,18 @@ Resolution, per key, highest first (Kafka's own order, with flags on top)::
 
     1. flags                      (--retention-ms ..., given to ConfigResolver as topic-level keys)
     2. --topic-config FILE        a section naming the topic exactly, then glob sections in file order
-    3. internal-topic overrides   what Kafka sets when it creates __consumer_offsets and
-                                  __transaction_state (cleanup.policy=compact)
-    4. --config server.properties broker synonyms: log.retention.ms > log.retention.minutes >
-                                  log.retention.hours, log.retention.bytes, log.cleanup.policy, ...
-    5. Kafka's defaults           retention.ms 7 days, retention.bytes -1 (unlimited), ...
+    3. the topic's overrides      ConfigRecords of the TOPIC in the cluster metadata log found in
+                                  the data dirs (what kafka-configs --alter --entity-type topics set)
+    4. internal-topic overrides   what Kafka sets when it creates __consumer_offsets and
+                                  __transaction_state (cleanup.policy=compact), where no metadata says
+    5. broker settings            broker keys merged as DynamicBrokerConfig merges them: this node's
+                                  dynamic config (BROKER <node.id>) > the dynamic cluster default
+                                  (BROKER "") > --config server.properties; then the synonyms:
+                                  log.retention.ms > log.retention.minutes > log.retention.hours, ...
+    6. Kafka's defaults           retention.ms 7 days, retention.bytes -1 (unlimited), ...
+
+A setting from the metadata log names its source as ``cluster metadata @ offset N`` (the ConfigRecord
+that set it) or ``cluster metadata snapshot <file>``.
 
 The topic-config file is INI, one section per topic name or glob (``fnmatch``: ``*``, ``?``,
 ``[seq]``; topic names cannot contain these characters, so a section is a glob exactly when
@@ -186,11 +193,13 @@ def _validate(key: str, value: Any, raw: Any, where: str) -> None:
         raise UsageError(f"retention.ms: {raw!r} must be -1 (unlimited) or more ({where})")
 
 
-def broker_settings(props: Mapping[str, str], source: str = "server.properties") -> Dict[str, Tuple[Any, str]]:
+def broker_settings(props: Mapping[str, str], source: str = "server.properties",
+                    sources: Optional[Mapping[str, str]] = None) -> Dict[str, Tuple[Any, str]]:
     """Topic-level values implied by broker properties: {topic key: (value, where it came from)}.
 
     For each key the first synonym present wins (log.retention.ms before .minutes before .hours,
     as KafkaConfig.logRetentionTimeMillis). A negative retention time means unlimited (-1).
+    `sources` names where each broker key came from (merged configs); else `source` for all.
     """
     out: Dict[str, Tuple[Any, str]] = {}
     for key, synonyms in BROKER_SYNONYMS.items():
@@ -198,7 +207,7 @@ def broker_settings(props: Mapping[str, str], source: str = "server.properties")
             raw = props.get(name)
             if raw is None or not raw.strip():
                 continue
-            where = f"{source}: {name}"
+            where = f"{(sources or {}).get(name, source)}: {name}"
             if key == "retention.ms":
                 try:
                     value = int(raw.strip()) * multiplier
@@ -347,30 +356,162 @@ class TopicConfig:
                 f"retention.bytes={self.retention_bytes}, cleanup.policy={','.join(self.cleanup_policy)})")
 
 
+class ClusterConfigs:
+    """The dynamic configs of a KRaft cluster, from its metadata log (kstore_cli.metadata_image)."""
+
+    def __init__(self, metadata_dir: str, resource_data: Mapping[Tuple[str, str], Mapping[str, str]],
+                 set_at: Mapping[Tuple[str, str], Mapping[str, str]], end_offset: int) -> None:
+        self.metadata_dir = metadata_dir
+        self.resource_data = resource_data
+        self.set_at = set_at
+        self.end_offset = end_offset
+
+    def _where(self, resource: Tuple[str, str], key: str) -> str:
+        at = self.set_at.get(resource, {}).get(key, "")
+        return f"cluster metadata {'@ ' + at if at.startswith('offset') else at}".rstrip()
+
+    def topic(self, topic: str) -> Dict[str, Tuple[Any, str]]:
+        """The topic's overrides: {topic key: (value, source)}; keys Kafka does not know are skipped
+        (a newer Kafka's configs), as LogConfig ignores them."""
+        resource = ("TOPIC", topic)
+        out: Dict[str, Tuple[Any, str]] = {}
+        for key, raw in self.resource_data.get(resource, {}).items():
+            if key in TOPIC_CONFIGS:
+                where = self._where(resource, key)
+                out[key] = (parse_value(key, raw, where), where)
+        return out
+
+    def broker(self, node_id: Optional[str]) -> Tuple[Dict[str, str], Dict[str, str]]:
+        """Broker keys set dynamically for this node: (props, {key: source}); the node's own config
+        over the cluster default, as DynamicBrokerConfig layers them."""
+        props: Dict[str, str] = {}
+        sources: Dict[str, str] = {}
+        for name, label in (("", "cluster default"), (node_id, f"broker {node_id}")):
+            if name is None:
+                continue
+            for key, raw in self.resource_data.get(("BROKER", name), {}).items():
+                props[key] = raw
+                sources[key] = f"{self._where(('BROKER', name), key)} ({label})"
+        return props, sources
+
+
+def load_cluster_configs(metadata_dir: str) -> ClusterConfigs:
+    """Replay the metadata log at `metadata_dir` (a ``__cluster_metadata-0`` dir) for its configs.
+
+    A log that cannot be read whole raises: a retention or cleaning decision must not rest on a
+    partial view (``--no-cluster-metadata`` leaves the metadata out)."""
+    from kstore_cli.errors import KstoreError
+    from kstore_cli.metadata_image import MetadataSource, load_image
+
+    try:
+        loaded = load_image(MetadataSource(metadata_dir))
+    except KstoreError as exc:
+        exc.message = f"{exc.message} (reading the cluster metadata for topic configs; --no-cluster-metadata ignores it)"
+        raise
+    if loaded.problems:
+        raise UsageError(f"the cluster metadata log cannot be read whole for topic configs: {loaded.problems[0]} "
+                         "(--no-cluster-metadata ignores it)", path=metadata_dir)
+    configs = loaded.image.configs
+    return ClusterConfigs(metadata_dir, configs.resource_data, configs.set_at, loaded.source["end_offset"])
+
+
+METADATA_DIR_NAME = "__cluster_metadata-0"
+
+
+def _node_id(data_dir: str) -> Optional[str]:
+    path = os.path.join(data_dir, "meta.properties")
+    if not os.path.isfile(path):
+        return None
+    props = read_properties(path)
+    return props.get("node.id") or props.get("broker.id")
+
+
+def cluster_configs_for(data_dirs: List[str], static_props: Optional[Mapping[str, str]] = None
+                        ) -> Dict[str, Tuple[ClusterConfigs, Optional[str]]]:
+    """Each data dir's cluster metadata and node id, as its broker would see them: the metadata log
+    in a data dir of the same node (meta.properties node.id), or in server.properties'
+    ``metadata.log.dir`` (default: the first of ``log.dirs``), else another node's replica (every
+    replica holds the whole cluster's configs). Nothing found: an empty mapping (no cluster layer)."""
+    props = static_props or {}
+    candidates: List[str] = [os.path.join(d, METADATA_DIR_NAME) for d in data_dirs]
+    configured = props.get("metadata.log.dir") or (props.get("log.dirs") or props.get("log.dir") or "").split(",")[0]
+    if configured.strip():
+        candidates.append(os.path.join(configured.strip(), METADATA_DIR_NAME))
+    by_node: Dict[Optional[str], str] = {}
+    for path in candidates:
+        if os.path.isdir(path):
+            by_node.setdefault(_node_id(os.path.dirname(os.path.abspath(path))) or props.get("node.id"), path)
+    if not by_node:
+        return {}
+    loaded: Dict[str, ClusterConfigs] = {}
+    out: Dict[str, Tuple[ClusterConfigs, Optional[str]]] = {}
+    for data_dir in data_dirs:
+        node = _node_id(data_dir) or props.get("node.id")
+        # Every replica of the metadata log holds the whole cluster's configs (every broker's too): this
+        # node's own replica when it is here, else another node's.
+        path = by_node.get(node) or next(iter(by_node.values()))
+        real = os.path.realpath(path)
+        if real not in loaded:
+            loaded[real] = load_cluster_configs(path)
+        out[os.path.abspath(data_dir)] = (loaded[real], node)
+    return out
+
+
 class ConfigResolver:
-    """Resolves a topic's configuration from flags, overrides, internal-topic settings, broker
-    settings and defaults (see the module docstring for the order)."""
+    """Resolves a topic's configuration from flags, overrides, the cluster metadata, internal-topic
+    settings, broker settings and defaults (see the module docstring for the order)."""
 
     def __init__(self, *, broker: Optional[Mapping[str, Tuple[Any, str]]] = None,
                  overrides: Optional[TopicOverrides] = None,
-                 flags: Optional[Mapping[str, Tuple[Any, str]]] = None) -> None:
+                 flags: Optional[Mapping[str, Tuple[Any, str]]] = None,
+                 static_props: Optional[Mapping[str, str]] = None, static_source: str = "server.properties",
+                 cluster: Optional[Mapping[str, Tuple[ClusterConfigs, Optional[str]]]] = None) -> None:
         self.broker = dict(broker or {})
         self.overrides = overrides
         self.flags = dict(flags or {})
+        self.static_props = dict(static_props or {})
+        self.static_source = static_source
+        #: data dir -> (its cluster metadata, its node id): what that broker's log manager sees.
+        self.cluster = dict(cluster or {})
 
     @classmethod
     def from_files(cls, config: Optional[str] = None, topic_config: Optional[str] = None,
-                   flags: Optional[Mapping[str, Tuple[Any, str]]] = None) -> "ConfigResolver":
-        return cls(broker=load_broker_config(config) if config else None,
+                   flags: Optional[Mapping[str, Tuple[Any, str]]] = None,
+                   data_dirs: Optional[List[str]] = None, cluster_metadata: bool = True) -> "ConfigResolver":
+        """The resolver for these files and flags; with `data_dirs`, the cluster metadata log found
+        for them (see :func:`cluster_configs_for`) unless `cluster_metadata` is False."""
+        props = read_properties(config) if config else {}
+        cluster = cluster_configs_for(list(data_dirs), props) if data_dirs and cluster_metadata else {}
+        return cls(broker=broker_settings(props, config) if config else None,
                    overrides=load_topic_overrides(topic_config) if topic_config else None,
-                   flags=flags)
+                   flags=flags, static_props=props, static_source=config or "server.properties", cluster=cluster)
 
-    def for_topic(self, topic: str) -> TopicConfig:
+    @property
+    def metadata_dirs(self) -> List[str]:
+        """The cluster metadata logs the resolver reads, for the command's report."""
+        return sorted({c.metadata_dir for c, _node in self.cluster.values()})
+
+    def _broker_layer(self, data_dir: Optional[str]) -> Mapping[str, Tuple[Any, str]]:
+        found = self.cluster.get(os.path.abspath(data_dir)) if data_dir is not None else None
+        if found is None:
+            return self.broker
+        cluster, node_id = found
+        dynamic, sources = cluster.broker(node_id)
+        if not dynamic:
+            return self.broker
+        merged = dict(self.static_props)
+        merged.update(dynamic)
+        return broker_settings(merged, self.static_source, sources)
+
+    def for_topic(self, topic: str, data_dir: Optional[str] = None) -> TopicConfig:
+        """The topic's config as the broker owning `data_dir` has it (its node's cluster metadata)."""
+        found = self.cluster.get(os.path.abspath(data_dir)) if data_dir is not None else None
         layers: List[Callable[[], Mapping[str, Tuple[Any, str]]]] = [
             lambda: self.flags,
             lambda: self.overrides.lookup(topic) if self.overrides else {},
+            lambda: found[0].topic(topic) if found is not None else {},
             lambda: {k: (v, "Kafka's internal topic setting") for k, v in INTERNAL_TOPIC_OVERRIDES.get(topic, {}).items()},
-            lambda: self.broker,
+            lambda: self._broker_layer(data_dir),
         ]
         values: Dict[str, Any] = {}
         sources: Dict[str, str] = {}

@@ -18,13 +18,13 @@ _register_commands()
 
 @pytest.mark.parametrize("text, expected", [
     ("4096", 4096), ("0", 0), ("64k", 65536), ("64K", 65536), ("512MiB", 512 << 20), ("512mb", 512 << 20),
-    ("10G", 10 << 30), ("1 GiB", 1 << 30), ("2T", 2 << 40), ("7b", 7),
+    ("10G", 10 << 30), ("1 GiB", 1 << 30), ("2T", 2 << 40), ("7b", 7), ("-1", -1),
 ])
 def test_sizes(text: str, expected: int) -> None:
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "ten", "10X", "-5", "1.5G", "10 G B", "9999999P"])
+@pytest.mark.parametrize("text", ["", "ten", "10X", "-5", "-1G", "1.5G", "10 G B", "9999999P"])
 def test_not_sizes(text: str) -> None:
     with pytest.raises(ValueError):
         parse_size(text)

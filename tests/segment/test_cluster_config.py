@@ -1,0 +1,114 @@
+"""Topic configs from the cluster itself: the KRaft metadata log in the data dirs, in Kafka's order."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kstore_cli.cli import _register_commands, cli
+from kstore_cli.errors import KstoreError
+from kstore_cli.segment.config import ConfigResolver
+from tests.conftest import CORPUS
+from tests.make_metadata_cluster import uid, write_config_log
+
+_register_commands()
+TOPIC, BROKER = 2, 4
+HOUR = 3_600_000
+
+
+def _cluster(data: Path, configs, node_id: int = 1):
+    return write_config_log(data, {"time-roll": uid(1), "orders": uid(2), "cache": uid(3)}, configs, node_id)
+
+
+def test_kafkas_order_topic_over_dynamic_broker_over_static(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    at = _cluster(data, [(TOPIC, "orders", "retention.ms", str(2 * HOUR)),
+                         (BROKER, "", "log.retention.hours", "5"),           # dynamic cluster default
+                         (BROKER, "1", "log.retention.bytes", "1048576"),    # this node's dynamic config
+                         (BROKER, "2", "log.retention.bytes", "7"),          # another node's: not ours
+                         (TOPIC, "cache", "cleanup.policy", "compact"),
+                         (TOPIC, "orders", "x.newer.kafka.config", "1")])    # unknown keys are LogConfig's to ignore
+    props = tmp_path / "server.properties"
+    props.write_text("log.retention.hours=1000\nlog.segment.bytes=1048576\n")
+    resolver = ConfigResolver.from_files(str(props), data_dirs=[str(data)])
+    orders = resolver.for_topic("orders", str(data))
+    assert orders.retention_ms == 2 * HOUR
+    assert orders.source("retention.ms") == f"cluster metadata @ offset {at[(TOPIC, 'orders', 'retention.ms')]}"
+    assert orders.retention_bytes == 1048576 and "(broker 1): log.retention.bytes" in orders.source("retention.bytes")
+    other = resolver.for_topic("time-roll", str(data))
+    assert other.retention_ms == 5 * HOUR  # the dynamic default beats server.properties' log.retention.hours
+    assert "(cluster default): log.retention.hours" in other.source("retention.ms")
+    assert other.get("segment.bytes") == 1048576 and other.source("segment.bytes").startswith(str(props))
+    assert resolver.for_topic("cache", str(data)).compact
+    # The synonyms are resolved on the merged broker config, as KafkaConfig does: a static log.retention.ms
+    # still beats a dynamic log.retention.hours.
+    props.write_text("log.retention.ms=60000\n")
+    merged = ConfigResolver.from_files(str(props), data_dirs=[str(data)]).for_topic("time-roll", str(data))
+    assert merged.retention_ms == 60000
+    # Flags stay on top; --no-cluster-metadata leaves the log out.
+    flagged = ConfigResolver.from_files(flags={"retention.ms": (1, "--retention-ms")}, data_dirs=[str(data)])
+    assert flagged.for_topic("orders", str(data)).retention_ms == 1
+    assert ConfigResolver.from_files(data_dirs=[str(data)], cluster_metadata=False).for_topic(
+        "orders", str(data)).retention_ms == 7 * 24 * HOUR
+
+
+def test_a_later_record_deletes_an_override_and_a_removed_topic_takes_its_configs(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _cluster(data, [(TOPIC, "orders", "retention.ms", "5"), (TOPIC, "orders", "retention.ms", None)])
+    config = ConfigResolver.from_files(data_dirs=[str(data)]).for_topic("orders", str(data))
+    assert config.retention_ms == 7 * 24 * HOUR and config.source("retention.ms") == "Kafka default"
+
+
+def test_an_unreadable_metadata_log_is_an_error_not_a_silent_default(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _cluster(data, [(TOPIC, "orders", "retention.ms", "5")])
+    log = data / "__cluster_metadata-0" / f"{0:020d}.log"
+    raw = bytearray(log.read_bytes())
+    raw[-3] ^= 0xFF
+    log.write_bytes(bytes(raw))
+    with pytest.raises(KstoreError, match="--no-cluster-metadata"):
+        ConfigResolver.from_files(data_dirs=[str(data)])
+    assert ConfigResolver.from_files(data_dirs=[str(data)], cluster_metadata=False).cluster == {}
+
+
+def _retain(*args: str):
+    return CliRunner().invoke(cli, ["retain", "--dry-run", "--json", *args])
+
+
+def test_retain_takes_retention_ms_from_the_metadata_log_with_no_flag_and_says_so(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(CORPUS / "logs" / "time-roll-0", data / "time-roll-0")
+    at = _cluster(data, [(TOPIC, "time-roll", "retention.ms", "15000")])
+    now = str(1_700_000_000_000 + 200_000)
+    result = _retain("--now", now, str(data))
+    assert result.exit_code == 0, result.output
+    (row,) = [p for p in json.loads(result.output)["partitions"] if p["partition"].endswith("time-roll-0")]
+    assert row["config"]["retention.ms"] == {"value": 15000,
+                                             "source": f"cluster metadata @ offset {at[(TOPIC, 'time-roll', 'retention.ms')]}"}
+    assert row["segmentsDeleted"] > 0
+    text = CliRunner().invoke(cli, ["retain", "--dry-run", "--now", now, str(data)])
+    assert f"retention.ms=15000 (cluster metadata @ offset {at[(TOPIC, 'time-roll', 'retention.ms')]})" in text.output
+    flagged = _retain("--now", now, "--retention-ms", "-1", str(data))
+    (row,) = [p for p in json.loads(flagged.output)["partitions"] if p["partition"].endswith("time-roll-0")]
+    assert row["config"]["retention.ms"]["source"] == "--retention-ms" and row["segmentsDeleted"] == 0
+    # Without the metadata log (and no flag or file) retain still refuses to guess a policy.
+    shutil.rmtree(data / "__cluster_metadata-0")
+    assert CliRunner().invoke(cli, ["retain", "--dry-run", str(data)]).exception.exit_status == 2
+
+
+def test_compact_takes_cleanup_policy_from_the_metadata_log(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(CORPUS / "logs" / "v2-compact-0", data / "cache-0")
+    (data / "cache-0" / "partition.metadata").unlink(missing_ok=True)
+    part = str(data / "cache-0")
+    refused = CliRunner().invoke(cli, ["compact", "--dry-run", "--json", "--no-cluster-metadata", part])
+    assert refused.exception.exit_status == 2 and "cleanup.policy=delete" in str(refused.exception)
+    at = _cluster(data, [(TOPIC, "cache", "cleanup.policy", "compact")])
+    done = CliRunner().invoke(cli, ["compact", "--dry-run", "--json", part])
+    assert done.exit_code == 0, done.output
+    (row,) = json.loads(done.output)["partitions"]
+    assert row["settings"]["cleanup.policy"]["source"] == f"cluster metadata @ offset {at[(TOPIC, 'cache', 'cleanup.policy')]}"
