@@ -25,7 +25,6 @@ Segment integrity and index health are :func:`kstore_cli.segment.recovery.verify
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 import struct
@@ -57,6 +56,7 @@ from kstore_cli.segment.logdir import (
 )
 
 if TYPE_CHECKING:  # recovery imports logdir too; only the annotations need it here
+    from kstore_cli.metadata_image import MetadataImage
     from kstore_cli.segment.recovery import PartitionPlan
 
 #: The broker does not start, takes the data dir offline, or data is lost, hidden or damaged.
@@ -552,96 +552,34 @@ def _unparseable(name: str) -> Optional[str]:
     return None
 
 
-# KRaft metadata records (MetadataRecordSerde): value = frame version, api key, record version (unsigned
-# varints), then the record. TopicRecord (api key 2): name (compact string), topicId (uuid), tagged fields;
-# RemoveTopicRecord (api key 9): topicId. Only these two are read: they are what the topic IDs rest on.
-_TOPIC_RECORD = 2
-_REMOVE_TOPIC_RECORD = 9
-_SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
+def metadata_image_of(partition: Partition) -> Optional["MetadataImage"]:
+    """The cluster as the KRaft metadata log in ``__cluster_metadata-0`` has it at its end (the latest
+    snapshot, then the log after it, metadata transactions as the loader applies them), read by
+    kstore_cli.metadata_image: None when it cannot be read whole (damage is reported by the partition's
+    own checks; a partial image would make false alarms)."""
+    from kstore_cli.metadata_image import MetadataSource, load_image
 
-
-def _uvarint(buf: bytes, pos: int) -> Tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 28:
-            raise ValueError("bad varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-
-
-def _apply_metadata_record(value: bytes, topics: Dict[str, str]) -> None:
-    """Update {topic name: topic ID} with one metadata record (anything else is left alone)."""
     try:
-        _frame, pos = _uvarint(value, 0)
-        api_key, pos = _uvarint(value, pos)
-        _version, pos = _uvarint(value, pos)
-        if api_key == _TOPIC_RECORD:
-            length, pos = _uvarint(value, pos)
-            name = bytes(value[pos:pos + length - 1]).decode("utf-8")
-            pos += length - 1
-            raw = bytes(value[pos:pos + 16])
-            if len(raw) == 16:
-                topics[name] = base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
-        elif api_key == _REMOVE_TOPIC_RECORD:
-            raw = bytes(value[pos:pos + 16])
-            gone = base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
-            for name in [n for n, tid in topics.items() if tid == gone]:
-                del topics[name]
-    except (ValueError, UnicodeDecodeError):
-        return  # not a record this reader knows; dump-segment --cluster-metadata-decoder shows it
-
-
-def metadata_topic_ids(partition: Partition) -> Optional[Dict[str, str]]:
-    """{topic name: topic ID} as the KRaft metadata in ``__cluster_metadata-0`` has them at its end: the
-    latest snapshot (``<end offset>-<epoch>.checkpoint``), then the log from the snapshot's end offset.
-    None when nothing could be read (damage is reported by the partition's own checks)."""
-    from kstore_cli.segment.reader import read_batches
-
-    topics: Dict[str, str] = {}
-    snapshots = sorted((int(m.group(1)), f) for f in partition.other_files
-                       for m in [_SNAPSHOT_NAME.match(os.path.basename(f))] if m)
-    start = 0
-    if snapshots:
-        start = snapshots[-1][0]
-    if partition.segments and partition.segments[0].base_offset > start:
-        return None  # records between the snapshot and the first segment are missing: no complete picture
-    try:
-        sources = []
-        if snapshots:
-            sources.append(snapshots[-1][1])
-        sources += [s.log for s in partition.segments]
-        for source in sources:
-            is_snapshot = source.endswith(".checkpoint")
-            for batch in read_batches(source, check_crc=True):
-                if not batch.is_valid:
-                    break
-                if batch.is_control or (not is_snapshot and batch.last_offset < start):
-                    continue
-                for record in batch.records():
-                    if record.value is not None and (is_snapshot or record.offset >= start):
-                        _apply_metadata_record(bytes(record.value), topics)
+        loaded = load_image(MetadataSource(partition.path))
     except KstoreError:
-        return topics or None
-    return topics
+        return None
+    return None if loaded.problems else loaded.image
 
 
 def _topic_id_issues(found: Survey) -> List[Issue]:
     """The same topic with different topic IDs among the copies checked (one cluster id at a time), and
-    copies whose topic ID the cluster's metadata log (when one is among them) does not have for the topic."""
+    copies whose topic ID the cluster's metadata log (when one is among them) does not have for the topic;
+    partitions the metadata assigns to a node whose data dirs do not hold them."""
     copies: Dict[Tuple[Optional[str], str], Dict[str, List[str]]] = {}
-    images: Dict[Optional[str], Tuple[str, Dict[str, str]]] = {}
+    images: Dict[Optional[str], Tuple[str, "MetadataImage"]] = {}
     incomplete: List[str] = []
     for info in found.data_dirs.values():
         for partition in info.partitions:
             if partition.name == METADATA_PARTITION:
-                image = metadata_topic_ids(partition)
+                image = metadata_image_of(partition)
                 if image is None:
                     incomplete.append(partition.path)
-                elif info.cluster_id not in images or len(image) > len(images[info.cluster_id][1]):
+                elif info.cluster_id not in images or len(image.topics.by_id) > len(images[info.cluster_id][1].topics.by_id):
                     images[info.cluster_id] = (partition.path, image)
                 continue
             path = os.path.join(partition.path, PARTITION_METADATA)
@@ -651,51 +589,103 @@ def _topic_id_issues(found: Survey) -> List[Issue]:
                 continue  # reported per partition
             copies.setdefault((info.cluster_id, partition.topic), {}).setdefault(topic_id, []).append(partition.path)
     issues = [Issue(NOTE, "metadata-log-incomplete", "its records before the first segment are in no snapshot "
-                    "(or it could not be read): topic IDs are compared between the copies checked instead",
+                    "(or it could not be read whole): topic IDs are compared between the copies checked instead, "
+                    "and partitions assigned to this node are not checked",
                     data_dir=os.path.dirname(path), partition=path, kafka="ignore", repair="none needed")
               for path in incomplete]
     for (cluster, topic), by_id in sorted(copies.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
-        if cluster not in images:
-            continue
-        source, image = images[cluster]
-        for tid, paths in sorted(by_id.items()):
-            if image.get(topic) == tid:
-                continue
-            known = image.get(topic)
-            for path in paths:
-                # A different ID for the name is certain; no such topic may also be a metadata copy older than
-                # the data (the broker catches up with the controller before it decides).
-                issues.append(Issue(
-                    ERROR if known else WARNING, "topic-id-unknown",
-                    (f"partition.metadata has topic ID {tid}; the cluster metadata ({source}) has {known} for {topic}"
-                     if known else f"partition.metadata has topic ID {tid}; the cluster metadata ({source}) has no "
-                                   f"topic {topic} (deleted?)"),
-                    data_dir=os.path.dirname(path), partition=path, file=os.path.join(path, PARTITION_METADATA),
-                    kafka="stray: the topic ID is not in the metadata image, so a KRaft broker renames the log "
-                          "<topic>-<partition>.<id>-stray at startup and never serves it "
-                          "(LogManager.isStrayKraftReplica)",
-                    repair=("an old incarnation of a deleted and recreated topic: move it out of the data dir if its "
-                            "data is not needed (the broker refetches the current one from the leader)")))
-    for (cluster, topic), by_id in sorted(copies.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
         if cluster in images:
-            continue  # judged against the metadata above
-        if len(by_id) < 2:
+            issues.extend(_stray_issues(topic, by_id, *images[cluster]))
+        elif len(by_id) >= 2:
+            issues.extend(_mismatch_issues(topic, by_id))
+    for cluster, (source, image) in images.items():
+        issues.extend(_assigned_without_dir(found, cluster, source, image))
+    return issues
+
+
+def _stray_issues(topic: str, by_id: Dict[str, List[str]], source: str, image: "MetadataImage") -> List[Issue]:
+    """Copies whose partition.metadata topic ID the metadata does not have for their topic."""
+    names = {t["name"]: tid for tid, t in image.topics.by_id.items()}
+    issues = []
+    for tid, paths in sorted(by_id.items()):
+        known = names.get(topic)
+        if known == tid:
             continue
-        ranked = sorted(by_id.items(), key=lambda kv: -len(kv[1]))
-        top = len(ranked[0][1])
-        odd = [(tid, paths) for tid, paths in ranked if len(paths) < top] or ranked
-        summary = "; ".join(f"{tid} in {len(paths)} cop{'y' if len(paths) == 1 else 'ies'}" for tid, paths in ranked)
-        for tid, paths in odd:
-            for path in paths:
+        owner = image.topics.by_id.get(tid, {}).get("name")
+        if owner is not None:
+            what = f"partition.metadata has topic ID {tid}, which the cluster metadata ({source}) gives to topic {owner}"
+        elif known:
+            what = f"partition.metadata has topic ID {tid}; the cluster metadata ({source}) has {known} for {topic}"
+        else:
+            what = f"partition.metadata has topic ID {tid}; the cluster metadata ({source}) has no topic {topic} (deleted?)"
+        for path in paths:
+            # A different ID for the name is certain; no such topic may also be a metadata copy older than the
+            # data (the broker catches up with the controller before it decides).
+            issues.append(Issue(
+                ERROR if known or owner else WARNING, "topic-id-unknown", what,
+                data_dir=os.path.dirname(path), partition=path, file=os.path.join(path, PARTITION_METADATA),
+                kafka="stray: the topic ID is not the metadata image's for this topic, so a KRaft broker renames the "
+                      "log <topic>-<partition>.<id>-stray at startup and never serves it "
+                      "(LogManager.isStrayKraftReplica)",
+                repair=("an old incarnation of a deleted and recreated topic: move it out of the data dir if its "
+                        "data is not needed (the broker refetches the current one from the leader)")))
+    return issues
+
+
+def _mismatch_issues(topic: str, by_id: Dict[str, List[str]]) -> List[Issue]:
+    """Copies of one topic with different IDs, with no metadata log to judge them by: the odd ones out."""
+    ranked = sorted(by_id.items(), key=lambda kv: -len(kv[1]))
+    top = len(ranked[0][1])
+    odd = [(tid, paths) for tid, paths in ranked if len(paths) < top] or ranked
+    summary = "; ".join(f"{tid} in {len(paths)} cop{'y' if len(paths) == 1 else 'ies'}" for tid, paths in ranked)
+    return [Issue(
+        ERROR, "topic-id-mismatch", f"topic {topic} has {len(by_id)} topic IDs among the copies checked "
+        f"({summary}); this copy has {tid}", data_dir=os.path.dirname(path), partition=path,
+        file=os.path.join(path, PARTITION_METADATA),
+        kafka="fail for this partition: InconsistentTopicIdException when the controller's topic ID differs "
+              "from partition.metadata; a KRaft broker whose metadata does not know this ID renames the "
+              "log -stray at startup (LogManager.isStrayKraftReplica) and stops serving it",
+        repair="find the cluster's topic ID (`kstore metadata` on the data dir holding __cluster_metadata-0) "
+               "and move the copy with the other ID out of the data dir")
+        for tid, paths in odd for path in paths]
+
+
+def _assigned_without_dir(found: Survey, cluster: Optional[str], source: str, image: "MetadataImage") -> List[Issue]:
+    """Partitions the metadata assigns to a node (its replicas) that none of that node's data dirs holds.
+
+    Only where the survey can know: every data dir the node registered (RegisterBrokerRecord LogDirs,
+    by meta.properties directory.id) was given, or the partition is assigned to a directory that was."""
+    from kstore_cli.metadata_image import MIGRATING_DIR
+
+    issues: List[Issue] = []
+    by_node: Dict[int, List[DataDirInfo]] = {}
+    for info in found.data_dirs.values():
+        if info.cluster_id == cluster and info.node_id is not None and info.whole:
+            by_node.setdefault(info.node_id, []).append(info)
+    for node, infos in sorted(by_node.items()):
+        given = {i.directory_id for i in infos if i.directory_id}
+        registered = set(image.cluster.brokers.get(node, {}).get("log_dirs") or [])
+        all_dirs = bool(registered) and registered <= given or (not registered and len(infos) == 1)
+        present = {(p.topic, p.partition) for i in infos for p in i.partitions}
+        for tid, topic in sorted(image.topics.by_id.items(), key=lambda kv: kv[1]["name"]):
+            for pid, reg in sorted(topic["partitions"].items()):
+                if node not in reg["replicas"] or (topic["name"], pid) in present:
+                    continue
+                directory = reg["directories"][reg["replicas"].index(node)] if reg["directories"] else MIGRATING_DIR
+                if not all_dirs and directory not in given:
+                    continue  # assigned to a data dir that was not given: nothing to say about it
+                leader = "this node is its leader" if reg["leader"] == node else f"its leader is {reg['leader']}"
+                alone = reg["isr"] == [node]
                 issues.append(Issue(
-                    ERROR, "topic-id-mismatch", f"topic {topic} has {len(by_id)} topic IDs among the copies checked "
-                    f"({summary}); this copy has {tid}", data_dir=os.path.dirname(path), partition=path,
-                    file=os.path.join(path, PARTITION_METADATA),
-                    kafka="fail for this partition: InconsistentTopicIdException when the controller's topic ID differs "
-                          "from partition.metadata; a KRaft broker whose metadata does not know this ID renames the "
-                          "log -stray at startup (LogManager.isStrayKraftReplica) and stops serving it",
-                    repair="find the cluster's topic ID (`kstore dump-segment --cluster-metadata-decoder` on "
-                           "__cluster_metadata-0, TopicRecord) and move the copy with the other ID out of the data dir"))
+                    ERROR if alone else WARNING, "assigned-partition-missing",
+                    f"the cluster metadata ({source}) assigns {topic['name']}-{pid} (topic ID {tid}) to node {node} "
+                    f"(replicas {reg['replicas']}, ISR {reg['isr']}; {leader}), but no data dir of node {node} "
+                    f"given holds it", data_dir=infos[0].path, partition=None,
+                    kafka=("the broker creates the log empty and fetches it from the leader" if not alone else
+                           "the broker creates the log empty; this node is the only in-sync replica, so the "
+                           "partition's data is lost unless a copy of the directory is found"),
+                    repair="find the partition's directory (another disk, a backup) and put it back in a data dir of "
+                           f"node {node} before starting the broker, or let it refetch from the leader"))
     return issues
 
 

@@ -427,3 +427,59 @@ def test_a_data_dir_reached_through_a_symlink(tmp_path):
     assert [f["check"] for f in findings(records)] == ["stray-directory"]
     [part] = [r for r in records if r["type"] == "partition"]
     assert part["dataDir"] == str(data) and part["segments"] == 4
+
+
+def _cluster_log(data: Path, brokers, partitions, topics=(("orders", "T1"),)) -> None:
+    """A __cluster_metadata-0 in `data`: broker registrations (id, [dir ids]), topics (name, uid n) and their
+    partitions (topic name, partition, replicas, isr, [dir ids])."""
+    from tests.make_metadata_cluster import _batches, broker, rec, uid
+
+    ids = {name: uid(100 + i) for i, (name, _n) in enumerate(topics)}
+    parts = [rec("PartitionRecord", 2, PartitionId=p, TopicId=ids[t], Replicas=replicas, Isr=isr, RemovingReplicas=[],
+                 AddingReplicas=[], Leader=replicas[0], LeaderEpoch=0, PartitionEpoch=0, Directories=dirs)
+             for t, p, replicas, isr, dirs in partitions]
+    H = [("data", [rec("FeatureLevelRecord", 0, Name="metadata.version", FeatureLevel=21)]),
+         ("data", [broker(b, 10 + b, dirs, None) for b, dirs in brokers]),
+         ("data", [rec("TopicRecord", 0, Name=name, TopicId=tid) for name, tid in ids.items()] + parts)]
+    (data / "__cluster_metadata-0").mkdir()
+    (data / "__cluster_metadata-0" / f"{0:020d}.log").write_bytes(_batches(H)[0])
+    return ids
+
+
+def test_a_topic_id_that_belongs_to_another_topic(tmp_path):
+    data = make_data_dir(tmp_path, partitions=())
+    ids = _cluster_log(data, [(1, [])], [], topics=(("orders", 1), ("payments", 2)))
+    shutil.copytree(LOGS / "v2-none-0", data / "orders-0")
+    (data / "orders-0" / "partition.metadata").write_text(f"version: 0\ntopic_id: {ids['payments']}")
+    code, records = doctor(data)
+    [f] = findings(records, "topic-id-unknown")
+    assert code == 1 and f["severity"] == "error"
+    assert f"which the cluster metadata ({data / '__cluster_metadata-0'}) gives to topic payments" in f["message"]
+
+
+def test_partitions_assigned_to_this_node_without_a_dir(tmp_path):
+    from tests.make_metadata_cluster import uid
+
+    d1, d2 = uid(201), uid(202)
+    data = make_data_dir(tmp_path, partitions=(), directory_id=d1)
+    _cluster_log(data, [(1, [d1]), (2, [uid(203)])], [
+        ("orders", 0, [1, 2], [1, 2], [d1, uid(203)]),   # here
+        ("orders", 1, [2, 1], [2, 1], [uid(203), d1]),   # missing; a follower copy: refetched
+        ("orders", 2, [1], [1], [d1]),                   # missing; the only in-sync replica: data lost
+        ("orders", 3, [2], [2], [uid(203)]),             # not this node's
+    ])
+    shutil.copytree(LOGS / "v2-none-0", data / "orders-0")
+    (data / "orders-0" / "partition.metadata").unlink()
+    code, records = doctor(data)
+    got = {(f["message"].split(" assigns ")[1].split(" ")[0], f["severity"])
+           for f in findings(records, "assigned-partition-missing")}
+    assert got == {("orders-1", "warning"), ("orders-2", "error")} and code == 1
+    # JBOD: the broker registered a second data dir that was not given; a partition assigned to it is not
+    # missing (it lives there), one assigned to the given dir still is.
+    (data / "__cluster_metadata-0" / f"{0:020d}.log").unlink()
+    (data / "__cluster_metadata-0").rmdir()
+    _cluster_log(data, [(1, [d1, d2])], [("orders", 0, [1], [1], [d1]), ("orders", 1, [1], [1], [d2]),
+                                        ("orders", 2, [1], [1], [d1])])
+    code, records = doctor(data)
+    got = {f["message"].split(" assigns ")[1].split(" ")[0] for f in findings(records, "assigned-partition-missing")}
+    assert got == {"orders-2"}
