@@ -106,6 +106,15 @@ def format_partitions(groups: List[Tuple[str, List[int]]]) -> str:
     return "[" + ",".join(hs) + "]"
 
 
+def read_transaction_record(key: Optional[bytes], value: Optional[bytes]) -> Tuple[Optional[str], Optional[Dict[str, Any]]]:
+    """(transactional id, TransactionLogValue fields) of a ``__transaction_state`` record, as
+    ``TransactionLog.readTxnRecordKey``/``readTxnRecordValue`` read it: id None for a key version this
+    Kafka does not know (the coordinator skips it), value None for a tombstone. Raises
+    RecordParseError where Kafka's reader throws."""
+    _key_version, transactional_id, _version, fields = TransactionLogMessageParser()._read(key, value)
+    return transactional_id, fields
+
+
 class TransactionLogMessageParser:
     """``--transaction-log-decoder``."""
 

@@ -1,0 +1,128 @@
+"""Kafka's ``ProducerStateManager`` as a broker has it once a partition is loaded: the newest readable
+producer snapshot (``<offset>.snapshot``) at or below the log end, then every batch with a producer id
+after it replayed as ``ProducerAppendInfo`` does (REPLICATION origin: no validation):
+
+* a data batch sets the producer's epoch (a newer epoch starts afresh), last sequence, last offset and
+  last timestamp (the batch's max timestamp); a transactional one opens a transaction at its base offset
+  when none is open;
+* a transaction marker (control batch) closes the open transaction, records the coordinator epoch and
+  takes the marker's timestamp.
+
+Producers are kept as snapshot entries (:class:`~kstore_cli.segment.snapshot.ProducerEntry`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Optional, Tuple
+
+from kstore_cli.errors import CorruptSnapshotError, KstoreError
+from kstore_cli.segment.batch import parse_control_key, parse_end_txn_marker
+from kstore_cli.segment.logdir import Partition
+from kstore_cli.segment.reader import read_batches
+from kstore_cli.segment.snapshot import ProducerEntry, read_snapshot
+
+
+class ProducerStateManager:
+    """The producers of one partition at its log end, and where that state came from."""
+
+    def __init__(self) -> None:
+        self.producers: Dict[int, ProducerEntry] = {}
+        #: The offset the state is known up to (exclusive): Kafka's mapEndOffset.
+        self.end_offset = 0
+        #: "snapshot <file>, then the log from <offset>" or "the log from <offset>".
+        self.source = "empty"
+        #: Snapshots that could not be read (Kafka deletes them and rebuilds from the log).
+        self.corrupt_snapshots: List[str] = []
+
+    @classmethod
+    def load(cls, partition: Partition) -> "ProducerStateManager":
+        """The state after the whole log: the newest readable snapshot, then the batches after it. A
+        damaged batch ends the replay there, where Kafka's recovery would cut the log."""
+        state = cls()
+        start = partition.segments[0].base_offset if partition.segments else 0
+        for offset in sorted(partition.snapshots, reverse=True):
+            path = partition.snapshots[offset]
+            try:
+                snapshot = read_snapshot(path)
+            except CorruptSnapshotError:
+                state.corrupt_snapshots.append(path)
+                continue
+            state.producers = {e.producer_id: e for e in snapshot.producers}
+            start = offset
+            state.source = f"snapshot {os.path.basename(path)}, then the log from offset {offset}"
+            break
+        else:
+            state.source = f"the log from offset {start}"
+        state.end_offset = start
+        segments = partition.segments
+        for i, segment in enumerate(segments):
+            if i + 1 < len(segments) and segments[i + 1].base_offset <= start:
+                continue  # wholly below the snapshot
+            try:
+                for batch in read_batches(segment.log):
+                    if batch.last_offset < start:
+                        continue
+                    state.update(batch)
+            except KstoreError:
+                break
+        return state
+
+    def update(self, batch) -> None:
+        """Apply one batch (REPLICATION origin)."""
+        if batch.magic >= 2 and batch.producer_id >= 0:
+            pid = batch.producer_id
+            entry = self.producers.get(pid)
+            if batch.is_control:
+                self._marker(pid, entry, batch)
+            else:
+                self._data(pid, entry, batch)
+        self.end_offset = batch.last_offset + 1
+
+    def _data(self, pid: int, entry: Optional[ProducerEntry], batch) -> None:
+        if entry is None or batch.producer_epoch != entry.producer_epoch:
+            # A new epoch drops the producer's batch metadata; an open transaction stays (a fenced
+            # producer's transaction is aborted by the coordinator's marker, not here).
+            txn = entry.current_txn_first_offset if entry is not None else -1
+            coordinator_epoch = entry.coordinator_epoch if entry is not None else -1
+            entry = ProducerEntry(pid, batch.producer_epoch, -1, -1, 0, -1, coordinator_epoch, txn)
+            self.producers[pid] = entry
+        entry.last_sequence = batch.last_sequence
+        entry.last_offset = batch.last_offset
+        entry.offset_delta = batch.last_offset - batch.base_offset
+        entry.timestamp = batch.max_timestamp
+        if batch.is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = batch.base_offset
+
+    def _marker(self, pid: int, entry: Optional[ProducerEntry], batch) -> None:
+        records = batch.records()
+        if not records:
+            return
+        _version, type_id = parse_control_key(records[0].key)
+        if type_id not in (0, 1):
+            return  # not a transaction marker (KRaft control records): no producer state
+        coordinator_epoch = parse_end_txn_marker(records[0].value)
+        if entry is None:
+            entry = ProducerEntry(pid, batch.producer_epoch, -1, -1, 0, -1, -1, -1)
+            self.producers[pid] = entry
+        entry.producer_epoch = batch.producer_epoch
+        entry.coordinator_epoch = coordinator_epoch
+        entry.current_txn_first_offset = -1
+        entry.timestamp = batch.max_timestamp
+
+    def open_transactions(self) -> List[ProducerEntry]:
+        """Producers with an open transaction, by its first offset."""
+        return sorted((e for e in self.producers.values() if e.current_txn_first_offset >= 0),
+                      key=lambda e: e.current_txn_first_offset)
+
+    def first_unstable_offset(self) -> Optional[int]:
+        """ProducerStateManager.firstUnstableOffset: the first offset of the oldest open transaction."""
+        open_txns = self.open_transactions()
+        return open_txns[0].current_txn_first_offset if open_txns else None
+
+    def last_stable_offset(self, high_watermark: int) -> Tuple[int, str]:
+        """UnifiedLog.lastStableOffset and why: the first unstable offset when below the high watermark."""
+        first = self.first_unstable_offset()
+        if first is not None and first < high_watermark:
+            return first, "first unstable offset"
+        return high_watermark, "high watermark"
