@@ -296,37 +296,13 @@ def _aborted_transactions(partition: Partition, stats: LookupStats) -> Dict[int,
     return out
 
 
-def _open_transactions(partition: Partition, stats: LookupStats) -> Dict[int, int]:
-    """Producer id -> first offset of each transaction with no marker by the end of the log.
+def _open_transactions(partition: Partition, _stats: LookupStats) -> Dict[int, int]:
+    """Producer id -> first offset of each transaction with no marker by the end of the log
+    (ProducerStateManager at the log end: the newest readable snapshot, then the log after it)."""
+    from kstore_cli.segment.producer_state import ProducerStateManager
 
-    From the newest readable producer snapshot (a clean shutdown writes one at the log
-    end), then batch headers and markers after it (ProducerStateManager's replay).
-    """
-    from kstore_cli.errors import CorruptSnapshotError
-    from kstore_cli.segment.recovery import TxnState
-
-    state = TxnState()
-    from_offset = partition.segments[0].base_offset if partition.segments else 0
-    for offset in sorted(partition.snapshots, reverse=True):
-        try:
-            state = TxnState.from_snapshot(partition.snapshots[offset])
-        except CorruptSnapshotError:
-            continue
-        stats.index_bytes += os.path.getsize(partition.snapshots[offset])
-        from_offset = offset
-        break
-    bases = [s.base_offset for s in partition.segments]
-    first = max(0, bisect.bisect_right(bases, from_offset) - 1)
-    for segment in partition.segments[first:]:
-        position = logdir.offset_position(segment, from_offset, stats) if segment.base_offset < from_offset else 0
-        for batch in read_batches(segment.log, start=position):
-            stats.log_bytes += batch.size
-            stats.batches_scanned += 1
-            if batch.last_offset < from_offset:
-                continue
-            if batch.magic >= 2 and batch.producer_id >= 0 and (batch.is_transactional or batch.is_control):
-                state.update(batch)
-    return dict(state.current)
+    state = ProducerStateManager.load(partition)
+    return {e.producer_id: e.current_txn_first_offset for e in state.open_transactions()}
 
 
 # --------------------------------------------------------------------------- byte ranges
