@@ -222,11 +222,24 @@ def _join_log_ends(partitions: List[Partition], state: Dict[str, Group]) -> None
             committed.log_end_offset, committed.high_watermark = ends.get(key, (None, None))
 
 
+def _csv_field(text: str) -> str:
+    """A CSV field as Jackson's CsvMapper reads it (ConsumerGroupCommand's CsvUtils): quoted, with doubled
+    quotes, when it holds a comma or a quote. parseResetPlan splits the file on newlines first, so a field
+    holding one cannot be carried at all."""
+    if "\n" in text or "\r" in text:
+        raise UsageError(f"group {text!r} holds a line break: kafka-consumer-groups.sh --from-file splits the file "
+                         "on newlines and cannot read it; reset that group with --to-offset instead")
+    if "," in text or '"' in text or text != text.strip():
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
 def reset_offsets_csv(groups: List[Group], *, single_group: bool) -> str:
     """``kafka-consumer-groups.sh --reset-offsets --from-file`` input. ConsumerGroupCommand.parseResetPlan
     takes ``TOPIC,PARTITION,OFFSET`` only when exactly one ``--group`` is given, ``GROUP,TOPIC,PARTITION,OFFSET``
-    otherwise (several groups, ``--all-groups``): `single_group` says the plan is for one named group."""
+    otherwise (several groups, ``--all-groups``): `single_group` says the plan is for one named group.
+    Topic names never need quoting (``[a-zA-Z0-9._-]``); group ids may."""
     if single_group and len(groups) == 1:
         return "".join(f"{c.topic},{c.partition},{c.offset}\n" for _k, c in sorted(groups[0].offsets.items()))
-    return "".join(f"{g.group_id},{c.topic},{c.partition},{c.offset}\n"
+    return "".join(f"{_csv_field(g.group_id)},{c.topic},{c.partition},{c.offset}\n"
                    for g in sorted(groups, key=lambda g: g.group_id) for _k, c in sorted(g.offsets.items()))

@@ -207,3 +207,21 @@ def test_damaged_offsets_partition_fails_with_one_line(tmp_path):
     res = _kstore("groups", str(part), "--offsets-partitions", "1")
     assert res.returncode == 1 and res.stdout == ""
     assert len(res.stderr.splitlines()) == 1 and res.stderr.startswith(f"kstore: error: {log} at byte 0:")
+
+
+def test_reset_offsets_csv_quotes_group_ids_as_jacksons_csv_reader_reads_them():
+    from kstore_cli.errors import UsageError
+    from kstore_cli.groups import CommittedOffset, Group
+
+    def group(name):
+        g = Group(name, 0)
+        g.offsets[("orders", 0)] = CommittedOffset("orders", 0, 42, -1, "", 0)
+        return g
+
+    csv_text = reset_offsets_csv([group('a,b "x"'), group("plain")], single_group=False)
+    assert csv_text == '"a,b ""x""",orders,0,42\nplain,orders,0,42\n'
+    import csv
+    import io
+    assert list(csv.reader(io.StringIO(csv_text))) == [['a,b "x"', "orders", "0", "42"], ["plain", "orders", "0", "42"]]
+    with pytest.raises(UsageError, match="line break"):
+        reset_offsets_csv([group("two\nlines"), group("x")], single_group=False)
