@@ -643,7 +643,7 @@ def default_quarantine_root(partition: Partition) -> str:
     return os.path.join(os.path.dirname(partition.data_dir), "kstore-quarantine")
 
 
-def _utc_stamp() -> str:
+def utc_stamp() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
 
 
@@ -702,7 +702,7 @@ def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Option
     log = damaged.segment.log
     # Every file to be written here is checked first: none may be a link (or a FIFO...).
     fileops.refuse_links(fileops.partition_files(partition.path, partition.data_dir))
-    checkpoint_writes = _checkpoint_changes(partition, result.next_offset)
+    checkpoint_writes = checkpoint_changes(partition, result.next_offset)
     checkpoints = [{k: v for k, v in c.items() if k != "_data"} for c in checkpoint_writes]
 
     # Newest segment first, and each segment's .log after its indexes: a crash in between leaves
@@ -715,7 +715,7 @@ def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Option
     if resumed is not None:
         qdir, manifest = resumed
     else:
-        qdir, manifest = os.path.join(partition_root, _utc_stamp()), None
+        qdir, manifest = os.path.join(partition_root, utc_stamp()), None
         fileops.make_dirs(qdir, like=partition.path)
     report.quarantine_dir = qdir
     moves = [(path, os.path.join(qdir, os.path.basename(path))) for path in sorted(plan.dropped_files, key=move_order)]
@@ -859,7 +859,7 @@ def _tidy_quarantine(partition_root: str) -> None:
             fileops.remove_empty_dir(qdir)
 
 
-def _checkpoint_changes(partition: Partition, end_offset: int) -> List[dict]:
+def checkpoint_changes(partition: Partition, end_offset: int) -> List[dict]:
     """What the cut must lower so that nothing points past the new log end, as LogLoader does:
     leader epochs starting at or after it are dropped (LeaderEpochFileCache.truncateFromEnd); the
     recovery point, high watermark and log start offset come down to it; a cleaner offset past it is

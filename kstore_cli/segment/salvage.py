@@ -1,0 +1,354 @@
+"""Salvage: keep every intact batch of a damaged partition, not only those before the first damage.
+
+Kafka's recovery (``LogSegment.recover``) stops at the first batch that fails its checks and deletes
+everything after it. Salvage goes on: past a damaged region it looks, byte by byte, for the next batch
+that is whole, passes its CRC and continues the log (its base offset above the last kept offset, within
+the segment's offset range), and keeps going. Every batch kept is copied byte for byte; a record inside a
+damaged (e.g. compressed) batch is never guessed at: the whole batch goes with the damage.
+
+The CRC of a v2 batch does not cover its base offset, length, leader epoch or magic (Kafka's neither): a
+batch whose base offset was changed still passes. Such a batch is refused when the log contradicts it
+(the next kept batch starts at or below its last offset, or it reaches the next segment's base offset);
+one that nothing contradicts cannot be told from a gap a compaction left, for kstore as for Kafka.
+
+Each damaged range is reported: file, byte range, and the offsets it can have held (after the last kept
+batch, before the next). A zero-filled range that runs to the end of a segment is a preallocated tail
+(an unclean shutdown), not damage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Iterator, List, Optional
+
+from kstore_cli.errors import CorruptDataError, KstoreError, UsageError
+from kstore_cli.segment import fileops, names
+from kstore_cli.segment.checkpoint import (
+    LEADER_EPOCH_CHECKPOINT,
+    PARTITION_METADATA,
+    format_leader_epoch_checkpoint,
+    read_leader_epoch_checkpoint,
+)
+from kstore_cli.segment.logdir import Partition, Segment
+from kstore_cli.segment.producer_state import ProducerStateManager
+from kstore_cli.segment.reader import iterate_source, map_file, read_batches
+from kstore_cli.segment.recovery import (
+    MANIFEST,
+    checkpoint_changes,
+    utc_stamp,
+    apply_plan,
+    default_quarantine_root,
+    is_zero,
+    plan_partition,
+)
+from kstore_cli.segment.snapshot import build_snapshot
+
+_PREFIX = struct.Struct(">qiib")  # base offset, length, leader epoch, magic
+_MIN_ENTRY = 14  # LegacyRecord.RECORD_OVERHEAD_V0
+_V2_MIN = 61 - 12  # a v2 batch's length field covers at least its header after the length
+_MAX_OFFSET_JUMP = 1 << 31  # a batch's offsets are relative to its segment's base offset (int32)
+
+DAMAGE = "damaged"
+ZERO_TAIL = "zero-filled tail"
+
+
+@dataclass
+class DamagedRange:
+    """Bytes of a .log that hold no batch salvage keeps."""
+
+    log: str
+    start: int
+    end: int
+    kind: str
+    #: The offsets the range can have held: after the last batch kept before it, before the next one kept
+    #: (None: the partition's end; the range then may also have held the log's last offsets).
+    first_offset: int
+    next_offset: Optional[int]
+
+    def to_dict(self) -> dict:
+        return {"type": "gap", "file": self.log, "start": self.start, "end": self.end, "bytes": self.end - self.start,
+                "kind": self.kind, "firstOffset": self.first_offset,
+                "lastOffset": None if self.next_offset is None else self.next_offset - 1}
+
+
+@dataclass
+class SegmentSalvage:
+    """One segment: the (position, size) of each batch kept, and the ranges left out."""
+
+    segment: Segment
+    size: int
+    kept: List[tuple] = field(default_factory=list)  # (position, size, base offset, last offset)
+    damaged: List[DamagedRange] = field(default_factory=list)
+
+    @property
+    def kept_bytes(self) -> int:
+        return sum(k[1] for k in self.kept)
+
+    @property
+    def changed(self) -> bool:
+        return self.kept_bytes != self.size
+
+
+@dataclass
+class SalvagePlan:
+    """What salvage keeps of a partition (nothing written yet)."""
+
+    partition: Partition
+    segments: List[SegmentSalvage]
+
+    @property
+    def damaged(self) -> List[DamagedRange]:
+        return [d for s in self.segments for d in s.damaged if d.kind == DAMAGE]
+
+    @property
+    def zero_tails(self) -> List[DamagedRange]:
+        return [d for s in self.segments for d in s.damaged if d.kind == ZERO_TAIL]
+
+    @property
+    def batches_kept(self) -> int:
+        return sum(len(s.kept) for s in self.segments)
+
+    @property
+    def log_end_offset(self) -> int:
+        for s in reversed(self.segments):
+            if s.kept:
+                return s.kept[-1][3] + 1
+        return self.segments[0].segment.base_offset if self.segments else 0
+
+
+def _batch_at(buf: memoryview, pos: int, end: int, path: str):
+    """The whole, CRC-valid batch that starts at `pos`, or None."""
+    try:
+        batch = next(iterate_source(buf, pos, end, path, check_crc=True), None)
+    except CorruptDataError:
+        return None
+    if batch is None or batch.position != pos or batch.magic > 2:
+        return None
+    try:
+        return batch if batch.is_valid else None
+    except KstoreError:
+        return None
+
+
+def _candidates(buf: memoryview, start: int, end: int, after: int, below: Optional[int]) -> Iterator[int]:
+    """Positions where a batch continuing the log may start: header fields in range (cheap checks first)."""
+    unpack = _PREFIX.unpack_from
+    last = end - 17
+    for p in range(start, last):
+        offset, length, _epoch, magic = unpack(buf, p)
+        if magic < 0 or magic > 2 or length < _MIN_ENTRY or p + 12 + length > end:
+            continue
+        if magic == 2 and length < _V2_MIN:
+            continue
+        if offset <= after or offset - after > _MAX_OFFSET_JUMP or (below is not None and offset >= below):
+            continue
+        yield p
+
+
+class _Scan:
+    """The walk over one segment."""
+
+    def __init__(self, segment: Segment, after: int, below: Optional[int]) -> None:
+        self.segment = segment
+        self.path = segment.log
+        self.buf = map_file(segment.log)
+        self.end = len(self.buf)
+        self.after = after  # the last offset kept so far (the log's, across segments)
+        self.below = below  # the next segment's base offset: this segment's offsets stay under it
+        self.out = SegmentSalvage(segment, self.end)
+
+    def _acceptable(self, batch) -> bool:
+        if batch.base_offset <= self.after or (self.below is not None and batch.last_offset >= self.below):
+            return False
+        if batch.base_offset < self.segment.base_offset:
+            return False
+        nxt = batch.position + batch.size
+        if batch.base_offset > self.after + 1 and nxt < self.end:
+            # A gap before it: its base offset may be a changed one (not covered by the CRC). The next
+            # valid batch that continues the log from before it must start above its last offset.
+            for p in _candidates(self.buf, nxt, self.end, self.after, self.below):
+                follower = _batch_at(self.buf, p, self.end, self.path)
+                if follower is not None:
+                    return follower.base_offset > batch.last_offset
+        return True
+
+    def _resync(self, start: int) -> int:
+        for p in _candidates(self.buf, start, self.end, self.after, self.below):
+            batch = _batch_at(self.buf, p, self.end, self.path)
+            if batch is not None and self._acceptable(batch):
+                return p
+        return self.end
+
+    def run(self) -> SegmentSalvage:
+        pos = 0
+        while pos < self.end:
+            batch = _batch_at(self.buf, pos, self.end, self.path)
+            if batch is not None and self._acceptable(batch):
+                self.out.kept.append((pos, batch.size, batch.base_offset, batch.last_offset))
+                self.after = batch.last_offset
+                pos += batch.size
+                continue
+            nxt = self._resync(pos + 1)
+            kind = ZERO_TAIL if nxt == self.end and is_zero(self.buf, pos, self.end) else DAMAGE
+            self.out.damaged.append(DamagedRange(self.path, pos, nxt, kind, self.after + 1, None))
+            pos = nxt
+        return self.out
+
+
+def plan_salvage(partition: Partition) -> SalvagePlan:
+    """Walk every segment of the partition and decide what is kept (read-only)."""
+    segments = partition.segments
+    out: List[SegmentSalvage] = []
+    after = (segments[0].base_offset - 1) if segments else -1
+    for i, segment in enumerate(segments):
+        below = segments[i + 1].base_offset if i + 1 < len(segments) else None
+        scan = _Scan(segment, after, below)
+        result = scan.run()
+        after = scan.after
+        out.append(result)
+    # Each range's offsets end where the next kept batch (in this or a later segment) begins.
+    waiting: List[DamagedRange] = []
+    for seg in out:
+        events = sorted([(k[0], k) for k in seg.kept] + [(d.start, d) for d in seg.damaged], key=lambda e: e[0])
+        for _pos, item in events:
+            if isinstance(item, DamagedRange):
+                waiting.append(item)
+            else:
+                for rng in waiting:
+                    rng.next_offset = item[2]
+                waiting = []
+    return SalvagePlan(partition, out)
+
+
+def kept_log_bytes(seg: SegmentSalvage) -> Iterator[memoryview]:
+    """The bytes of the batches kept in a segment, in order (views of the mapped file)."""
+    buf = map_file(seg.segment.log)
+    for position, size, _base, _last in seg.kept:
+        yield buf[position:position + size]
+
+
+def damaged_bytes(rng: DamagedRange) -> memoryview:
+    return map_file(rng.log)[rng.start:rng.end]
+
+
+def describe(plan: SalvagePlan) -> str:
+    """One line: what was kept and left out."""
+    total = sum(s.size for s in plan.segments)
+    kept = sum(s.kept_bytes for s in plan.segments)
+    return (f"{os.path.basename(plan.partition.path)}: kept {plan.batches_kept} batch(es), {kept} of {total} bytes; "
+            f"{len(plan.damaged)} damaged range(s), {len(plan.zero_tails)} zero-filled tail(s)")
+
+
+# --------------------------------------------------------------------------- writing
+
+
+@dataclass
+class SalvageReport:
+    """What apply_salvage wrote."""
+
+    destination: str
+    segments_written: List[str] = field(default_factory=list)
+    quarantine_dir: Optional[str] = None
+    quarantined: List[str] = field(default_factory=list)
+    snapshot: Optional[str] = None
+
+
+def _write_log(path: str, seg: SegmentSalvage) -> None:
+    def fill(out) -> None:
+        for view in kept_log_bytes(seg):
+            out.write(view)
+    fileops.atomic_write(path, fill)
+
+
+def _finish(destination: str, end_offset: int, report: SalvageReport) -> None:
+    """Indexes as Kafka's recovery writes them, the leader epochs trimmed to the new log end, a producer
+    snapshot at the log end (so a broker's load finds producer state without a replay from the start)."""
+    part = Partition(destination)
+    apply_plan(plan_partition(part))
+    epochs = os.path.join(destination, LEADER_EPOCH_CHECKPOINT)
+    if os.path.exists(epochs):
+        entries = read_leader_epoch_checkpoint(epochs)
+        kept = [(e, s) for e, s in entries if s < end_offset]
+        if kept != entries:
+            fileops.atomic_write(epochs, format_leader_epoch_checkpoint(kept).encode())
+    part = Partition(destination)
+    for offset, path in sorted(part.snapshots.items()):
+        if offset > end_offset:
+            fileops.unlink(path)  # state past the log end (Kafka deletes these at load); its log is gone
+    state = ProducerStateManager()
+    for segment in Partition(destination).segments:
+        for batch in read_batches(segment.log):
+            state.update(batch)
+    snap = os.path.join(destination, names.filename_prefix(end_offset) + names.SNAPSHOT_SUFFIX)
+    fileops.atomic_write(snap, build_snapshot(sorted(state.producers.values(), key=lambda e: e.producer_id)))
+    report.snapshot = snap
+
+
+def salvage_to(plan: SalvagePlan, output_root: str) -> SalvageReport:
+    """Write the salvaged partition as ``<output_root>/<partition name>/`` (which must not exist yet)."""
+    src = plan.partition
+    destination = os.path.join(os.path.abspath(output_root), src.name)
+    if os.path.lexists(destination):
+        raise UsageError("already exists: salvage writes a new partition directory", path=destination)
+    fileops.make_dirs(destination)
+    report = SalvageReport(destination)
+    last = plan.segments[-1] if plan.segments else None
+    for seg in plan.segments:
+        if not seg.kept and seg is not last:
+            continue  # an emptied segment in the middle: its offsets are a gap, as after compaction
+        path = os.path.join(destination, os.path.basename(seg.segment.log))
+        _write_log(path, seg)
+        report.segments_written.append(path)
+    for name in (PARTITION_METADATA, LEADER_EPOCH_CHECKPOINT):
+        if os.path.isfile(os.path.join(src.path, name)):
+            fileops.copy_file(os.path.join(src.path, name), os.path.join(destination, name))
+    _finish(destination, plan.log_end_offset, report)
+    return report
+
+
+def salvage_in_place(plan: SalvagePlan, quarantine_root: Optional[str] = None) -> SalvageReport:
+    """Rewrite the damaged segments of the partition in place, each damaged range's bytes first copied to
+    ``<quarantine root>/<partition>/<UTC time>-salvage/`` (with a manifest). Crash-safe: every .log is
+    replaced atomically after its damaged bytes are in the quarantine dir; a rerun finds what is left
+    (a segment already rewritten holds no damage) and finishes; the indexes and the snapshot come last."""
+    src = plan.partition
+    report = SalvageReport(src.path)
+    changed = [s for s in plan.segments if s.changed]
+    if changed:
+        root = quarantine_root or default_quarantine_root(src)
+        qdir = os.path.join(os.path.abspath(root), src.name, utc_stamp() + "-salvage")
+        fileops.make_dirs(qdir, like=src.data_dir)
+        report.quarantine_dir = qdir
+        manifest = {"partition": src.path, "kind": "salvage", "ranges": []}
+        for seg in changed:
+            for rng in seg.damaged:
+                name = f"{os.path.basename(rng.log)}.{rng.start}-{rng.end}.{rng.kind.replace(' ', '-')}"
+                fileops.copy_range(rng.log, os.path.join(qdir, name), rng.start, rng.end)
+                manifest["ranges"].append({**rng.to_dict(), "savedAs": name})
+                report.quarantined.append(os.path.join(qdir, name))
+        fileops.atomic_write(os.path.join(qdir, MANIFEST), (json.dumps(manifest, indent=1) + "\n").encode())
+        # Producer snapshots past the first damage describe batches that are gone: moved out (the new one
+        # at the log end is written last), so no load starts from them.
+        first_damage = min(r.first_offset for s in changed for r in s.damaged)
+        for offset, path in sorted(src.snapshots.items()):
+            if offset > first_damage:
+                fileops.move_file(path, os.path.join(qdir, os.path.basename(path)))
+                report.quarantined.append(os.path.join(qdir, os.path.basename(path)))
+    last = plan.segments[-1] if plan.segments else None
+    for seg in changed:
+        if not seg.kept and seg is not last:
+            for path in (seg.segment.index, seg.segment.timeindex, seg.segment.txnindex):
+                if path is not None:
+                    fileops.unlink(path)
+            fileops.unlink(seg.segment.log)  # its bytes are all in the quarantine dir
+            continue
+        _write_log(seg.segment.log, seg)
+        report.segments_written.append(seg.segment.log)
+    if changed:
+        for change in checkpoint_changes(src, plan.log_end_offset):
+            fileops.atomic_write(change["file"], change["_data"])
+        _finish(src.path, plan.log_end_offset, report)
+    return report
