@@ -37,6 +37,7 @@ TABLE = (
     Entry("convert-format", "convert_format", "Rewrite partitions into another message format (magic) and/or compression codec."),  # noqa: E501
     Entry("retain", "retain", "Delete old segments exactly as Kafka's retention does (UnifiedLog.deleteOldSegments)."),
     Entry("compact", "compact", "Compact partitions exactly as Kafka's log cleaner does: one cleaner pass per partition."),  # noqa: E501
+    Entry("recover", "recover", "Do the recovery a broker would do at startup after an unclean shutdown, offline and in parallel."),  # noqa: E501
     Entry("salvage", "salvage", "Keep every intact batch of a damaged partition, not only those before the first damage."),  # noqa: E501
     Entry("restore", "restore", "Undo a `rebuild-index --truncate`: append the cut tail back to its .log, move the later segments and snapshots back, and raise the checkpoints it lowered back to their old values."),  # noqa: E501
     Entry("spark-export", "spark_export", "Export whole topic directories to Parquet with Spark's Kafka source schema."),

@@ -421,7 +421,7 @@ def _plan_checkpoints(plan: RetentionPlan, state: DataDirState, lso: int) -> Non
 # --------------------------------------------------------------------------- applying
 
 
-def _roll(partition: Partition, base_offset: int) -> None:
+def roll_empty_segment(partition: Partition, base_offset: int) -> None:
     """LocalLog.roll for an empty new segment: files with the new base name are replaced; the
     indexes are written before the .log, so a crash leaves at most orphan indexes (which the
     broker deletes and a rerun rewrites)."""
@@ -446,7 +446,7 @@ def apply_retention(state: DataDirState, plans: List[RetentionPlan], *, delete_d
             fileops.fsync_dir(plan.partition.path)
     for plan in active:  # 2 and 3. roll, then rename (the .log first)
         if plan.roll_offset is not None:
-            _roll(plan.partition, plan.roll_offset)
+            roll_empty_segment(plan.partition, plan.roll_offset)
         for deletion in plan.deletions:
             for path in deletion.files:
                 fileops.rename(path, path + names.DELETED_SUFFIX)

@@ -1,0 +1,97 @@
+"""``kstore recover``: the recovery a broker does at startup after an unclean shutdown, offline and in parallel."""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor
+from typing import List, Optional
+
+import click
+
+from kstore_cli.commands._options import dry_run_option, force_option, json_option, no_partitions, topics_option
+from kstore_cli.errors import ExitStatus, UsageError
+from kstore_cli.segment import fileops
+from kstore_cli.segment.loader import RecoverResult, advance_recovery_points, recover_partition
+from kstore_cli.segment.logdir import group_by_data_dir, resolve
+
+
+@click.command(name="recover")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Partitions recovered at once, each in its own process [default: the number of CPUs].")
+@click.option("--quarantine-dir", type=click.Path(file_okay=False),
+              help="Where a cut tail and dropped segments go [default: <data dir>/../kstore-quarantine].")
+@click.option("--index-interval-bytes", type=click.IntRange(min=0), default=4096, show_default=True,
+              help="index.interval.bytes for the rebuilt indexes.")
+@dry_run_option("Validate every segment and report what recovery would cut and rewrite; change nothing.")
+@force_option
+@topics_option
+@json_option("JSON Lines: one line per partition, then a summary.")
+@click.pass_context
+def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Optional[str], index_interval_bytes: int,
+            dry_run: bool, force: bool, topics: Optional[str], as_json: bool) -> None:
+    """Do the recovery a broker would do at startup after an unclean shutdown, offline and in parallel.
+
+    Per partition, as Kafka's LogLoader: every batch validated, the indexes rebuilt as Kafka's recovery
+    writes them, the log cut at the first invalid batch with every later segment dropped (the cut bytes
+    and files go to the quarantine dir; `kstore restore` undoes it), the leader-epoch checkpoint and the
+    data dir's checkpoints brought down to the log end, the producer state written as a snapshot at the
+    log end, a new empty active segment rolled there, and the recovery point advanced to it. The broker's
+    next startup then has nothing to recover but that empty segment. Partitions run in --jobs processes.
+
+    PATH is a partition directory or a data directory. The data dirs' .lock is taken first (a running
+    broker makes this refuse, unless --force). Crash-safe: a rerun after a kill finishes the work.
+
+    \b
+    Exit status: 0 recovered (cut or not), 1 a partition could not be recovered or a log was cut,
+    2 usage, 3 unreadable.
+
+    \b
+    Example:
+      kstore recover --jobs 8 /var/lib/kafka/data
+      kstore recover --dry-run /var/lib/kafka/data/orders-0
+    """
+    targets = resolve(paths, topics)
+    if not targets:
+        raise UsageError(no_partitions(paths, topics))
+    if any(t.only is not None for t in targets):
+        raise UsageError("recover works on whole partitions: give a partition or data directory, not a .log file")
+    groups = group_by_data_dir(targets)
+    partitions: List[str] = sorted({t.partition.path for t in targets
+                                    if t.partition.partition >= 0 and not t.partition.name.endswith(
+                                        ("-delete", "-future", "-stray"))})
+    jobs = jobs or os.cpu_count() or 1
+    results: List[RecoverResult] = []
+    with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
+                                force=force, enabled=not dry_run):
+        kwargs = dict(quarantine_root=quarantine_dir, index_interval_bytes=index_interval_bytes, dry_run=dry_run)
+        if jobs == 1 or len(partitions) == 1:
+            results = [recover_partition(p, **kwargs) for p in partitions]
+        else:
+            with ProcessPoolExecutor(max_workers=min(jobs, len(partitions))) as pool:
+                results = list(pool.map(_recover, [(p, kwargs) for p in partitions]))
+        for data_dir in sorted(groups):
+            advance_recovery_points(data_dir, results)
+    for r in results:
+        if as_json:
+            click.echo(json.dumps(r.to_dict(), sort_keys=True))
+        else:
+            status = r.problem and f"NOT RECOVERED: {r.problem}" or (
+                f"{'would recover' if dry_run else 'recovered'} {r.segments} segment(s), {r.bytes_validated} bytes; "
+                f"log end offset {r.log_end_offset}; {len(r.indexes_written)} index file(s) "
+                f"{'to rewrite' if dry_run else 'rewritten'}" + (f"; CUT at {r.cut_at}" if r.cut_at else "")
+                + (f" (quarantined in {r.quarantine_dir})" if r.quarantine_dir else "")
+                + (f"; rolled an empty segment at {r.rolled}" if r.rolled is not None else ""))
+            click.echo(f"{r.partition}: {status}")
+    if as_json:
+        click.echo(json.dumps({"type": "summary", "partitions": len(results), "dryRun": dry_run, "jobs": jobs,
+                               "cut": sum(1 for r in results if r.cut_at), "problems": sum(1 for r in results if r.problem),
+                               "bytesValidated": sum(r.bytes_validated for r in results)}, sort_keys=True))
+    if any(r.problem or r.cut_at for r in results):
+        ctx.exit(int(ExitStatus.PROBLEMS))
+
+
+def _recover(args) -> RecoverResult:
+    path, kwargs = args
+    return recover_partition(path, **kwargs)

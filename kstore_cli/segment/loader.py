@@ -1,0 +1,182 @@
+"""Kafka's startup recovery, offline: what ``LogLoader`` does to a partition after an unclean shutdown, done
+ahead of time so that the broker's own startup has nothing left to recover.
+
+Per partition, as ``LogLoader.load`` / ``recoverLog`` do it:
+
+1. every segment is validated batch by batch (``LogSegment.recover``: CRCs, sizes, offsets) and its
+   indexes are rebuilt exactly as Kafka's recovery writes them; at the first invalid batch the log is cut
+   and every later segment dropped, as Kafka does, except that the cut bytes and dropped files go to a
+   quarantine dir (``rebuild-index --truncate``'s machinery, crash-safe, undone by ``kstore restore``);
+2. the leader-epoch checkpoint loses the epochs that start at or past the log end
+   (``LeaderEpochFileCache.truncateFromEnd``), the data dir's checkpoints come down to it;
+3. the producer state at the log end (``rebuildProducerState``) is written as ``<log end>.snapshot``;
+4. a non-empty active segment is followed by a new empty one at the log end (``UnifiedLog.roll``), and
+5. the recovery point checkpoint becomes the log end offset.
+
+The broker's next startup, clean-shutdown marker or not, then loads the producer snapshot at the log end
+and "recovers" only the empty active segment. The marker itself is never written: it is the broker's word
+that every partition of the data dir was flushed, which a partial run cannot give (a broker starting on a
+marker skips recovery of every partition, also those kstore did not recover).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from kstore_cli.errors import KstoreError
+from kstore_cli.segment import fileops, names
+from kstore_cli.segment.checkpoint import (
+    RECOVERY_POINT_CHECKPOINT,
+    format_offset_checkpoint,
+    read_offset_checkpoint,
+)
+from kstore_cli.segment.index import TIME_ENTRY, TimeIndex
+from kstore_cli.segment.log_segment import read_next_offset
+from kstore_cli.segment.logdir import Partition
+from kstore_cli.segment.producer_state import ProducerStateManager
+from kstore_cli.segment.reader import read_batches
+from kstore_cli.segment.recovery import apply_plan, checkpoint_changes, plan_partition
+from kstore_cli.segment.retention import roll_empty_segment
+from kstore_cli.segment.snapshot import build_snapshot
+
+
+@dataclass
+class RecoverResult:
+    """What recovering one partition found and did."""
+
+    partition: str
+    topic: str
+    partition_id: int
+    data_dir: str
+    log_end_offset: int = 0
+    segments: int = 0
+    bytes_validated: int = 0
+    indexes_written: List[str] = field(default_factory=list)
+    cut_at: Optional[str] = None
+    quarantine_dir: Optional[str] = None
+    rolled: Optional[int] = None
+    snapshot: Optional[str] = None
+    checkpoints_lowered: List[str] = field(default_factory=list)
+    problem: Optional[str] = None
+    dry_run: bool = False
+
+    def to_dict(self) -> dict:
+        return {"type": "partition", "partition": self.partition, "logEndOffset": self.log_end_offset,
+                "segments": self.segments, "bytesValidated": self.bytes_validated,
+                "indexesWritten": [os.path.basename(p) for p in self.indexes_written], "cutAt": self.cut_at,
+                "quarantineDir": self.quarantine_dir, "rolledSegment": self.rolled,
+                "snapshot": None if self.snapshot is None else os.path.basename(self.snapshot),
+                "checkpointsLowered": self.checkpoints_lowered, "problem": self.problem, "dryRun": self.dry_run}
+
+
+def _unflushed(partition: Partition, recovery_point: int) -> Partition:
+    """LogLoader.recoverLog's ``segments.values(recoveryPoint, Long.MAX)``: the segment holding the recovery
+    point and every later one (a view of the partition). Their producer state comes from the snapshot at
+    the first one's base offset, as a broker's roll left it; without one, every segment is recovered (the
+    state is then replayed from the log start)."""
+    floor = [s for s in partition.segments if s.base_offset <= recovery_point]
+    start = floor[-1].base_offset if floor else None
+    if start is None or start == partition.segments[0].base_offset or partition.snapshot_at(start) is None:
+        return partition
+    view = copy.copy(partition)
+    view.segments = [s for s in partition.segments if s.base_offset >= start]
+    return view
+
+
+def recovery_point_of(partition: Partition) -> int:
+    """The partition's recovery-point-offset-checkpoint entry (0 without one, as LogManager takes it)."""
+    path = os.path.join(partition.data_dir, RECOVERY_POINT_CHECKPOINT)
+    if not os.path.exists(path):
+        return 0
+    return read_offset_checkpoint(path).get((partition.topic, partition.partition), 0)
+
+
+def recover_partition(path: str, *, quarantine_root: Optional[str] = None, index_interval_bytes: int = 4096,
+                      dry_run: bool = False) -> RecoverResult:
+    """Recover one partition directory (the caller holds its data dir's lock). Picklable arguments and
+    result: a process pool runs partitions in parallel."""
+    partition = Partition(path)
+    result = RecoverResult(partition.path, partition.topic, partition.partition, partition.data_dir, dry_run=dry_run)
+    try:
+        plan = plan_partition(_unflushed(partition, recovery_point_of(partition)),
+                              index_interval_bytes=index_interval_bytes)
+        result.segments = len(plan.segments)
+        result.bytes_validated = sum(s.result.log_size for s in plan.segments if s.result is not None)
+        unreadable = [s for s in plan.segments if s.error is not None]
+        if unreadable:
+            result.problem = f"segment {unreadable[0].segment.base_offset}: {unreadable[0].error}"
+            return result
+        damaged = plan.damaged
+        if damaged is not None:
+            result.cut_at = (f"{os.path.basename(damaged.segment.log)} at byte {damaged.result.valid_bytes} "
+                             f"({damaged.result.problem.kind})")
+        result.indexes_written = [c.path for s in plan.segments for c in s.changed_files]
+        if dry_run:
+            result.log_end_offset = damaged.result.next_offset if damaged is not None else _log_end(partition)
+            return result
+        report = apply_plan(plan, truncate=True, quarantine_root=quarantine_root)
+        result.quarantine_dir = report.quarantine_dir
+        _after_recovery(Partition(path), result)
+    except KstoreError as exc:
+        result.problem = str(exc)
+    return result
+
+
+def _log_end(partition: Partition) -> int:
+    last = partition.segments[-1] if partition.segments else None
+    return 0 if last is None else read_next_offset(last.log, last.base_offset)
+
+
+def _after_recovery(partition: Partition, result: RecoverResult) -> None:
+    """Epochs and checkpoints down to the log end, the producer snapshot at it, the roll."""
+    leo = _log_end(partition)
+    result.log_end_offset = leo
+    for change in checkpoint_changes(partition, leo):
+        fileops.atomic_write(change["file"], change["_data"])
+        result.checkpoints_lowered.append(os.path.basename(change["file"]))
+    for offset, path in sorted(partition.snapshots.items()):
+        if offset > leo:
+            fileops.unlink(path)  # past the log end: LogLoader deletes these (their log was never flushed)
+    state = ProducerStateManager.load(partition)
+    snapshot = os.path.join(partition.path, names.filename_prefix(leo) + names.SNAPSHOT_SUFFIX)
+    fileops.atomic_write(snapshot, build_snapshot(sorted(state.producers.values(), key=lambda e: e.producer_id)))
+    result.snapshot = snapshot
+    last = partition.segments[-1] if partition.segments else None
+    if last is not None and last.base_offset < leo:
+        _final_time_entry(last)
+        roll_empty_segment(partition, leo)
+        result.rolled = leo
+
+
+def _final_time_entry(segment) -> None:
+    """LogSegment.onBecomeInactiveSegment, as UnifiedLog.roll calls it on the old active segment: the
+    time index ends with (max timestamp so far, the last offset of the first batch holding it)."""
+    largest, offset = -1, -1
+    for batch in read_batches(segment.log):
+        if batch.max_timestamp > largest:
+            largest, offset = batch.max_timestamp, batch.last_offset
+    if offset < 0 or segment.timeindex is None:
+        return
+    index = TimeIndex(segment.timeindex, segment.base_offset)
+    entries = index.entries
+    if entries and index.entry(entries - 1)[0] >= largest:
+        return  # TimeIndex.maybeAppend: only a larger timestamp is appended
+    with open(segment.timeindex, "rb") as f:
+        data = f.read(entries * index.entry_size)
+    fileops.atomic_write(segment.timeindex, data + TIME_ENTRY.pack(largest, offset - segment.base_offset))
+
+
+def advance_recovery_points(data_dir: str, results: List[RecoverResult]) -> None:
+    """The data dir's recovery-point-offset-checkpoint: each recovered partition at its log end (written
+    last, once per data dir: the broker then starts recovery at the empty active segment)."""
+    done = [r for r in results if r.problem is None and not r.dry_run and r.data_dir == data_dir]
+    if not done:
+        return
+    path = os.path.join(data_dir, RECOVERY_POINT_CHECKPOINT)
+    entries: Dict = read_offset_checkpoint(path) if os.path.exists(path) else {}
+    for r in done:
+        entries[(r.topic, r.partition_id)] = r.log_end_offset
+    fileops.atomic_write(path, format_offset_checkpoint(entries).encode())
