@@ -1,0 +1,134 @@
+"""kstore replicas and merge on copies of a partition written by Kafka's own leader and follower code
+(append-log): a diverged old leader (unclean election), a truncated follower, a leader whose oldest
+segment retention removed. The divergence offset is Kafka's truncation rule's; the merge keeps every offset
+of the surviving lineage once, reports the diverged ones, and Kafka loads it without truncating."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kstore_cli.cli import _register_commands, cli
+from kstore_cli.segment.reader import read_batches
+from kstore_cli.segment.replicas import compare, end_offset_for
+
+_register_commands()
+T = 1_700_000_000_000
+CONFIG = ["--config", "segment.bytes=1500", "--clock", str(T), "--checkpoints"]
+
+
+def _batch(epoch: int, tag: str, n: int = 3) -> dict:
+    return {"op": "leader", "leaderEpoch": epoch,
+            "records": [{"timestamp": T + i, "key": f"{tag}-{i}", "value": f"{tag}-value-{i}" * 4} for i in range(n)]}
+
+
+def _batches(part: Path) -> list:
+    out = []
+    for log in sorted(part.glob("*.log")):
+        data = log.read_bytes()
+        out.extend((b.base_offset, b.last_offset, data[b.position:b.position + b.size]) for b in read_batches(str(log)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def copies(oracle, tmp_path_factory):
+    root = tmp_path_factory.mktemp("replicas")
+    common = [_batch(0, f"c{i}") for i in range(12)]
+    res = oracle.append_log(root / "common" / "t-0", common, *CONFIG)
+    assert res.rc == 0, res.stderr[-1500:]
+    common_leo = json.loads(res.lines[-1])["log_end_offset"]
+    for name in ("a", "b"):
+        shutil.copytree(root / "common", root / name)
+    # a: elected leader at epoch 1 (unclean election: b's last appends never reached it)
+    ops_a = [{"op": "leaderEpochStart", "epoch": 1, "offset": common_leo}] + [_batch(1, f"a{i}") for i in range(8)]
+    res_a = oracle.append_log(root / "a" / "t-0", ops_a, *CONFIG)
+    # b: the old leader at epoch 0, which appended 3 batches before it failed
+    res_b = oracle.append_log(root / "b" / "t-0", [_batch(0, f"b{i}") for i in range(3)], *CONFIG)
+    assert res_a.rc == 0 and res_b.rc == 0, (res_a.stderr[-1500:], res_b.stderr[-1500:])
+    # c: a follower of a that truncated (KIP-101 style) and is behind
+    shutil.copytree(root / "a", root / "c")
+    res_c = oracle.append_log(root / "c" / "t-0", [{"op": "truncateTo", "offset": common_leo + 6}], *CONFIG)
+    assert res_c.rc == 0, res_c.stderr[-1500:]
+    # a's oldest segment removed by retention (its log start offset raised past it)
+    a_part = root / "a" / "t-0"
+    oldest = sorted(a_part.glob("*.log"))[0]
+    second = sorted(a_part.glob("*.log"))[1]
+    for f in a_part.glob(oldest.name.split(".")[0] + ".*"):
+        f.unlink()
+    first_base = int(second.name.split(".")[0])
+    (root / "a" / "log-start-offset-checkpoint").write_text(f"0\n1\nt 0 {first_base}\n")
+    return root, common_leo, json.loads(res_a.lines[-1]), first_base
+
+
+def test_end_offset_for_is_kafkas() -> None:
+    cache = [(0, 0), (2, 10), (5, 20)]
+    assert end_offset_for(cache, 5, 30) == (5, 30)     # the latest epoch: the log end
+    assert end_offset_for(cache, 3, 30) == (2, 20)     # the largest epoch below, ending at the next one's start
+    assert end_offset_for(cache, 0, 30) == (0, 10)
+    assert end_offset_for(cache, 7, 30) == (-1, -1)    # past every known epoch
+    assert end_offset_for([(4, 10)], 1, 30) == (1, 10)  # below every known epoch
+
+
+def test_the_divergence_offset_is_kafkas_truncation_point(copies) -> None:
+    root, common_leo, summary_a, _first = copies
+    (pc,) = compare([str(root / n) for n in ("a", "b", "c")])
+    by = {Path(c.path).parent.name: c for c in pc.copies}
+    assert by["a"].role == "leader" and summary_a["leader_epoch_cache"][-1][0] == 1
+    # b (epoch 0) asks a for the end of epoch 0: the start of epoch 1 in a's cache, where the fork began
+    assert by["b"].truncate_to == common_leo == summary_a["leader_epoch_cache"][-1][1]
+    assert by["b"].diverged == (common_leo, by["b"].log_end_offset - 1) and pc.divergent
+    assert by["c"].truncate_to == by["c"].log_end_offset and by["c"].diverged is None  # only behind
+    # below the truncation point the copies hold the same batches, byte for byte
+    a_batches = {b[0]: b for b in _batches(root / "a" / "t-0")}
+    for base, last, raw in _batches(root / "b" / "t-0"):
+        if last < common_leo and base in a_batches:
+            assert raw == a_batches[base][2]
+
+
+def test_kafkas_truncation_leaves_exactly_the_common_prefix(copies, oracle, tmp_path) -> None:
+    root, common_leo, _summary_a, _first = copies
+    shutil.copytree(root / "b", tmp_path / "b")
+    res = oracle.append_log(tmp_path / "b" / "t-0", [{"op": "truncateTo", "offset": common_leo}], *CONFIG)
+    assert json.loads(res.lines[-1])["log_end_offset"] == common_leo
+    after = _batches(tmp_path / "b" / "t-0")
+    assert [b[2] for b in after] == [b[2] for b in _batches(root / "common" / "t-0")]
+
+
+def test_merge_keeps_the_lineage_once_and_kafka_loads_it(copies, oracle, tmp_path) -> None:
+    root, common_leo, summary_a, first_base = copies
+    out, side = tmp_path / "out", tmp_path / "diverged"
+    result = CliRunner().invoke(cli, ["merge", "--json", "--output-dir", str(out), "--keep-diverged", str(side),
+                                      *(str(root / n) for n in ("a", "b", "c"))])
+    assert result.exit_code == 1, result.output  # b diverged: said in the exit status
+    (row,) = [json.loads(line) for line in result.output.splitlines()]
+    assert row["diverged"] == [{"copy": str(root / "b" / "t-0"), "firstOffset": common_leo,
+                                "lastOffset": common_leo + 3 * 3 - 1}]  # b's three batches of three records
+    merged = _batches(out / "t-0")
+    offsets = [o for base, last, _raw in merged for o in range(base, last + 1)]
+    assert offsets == list(range(0, summary_a["log_end_offset"]))  # every offset of the lineage, once
+    a_batches = {b[0]: b[2] for b in _batches(root / "a" / "t-0")}
+    common = {b[0]: b[2] for b in _batches(root / "common" / "t-0")}
+    for base, _last, raw in merged:
+        assert raw == (a_batches.get(base) or common[base])  # byte for byte from the lineage
+    assert row["sources"][0]["lastOffset"] == first_base - 1
+    side_batches = _batches(side / "copy1" / "t-0") or _batches(next(side.glob("*/t-0")))
+    assert side_batches and side_batches[0][0] == common_leo
+    clean, unclean = oracle.run_many([("load-log", [str(out / "t-0"), "--clean"]),
+                                      ("load-log", [str(out / "t-0"), "--unclean"])])
+    for res in (clean, unclean):
+        s = res.one("summary")
+        assert s["ok"] and s["truncations"] == [] and s["deleted_segments"] == [], s
+        assert s["log_start_offset"] == 0 and s["log_end_offset"] == summary_a["log_end_offset"]
+        assert [r["offset"] for r in res.of_type("record")] == offsets
+
+
+def test_replicas_cli(copies) -> None:
+    root, _leo, _s, _f = copies
+    agree = CliRunner().invoke(cli, ["replicas", str(root / "a"), str(root / "c")])
+    assert agree.exit_code == 0 and "copies agree" in agree.output
+    diverged = CliRunner().invoke(cli, ["replicas", "--json", str(root / "a"), str(root / "b")])
+    assert diverged.exit_code == 1 and json.loads(diverged.output)["divergent"]
