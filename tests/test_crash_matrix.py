@@ -109,6 +109,18 @@ def _damaged_tail(data: Path) -> None:
     Path(seg.log).write_bytes(bytes(raw))
 
 
+def _unclean_damaged_tail(data: Path) -> None:
+    """_damaged_tail after an unclean shutdown whose recovery point is still 0: the broker's startup
+    recovers every segment, and cuts at the damage."""
+    _damaged_tail(data)
+    from kstore_cli.segment.checkpoint import format_offset_checkpoint, read_offset_checkpoint
+
+    path = data / "recovery-point-offset-checkpoint"
+    entries = read_offset_checkpoint(str(path))
+    entries = {k: 0 for k in entries}
+    path.write_text(format_offset_checkpoint(entries))
+
+
 def _legacy(data: Path) -> None:
     make_data_dir(data, magic=1, codec=GZIP)
 
@@ -170,6 +182,13 @@ SCENARIOS = [
     Scenario("retain-log-start-offset", make_data_dir,
              lambda d: ["retain", "--now", str(NOW), "--retention-ms", "-1", "--log-start-offset", "40",
                         str(d / "orders-0")], min_ops=12),
+    # Kafka's startup recovery offline: the same cut as rebuild-index --truncate, then the producer snapshot,
+    # the roll and the recovery point.
+    Scenario("recover", _unclean_damaged_tail, lambda d: ["recover", "--jobs", "1", str(d)],
+             damaged_input=True, min_ops=15),
+    # Salvage keeps the batches after the damage too: a gap in the offsets, not a prefix.
+    Scenario("salvage-in-place", _damaged_tail, lambda d: ["salvage", "--in-place", str(d / "orders-0")],
+             damaged_input=True, min_ops=8, contiguous=False),
     Scenario("compact", _compactable, lambda d: _compact_argv(d), min_ops=15, contiguous=False),
     # Three groups ([0] clean, [15] dirty with the aborted transaction, [36] dirty), each swapped in
     # on its own: a crash between two swaps leaves part of the pass done, which the rerun resumes.

@@ -44,8 +44,8 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
     broker makes this refuse, unless --force). Crash-safe: a rerun after a kill finishes the work.
 
     \b
-    Exit status: 0 recovered (cut or not), 1 a partition could not be recovered or a log was cut,
-    2 usage, 3 unreadable.
+    Exit status: 0 recovered (a cut made and quarantined included), 1 a partition could not be
+    recovered, or with --dry-run a log would be cut, 2 usage, 3 unreadable.
 
     \b
     Example:
@@ -88,7 +88,9 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
         click.echo(json.dumps({"type": "summary", "partitions": len(results), "dryRun": dry_run, "jobs": jobs,
                                "cut": sum(1 for r in results if r.cut_at), "problems": sum(1 for r in results if r.problem),
                                "bytesValidated": sum(r.bytes_validated for r in results)}, sort_keys=True))
-    if any(r.problem or r.cut_at for r in results):
+    # A cut made is recovery done (its bytes are quarantined), as rebuild-index --truncate; one still to make
+    # (a dry run) or a partition left unrecovered is a problem.
+    if any(r.problem or (dry_run and r.cut_at) for r in results):
         ctx.exit(int(ExitStatus.PROBLEMS))
 
 

@@ -42,8 +42,9 @@ def command(ctx: click.Context, partition_dir: str, output_dir: Optional[str], i
     .log is replaced atomically; the broker's .lock is respected (--force overrides).
 
     \b
-    Exit status: 0 nothing damaged (a zero-filled preallocated tail is not damage), 1 damaged
-    ranges found (and left out), 2 usage, 3 unreadable.
+    Exit status: 0 nothing damaged (a zero-filled preallocated tail is not damage) or --in-place
+    done, 1 damaged ranges found (with --dry-run or --output-dir: the input still holds them),
+    2 usage, 3 unreadable.
 
     \b
     Example:
@@ -81,5 +82,7 @@ def command(ctx: click.Context, partition_dir: str, output_dir: Optional[str], i
         if report is not None:
             click.echo(f"written: {report.destination}" + (f"; damaged bytes in {report.quarantine_dir}"
                                                           if report.quarantine_dir else ""))
-    if plan.damaged:
+    # In place, damage left out and quarantined is salvage done (a rerun finds nothing): 0, as
+    # rebuild-index --truncate; a dry run or a copy leaves the damaged input as it was: 1.
+    if plan.damaged and not in_place:
         ctx.exit(int(ExitStatus.PROBLEMS))

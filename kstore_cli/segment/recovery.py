@@ -698,7 +698,7 @@ def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Option
     partition = plan.partition
     root = quarantine_root or default_quarantine_root(partition)
     partition_root = os.path.join(os.path.abspath(root), partition.name)
-    _tidy_quarantine(partition_root)
+    tidy_quarantine(partition_root)
     log = damaged.segment.log
     # Every file to be written here is checked first: none may be a link (or a FIFO...).
     fileops.refuse_links(fileops.partition_files(partition.path, partition.data_dir))
@@ -843,7 +843,7 @@ def _resumable_quarantine(partition_root: str, partition: Partition, log: str,
     return None
 
 
-def _tidy_quarantine(partition_root: str) -> None:
+def tidy_quarantine(partition_root: str) -> None:
     """Remove what a killed run left half-done in earlier quarantine dirs of a partition: kstore's
     own temporary files and empty dirs. Quarantined data is never touched."""
     if not os.path.isdir(partition_root):

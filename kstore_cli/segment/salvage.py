@@ -37,12 +37,13 @@ from kstore_cli.segment.producer_state import ProducerStateManager
 from kstore_cli.segment.reader import iterate_source, map_file, read_batches
 from kstore_cli.segment.recovery import (
     MANIFEST,
-    checkpoint_changes,
-    utc_stamp,
     apply_plan,
+    checkpoint_changes,
     default_quarantine_root,
     is_zero,
     plan_partition,
+    tidy_quarantine,
+    utc_stamp,
 )
 from kstore_cli.segment.snapshot import build_snapshot
 
@@ -309,20 +310,46 @@ def salvage_to(plan: SalvagePlan, output_root: str) -> SalvageReport:
     return report
 
 
+def _unfinished(partition_root: str) -> List[str]:
+    """Salvage quarantine dirs of the partition whose run was killed before its last step."""
+    out = []
+    if os.path.isdir(partition_root):
+        for name in sorted(os.listdir(partition_root)):
+            manifest = os.path.join(partition_root, name, MANIFEST)
+            if name.endswith("-salvage") and os.path.isfile(manifest):
+                with open(manifest, encoding="utf-8") as f:
+                    if not json.load(f).get("finished"):
+                        out.append(os.path.join(partition_root, name))
+    return out
+
+
+def _mark_finished(qdir: str) -> None:
+    path = os.path.join(qdir, MANIFEST)
+    with open(path, encoding="utf-8") as f:
+        manifest = json.load(f)
+    manifest["finished"] = True
+    fileops.atomic_write(path, (json.dumps(manifest, indent=1) + "\n").encode())
+
+
 def salvage_in_place(plan: SalvagePlan, quarantine_root: Optional[str] = None) -> SalvageReport:
     """Rewrite the damaged segments of the partition in place, each damaged range's bytes first copied to
     ``<quarantine root>/<partition>/<UTC time>-salvage/`` (with a manifest). Crash-safe: every .log is
-    replaced atomically after its damaged bytes are in the quarantine dir; a rerun finds what is left
-    (a segment already rewritten holds no damage) and finishes; the indexes and the snapshot come last."""
+    replaced atomically after its damaged bytes are in the quarantine dir; the indexes, checkpoints and
+    the producer snapshot follow, and the manifest is marked finished last. A rerun finds what is left: a
+    segment already rewritten holds no damage, and a run whose manifest is not finished gets its last
+    steps done."""
     src = plan.partition
     report = SalvageReport(src.path)
+    partition_root = os.path.join(os.path.abspath(quarantine_root or default_quarantine_root(src)), src.name)
+    tidy_quarantine(partition_root)  # a killed run's half-written files
+    pending = _unfinished(partition_root)
     changed = [s for s in plan.segments if s.changed]
     if changed:
-        root = quarantine_root or default_quarantine_root(src)
-        qdir = os.path.join(os.path.abspath(root), src.name, utc_stamp() + "-salvage")
+        qdir = os.path.join(partition_root, utc_stamp() + "-salvage")
         fileops.make_dirs(qdir, like=src.data_dir)
         report.quarantine_dir = qdir
-        manifest = {"partition": src.path, "kind": "salvage", "ranges": []}
+        pending.append(qdir)
+        manifest = {"partition": src.path, "kind": "salvage", "finished": False, "ranges": []}
         for seg in changed:
             for rng in seg.damaged:
                 name = f"{os.path.basename(rng.log)}.{rng.start}-{rng.end}.{rng.kind.replace(' ', '-')}"
@@ -347,8 +374,10 @@ def salvage_in_place(plan: SalvagePlan, quarantine_root: Optional[str] = None) -
             continue
         _write_log(seg.segment.log, seg)
         report.segments_written.append(seg.segment.log)
-    if changed:
+    if pending:
         for change in checkpoint_changes(src, plan.log_end_offset):
             fileops.atomic_write(change["file"], change["_data"])
         _finish(src.path, plan.log_end_offset, report)
+        for qdir in pending:
+            _mark_finished(qdir)
     return report
