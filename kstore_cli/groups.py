@@ -19,7 +19,7 @@ from kstore_cli.parsers.schemas import GROUP_COORDINATOR_RECORDS
 from kstore_cli.parsers.wire import JavaError
 from kstore_cli.segment.batch import parse_control_key
 from kstore_cli.segment.checkpoint import read_offset_checkpoint
-from kstore_cli.segment.logdir import Partition, resolve
+from kstore_cli.segment.logdir import Partition, coordinator_partitions
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.segment.text import java_string_hash
 
@@ -178,15 +178,8 @@ def _log_end_offset(partition: Partition) -> Optional[int]:
 def load_groups(paths: Iterable[str], *, num_partitions: int = DEFAULT_OFFSETS_PARTITIONS,
                 groups: Optional[List[str]] = None, topics: Optional[List[str]] = None) -> GroupsState:
     """Committed offsets of every group in the ``__consumer_offsets`` partitions under `paths`."""
-    if num_partitions < 1:
-        raise UsageError(f"the number of {OFFSETS_TOPIC} partitions must be at least 1, not {num_partitions}")
-    partitions = [t.partition for t in resolve(paths)]
-    offsets_parts = sorted((p for p in partitions if p.topic == OFFSETS_TOPIC), key=lambda p: p.partition)
-    found = sorted({p.partition for p in offsets_parts})
-    beyond = [n for n in found if n >= num_partitions]
-    if beyond:
-        raise UsageError(f"{OFFSETS_TOPIC}-{beyond[0]} found but the topic has {num_partitions} partitions "
-                         "(set --offsets-partitions to offsets.topic.num.partitions)")
+    partitions, offsets_parts, found = coordinator_partitions(
+        paths, OFFSETS_TOPIC, num_partitions, "--offsets-partitions to offsets.topic.num.partitions")
     loader = _Loader(num_partitions)
     for partition in offsets_parts:
         loader.load_partition(partition)

@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from kstore_cli.errors import KstoreError, RecordParseError, UsageError
+from kstore_cli.errors import KstoreError, RecordParseError
 from kstore_cli.parsers.txnlog import STATES, read_transaction_record
-from kstore_cli.segment.logdir import Partition, resolve
+from kstore_cli.segment.logdir import Partition, coordinator_partitions
 from kstore_cli.segment.producer_state import ProducerStateManager
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.segment.text import java_string_hash
@@ -196,15 +196,8 @@ def load_transactions(paths: Iterable[str], *, now: int, num_partitions: int = D
                       transactional_ids: Optional[List[str]] = None,
                       topics: Optional[List[str]] = None) -> TransactionsReport:
     """The coordinator's transactional ids and every data partition's open transactions under `paths`."""
-    if num_partitions < 1:
-        raise UsageError(f"the number of {TRANSACTION_TOPIC} partitions must be at least 1, not {num_partitions}")
-    partitions = [t.partition for t in resolve(paths)]
-    coordinator = sorted((p for p in partitions if p.topic == TRANSACTION_TOPIC), key=lambda p: p.partition)
-    found = sorted({p.partition for p in coordinator})
-    beyond = [n for n in found if n >= num_partitions]
-    if beyond:
-        raise UsageError(f"{TRANSACTION_TOPIC}-{beyond[0]} found but the topic has {num_partitions} partitions "
-                         "(set --transaction-partitions to transaction.state.log.num.partitions)")
+    partitions, coordinator, found = coordinator_partitions(
+        paths, TRANSACTION_TOPIC, num_partitions, "--transaction-partitions to transaction.state.log.num.partitions")
     skipped: List[Tuple[str, int, str]] = []
     loaded = _load_coordinator(coordinator, num_partitions, skipped)
     missing = [n for n in range(num_partitions) if n not in found]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from kstore_cli.errors import KstoreError
-from kstore_cli.segment import fileops, names
+from kstore_cli.segment import fileops
 from kstore_cli.segment.checkpoint import (
     RECOVERY_POINT_CHECKPOINT,
     format_offset_checkpoint,
@@ -40,7 +40,6 @@ from kstore_cli.segment.producer_state import ProducerStateManager
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.segment.recovery import apply_plan, checkpoint_changes, plan_partition
 from kstore_cli.segment.retention import roll_empty_segment
-from kstore_cli.segment.snapshot import build_snapshot
 
 
 @dataclass
@@ -140,10 +139,7 @@ def _after_recovery(partition: Partition, result: RecoverResult) -> None:
     for offset, path in sorted(partition.snapshots.items()):
         if offset > leo:
             fileops.unlink(path)  # past the log end: LogLoader deletes these (their log was never flushed)
-    state = ProducerStateManager.load(partition)
-    snapshot = os.path.join(partition.path, names.filename_prefix(leo) + names.SNAPSHOT_SUFFIX)
-    fileops.atomic_write(snapshot, build_snapshot(sorted(state.producers.values(), key=lambda e: e.producer_id)))
-    result.snapshot = snapshot
+    result.snapshot = ProducerStateManager.load(partition).write_snapshot(partition.path, leo)
     last = partition.segments[-1] if partition.segments else None
     if last is not None and last.base_offset < leo:
         _final_time_entry(last)

@@ -290,6 +290,21 @@ def resolve(paths: Iterable[str], topics: Optional[str] = None) -> List[Target]:
     return targets
 
 
+def coordinator_partitions(paths: Iterable[str], topic: str, num_partitions: int,
+                           option: str) -> Tuple[List["Partition"], List["Partition"], List[int]]:
+    """Every partition under `paths`, those of a coordinator's internal `topic` (by partition number), and
+    the numbers found; a partition number past `num_partitions` is a usage error naming `option`."""
+    if num_partitions < 1:
+        raise UsageError(f"the number of {topic} partitions must be at least 1, not {num_partitions}")
+    partitions = [t.partition for t in resolve(paths)]
+    internal = sorted((p for p in partitions if p.topic == topic), key=lambda p: p.partition)
+    found = sorted({p.partition for p in internal})
+    beyond = [n for n in found if n >= num_partitions]
+    if beyond:
+        raise UsageError(f"{topic}-{beyond[0]} found but the topic has {num_partitions} partitions (set {option})")
+    return partitions, internal, found
+
+
 def group_by_data_dir(targets: Iterable[Target]) -> Dict[str, List[Target]]:
     """Targets keyed by their data directory (one lock per data dir)."""
     out: Dict[str, List[Target]] = {}

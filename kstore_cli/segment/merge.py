@@ -28,10 +28,9 @@ from kstore_cli.segment.checkpoint import (
 )
 from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.producer_state import ProducerStateManager
-from kstore_cli.segment.reader import map_file, read_batches
+from kstore_cli.segment.reader import map_file
 from kstore_cli.segment.recovery import apply_plan, plan_partition
 from kstore_cli.segment.replicas import Copy, PartitionCopies, compare
-from kstore_cli.segment.snapshot import build_snapshot
 
 
 @dataclass
@@ -85,12 +84,7 @@ def _donor(pc: PartitionCopies, leader: Copy, limit: int) -> Optional[Copy]:
 
 def _finish(destination: str, end_offset: int) -> None:
     apply_plan(plan_partition(Partition(destination)))
-    state = ProducerStateManager()
-    for segment in Partition(destination).segments:
-        for batch in read_batches(segment.log):
-            state.update(batch)
-    snap = os.path.join(destination, names.filename_prefix(end_offset) + names.SNAPSHOT_SUFFIX)
-    fileops.atomic_write(snap, build_snapshot(sorted(state.producers.values(), key=lambda e: e.producer_id)))
+    ProducerStateManager.replay(Partition(destination)).write_snapshot(destination, end_offset)
 
 
 def _merge_one(pc: PartitionCopies, output_root: str, keep_diverged: Optional[str]) -> MergeResult:

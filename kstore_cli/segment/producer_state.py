@@ -20,7 +20,8 @@ from kstore_cli.errors import CorruptSnapshotError, KstoreError
 from kstore_cli.segment.batch import parse_control_key, parse_end_txn_marker
 from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.reader import read_batches
-from kstore_cli.segment.snapshot import ProducerEntry, read_snapshot
+from kstore_cli.segment import fileops, names
+from kstore_cli.segment.snapshot import ProducerEntry, build_snapshot, read_snapshot
 
 
 class ProducerStateManager:
@@ -67,6 +68,23 @@ class ProducerStateManager:
             except KstoreError:
                 break
         return state
+
+    @classmethod
+    def replay(cls, partition: Partition) -> "ProducerStateManager":
+        """The state from the log alone (every batch from the log start, no snapshot): what a log
+        kstore just wrote holds."""
+        state = cls()
+        state.source = "the log from its start"
+        for segment in partition.segments:
+            for batch in read_batches(segment.log):
+                state.update(batch)
+        return state
+
+    def write_snapshot(self, partition_dir: str, end_offset: int) -> str:
+        """ProducerStateManager.takeSnapshot: ``<end offset>.snapshot`` in the partition dir (atomic)."""
+        path = os.path.join(partition_dir, names.filename_prefix(end_offset) + names.SNAPSHOT_SUFFIX)
+        fileops.atomic_write(path, build_snapshot(sorted(self.producers.values(), key=lambda e: e.producer_id)))
+        return path
 
     def update(self, batch) -> None:
         """Apply one batch (REPLICATION origin)."""

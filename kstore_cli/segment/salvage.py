@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, List, Optional
 
 from kstore_cli.errors import CorruptDataError, KstoreError, UsageError
-from kstore_cli.segment import fileops, names
+from kstore_cli.segment import fileops
 from kstore_cli.segment.checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
     PARTITION_METADATA,
@@ -34,7 +34,7 @@ from kstore_cli.segment.checkpoint import (
 )
 from kstore_cli.segment.logdir import Partition, Segment
 from kstore_cli.segment.producer_state import ProducerStateManager
-from kstore_cli.segment.reader import iterate_source, map_file, read_batches
+from kstore_cli.segment.reader import iterate_source, map_file
 from kstore_cli.segment.recovery import (
     MANIFEST,
     apply_plan,
@@ -45,7 +45,6 @@ from kstore_cli.segment.recovery import (
     tidy_quarantine,
     utc_stamp,
 )
-from kstore_cli.segment.snapshot import build_snapshot
 
 _PREFIX = struct.Struct(">qiib")  # base offset, length, leader epoch, magic
 _MIN_ENTRY = 14  # LegacyRecord.RECORD_OVERHEAD_V0
@@ -279,13 +278,7 @@ def _finish(destination: str, end_offset: int, report: SalvageReport) -> None:
     for offset, path in sorted(part.snapshots.items()):
         if offset > end_offset:
             fileops.unlink(path)  # state past the log end (Kafka deletes these at load); its log is gone
-    state = ProducerStateManager()
-    for segment in Partition(destination).segments:
-        for batch in read_batches(segment.log):
-            state.update(batch)
-    snap = os.path.join(destination, names.filename_prefix(end_offset) + names.SNAPSHOT_SUFFIX)
-    fileops.atomic_write(snap, build_snapshot(sorted(state.producers.values(), key=lambda e: e.producer_id)))
-    report.snapshot = snap
+    report.snapshot = ProducerStateManager.replay(Partition(destination)).write_snapshot(destination, end_offset)
 
 
 def salvage_to(plan: SalvagePlan, output_root: str) -> SalvageReport:

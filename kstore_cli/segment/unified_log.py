@@ -48,23 +48,20 @@ class DataDirState:
         #: The error that made a checkpoint unusable (tolerant mode only).
         self.log_start_offsets_error: Optional[KstoreError] = None
         self.high_watermarks_error: Optional[KstoreError] = None
-        self.log_start_offsets: Dict[Tuple[str, int], int] = {}
+        self.log_start_offsets: Dict[Tuple[str, int], int] = self._read(lso_path, tolerant, "log_start_offsets") or {}
         #: None when there is no replication-offset-checkpoint at all (a copy, an archive).
-        self.high_watermarks: Optional[Dict[Tuple[str, int], int]] = None
+        self.high_watermarks: Optional[Dict[Tuple[str, int], int]] = self._read(hw_path, tolerant, "high_watermarks")
+
+    def _read(self, path: str, tolerant: bool, what: str) -> Optional[Dict[Tuple[str, int], int]]:
+        if not os.path.exists(path):
+            return None
         try:
-            if os.path.exists(lso_path):
-                self.log_start_offsets = read_offset_checkpoint(lso_path)
+            return read_offset_checkpoint(path)
         except KstoreError as exc:
             if not tolerant:
                 raise
-            self.log_start_offsets_error = exc
-        try:
-            if os.path.exists(hw_path):
-                self.high_watermarks = read_offset_checkpoint(hw_path)
-        except KstoreError as exc:
-            if not tolerant:
-                raise
-            self.high_watermarks_error = exc
+            setattr(self, what + "_error", exc)
+            return None
 
 
 @dataclass(frozen=True)

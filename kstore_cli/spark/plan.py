@@ -34,7 +34,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from kstore_cli.errors import KstoreError, UsageError
 from kstore_cli.segment import fileops, logdir
-from kstore_cli.segment.index import OffsetIndex, TimeIndex, TransactionIndex
+from kstore_cli.segment.index import OffsetIndex, TransactionIndex
 from kstore_cli.segment.log_segment import max_timestamp_so_far
 from kstore_cli.segment.logdir import LookupStats, Partition, Segment
 from kstore_cli.segment.reader import read_batches
