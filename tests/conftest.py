@@ -75,3 +75,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if oracle is not None and oracle.invocations:
         terminalreporter.write_line(
             f"kafka-oracle: {oracle.invocations} Kafka invocations in {oracle.jvm_starts} JVM(s)")
+
+
+def json_lines_summary(output: str) -> dict:
+    """A command's --json output (JSON Lines: one line per partition or group, then a `summary`) as one
+    object: the summary's fields, with the item lines under "partitions" (or "groups")."""
+    import json as _json
+
+    rows = [_json.loads(line) for line in output.splitlines() if line.strip()]
+    assert rows and all("type" in r for r in rows), output
+    summary = dict(rows[-1])
+    assert summary.pop("type") == "summary", rows[-1]
+    items = [{k: v for k, v in r.items() if k != "type"} for r in rows[:-1]]
+    if any(r["type"] == "group" for r in rows[:-1]):
+        summary["groups"] = [dict(i, type=i.pop("groupType")) for i in items]
+    else:
+        summary["partitions"] = items
+    return summary

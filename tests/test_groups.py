@@ -17,7 +17,7 @@ from kstore_cli.cli import _register_commands, cli
 from kstore_cli.groups import java_string_hash, load_groups, partition_for, reset_offsets_csv
 from kstore_cli.parsers.schema import write_message
 from kstore_cli.parsers.schemas import GROUP_COORDINATOR
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, json_lines_summary
 
 LOGS = CORPUS / "logs"
 _register_commands()
@@ -91,7 +91,7 @@ def test_cli_reset_offsets_csv_and_json():
     res = CliRunner().invoke(cli, ["groups", str(LOGS / "__consumer_offsets-0"), "--offsets-partitions", "1",
                                    "--json"])
     assert res.exit_code == 0
-    doc = json.loads(res.stdout)
+    doc = json_lines_summary(res.stdout)
     assert [g["group"] for g in doc["groups"]] == ["eos-app", "orders-app"]
     assert doc["missingPartitions"] == []
 

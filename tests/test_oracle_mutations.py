@@ -42,7 +42,7 @@ from kstore_cli.segment.checkpoint import read_offset_checkpoint
 from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.reader import read_batches
 from tests import safety_data
-from tests.conftest import CORPUS, GOLDEN
+from tests.conftest import CORPUS, GOLDEN, json_lines_summary
 from tests.oracle_gen import Gen, damage_partition
 from kstore_cli.segment.names import filename_prefix
 from kstore_cli.segment.recovery import apply_plan, plan_partition
@@ -627,7 +627,7 @@ def test_compact_says_why_it_did_not_clean(tmp_path) -> None:
     (tmp_path / "topics.ini").write_text(_TOPIC_CONFIG_COMPACT)
     rc, text = run_kstore(["compact", "--json", "--topic-config", str(tmp_path / "topics.ini"), "--now", str(NOW),
                            "--force-clean", str(data)])
-    part = json.loads(text.splitlines()[0])["partitions"][0]
+    part = json_lines_summary(text)["partitions"][0]
     assert rc == 0 and part["lastStableOffset"] == 1 and not part["cleaned"]
     assert kstore_view(data / "gen31-0")["log_end_offset"] == 67
     assert part["reason"] == ("cleaning stops at the first unstable offset 1, where producer 48's transaction is "

@@ -10,6 +10,7 @@ from typing import Dict, List, Optional
 import click
 
 from kstore_cli.commands._options import (
+    json_option,
     SizeType,
     cluster_metadata_option,
     force_option,
@@ -141,7 +142,7 @@ def _skip_row(partition: Partition, why: str, policy: str, dry_run: bool, proble
               "would not yet.")
 @click.option("--dry-run", is_flag=True, help="Report what a pass would remove (records, batches, bytes); "
               "change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="A JSON summary on stdout.")
+@json_option("JSON Lines: a line per partition (what the pass removed), then a summary.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing on success; problems still go to stderr.")
 @force_option
 @topics_option
@@ -289,10 +290,13 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
     problems = [r for r in rows if r.get("problem")]
     if as_json:
         cleaned = [r for r in rows if r.get("cleaned")]
+        for row in rows:  # JSON Lines: a line per partition, then the summary
+            click.echo(json.dumps({"type": "partition", **row}, sort_keys=True))
         click.echo(json.dumps({
+            "type": "summary",
             "dryRun": dry_run,
             "now": now,
-            "partitions": rows,
+            "partitions": len(rows),
             "partitionsCleaned": len(cleaned),
             "recordsRemoved": sum(r["recordsRemoved"] for r in cleaned),
             "bytesBefore": sum(r["bytesBefore"] for r in cleaned),

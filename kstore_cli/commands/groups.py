@@ -7,27 +7,30 @@ from typing import Tuple
 
 import click
 
+from kstore_cli.commands._options import json_option
+
 from kstore_cli.errors import ExitStatus
 from kstore_cli.groups import DEFAULT_OFFSETS_PARTITIONS, OFFSETS_TOPIC, GroupsState, load_groups, reset_offsets_csv
 
 
 def _json(state: GroupsState) -> str:
-    return json.dumps({
-        "offsetsTopicPartitions": state.num_partitions,
-        "loadedPartitions": state.loaded_partitions,
-        "missingPartitions": state.missing_partitions,
+    """JSON Lines: a line per group (its offsets inside), then the summary."""
+    lines = [json.dumps({
+        "type": "group", "group": g.group_id, "groupType": g.kind, "protocolType": g.protocol_type,
+        "generation": g.generation, "members": g.members, "coordinatorPartition": g.coordinator_partition,
+        "offsets": [{"topic": c.topic, "partition": c.partition, "offset": c.offset,
+                     "leaderEpoch": c.leader_epoch, "metadata": c.metadata,
+                     "commitTimestamp": c.commit_timestamp, "logEndOffset": c.log_end_offset,
+                     "highWatermark": c.high_watermark, "lag": c.lag}
+                    for _k, c in sorted(g.offsets.items())],
+    }, sort_keys=True) for _n, g in sorted(state.groups.items())]
+    lines.append(json.dumps({
+        "type": "summary", "offsetsTopicPartitions": state.num_partitions,
+        "loadedPartitions": state.loaded_partitions, "missingPartitions": state.missing_partitions,
         "unknownGroups": [{"group": g, "partition": p} for g, p in sorted(state.unknown_groups.items())],
         "skippedRecords": [{"file": f, "offset": o, "reason": r} for f, o, r in state.skipped],
-        "groups": [{
-            "group": g.group_id, "type": g.kind, "protocolType": g.protocol_type, "generation": g.generation,
-            "members": g.members, "coordinatorPartition": g.coordinator_partition,
-            "offsets": [{"topic": c.topic, "partition": c.partition, "offset": c.offset,
-                         "leaderEpoch": c.leader_epoch, "metadata": c.metadata,
-                         "commitTimestamp": c.commit_timestamp, "logEndOffset": c.log_end_offset,
-                         "highWatermark": c.high_watermark, "lag": c.lag}
-                        for _k, c in sorted(g.offsets.items())],
-        } for _n, g in sorted(state.groups.items())],
-    }, indent=2)
+    }, sort_keys=True))
+    return "\n".join(lines)
 
 
 def _text(state: GroupsState) -> str:
@@ -66,7 +69,7 @@ def _warnings(state: GroupsState) -> list:
 @click.option("--topic", "topics", multiple=True, help="Only offsets of this topic (repeatable).")
 @click.option("--offsets-partitions", type=int, default=DEFAULT_OFFSETS_PARTITIONS, show_default=True,
               help=f"Partitions of {OFFSETS_TOPIC} (the cluster's offsets.topic.num.partitions).")
-@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@json_option("JSON Lines: a line per group with its offsets, then a summary.")
 @click.option("--format", "fmt", type=click.Choice(["table", "reset-offsets"]), default="table", show_default=True,
               help="reset-offsets: the CSV kafka-consumer-groups.sh --reset-offsets --from-file takes "
                    "(TOPIC,PARTITION,OFFSET with one --group, else GROUP,TOPIC,PARTITION,OFFSET).")

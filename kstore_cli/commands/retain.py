@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 
 import click
 
-from kstore_cli.commands._options import SizeType, cluster_metadata_option, force_option, now_option
+from kstore_cli.commands._options import SizeType, cluster_metadata_option, force_option, json_option, now_option
 
 from kstore_cli.commands._console import exit_with_problems
 from kstore_cli.commands._console import is_tty as _is_tty
@@ -130,7 +130,7 @@ def _render_table(rows: List[dict], dry_run: bool) -> None:
 @click.option("--delete-delay-ms", type=click.IntRange(min=0), default=0, show_default=True,
               help="Keep the renamed .deleted files this long; a later run removes them.")
 @click.option("--dry-run", is_flag=True, help="Print what would be deleted and the bytes freed; change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="A JSON summary on stdout.")
+@json_option("JSON Lines: a line per partition (what was deleted and why), then a summary.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing on success (for cron); problems still go to stderr.")
 @force_option
 @cluster_metadata_option
@@ -215,10 +215,13 @@ def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_mi
     problems = [r for r in rows if r["problem"]]
     if as_json:
         active = [r for r in rows if not r["problem"] and not r["skipped"]]
+        for row in rows:  # JSON Lines: a line per partition, then the summary
+            click.echo(json.dumps({"type": "partition", **row}, sort_keys=True))
         click.echo(json.dumps({
+            "type": "summary",
             "dryRun": dry_run,
             "now": now,
-            "partitions": rows,
+            "partitions": len(rows),
             "segmentsDeleted": sum(r["segmentsDeleted"] for r in active),
             "bytesFreed": sum(r["bytesFreed"] for r in active),
             "bytesDeferred": sum(r["bytesDeferred"] for r in active),

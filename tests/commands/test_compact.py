@@ -25,7 +25,7 @@ from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.names import filename_prefix
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.segment.swap import resolve_leftovers
-from tests.conftest import GOLDEN, ROOT, lock_held
+from tests.conftest import GOLDEN, ROOT, lock_held, json_lines_summary
 from tests.segment.partition_factory import tree_state
 
 _register_commands()
@@ -145,7 +145,7 @@ def test_golden_cleaner_cases_pass_by_pass(tmp_path: Path, case: str) -> None:
                      "--dedupe-buffer-bytes", str(1 << 20),
                      "--topic-config", str(part.parent.parent / f"{case}-topics.ini"), "--config", str(part.parent.parent / "server.properties"), "--json", str(part))
         assert result.exit_code == 0, result.output
-        row = json.loads(result.output)["partitions"][0]
+        row = json_lines_summary(result.output)["partitions"][0]
         assert row["cleaned"], row
         # Cleaner.clean()'s arguments, return value and CleanerStats, as Kafka reported them.
         assert row["firstDirtyOffset"] == info["firstDirtyOffset"]
@@ -210,7 +210,7 @@ def test_dry_run_changes_nothing_and_reports_what_a_run_removes(tmp_path: Path) 
     assert tree_state(tmp_path) == before
     real = run(*NOW, "--json", str(part))
     assert real.exit_code == 0, real.output
-    d, r = json.loads(dry.output), json.loads(real.output)
+    d, r = json_lines_summary(dry.output), json_lines_summary(real.output)
     assert d["dryRun"] and not r["dryRun"]
     for key in ("recordsRemoved", "bytesBefore", "bytesAfter"):
         assert d[key] == r[key] and r[key] > 0
@@ -225,7 +225,7 @@ def test_json_and_text_output_and_policy_of_a_data_dir(tmp_path: Path) -> None:
     write_partition(data, topic="__consumer_offsets")
     result = run(*CLOCK, "--json", str(data))
     assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
+    out = json_lines_summary(result.output)
     rows = {Path(r["partition"]).name: r for r in out["partitions"]}
     assert rows["orders-0"]["skipped"].startswith("cleanup.policy=delete")
     assert rows["__consumer_offsets-0"]["cleaned"] and rows["__consumer_offsets-0"]["policy"] == "compact"
@@ -237,18 +237,18 @@ def test_json_and_text_output_and_policy_of_a_data_dir(tmp_path: Path) -> None:
     topics = tmp_path / "topics.ini"
     topics.write_text("[orders]\ncleanup.policy = compact,delete\nretention.ms = -1\n")
     again = run(*CLOCK, "--topic-config", str(topics), "--json", str(data))
-    rows = {Path(r["partition"]).name: r for r in json.loads(again.output)["partitions"]}
+    rows = {Path(r["partition"]).name: r for r in json_lines_summary(again.output)["partitions"]}
     assert rows["orders-0"]["cleaned"]
 
 
 def test_not_eligible_below_the_dirty_ratio_unless_forced(tmp_path: Path) -> None:
     part = write_partition(tmp_path / "data")
     result = run(*NOW, "--min-cleanable-dirty-ratio", "1.0", "--json", str(part))
-    row = json.loads(result.output)["partitions"][0]
+    row = json_lines_summary(result.output)["partitions"][0]
     assert not row["cleaned"] and "min.cleanable.dirty.ratio" in row["reason"]
     assert not (tmp_path / "data" / "cleaner-offset-checkpoint").exists()
     forced = run(*NOW, "--min-cleanable-dirty-ratio", "1.0", "--force-clean", "--json", str(part))
-    assert json.loads(forced.output)["partitions"][0]["cleaned"]
+    assert json_lines_summary(forced.output)["partitions"][0]["cleaned"]
 
 
 def test_lock_held_by_another_process_makes_it_refuse(tmp_path: Path) -> None:
@@ -262,7 +262,7 @@ def test_lock_held_by_another_process_makes_it_refuse(tmp_path: Path) -> None:
         assert "locked by a running process" in refused.stderr and "Traceback" not in refused.stderr
         assert tree_state(data) == before
         dry = run(*NOW, "--dry-run", "--json", str(part))
-        assert "a real run would refuse" in " ".join(json.loads(dry.output)["partitions"][0]["notes"])
+        assert "a real run would refuse" in " ".join(json_lines_summary(dry.output)["partitions"][0]["notes"])
 
 
 def test_a_file_path_and_a_tiny_dedupe_buffer_are_usage_errors(tmp_path: Path) -> None:
@@ -379,7 +379,7 @@ def test_an_intent_the_directory_no_longer_fits_is_dropped_for_a_normal_pass(tmp
     checkpoint.write_text(format_offset_checkpoint(entries))
     result = run(*argv)
     assert result.exit_code == 0, result.output
-    row = json.loads(result.output)["partitions"][0]
+    row = json_lines_summary(result.output)["partitions"][0]
     assert any("is stale" in note for note in row["notes"]), row["notes"]
     assert row["firstDirtyOffset"] == 36 and row["cleaned"]
     assert not (data / "orders-0" / "kstore-compact-intent.json").exists()
@@ -396,7 +396,7 @@ def test_an_intent_after_the_last_swap_only_advances_the_checkpoint(tmp_path: Pa
     dry = run("--dry-run", *argv)
     assert "an interrupted pass would be finished first" in dry.output
     result = run(*argv)
-    row = json.loads(result.output)["partitions"][0]
+    row = json_lines_summary(result.output)["partitions"][0]
     assert result.exit_code == 0 and not row["cleaned"] and row["endOffset"] == 57
     assert any("finished the pass interrupted after its swap" in note for note in row["notes"]), row["notes"]
     assert tree_state(data) == tree_state(reference / "data")
@@ -407,7 +407,7 @@ def test_an_unreadable_intent_is_removed(tmp_path: Path) -> None:
     (data / "orders-0" / "kstore-compact-intent.json").write_text("{not json")
     result = run(*argv)
     assert result.exit_code == 0, result.output
-    row = json.loads(result.output)["partitions"][0]
+    row = json_lines_summary(result.output)["partitions"][0]
     assert row["cleaned"] and any("unreadable" in note for note in row["notes"])
     assert not (data / "orders-0" / "kstore-compact-intent.json").exists()
 
@@ -461,5 +461,5 @@ def test_text_output_names_where_each_setting_came_from(tmp_path: Path) -> None:
                   "min.compaction.lag.ms=0 (Kafka default)",
                   f"log.cleaner.dedupe.buffer.size=1000000 ({server}: log.cleaner.dedupe.buffer.size)"):
         assert piece in settings, (piece, settings)
-    quiet_json = json.loads(run("--now", str(T + 10_000), "--policy", "compact", "--json", str(part)).output)
+    quiet_json = json_lines_summary(run("--now", str(T + 10_000), "--policy", "compact", "--json", str(part)).output)
     assert quiet_json["partitions"][0]["settings"]["cleanup.policy"] == {"value": "compact", "source": "--policy"}

@@ -21,7 +21,7 @@ from kstore_cli.segment import fileops
 from kstore_cli.segment.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
 from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.names import filename_prefix
-from tests.conftest import CORPUS, ROOT, lock_held
+from tests.conftest import CORPUS, ROOT, lock_held, json_lines_summary
 from tests.segment.partition_factory import DAY, T0, SegSpec, make_partition, tree_state
 from tests.safety_data import PAUSED_RUN
 
@@ -63,7 +63,7 @@ def test_dry_run_lists_exactly_what_a_run_deletes_and_changes_nothing(tmp_path: 
     dry = run("--dry-run", "--json", *POLICY, str(tmp_path / "data"))
     assert dry.exit_code == 0, dry.output
     assert tree_state(tmp_path) == before and not (tmp_path / "data" / ".lock").exists()
-    summary = json.loads(dry.output)
+    summary = json_lines_summary(dry.output)
     assert summary["dryRun"] is True
     planned = {f for part in summary["partitions"] for d in part["deleted"] for f in d["files"]}
     planned |= {f for part in summary["partitions"] for f in part["leftoversRemoved"]}
@@ -78,7 +78,7 @@ def test_dry_run_lists_exactly_what_a_run_deletes_and_changes_nothing(tmp_path: 
     after = {str(p) for p in (tmp_path / "data").rglob("*") if p.is_file()}
     assert planned and planned.isdisjoint(after)
     assert set(sizes) - after == planned
-    assert json.loads(real.output)["bytesFreed"] == summary["bytesFreed"]
+    assert json_lines_summary(real.output)["bytesFreed"] == summary["bytesFreed"]
 
 
 def test_summary_quiet_and_nothing_to_do(tmp_path: Path) -> None:
@@ -97,7 +97,7 @@ def test_checkpoints_and_verify_index_after_a_data_dir_run(tmp_path: Path) -> No
     data = tmp_path / "data"
     two_partitions(data)
     result = run("--json", *POLICY, str(data))
-    summary = json.loads(result.output)
+    summary = json_lines_summary(result.output)
     by_topic = {p["topic"]: p for p in summary["partitions"]}
     assert by_topic["orders"]["segmentsDeleted"] == 2 and by_topic["clicks"]["rolledSegment"] is not None
     lso = read_offset_checkpoint(str(data / "log-start-offset-checkpoint"))
@@ -121,7 +121,7 @@ def test_kafka_corpus_data_dir_with_config_files(tmp_path: Path) -> None:
     result = run("--json", "--now", str(T0 + 365 * DAY), "--config", str(server), "--topic-config", str(topics),
                  str(tmp_path / "logs"))
     assert result.exit_code == 0, result.output
-    parts = {p["topic"]: p for p in json.loads(result.output)["partitions"]}
+    parts = {p["topic"]: p for p in json_lines_summary(result.output)["partitions"]}
     assert parts["time-roll"]["config"]["retention.ms"] == {"value": 300000, "source": f"{server}: log.retention.minutes"}
     assert parts["time-roll"]["segmentsDeleted"] > 0
     after = tree_state(tmp_path / "logs")
@@ -191,7 +191,7 @@ def test_two_concurrent_runs_never_both_act(tmp_path: Path) -> None:
         go.touch()
         out, err = first.communicate(timeout=60)
         assert first.returncode == 0, err
-        assert json.loads(out)["segmentsDeleted"] == 5
+        assert json_lines_summary(out)["segmentsDeleted"] == 5
     finally:
         if first.poll() is None:
             first.kill()
@@ -208,7 +208,7 @@ def test_simultaneous_runs_delete_once(tmp_path: Path) -> None:
     procs = [subprocess.Popen([sys.executable, "-m", "kstore_cli", "retain", "--json", *POLICY, str(data)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV) for _ in range(2)]
     outcomes = [p.communicate(timeout=60) + (p.returncode,) for p in procs]
-    acted = [json.loads(out)["segmentsDeleted"] for out, _err, rc in outcomes if rc == 0]
+    acted = [json_lines_summary(out)["segmentsDeleted"] for out, _err, rc in outcomes if rc == 0]
     refused = [err for _out, err, rc in outcomes if rc != 0]
     assert all("locked" in err for err in refused)
     assert sorted(acted)[-1:] == [5] and sum(acted) == 5  # one acted; the other was refused or found nothing
@@ -331,7 +331,7 @@ def test_terminal_gets_a_table_and_dry_run_notes_a_running_broker(tmp_path: Path
     assert result.exit_code == 0, result.output
     assert "kstore retain (dry run" in result.output and "orders-0" in result.output
     assert "a real run would refuse" in result.output
-    summary = json.loads(run("--dry-run", "--json", "--delete-delay-ms", "1000", *POLICY, str(data)).output)
+    summary = json_lines_summary(run("--dry-run", "--json", "--delete-delay-ms", "1000", *POLICY, str(data)).output)
     # Nothing is freed now: the renamed files and the young leftover wait for the delay.
     assert summary["bytesFreed"] == 0
     orders = next(p for p in summary["partitions"] if p["topic"] == "orders")

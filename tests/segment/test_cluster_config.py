@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from kstore_cli.cli import _register_commands, cli
 from kstore_cli.errors import KstoreError
 from kstore_cli.segment.config import ConfigResolver
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, json_lines_summary
 from tests.make_metadata_cluster import uid, write_config_log
 
 _register_commands()
@@ -86,14 +86,14 @@ def test_retain_takes_retention_ms_from_the_metadata_log_with_no_flag_and_says_s
     now = str(1_700_000_000_000 + 200_000)
     result = _retain("--now", now, str(data))
     assert result.exit_code == 0, result.output
-    (row,) = [p for p in json.loads(result.output)["partitions"] if p["partition"].endswith("time-roll-0")]
+    (row,) = [p for p in json_lines_summary(result.output)["partitions"] if p["partition"].endswith("time-roll-0")]
     assert row["config"]["retention.ms"] == {"value": 15000,
                                              "source": f"cluster metadata @ offset {at[(TOPIC, 'time-roll', 'retention.ms')]}"}
     assert row["segmentsDeleted"] > 0
     text = CliRunner().invoke(cli, ["retain", "--dry-run", "--now", now, str(data)])
     assert f"retention.ms=15000 (cluster metadata @ offset {at[(TOPIC, 'time-roll', 'retention.ms')]})" in text.output
     flagged = _retain("--now", now, "--retention-ms", "-1", str(data))
-    (row,) = [p for p in json.loads(flagged.output)["partitions"] if p["partition"].endswith("time-roll-0")]
+    (row,) = [p for p in json_lines_summary(flagged.output)["partitions"] if p["partition"].endswith("time-roll-0")]
     assert row["config"]["retention.ms"]["source"] == "--retention-ms" and row["segmentsDeleted"] == 0
     # Without the metadata log (and no flag or file) retain still refuses to guess a policy.
     shutil.rmtree(data / "__cluster_metadata-0")
@@ -110,5 +110,5 @@ def test_compact_takes_cleanup_policy_from_the_metadata_log(tmp_path: Path) -> N
     at = _cluster(data, [(TOPIC, "cache", "cleanup.policy", "compact")])
     done = CliRunner().invoke(cli, ["compact", "--dry-run", "--json", part])
     assert done.exit_code == 0, done.output
-    (row,) = json.loads(done.output)["partitions"]
+    (row,) = json_lines_summary(done.output)["partitions"]
     assert row["settings"]["cleanup.policy"]["source"] == f"cluster metadata @ offset {at[(TOPIC, 'cache', 'cleanup.policy')]}"
