@@ -149,7 +149,7 @@ def _usage_error_argv():
         yield [entry.name, "--no-such-option"]
         yield [entry.name]  # a missing argument (dump-segment: Kafka's 'Missing required argument "[files]"')
     yield ["retain", "--retention-ms", "abc", "x"]
-    yield ["find", "/no/such/dir", "--offset", "1"]
+    yield ["find", "/etc/hostname", "--offset", "1"]  # a file where a partition dir is expected
     yield ["--no-such-root-option"]
 
 
@@ -166,6 +166,36 @@ def test_usage_errors_are_one_line_with_exit_2(argv, capsys) -> None:
     if command:
         assert err.startswith(f"kstore: error: {command}: ")
         assert err.endswith(f"(see 'kstore {command} --help')\n")
+
+
+#: Every command given a path that does not exist (with its other required options).
+_MISSING_PATH_ARGV = {
+    "dump-segment": ["/no/such/dir/00000000000000000000.log"],
+    "rebuild-index": ["/no/such/dir"], "verify-index": ["/no/such/dir"], "doctor": ["/no/such/dir"],
+    "find": ["/no/such/dir", "--offset", "1"], "inspect": ["/no/such/dir"],
+    "convert-format": ["/no/such/dir", "--to-magic", "2", "--dry-run"], "retain": ["/no/such/dir", "--dry-run"],
+    "compact": ["/no/such/dir", "--dry-run"], "replicas": ["/no/such/dir", "/no/such/dir2"],
+    "merge": ["--output-dir", "/tmp/kstore-never-made", "/no/such/dir", "/no/such/dir2"],
+    "recover": ["/no/such/dir"], "salvage": ["/no/such/dir", "--output-dir", "/tmp/kstore-never-made"],
+    "restore": ["/no/such/dir"], "spark-export": ["/no/such/dir", "--output", "/tmp/kstore-never-made"],
+    "metadata": ["/no/such/dir"], "transactions": ["/no/such/dir"], "groups": ["/no/such/dir"],
+}
+
+
+def test_every_command_has_a_missing_path_case() -> None:
+    assert sorted(_MISSING_PATH_ARGV) == sorted(entry.name for entry in TABLE)
+
+
+@pytest.mark.parametrize("command", sorted(_MISSING_PATH_ARGV))
+def test_a_missing_path_is_one_line_and_exit_3(command, capsys) -> None:
+    """A path that is not there is a file that cannot be opened (exit 3) in every command, never a usage error."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, *_MISSING_PATH_ARGV[command]])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 3, err
+    assert err.count("\n") == 1 and err.startswith("kstore: error: /no/such/dir"), err
+    assert "no such" in err
+    assert not os.path.exists("/tmp/kstore-never-made")
 
 
 def test_usage_error_through_a_real_process() -> None:

@@ -8,11 +8,13 @@ binary multiples, as Kafka's own sizes are powers of two, and ``10GB`` means the
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import re
 from typing import Any, Callable, Optional
 
 import click
 
+from kstore_cli.errors import FileUnreadableError
 from kstore_cli.java import MAX_INT64
 
 F = Callable[..., Any]
@@ -138,3 +140,16 @@ def cluster_metadata_option(f: F) -> F:
     return click.option("--no-cluster-metadata", is_flag=True,
                         help="Ignore the topic and broker configs of the cluster metadata log found in the data dirs "
                              "(__cluster_metadata-0; by default they apply, as on the broker).")(f)
+
+
+class ExistingPath(click.Path):
+    """click.Path(exists=True) whose missing path is what every other command says of one: the file
+    cannot be opened (exit 3, ``kstore: error: PATH: no such file or directory``), not a usage error."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(exists=False, **kwargs)
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        if isinstance(value, str) and not os.path.lexists(value):
+            raise FileUnreadableError("no such file or directory", path=value)
+        return super().convert(value, param, ctx)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import click
 
-from kstore_cli.commands._options import TIME, json_option
+from kstore_cli.commands._options import ExistingPath, TIME, json_option
 
 from kstore_cli.dumplog import format_batch_line, format_record_line, record_json
 from kstore_cli.errors import ExitStatus, UsageError
@@ -15,7 +15,7 @@ from kstore_cli.segment.logdir import LookupStats, Partition, find_offset, find_
 
 
 @click.command(name="find")
-@click.argument("partition_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("partition_dir", type=ExistingPath(file_okay=False))
 @click.option("--offset", type=int, help="Find the record at this offset (or the next one present).")
 @click.option("--timestamp", type=TIME, metavar="TIME",
               help="Find the first record with a timestamp >= this (epoch ms or ISO-8601).")

@@ -10,7 +10,7 @@ import click
 
 from kstore_cli.commands._console import human_bytes
 from kstore_cli.commands._console import is_tty as _is_tty
-from kstore_cli.commands._options import format_time_ms, json_option, no_partitions, topics_option
+from kstore_cli.commands._options import ExistingPath, format_time_ms, json_option, no_partitions, topics_option
 from kstore_cli.errors import UsageError
 from kstore_cli.segment.logdir import DataDir, find_data_dirs, is_partition_dir, resolve
 from kstore_cli.segment.summary import DataDirStates, PartitionSummary, summarize_partition
@@ -22,7 +22,7 @@ def _short(ids: List[int], limit: int = 4) -> str:
 
 
 @click.command(name="inspect")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @topics_option
 @json_option("One JSON object per partition (and per skipped directory).")
 @click.pass_context

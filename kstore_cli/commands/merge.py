@@ -7,16 +7,16 @@ from typing import Optional
 
 import click
 
-from kstore_cli.commands._options import json_option
+from kstore_cli.commands._options import ExistingPath, json_option
 from kstore_cli.errors import ExitStatus
 from kstore_cli.segment.merge import merge
 
 
 @click.command(name="merge")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @click.option("--output-dir", required=True, type=click.Path(file_okay=False),
               help="Where the merged partitions go (a new or empty dir; the inputs are only read).")
-@click.option("--leader", "leader_path", type=click.Path(exists=True, file_okay=False),
+@click.option("--leader", "leader_path", type=ExistingPath(file_okay=False),
               help="The copy to take as the leader [default: the highest leader epoch, then log end offset].")
 @click.option("--keep-diverged", type=click.Path(file_okay=False),
               help="Also write what only a diverged copy holds, as partition dirs under this dir.")

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import click
 
-from kstore_cli.commands._options import dry_run_option, force_option, json_option, no_partitions, topics_option
+from kstore_cli.commands._options import ExistingPath, dry_run_option, force_option, json_option, no_partitions, topics_option
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import fileops
 from kstore_cli.segment.loader import RecoverResult, advance_recovery_points, recover_partition
@@ -17,7 +17,7 @@ from kstore_cli.segment.logdir import group_by_data_dir, resolve
 
 
 @click.command(name="recover")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Partitions recovered at once, each in its own process [default: the number of CPUs].")
 @click.option("--quarantine-dir", type=click.Path(file_okay=False),

@@ -8,14 +8,14 @@ from typing import Optional
 
 import click
 
-from kstore_cli.commands._options import json_option
+from kstore_cli.commands._options import ExistingPath, json_option
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment.replicas import compare
 
 
 @click.command(name="replicas")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--leader", "leader_path", type=click.Path(exists=True, file_okay=False),
+@click.argument("paths", nargs=-1, required=True, type=ExistingPath())
+@click.option("--leader", "leader_path", type=ExistingPath(file_okay=False),
               help="The copy to take as the leader [default: the highest leader epoch, then log end offset].")
 @json_option("JSON Lines: one line per partition with all its copies.")
 @click.pass_context

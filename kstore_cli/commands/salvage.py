@@ -8,7 +8,7 @@ from typing import Optional
 
 import click
 
-from kstore_cli.commands._options import force_option, json_option
+from kstore_cli.commands._options import ExistingPath, force_option, json_option
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import fileops
 from kstore_cli.segment.logdir import Partition, is_partition_dir
@@ -16,7 +16,7 @@ from kstore_cli.segment.salvage import describe, plan_salvage, salvage_in_place,
 
 
 @click.command(name="salvage")
-@click.argument("partition_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("partition_dir", type=ExistingPath(file_okay=False))
 @click.option("--output-dir", type=click.Path(file_okay=False),
               help="Write the salvaged partition as OUTPUT_DIR/<partition>/ (the input is only read).")
 @click.option("--in-place", is_flag=True, help="Rewrite the damaged segments in place, damaged bytes quarantined.")

@@ -9,7 +9,7 @@ from typing import Optional, Tuple
 
 import click
 
-from kstore_cli.commands._options import format_time_ms, json_option, now_option
+from kstore_cli.commands._options import ExistingPath, format_time_ms, json_option, now_option
 from kstore_cli.errors import ExitStatus
 from kstore_cli.transactions import (
     DEFAULT_MAX_TRANSACTION_TIMEOUT_MINUTES,
@@ -56,7 +56,7 @@ def _text(report: TransactionsReport, clock: str) -> None:
 
 
 @click.command(name="transactions")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @click.option("--transactional-id", "transactional_ids", multiple=True, help="Only this transactional id (repeatable).")
 @click.option("--topic", "topics", multiple=True, help="Only open transactions in partitions of this topic (repeatable).")
 @click.option("--transaction-partitions", type=int, default=DEFAULT_TRANSACTION_PARTITIONS, show_default=True,

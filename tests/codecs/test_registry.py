@@ -7,6 +7,7 @@ import builtins
 import pytest
 
 from kstore_cli.codecs import CODEC_NAMES, get_codec
+from kstore_cli.codecs import zstd as zstd_codec
 from kstore_cli.errors import CodecError, CodecUnavailableError
 from kstore_cli.segment import read_batches
 from kstore_cli.segment.builder import RecordSpec, build_v2_batch
@@ -31,6 +32,8 @@ def test_missing_library_fails_only_when_that_codec_is_met(monkeypatch, codec_id
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", fake_import)
+    # zstd keeps its decompressor once made: forget one an earlier test (in this process) made.
+    monkeypatch.setattr(zstd_codec, "_decompressor", None)
     compressed, plain = list(read_batches(data))  # shallow iteration never needs the codec
     assert plain.records()[0].value == b"v"
     with pytest.raises(CodecUnavailableError) as info:
