@@ -23,14 +23,9 @@ from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import fileops
 from kstore_cli.segment.config import ConfigResolver
 from kstore_cli.segment.logdir import group_by_data_dir, resolve
-from kstore_cli.segment.recovery import (
-    ZERO_TAIL,
-    ApplyReport,
-    PartitionPlan,
-    apply_plan,
-    default_quarantine_root,
-    repair_plan,
-)
+from kstore_cli.segment.quarantine import default_quarantine_root
+from kstore_cli.segment.recovery import ZERO_TAIL, ApplyReport, PartitionPlan, apply_plan
+from kstore_cli.segment.verify import repair_plan
 
 
 def _segment_rows(plan: PartitionPlan, applied: Optional[ApplyReport], truncate: bool, dry_run: bool) -> List[dict]:

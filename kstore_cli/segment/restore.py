@@ -31,7 +31,7 @@ from kstore_cli.segment.checkpoint import (
     read_leader_epoch_checkpoint,
     read_offset_checkpoint,
 )
-from kstore_cli.segment.recovery import MANIFEST, same_bytes
+from kstore_cli.segment.quarantine import MANIFEST, same_bytes
 
 _CHUNK = 1 << 20
 

@@ -19,7 +19,7 @@ the kstore command that repairs it:
 * partitions without ``.log`` files, leftover ``.swap``/``.cleaned``/``.deleted`` files (LogLoader),
   producer snapshots (ProducerStateManager).
 
-Segment integrity and index health are :func:`kstore_cli.segment.recovery.verify_partition`'s:
+Segment integrity and index health are :func:`kstore_cli.segment.verify.verify_partition`'s:
 :func:`partition_issues` takes its plan for the log end offset. Nothing here writes.
 """
 
