@@ -236,19 +236,44 @@ def recover_segment(
     size = len(buf)
     result = RecoveryResult(base_offset, path, size)
     builder = SegmentIndexBuilder(base_offset, index_interval_bytes, path)
+    state, exc, kind = _recover_batches(buf, result, builder, txn_state, on_batch)
+    if result.valid_bytes < size or kind in (OFFSET_OVERFLOW, OFFSETS_NOT_INCREASING):
+        result.problem = _classify_tail(buf, result.valid_bytes, size, exc, kind)
+    builder.finish()
+    result.max_timestamp = builder.max_timestamp
+    result.offset_of_max_timestamp = builder.offset_of_max_timestamp
+    result.index_bytes = builder.offset_index_bytes()
+    result.timeindex_bytes = builder.time_index_bytes()
+    return result, state
+
+
+def _offset_overflow(batch, base_offset: int, path: Optional[str]) -> CorruptDataError:
+    return CorruptDataError(
+        f"Detected offset overflow at offset {batch.last_offset} in segment with base offset {base_offset}: "
+        "Kafka splits such a segment (LogSegmentOffsetOverflowException); kstore does not",
+        path=path, position=batch.position,
+    )
+
+
+def _recover_batches(
+    buf: memoryview,
+    result: RecoveryResult,
+    builder: SegmentIndexBuilder,
+    txn_state: Optional[Callable[[], TxnState]],
+    on_batch: Optional[BatchSink],
+) -> Tuple[Optional[TxnState], Optional[KstoreError], Optional[str]]:
+    """LogSegment.recover's loop: each batch validated, indexed and applied to the producer state, up to
+    the first that fails. Fills `result`'s scan fields; returns the producer state (None when never
+    needed) and the error that ended the walk with its kind (None, None at the end of the file)."""
+    base_offset = result.base_offset
+    path = result.path
     state: Optional[TxnState] = None
-    valid = 0
     exc: Optional[KstoreError] = None
     kind: Optional[str] = None
-    magics = result.magics
-    codecs = result.codecs
-    pids = result.producer_ids
+    magics, codecs, pids = result.magics, result.codecs, result.producer_ids
     recovered_batch = builder.recovered_batch
-    first_offset = None
-    last_offset = None
-    min_ts = None
-    n = 0
-    records = 0
+    valid = n = records = 0
+    first_offset = last_offset = min_ts = None
     try:
         for batch in read_batches(buf, path=path, check_crc=True):
             try:
@@ -258,12 +283,7 @@ def recover_segment(
                 break
             last = batch.last_offset
             if last - base_offset < 0 or last - base_offset > MAX_INT32:
-                kind = OFFSET_OVERFLOW
-                exc = CorruptDataError(
-                    f"Detected offset overflow at offset {last} in segment with base offset {base_offset}: "
-                    "Kafka splits such a segment (LogSegmentOffsetOverflowException); kstore does not",
-                    path=path, position=batch.position,
-                )
+                exc, kind = _offset_overflow(batch, base_offset, path), OFFSET_OVERFLOW
                 break
             position = batch.position
             max_ts = batch.max_timestamp
@@ -305,20 +325,9 @@ def recover_segment(
                             result.aborted.append(aborted)
     except CorruptRecordError as e:  # a size field below 14
         exc, kind = e, BAD_SIZE
-    result.valid_bytes = valid
-    result.batches = n
-    result.records_known = records
-    result.first_offset = first_offset
-    result.last_offset = last_offset
-    result.min_timestamp = min_ts
-    if valid < size or kind in (OFFSET_OVERFLOW, OFFSETS_NOT_INCREASING):
-        result.problem = _classify_tail(buf, valid, size, exc, kind)
-    builder.finish()
-    result.max_timestamp = builder.max_timestamp
-    result.offset_of_max_timestamp = builder.offset_of_max_timestamp
-    result.index_bytes = builder.offset_index_bytes()
-    result.timeindex_bytes = builder.time_index_bytes()
-    return result, state
+    result.valid_bytes, result.batches, result.records_known = valid, n, records
+    result.first_offset, result.last_offset, result.min_timestamp = first_offset, last_offset, min_ts
+    return state, exc, kind
 
 
 # --------------------------------------------------------------------------- a partition
@@ -500,16 +509,23 @@ def plan_partition(
         if on_segment is not None:
             on_segment(splan)
     if plan.damaged is not None:
-        new_end = plan.damaged.result.next_offset
-        later = [s for s in segments if s.base_offset > plan.damaged.segment.base_offset]
-        for s in later:
-            for p in (s.log, s.index, s.timeindex, s.txnindex):
-                if p is not None:
-                    plan.dropped_files.append(p)
-        for offset, snap in sorted(partition.snapshots.items()):
-            if offset > new_end:
-                plan.dropped_files.append(snap)
+        plan.dropped_files = _dropped_after(partition, plan.damaged)
     return plan
+
+
+def _dropped_after(partition: Partition, damaged: SegmentPlan) -> List[str]:
+    """What LogLoader deletes after cutting `damaged`: every later segment's files, then the producer
+    snapshots past the new log end."""
+    new_end = damaged.result.next_offset
+    dropped = []
+    for s in partition.segments:
+        if s.base_offset > damaged.segment.base_offset:
+            dropped.extend(p for p in (s.log, s.index, s.timeindex, s.txnindex) if p is not None)
+    for offset, snap in sorted(partition.snapshots.items()):
+        if offset > new_end:
+            dropped.append(snap)
+    return dropped
+
 
 # --------------------------------------------------------------------------- applying a plan
 
@@ -558,7 +574,6 @@ def apply_plan(plan: PartitionPlan, *, truncate: bool = False, quarantine_root: 
 
 def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Optional[str], report: ApplyReport) -> None:
     result = damaged.result
-    problem = result.problem
     partition = plan.partition
     root = quarantine_root or default_quarantine_root(partition)
     partition_root = os.path.join(os.path.abspath(root), partition.name)
@@ -567,14 +582,6 @@ def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Option
     # Every file to be written here is checked first: none may be a link (or a FIFO...).
     fileops.refuse_links(fileops.partition_files(partition.path, partition.data_dir))
     checkpoint_writes = checkpoint_changes(partition, result.next_offset)
-    checkpoints = [{k: v for k, v in c.items() if k != "_data"} for c in checkpoint_writes]
-
-    # Newest segment first, and each segment's .log after its indexes: a crash in between leaves
-    # the .log with what remains of its files (which the rerun moves), never an orphan index.
-    def move_order(path: str) -> Tuple[int, bool, str]:
-        name = os.path.basename(path)
-        return (-int(name.split(".", 1)[0]), name.endswith(names.LOG_SUFFIX), name)
-
     resumed = _resumable_quarantine(partition_root, partition, log, result)
     if resumed is not None:
         qdir, manifest = resumed
@@ -582,36 +589,11 @@ def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Option
         qdir, manifest = os.path.join(partition_root, utc_stamp()), None
         fileops.make_dirs(qdir, like=partition.path)
     report.quarantine_dir = qdir
-    moves = [(path, os.path.join(qdir, os.path.basename(path))) for path in sorted(plan.dropped_files, key=move_order)]
+    moves = [(path, os.path.join(qdir, os.path.basename(path))) for path in sorted(plan.dropped_files, key=_move_order)]
     tail = None
-    if problem.kind != ZERO_TAIL:
+    if result.problem.kind != ZERO_TAIL:
         tail = os.path.join(qdir, os.path.basename(log) + ".tail")
-    new_manifest = {
-        "partition": partition.path,
-        "segment": log,
-        "validBytes": result.valid_bytes,
-        "logSizeBefore": result.log_size,
-        "nextOffset": result.next_offset,
-        "problem": problem.to_dict(),
-        "tailFile": tail,
-        "movedFiles": [{"from": a, "to": b} for a, b in moves],
-        # What the cut lowered (a resumed cut keeps what the killed run already lowered): what
-        # `kstore restore` puts back.
-        "checkpoints": checkpoints,
-        # The damaged segment's indexes as they were (the cut rewrites them for the shorter .log):
-        # restore puts them back with the tail, or a clean load would miss the tail's aborted
-        # transactions and time index entries. "copy" null: the file did not exist.
-        "originalIndexes": _original_indexes(damaged.segment, qdir),
-    }
-    if manifest is not None:
-        if "originalIndexes" in manifest:
-            new_manifest["originalIndexes"] = manifest["originalIndexes"]
-        seen = {m["from"] for m in new_manifest["movedFiles"]}
-        new_manifest["movedFiles"] = [m for m in manifest.get("movedFiles", []) if m["from"] not in seen] + \
-            new_manifest["movedFiles"]
-        done = {c["file"] for c in checkpoints}
-        earlier = [c for c in manifest.get("checkpoints", []) if c["file"] not in done]
-        new_manifest["checkpoints"] = earlier + checkpoints
+    new_manifest = _cut_manifest(plan, damaged, qdir, moves, tail, checkpoint_writes, manifest)
     if new_manifest != manifest:
         # The manifest first: a quarantine dir left by a killed run still says what it was for.
         fileops.atomic_write(os.path.join(qdir, MANIFEST), (json.dumps(new_manifest, indent=2) + "\n").encode())
@@ -638,6 +620,48 @@ def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Option
         fileops.fsync_dir(partition.path)
     fileops.truncate(log, result.valid_bytes)
     report.truncated.append((log, result.log_size, result.valid_bytes))
+
+
+def _move_order(path: str) -> Tuple[int, bool, str]:
+    """Newest segment first, and each segment's .log after its indexes: a crash in between leaves
+    the .log with what remains of its files (which the rerun moves), never an orphan index."""
+    name = os.path.basename(path)
+    return (-int(name.split(".", 1)[0]), name.endswith(names.LOG_SUFFIX), name)
+
+
+def _cut_manifest(plan: PartitionPlan, damaged: SegmentPlan, qdir: str, moves: List[Tuple[str, str]],
+                  tail: Optional[str], checkpoint_writes: List[dict], manifest: Optional[dict]) -> dict:
+    """The quarantine manifest of a cut: what `kstore restore` puts back. A resumed cut keeps what the
+    killed run's `manifest` already recorded (the original indexes, earlier moves, lowered checkpoints)."""
+    result = damaged.result
+    checkpoints = [{k: v for k, v in c.items() if k != "_data"} for c in checkpoint_writes]
+    new_manifest = {
+        "partition": plan.partition.path,
+        "segment": damaged.segment.log,
+        "validBytes": result.valid_bytes,
+        "logSizeBefore": result.log_size,
+        "nextOffset": result.next_offset,
+        "problem": result.problem.to_dict(),
+        "tailFile": tail,
+        "movedFiles": [{"from": a, "to": b} for a, b in moves],
+        # What the cut lowered (a resumed cut keeps what the killed run already lowered): what
+        # `kstore restore` puts back.
+        "checkpoints": checkpoints,
+        # The damaged segment's indexes as they were (the cut rewrites them for the shorter .log):
+        # restore puts them back with the tail, or a clean load would miss the tail's aborted
+        # transactions and time index entries. "copy" null: the file did not exist.
+        "originalIndexes": _original_indexes(damaged.segment, qdir),
+    }
+    if manifest is not None:
+        if "originalIndexes" in manifest:
+            new_manifest["originalIndexes"] = manifest["originalIndexes"]
+        seen = {m["from"] for m in new_manifest["movedFiles"]}
+        new_manifest["movedFiles"] = [m for m in manifest.get("movedFiles", []) if m["from"] not in seen] + \
+            new_manifest["movedFiles"]
+        done = {c["file"] for c in checkpoints}
+        earlier = [c for c in manifest.get("checkpoints", []) if c["file"] not in done]
+        new_manifest["checkpoints"] = earlier + checkpoints
+    return new_manifest
 
 
 def _original_indexes(segment: Segment, qdir: str) -> List[dict]:
