@@ -4,7 +4,7 @@ The .log is walked once by Kafka's recovery (:func:`~kstore_cli.segment.recovery
 segment's .index, .timeindex and .txnindex are then judged by what Kafka's lookups through them would
 answer (``OffsetIndex``/``TimeIndex`` sanity checks, ``LogSegment.translateOffset``,
 ``findOffsetByTimestamp``, ``maxTimestampSoFar``) and by what recovery would write for the .txnindex.
-:func:`repair_plan` turns the findings into what ``rebuild-index`` writes.
+:func:`~kstore_cli.segment.rebuild.repair_plan` turns the findings into what ``rebuild-index`` writes.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import os
 from array import array
 from bisect import bisect_left
 from itertools import islice
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from kstore_cli.errors import KstoreError
 from kstore_cli.segment import names
-from kstore_cli.segment.index import DEFAULT_INDEX_INTERVAL_BYTES, OffsetIndex, TimeIndex, TransactionIndex
+from kstore_cli.segment.index import DEFAULT_INDEX_INTERVAL_BYTES, AbortedTxn, OffsetIndex, TimeIndex, TransactionIndex
 from kstore_cli.segment.logdir import Partition, Segment
 from kstore_cli.segment.recovery import (
     ZERO_TAIL,
@@ -76,54 +76,6 @@ def _length(path: Optional[str]) -> Optional[int]:
         return None
 
 
-def repair_plan(partition: Partition, *, only: Optional[int] = None,
-                index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES, all_indexes: bool = False,
-                progress: Optional[Callable[[int], None]] = None) -> PartitionPlan:
-    """What ``rebuild-index`` writes: the index files :func:`verify_partition` calls wrong (each with
-    its finding as the reason), the missing ones and a crash's preallocated active-segment indexes,
-    rebuilt as Kafka's recovery writes them; an index
-    laid out by another writer (a leader of any Kafka version, a follower, the cleaner, another
-    index.interval.bytes) that Kafka reads right is "kept". With `all_indexes`, every index that
-    differs from recovery's is rewritten. A damaged segment's indexes go with its cut (they describe
-    bytes the cut removes); segments after it are left to the cut (Kafka's recovery deletes them)."""
-    if all_indexes:
-        plan = plan_partition(partition, only=only, index_interval_bytes=index_interval_bytes, progress=progress)
-        for splan in plan.segments:
-            for change in splan.changed_files:
-                change.reason = "--all" if change.action == "rewrite" else "missing"
-        return plan
-    findings, plan = verify_partition(partition, only=only, progress=progress,
-                                      index_interval_bytes=index_interval_bytes)
-    wrong: Dict[str, str] = {}
-    for finding in findings:
-        if finding.file is None or finding.file in wrong:
-            continue
-        if finding.severity == ERROR:
-            wrong[finding.file] = f"{finding.check}: {finding.message}"
-        elif finding.check.endswith(("-preallocated", "-sanity")):
-            # A crash left the active segment's preallocated index (Kafka's sanity check rejects the time
-            # index's zero slots; its recovery rebuilds both at startup). A clean shutdown trims them.
-            wrong[finding.file] = f"{finding.check}: preallocated active-segment index left by a crash"
-    damaged = plan.damaged
-    for splan in plan.segments:
-        if damaged is not None and splan.segment.base_offset > damaged.segment.base_offset:
-            splan.skipped = f"after the damaged segment {damaged.segment.base_offset}, which Kafka's recovery cuts"
-            splan.changes = []
-            continue
-        for change in splan.changes:
-            if change.action == "unchanged":
-                continue
-            if splan is damaged:
-                change.reason = f"the .log is cut at byte {damaged.result.valid_bytes}"
-            elif change.action == "create":
-                change.reason = wrong.get(change.path, "missing")
-            elif change.path in wrong:
-                change.reason = wrong[change.path]
-            else:
-                change.action = "kept"
-    return plan
-
-
 def verify_partition(partition: Partition, *, only: Optional[int] = None,
                      progress: Optional[Callable[[int], None]] = None,
                      index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> Tuple[List[Finding], PartitionPlan]:
@@ -162,71 +114,82 @@ def verify_partition(partition: Partition, *, only: Optional[int] = None,
     def check(splan: SegmentPlan) -> None:
         nonlocal at_entries
         batches, at_entries = at_entries, None
-        seg = splan.segment
-        base = seg.base_offset
-        if splan.error is not None:
-            add(base, seg.log, ERROR, "log-unreadable", str(splan.error.message))
-            return
-        result = splan.result
-        problem = result.problem
-        if problem is not None:
-            if problem.kind == ZERO_TAIL and splan.is_last:
-                add(base, seg.log, NOTE, "log-zero-tail",
-                    f"{problem.tail_bytes} zero bytes after byte {problem.position} (preallocated active segment; "
-                    "a broker's recovery trims them)")
-            else:
-                add(base, seg.log, ERROR, "log-" + problem.kind,
-                    f"valid data ends at byte {problem.position}: {problem.message}")
-        prealloc = splan.is_last and looks_preallocated(_length(seg.index), _length(seg.timeindex))
-        # ---- .index
-        if seg.index is None:
-            add(base, seg.path(names.INDEX_SUFFIX), ERROR, "missing-index",
-                "no .index (Kafka recovers the segment at startup to rebuild it)")
-        else:
-            try:
-                idx = OffsetIndex(seg.index, base)
-                _verify_offset_index(idx, result, batches, prealloc, add)
-            except KstoreError as exc:
-                add(base, seg.index, ERROR, "index-unreadable", str(exc.message))
-        # ---- .timeindex
-        if seg.timeindex is None:
-            add(base, seg.path(names.TIME_INDEX_SUFFIX), ERROR, "missing-timeindex",
-                "no .timeindex (Kafka creates an empty one at startup and does not rebuild it)")
-        else:
-            try:
-                tidx = TimeIndex(seg.timeindex, base)
-                _verify_time_index(tidx, result, batches, prealloc, splan.is_last, add)
-            except KstoreError as exc:
-                add(base, seg.timeindex, ERROR, "timeindex-unreadable", str(exc.message))
-        # ---- .txnindex
-        expected = result.aborted
-        if seg.txnindex is None:
-            if expected:
-                add(base, seg.path(names.TXN_INDEX_SUFFIX), ERROR, "missing-txnindex",
-                    f"no .txnindex, but the segment holds {len(expected)} ABORT marker(s) of non-empty transactions")
-        else:
-            try:
-                txn = TransactionIndex(seg.txnindex, base)
-                if txn.length % 34:
-                    add(base, seg.txnindex, ERROR, "txnindex-size",
-                        f"{txn.length} bytes is not a multiple of 34 (a partial trailing entry is ignored)")
-                try:
-                    txn.sanity_check()
-                except KstoreError as exc:
-                    add(base, seg.txnindex, ERROR, "txnindex-sanity", str(exc.message))
-                got = txn.entries()
-                if got != expected:
-                    first = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
-                    detail = (f"entry {first}: found {got[first] if first < len(got) else 'nothing'}, "
-                              f"expected {expected[first] if first < len(expected) else 'nothing'}")
-                    add(base, seg.txnindex, ERROR, "txnindex-entries",
-                        f"{len(got)} entries, the ABORT markers give {len(expected)}; {detail}")
-            except KstoreError as exc:
-                add(base, seg.txnindex, ERROR, "txnindex-unreadable", str(exc.message))
+        _verify_segment(splan, batches, add)
 
     plan = plan_partition(partition, only=only, progress=progress, stop_at_damage=False, batch_sink=sink,
                           on_segment=check, index_interval_bytes=index_interval_bytes)
     return findings, plan
+
+
+def _verify_segment(splan: SegmentPlan, batches: Optional["_BatchesAtEntries"], add: Callable[..., None]) -> None:
+    """One segment's checks, once recovery has scanned it: where its valid data ends, then each index
+    against what the scan found."""
+    seg = splan.segment
+    base = seg.base_offset
+    if splan.error is not None:
+        add(base, seg.log, ERROR, "log-unreadable", str(splan.error.message))
+        return
+    result = splan.result
+    problem = result.problem
+    if problem is not None:
+        if problem.kind == ZERO_TAIL and splan.is_last:
+            add(base, seg.log, NOTE, "log-zero-tail",
+                f"{problem.tail_bytes} zero bytes after byte {problem.position} (preallocated active segment; "
+                "a broker's recovery trims them)")
+        else:
+            add(base, seg.log, ERROR, "log-" + problem.kind,
+                f"valid data ends at byte {problem.position}: {problem.message}")
+    prealloc = splan.is_last and looks_preallocated(_length(seg.index), _length(seg.timeindex))
+    # ---- .index
+    if seg.index is None:
+        add(base, seg.path(names.INDEX_SUFFIX), ERROR, "missing-index",
+            "no .index (Kafka recovers the segment at startup to rebuild it)")
+    else:
+        try:
+            idx = OffsetIndex(seg.index, base)
+            _verify_offset_index(idx, result, batches, prealloc, add)
+        except KstoreError as exc:
+            add(base, seg.index, ERROR, "index-unreadable", str(exc.message))
+    # ---- .timeindex
+    if seg.timeindex is None:
+        add(base, seg.path(names.TIME_INDEX_SUFFIX), ERROR, "missing-timeindex",
+            "no .timeindex (Kafka creates an empty one at startup and does not rebuild it)")
+    else:
+        try:
+            tidx = TimeIndex(seg.timeindex, base)
+            _verify_time_index(tidx, result, batches, prealloc, splan.is_last, add)
+        except KstoreError as exc:
+            add(base, seg.timeindex, ERROR, "timeindex-unreadable", str(exc.message))
+    _verify_txn_index(seg, result.aborted, add)
+
+
+def _verify_txn_index(seg: Segment, expected: List[AbortedTxn], add: Callable[..., None]) -> None:
+    """The .txnindex must hold exactly what recovery rebuilds: one AbortedTxn per ABORT marker of a
+    non-empty transaction."""
+    base = seg.base_offset
+    if seg.txnindex is None:
+        if expected:
+            add(base, seg.path(names.TXN_INDEX_SUFFIX), ERROR, "missing-txnindex",
+                f"no .txnindex, but the segment holds {len(expected)} ABORT marker(s) of non-empty transactions")
+    else:
+        try:
+            txn = TransactionIndex(seg.txnindex, base)
+            if txn.length % 34:
+                add(base, seg.txnindex, ERROR, "txnindex-size",
+                    f"{txn.length} bytes is not a multiple of 34 (a partial trailing entry is ignored)")
+            try:
+                txn.sanity_check()
+            except KstoreError as exc:
+                add(base, seg.txnindex, ERROR, "txnindex-sanity", str(exc.message))
+            got = txn.entries()
+            if got != expected:
+                first = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+                detail = (f"entry {first}: found {got[first] if first < len(got) else 'nothing'}, "
+                          f"expected {expected[first] if first < len(expected) else 'nothing'}")
+                add(base, seg.txnindex, ERROR, "txnindex-entries",
+                    f"{len(got)} entries, the ABORT markers give {len(expected)}; {detail}")
+        except KstoreError as exc:
+            add(base, seg.txnindex, ERROR, "txnindex-unreadable", str(exc.message))
 
 
 _NEVER = float("inf")  # above every position and offset
