@@ -33,9 +33,18 @@ def same_bytes(a: str, b: str, a_start: int = 0, a_end: Optional[int] = None) ->
         size_a = os.path.getsize(a) if a_end is None else a_end
         if os.path.getsize(b) != size_a - a_start:
             return False
+    except OSError:
+        return False
+    return same_range(a, a_start, b, size_a - a_start)
+
+
+def same_range(a: str, a_start: int, b: str, length: int) -> bool:
+    """Whether bytes [a_start, a_start + length) of file a are the first `length` bytes of file b (read in
+    chunks; a shorter b differs)."""
+    try:
         with open(a, "rb") as fa, open(b, "rb") as fb:
             fa.seek(a_start)
-            remaining = size_a - a_start
+            remaining = length
             while remaining > 0:
                 n = min(remaining, 1 << 20)
                 if fa.read(n) != fb.read(n):

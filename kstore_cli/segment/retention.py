@@ -51,7 +51,7 @@ from kstore_cli.segment.checkpoint import (
 )
 from kstore_cli.segment.config import ConfigResolver, TopicConfig
 from kstore_cli.segment.log_segment import TS_NEW_SEGMENT, largest_timestamp
-from kstore_cli.segment.logdir import Partition, Segment, Target
+from kstore_cli.segment.logdir import Partition, Segment, Target, partitions_of
 from kstore_cli.segment.unified_log import DataDirState, log_offsets  # noqa: F401 - DataDirState: the commands' handle
 
 RULE_LOG_START_OFFSET = "log-start-offset"
@@ -523,12 +523,9 @@ def cleanup_logs(groups: Dict[str, List[Target]], resolver: ConfigResolver, *, n
         for data_dir in sorted(groups):
             state = DataDirState(data_dir)
             in_use = dry_run and not force and fileops.is_locked(data_dir)
-            seen: Dict[str, Partition] = {}
-            for target in groups[data_dir]:
-                seen.setdefault(target.partition.path, target.partition)
             plans = [plan_partition(p, resolver.for_topic(p.topic, data_dir), state, now=now,
                                     log_start_offset=log_start_offset, delete_delay_ms=delete_delay_ms)
-                     for p in seen.values()]
+                     for p in partitions_of(groups[data_dir])]
             if in_use:
                 for plan in plans:
                     plan.notes.append("the data dir is locked by a running process: a real run would refuse")

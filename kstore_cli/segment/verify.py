@@ -274,12 +274,9 @@ class _BatchesAtEntries:
     def at_position(self, position: int) -> Optional[Tuple[int, Optional[int]]]:
         """(last offset of the batch before, base offset or None for legacy) of the batch starting at
         `position`, or None when no batch starts there."""
-        positions = self.positions
-        k = self._next_p
-        if k >= len(positions) or positions[k] != position:
-            k = bisect_left(positions, position)
-            if k == len(positions) or positions[k] != position:
-                return None
+        k = _slot(self.positions, self._next_p, position)
+        if k < 0:
+            return None
         self._next_p = k + 1
         if not self.found[k]:
             return None
@@ -288,16 +285,22 @@ class _BatchesAtEntries:
     def at_offset(self, offset: int) -> Optional[Tuple[int, int, int]]:
         """(max timestamp, last offset, running max timestamp of the batches before it) of the first
         batch whose last offset reaches `offset`, or None when no batch does."""
-        offsets = self.offsets
-        k = self._next_o
-        if k >= len(offsets) or offsets[k] != offset:
-            k = bisect_left(offsets, offset)
-            if k == len(offsets) or offsets[k] != offset:
-                return None
+        k = _slot(self.offsets, self._next_o, offset)
+        if k < 0:
+            return None
         self._next_o = k + 1
         if not self.ended[k]:
             return None
         return self.max_ts[k], self.last[k], self.before[k]
+
+
+def _slot(keys: "array[int]", hint: int, key: int) -> int:
+    """Where `key` is in the sorted `keys` (-1: not there), trying slot `hint` first (the checks look entries
+    up in file order, which for a healthy index is the keys' order)."""
+    if hint < len(keys) and keys[hint] == key:
+        return hint
+    k = bisect_left(keys, key)
+    return k if k < len(keys) and keys[k] == key else -1
 
 
 def _entry_keys(kind, path: Optional[str], base_offset: int, field: int) -> "array[int]":
