@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from kstore_cli.errors import CorruptDataError, FileUnreadableError, KstoreError, UsageError
 from kstore_cli.parsers.metadata import METADATA_RECORD_TYPES
@@ -678,40 +678,18 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
         if rec.version > msg.valid.hi:
             hit = newer.setdefault((f"{msg.name} in {where}", rec.version), [rec.offset, 0])
             hit[1] += 1
-    last_offset = -1
-    if src.checkpoint is not None:
-        snapshots = [(0, 0, src.checkpoint)]
-        m = _SNAPSHOT_NAME.match(os.path.basename(src.checkpoint))
-        if m:
-            snapshots = [(int(m.group(1)), int(m.group(2)), src.checkpoint)]
-        segments: List[Tuple[int, str]] = []
-    elif src.metadata_dir is not None:
-        snapshots = _snapshots(src.metadata_dir)
-        segments = _segments(src.metadata_dir)
-    else:
-        snapshots, segments = [], []
+    snapshots, segments = _snapshots_and_segments(src)
     source["snapshots"] = [os.path.basename(s[2]) for s in snapshots]
     source["segments"] = [os.path.basename(s[1]) for s in segments]
-
     if as_of_time is not None:
-        # the end offset: the first log batch with a later timestamp
-        as_of_offset = None
-        for b in _log_batches(segments, 1 << 62):  # timestamps only
-            if b.max_timestamp > as_of_time:
-                as_of_offset = b.base_offset
-                break
+        as_of_offset = _end_offset_at_time(segments, as_of_time)
     chosen = [s for s in snapshots if src.checkpoint is not None or as_of_offset is None or s[0] <= as_of_offset]
     snapshot = chosen[-1] if chosen else None
     start = 0
+    last_offset = -1
     records_read = 0
     if snapshot is not None:
-        loader.snapshot = os.path.basename(snapshot[2])
-        for b in read_file_batches(snapshot[2]):
-            for rec in b.records:
-                seen(rec, os.path.basename(snapshot[2]))
-                loader._apply(rec)  # a snapshot holds no transactions: every record applies
-                records_read += 1
-        loader.snapshot = None
+        records_read = _load_snapshot(loader, snapshot[2], seen)
         start = snapshot[0]
         last_offset = snapshot[0] - 1
         source["snapshot"] = os.path.basename(snapshot[2])
@@ -720,9 +698,74 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
         if segments and segments[0][0] > 0:
             problems.append(f"no snapshot at or before the end offset, and the log starts at {segments[0][0]}: "
                             f"the records before it are missing from the image")
+    batches, log_records, last_offset, stopped = _replay_log(loader, segments, start, as_of_offset, last_offset, seen)
+    if stopped is not None:
+        problems.append(f"read stopped: {stopped} (the image is as of offset {last_offset + 1})")
+    if snapshot is None and log_records == 0 and src.checkpoint is None and src.bootstrap is not None:
+        loader.snapshot = os.path.basename(src.bootstrap)
+        for b in read_file_batches(src.bootstrap):
+            for rec in b.records:
+                loader._apply(rec)
+                records_read += 1
+        notes.append(f"no snapshot and no log records: the image is {src.bootstrap}'s")
+        source["bootstrap"] = src.bootstrap
+    problems.extend(_newer_version_problems(newer))
+    if loader.txn is not None:
+        notes.append(f"a metadata transaction begun at offset {loader.txn_start} is not finished: its "
+                     f"{len(loader.txn)} record(s) are not in the image (as in Kafka)")
+    if loader.aborted:
+        notes.append(f"{loader.aborted} aborted metadata transaction(s) left out")
+    if image.features.metadata_version_level not in METADATA_VERSIONS:
+        problems.append(f"metadata.version feature level {image.features.metadata_version_level} is newer than this "
+                        f"kstore knows (up to {max(METADATA_VERSIONS)})")
+    source.update({"snapshot_records": records_read, "log_batches": batches, "log_records": log_records,
+                   "as_of_offset": as_of_offset, "as_of_time": as_of_time, "end_offset": last_offset + 1,
+                   "open_transaction_start": loader.txn_start, "stopped": stopped})
+    return LoadResult(image, source, problems, notes)
+
+
+def _snapshots_and_segments(src: MetadataSource) -> Tuple[List[Tuple[int, int, str]], List[Tuple[int, str]]]:
+    """The snapshots (end offset, epoch, path) and log segments (base offset, path) to load from: a
+    checkpoint file given alone, else the metadata dir's."""
+    if src.checkpoint is not None:
+        snapshots = [(0, 0, src.checkpoint)]
+        m = _SNAPSHOT_NAME.match(os.path.basename(src.checkpoint))
+        if m:
+            snapshots = [(int(m.group(1)), int(m.group(2)), src.checkpoint)]
+        return snapshots, []
+    if src.metadata_dir is not None:
+        return _snapshots(src.metadata_dir), _segments(src.metadata_dir)
+    return [], []
+
+
+def _end_offset_at_time(segments: List[Tuple[int, str]], as_of_time: int) -> Optional[int]:
+    """The end offset as of a time: the first log batch with a later timestamp (None: the log's end)."""
+    for b in _log_batches(segments, 1 << 62):  # timestamps only
+        if b.max_timestamp > as_of_time:
+            return b.base_offset
+    return None
+
+
+def _load_snapshot(loader: "_Loader", path: str, seen: Callable[[MetadataRecord, str], None]) -> int:
+    """Every record of a snapshot (MetadataLoader's snapshot load); the number of records read."""
+    loader.snapshot = os.path.basename(path)
+    records_read = 0
+    for b in read_file_batches(path):
+        for rec in b.records:
+            seen(rec, os.path.basename(path))
+            loader._apply(rec)  # a snapshot holds no transactions: every record applies
+            records_read += 1
+    loader.snapshot = None
+    return records_read
+
+
+def _replay_log(loader: "_Loader", segments: List[Tuple[int, str]], start: int, as_of_offset: Optional[int],
+                last_offset: int, seen: Callable[[MetadataRecord, str], None]
+                ) -> Tuple[int, int, int, Optional[str]]:
+    """The log's records from `start` up to the end offset (MetadataLoader's log replay): batches and records
+    read, the last offset applied, and why the read stopped early (a record newer than kstore knows)."""
     log_records = 0
     batches = 0
-    stopped: Optional[str] = None
     try:
         for b in _log_batches(segments, start):
             if as_of_offset is not None and b.last_offset >= as_of_offset:
@@ -738,33 +781,16 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
                 log_records += 1
             last_offset = b.last_offset
     except NewerRecordError as e:
-        stopped = str(e)
-        problems.append(f"read stopped: {e} (the image is as of offset {last_offset + 1})")
-    if snapshot is None and log_records == 0 and src.checkpoint is None and src.bootstrap is not None:
-        loader.snapshot = os.path.basename(src.bootstrap)
-        for b in read_file_batches(src.bootstrap):
-            for rec in b.records:
-                loader._apply(rec)
-                records_read += 1
-        notes.append(f"no snapshot and no log records: the image is {src.bootstrap}'s")
-        source["bootstrap"] = src.bootstrap
-    for (what, version), (first, count) in sorted(newer.items()):
-        problems.append(f"{count} {what.split(' in ')[0]} record(s) of version {version} in "
-                        f"{what.split(' in ', 1)[1]} (first at offset {first}) are newer than this kstore knows: "
-                        f"read with the fields it knows, as Kafka 4.0 reads them; what the newer version adds is "
-                        f"not in the image")
-    if loader.txn is not None:
-        notes.append(f"a metadata transaction begun at offset {loader.txn_start} is not finished: its "
-                     f"{len(loader.txn)} record(s) are not in the image (as in Kafka)")
-    if loader.aborted:
-        notes.append(f"{loader.aborted} aborted metadata transaction(s) left out")
-    if image.features.metadata_version_level not in METADATA_VERSIONS:
-        problems.append(f"metadata.version feature level {image.features.metadata_version_level} is newer than this "
-                        f"kstore knows (up to {max(METADATA_VERSIONS)})")
-    source.update({"snapshot_records": records_read, "log_batches": batches, "log_records": log_records,
-                   "as_of_offset": as_of_offset, "as_of_time": as_of_time, "end_offset": last_offset + 1,
-                   "open_transaction_start": loader.txn_start, "stopped": stopped})
-    return LoadResult(image, source, problems, notes)
+        return batches, log_records, last_offset, str(e)
+    return batches, log_records, last_offset, None
+
+
+def _newer_version_problems(newer: Dict[Tuple[str, int], List[int]]) -> List[str]:
+    return [f"{count} {what.split(' in ')[0]} record(s) of version {version} in "
+            f"{what.split(' in ', 1)[1]} (first at offset {first}) are newer than this kstore knows: "
+            f"read with the fields it knows, as Kafka 4.0 reads them; what the newer version adds is "
+            f"not in the image"
+            for (what, version), (first, count) in sorted(newer.items())]
 
 
 # ------------------------------------------------------------------------------------------------

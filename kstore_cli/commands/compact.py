@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import click
 
@@ -24,7 +23,7 @@ from kstore_cli.errors import ExitStatus, KstoreError, UsageError
 from kstore_cli.segment import fileops
 from kstore_cli.segment.cleaner import PassResult, compact_partition
 from kstore_cli.segment.config import DEFAULT_SOURCE, CleanerSettings, ConfigResolver, TopicConfig, compaction_flags
-from kstore_cli.segment.logdir import Partition, group_by_data_dir, resolve
+from kstore_cli.segment.logdir import Partition, group_by_data_dir, partitions_of, resolve
 from kstore_cli.segment.retention import DataDirState, apply_retention, now_ms, plan_partition
 
 METADATA_LOG_TOPIC = "__cluster_metadata"
@@ -235,18 +234,12 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
                                          lambda: sum(s.log_size for t in targets for s in t.partition.segments))
     worst = ExitStatus.PROBLEMS  # raised to the worst status of an error that stopped a partition
     try:
-        with contextlib.ExitStack() as stack:
-            if not dry_run:
-                for data_dir in sorted(groups):  # every lock first: nothing changes unless all are ours
-                    stack.enter_context(fileops.LogDirLock(
-                        data_dir, force=force, partitions=[t.partition.path for t in groups[data_dir]]))
+        with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
+                                    force=force, enabled=not dry_run):
             for data_dir in sorted(groups):
                 state = DataDirState(data_dir)
                 in_use = dry_run and not force and fileops.is_locked(data_dir)
-                seen: Dict[str, Partition] = {}
-                for target in groups[data_dir]:
-                    seen.setdefault(target.partition.path, target.partition)
-                for partition in seen.values():
+                for partition in partitions_of(groups[data_dir]):
                     config = resolver.for_topic(partition.topic, data_dir)
                     policy = ",".join(config.cleanup_policy)
                     if partition.topic == METADATA_LOG_TOPIC:

@@ -11,9 +11,9 @@ import click
 from kstore_cli.commands._console import byte_progress
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.errors import ExitStatus, UsageError
-from kstore_cli.segment import recovery
+from kstore_cli.segment import recovery, verify
 from kstore_cli.segment.fileops import is_locked
-from kstore_cli.segment.recovery import verify_partition
+from kstore_cli.segment.verify import verify_partition
 from kstore_cli.segment.startup import (
     ERROR,
     NOTE,
@@ -85,7 +85,7 @@ def _segment_issue(partition, data_dir: str, finding, plan) -> "Issue | None":
     elif check.startswith(("txnindex", "missing-txnindex")):
         kafka = ("ignore: loaded as it is; read_committed consumers get the wrong aborted transactions until an "
                  "unclean shutdown's recovery rebuilds it")
-    severity = {recovery.ERROR: ERROR}.get(finding.severity, NOTE)
+    severity = {verify.ERROR: ERROR}.get(finding.severity, NOTE)
     return Issue(severity, check, finding.message, kafka=kafka, repair=repair, data_dir=data_dir, partition=part,
                  file=finding.file, position=position)
 

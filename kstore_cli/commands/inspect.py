@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import click
 
@@ -12,13 +12,73 @@ from kstore_cli.commands._console import human_bytes
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.commands._options import ExistingPath, format_time_ms, json_option, no_partitions, topics_option
 from kstore_cli.errors import UsageError
-from kstore_cli.segment.logdir import DataDir, find_data_dirs, is_partition_dir, resolve
+from kstore_cli.segment.logdir import DataDir, find_data_dirs, is_partition_dir, partitions_of, resolve
 from kstore_cli.segment.summary import DataDirStates, PartitionSummary, summarize_partition
 
 
 def _short(ids: List[int], limit: int = 4) -> str:
     text = ",".join(map(str, ids[:limit]))
     return text + (f",+{len(ids) - limit}" if len(ids) > limit else "")
+
+
+COLUMNS = ("partition", "segs", "offsets", "start", "bytes", "time range", "formats", "producers",
+           "txns", "indexes", "leftovers")
+
+
+def _cells(row: PartitionSummary, human: bool) -> List[str]:
+    """One partition's cells: human sizes and UTC dates for a terminal, raw numbers in a pipe."""
+    if row.max_timestamp is None:
+        times = "-"
+    elif human:
+        first, last = format_time_ms(row.min_timestamp), format_time_ms(row.max_timestamp)
+        times = f"{first}..{last[11:] if last[:11] == first[:11] else last}"  # the day once when shared
+    else:
+        times = f"{row.min_timestamp}..{row.max_timestamp}"
+    return [
+        os.path.basename(row.partition), str(row.segments),
+        f"{row.base_offsets[0] if row.base_offsets else '-'}..{'-' if row.last_offset is None else row.last_offset}",
+        f"{row.log_start_offset}", human_bytes(row.size_bytes) if human else str(row.size_bytes), times,
+        "v" + "/v".join(map(str, row.magics)) + " " + ",".join(row.codecs) if row.magics else "-",
+        _short(row.producer_ids) or "-",
+        f"{len(row.open_transactions)} open/{row.aborted_transactions} aborted", row.index_health,
+        ",".join(row.leftover_files + row.orphan_indexes) or "-",
+    ]
+
+
+def _render_tables(rows: List[PartitionSummary], skipped: List[Tuple[str, str]]) -> None:
+    """One table per data dir; a terminal too narrow for one gets a block of lines per partition."""
+    from rich.console import Console
+    from rich import box
+    from rich.table import Table
+
+    console = Console()
+    by_dir: Dict[str, List[PartitionSummary]] = {}
+    for row in rows:
+        by_dir.setdefault(os.path.dirname(row.partition), []).append(row)
+    for data_dir, drows in by_dir.items():
+        all_cells = [_cells(row, human=True) for row in drows]
+        # Cells are never wrapped or cut (a name, an offset or a time broken mid-token misleads): a
+        # terminal too narrow for the table gets each partition as a block of "column: value" lines.
+        longest = [max(len(text) for text in [col] + [c[i] for c in all_cells]) for i, col in enumerate(COLUMNS)]
+        if sum(longest) + 2 * len(COLUMNS) + 2 > console.width:
+            console.print(data_dir, style="italic", highlight=False, soft_wrap=True)
+            for row, c in zip(drows, all_cells):
+                console.print(f"  [bold]{c[0]}[/]", highlight=False, soft_wrap=True)
+                for col, value in zip(COLUMNS[1:], c[1:]):
+                    style = "red" if col == "indexes" and row.problems else ""
+                    console.print(f"    {col}: {value}", style=style, highlight=False, soft_wrap=True)
+            continue
+        console.print(data_dir, style="italic", highlight=False, soft_wrap=True)
+        table = Table(box=box.SIMPLE_HEAD)
+        for col, width in zip(COLUMNS, longest):
+            table.add_column(col, no_wrap=True, min_width=width)
+        for row, c in zip(drows, all_cells):
+            if row.problems:
+                c[9] = f"[red]{c[9]}[/]"
+            table.add_row(*c)
+        console.print(table)
+    for path, why in skipped:
+        console.print(f"skipped {path}: {why}")
 
 
 @click.command(name="inspect")
@@ -43,12 +103,7 @@ def command(ctx: click.Context, paths, topics: Optional[str], as_json: bool) -> 
     targets = resolve(paths, topics)
     if not targets:
         raise UsageError(no_partitions(paths, topics))
-    seen = set()
-    partitions = []
-    for t in targets:
-        if t.partition.path not in seen:
-            seen.add(t.partition.path)
-            partitions.append(t.partition)
+    partitions = partitions_of(targets)
     skipped = []
     for raw in paths:
         if os.path.isdir(raw) and not is_partition_dir(raw):
@@ -73,63 +128,11 @@ def command(ctx: click.Context, paths, topics: Optional[str], as_json: bool) -> 
         for path, why in skipped:
             click.echo(json.dumps({"type": "skipped", "path": path, "reason": why}, sort_keys=True))
         return
-    columns = ("partition", "segs", "offsets", "start", "bytes", "time range", "formats", "producers",
-               "txns", "indexes", "leftovers")
-
-    def cells(row: PartitionSummary, human: bool) -> List[str]:
-        if row.max_timestamp is None:
-            times = "-"
-        elif human:
-            first, last = format_time_ms(row.min_timestamp), format_time_ms(row.max_timestamp)
-            times = f"{first}..{last[11:] if last[:11] == first[:11] else last}"  # the day once when shared
-        else:
-            times = f"{row.min_timestamp}..{row.max_timestamp}"
-        return [
-            os.path.basename(row.partition), str(row.segments),
-            f"{row.base_offsets[0] if row.base_offsets else '-'}..{'-' if row.last_offset is None else row.last_offset}",
-            f"{row.log_start_offset}", human_bytes(row.size_bytes) if human else str(row.size_bytes), times,
-            "v" + "/v".join(map(str, row.magics)) + " " + ",".join(row.codecs) if row.magics else "-",
-            _short(row.producer_ids) or "-",
-            f"{len(row.open_transactions)} open/{row.aborted_transactions} aborted", row.index_health,
-            ",".join(row.leftover_files + row.orphan_indexes) or "-",
-        ]
-
     if tty:
-        from rich.console import Console
-        from rich import box
-        from rich.table import Table
-
-        console = Console()
-        by_dir: Dict[str, List[PartitionSummary]] = {}
-        for row in rows:
-            by_dir.setdefault(os.path.dirname(row.partition), []).append(row)
-        for data_dir, drows in by_dir.items():
-            all_cells = [cells(row, human=True) for row in drows]
-            # Cells are never wrapped or cut (a name, an offset or a time broken mid-token misleads): a
-            # terminal too narrow for the table gets each partition as a block of "column: value" lines.
-            longest = [max(len(text) for text in [col] + [c[i] for c in all_cells]) for i, col in enumerate(columns)]
-            if sum(longest) + 2 * len(columns) + 2 > console.width:
-                console.print(data_dir, style="italic", highlight=False, soft_wrap=True)
-                for row, c in zip(drows, all_cells):
-                    console.print(f"  [bold]{c[0]}[/]", highlight=False, soft_wrap=True)
-                    for col, value in zip(columns[1:], c[1:]):
-                        style = "red" if col == "indexes" and row.problems else ""
-                        console.print(f"    {col}: {value}", style=style, highlight=False, soft_wrap=True)
-                continue
-            console.print(data_dir, style="italic", highlight=False, soft_wrap=True)
-            table = Table(box=box.SIMPLE_HEAD)
-            for col, width in zip(columns, longest):
-                table.add_column(col, no_wrap=True, min_width=width)
-            for row, c in zip(drows, all_cells):
-                if row.problems:
-                    c[9] = f"[red]{c[9]}[/]"
-                table.add_row(*c)
-            console.print(table)
-        for path, why in skipped:
-            console.print(f"skipped {path}: {why}")
+        _render_tables(rows, skipped)
         return
-    click.echo("\t".join(columns))
+    click.echo("\t".join(COLUMNS))
     for row in rows:
-        click.echo("\t".join(cells(row, human=False)))
+        click.echo("\t".join(_cells(row, human=False)))
     for path, why in skipped:
         click.echo(f"# skipped {path}: {why}")

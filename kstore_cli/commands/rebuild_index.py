@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import List, Optional
+from typing import Optional
 
 import click
 
@@ -23,126 +23,54 @@ from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import fileops
 from kstore_cli.segment.config import ConfigResolver
 from kstore_cli.segment.logdir import group_by_data_dir, resolve
-from kstore_cli.segment.recovery import (
-    ZERO_TAIL,
-    ApplyReport,
-    PartitionPlan,
-    apply_plan,
-    default_quarantine_root,
-    repair_plan,
-)
+from kstore_cli.segment.rebuild import PartitionRebuild, rebuild_partition
 
 
-def _segment_rows(plan: PartitionPlan, applied: Optional[ApplyReport], truncate: bool, dry_run: bool) -> List[dict]:
-    rows = []
-    for splan in plan.segments:
-        seg = splan.segment
-        row = {
-            "type": "segment",
-            "partition": plan.partition.path,
-            "segment": seg.base_offset,
-            "log": seg.log,
-            "status": splan.status,
-            "files": {os.path.basename(c.path).split(".", 1)[1]: c.action for c in splan.changes},
-        }
-        reasons = {os.path.basename(c.path).split(".", 1)[1]: c.reason for c in splan.changed_files if c.reason}
-        if reasons:
-            row["reasons"] = reasons
-        if splan.error is not None:
-            row["message"] = str(splan.error)
-        if splan.skipped is not None:
-            row["message"] = splan.skipped
-        result = splan.result
-        if result is not None:
-            row.update(logSize=result.log_size, validBytes=result.valid_bytes, nextOffset=result.next_offset,
-                       abortedTransactions=len(result.aborted))
-            if result.problem is not None:
-                row["problem"] = result.problem.to_dict()
-                row["truncatedBytes"] = result.truncated_bytes
-                if not result.problem.truncatable:
-                    row["message"] = "Kafka's recovery does not cut this (it raises); kstore leaves it alone"
-                elif truncate and not dry_run and splan is plan.damaged:
-                    row["status"] = "truncated"
-                elif dry_run and truncate:
-                    row["message"] = f"would cut {result.truncated_bytes} bytes at byte {result.valid_bytes}"
-                else:
-                    row["message"] = (f"valid data ends at byte {result.valid_bytes}; rerun with --truncate to cut "
-                                      f"{result.truncated_bytes} bytes as Kafka's recovery would")
-        if dry_run and row["status"] == "rebuilt":
-            row["status"] = "would rebuild"
-        rows.append(row)
-    if plan.dropped_files:
-        rows.append({
-            "type": "dropped",
-            "partition": plan.partition.path,
-            "files": plan.dropped_files,
-            "status": "quarantined" if (applied and applied.quarantined) else "would be dropped",
-            "message": "files after the cut: Kafka's recovery deletes them; kstore moves them to the quarantine dir",
-        })
-    if applied is not None and applied.quarantine_dir:
-        rows.append({"type": "quarantine", "partition": plan.partition.path, "dir": applied.quarantine_dir,
-                     "moved": [{"from": a, "to": b} for a, b in applied.quarantined]})
-    return rows
+def _render_table(result: PartitionRebuild) -> None:
+    from rich.console import Console
+    from rich.table import Table
 
-
-def _render_text(rows: List[dict], tty: bool) -> None:
-    if tty:
-        from rich.console import Console
-        from rich.table import Table
-
-        console = Console()
-        by_partition: dict = {}
-        for row in rows:
-            by_partition.setdefault(row["partition"], []).append(row)
-        for partition, prows in by_partition.items():
-            table = Table(title=partition, title_justify="left")
-            for col in ("segment", "status", "files", "detail"):
-                table.add_column(col)
-            for row in prows:
-                if row["type"] == "segment":
-                    files = " ".join(f"{k}:{v}" for k, v in row["files"].items()
-                                     if v not in ("unchanged", "kept")) or "-"
-                    if row.get("reasons"):
-                        detail_reasons = "; ".join(f"{k}: {r}" for k, r in row["reasons"].items())
-                    else:
-                        detail_reasons = ""
-                    detail = row.get("message", "") or detail_reasons
-                    if "problem" in row:
-                        detail = row["problem"]["message"] + ("; " + detail if detail else "")
-                    style = {"damaged": "red", "zero-tail": "yellow", "truncated": "yellow", "rebuilt": "green"}.get(
-                        row["status"], "")
-                    table.add_row(str(row["segment"]), f"[{style}]{row['status']}[/]" if style else row["status"],
-                                  files, detail)
-                elif row["type"] == "dropped":
-                    table.add_row("later", row["status"], f"{len(row['files'])} files", row["message"])
-                else:
-                    table.add_row("", "quarantine", "", row["dir"])
-            console.print(table)
+    if not result.results():
         return
-    healthy: dict = {}
-    for row in rows:
-        if row["type"] == "segment" and row["status"] == "unchanged" and not row.get("message"):
-            healthy[row["partition"]] = healthy.get(row["partition"], 0) + 1
+    table = Table(title=result.partition, title_justify="left")
+    for col in ("segment", "status", "files", "detail"):
+        table.add_column(col)
+    for seg in result.segments:
+        files = " ".join(f"{k}:{v}" for k, v in seg.written) or "-"
+        detail = seg.message or "; ".join(f"{k}: {r}" for k, r in seg.reasons.items())
+        if seg.problem is not None:
+            detail = seg.problem.message + ("; " + detail if detail else "")
+        style = {"damaged": "red", "zero-tail": "yellow", "truncated": "yellow", "rebuilt": "green"}.get(seg.status, "")
+        table.add_row(str(seg.segment), f"[{style}]{seg.status}[/]" if style else seg.status, files, detail)
+    if result.dropped is not None:
+        table.add_row("later", result.dropped.status, f"{len(result.dropped.files)} files", result.dropped.message)
+    if result.quarantine is not None:
+        table.add_row("", "quarantine", "", result.quarantine.dir)
+    Console().print(table)
+
+
+def _render_text(result: PartitionRebuild) -> None:
+    healthy = 0
+    for seg in result.segments:
+        if seg.status == "unchanged" and not seg.message:
+            healthy += 1
             continue
-        if row["type"] == "segment":
-            reasons = row.get("reasons", {})
-            files = ", ".join(f"{k} {v}" + (f": {reasons[k]}" if k in reasons else "")
-                              for k, v in row["files"].items() if v not in ("unchanged", "kept"))
-            line = f"{row['log']}: {row['status']}"
-            if files:
-                line += f" ({files})"
-            if "problem" in row:
-                line += f": {row['problem']['kind']} at byte {row['problem']['position']}: {row['problem']['message']}"
-            if row.get("message"):
-                line += f"; {row['message']}"
-            click.echo(line)
-        elif row["type"] == "dropped":
-            click.echo(f"{row['partition']}: {len(row['files'])} later files {row['status']}: " + ", ".join(
-                os.path.basename(f) for f in row["files"]))
-        else:
-            click.echo(f"{row['partition']}: quarantined into {row['dir']}")
-    for partition, count in healthy.items():
-        click.echo(f"{partition}: {count} segment(s) with nothing to rebuild")
+        files = ", ".join(f"{k} {v}" + (f": {seg.reasons[k]}" if k in seg.reasons else "") for k, v in seg.written)
+        line = f"{seg.log}: {seg.status}"
+        if files:
+            line += f" ({files})"
+        if seg.problem is not None:
+            line += f": {seg.problem.kind} at byte {seg.problem.position}: {seg.problem.message}"
+        if seg.message:
+            line += f"; {seg.message}"
+        click.echo(line)
+    if result.dropped is not None:
+        click.echo(f"{result.partition}: {len(result.dropped.files)} later files {result.dropped.status}: "
+                   + ", ".join(os.path.basename(f) for f in result.dropped.files))
+    if result.quarantine is not None:
+        click.echo(f"{result.partition}: quarantined into {result.quarantine.dir}")
+    if healthy:
+        click.echo(f"{result.partition}: {healthy} segment(s) with nothing to rebuild")
 
 
 @click.command(name="rebuild-index")
@@ -211,34 +139,16 @@ def command(ctx: click.Context, paths, index_interval_bytes: Optional[int], conf
         for data_dir, dir_targets in groups.items():
             for target in dir_targets:
                 interval = resolver.for_topic(target.partition.topic, data_dir).get("index.interval.bytes")
-                plan = repair_plan(target.partition, only=target.only, index_interval_bytes=interval,
-                                   all_indexes=all_indexes)
-                damaged = plan.damaged
-                unfixable = any(s.error is not None or (s.result is not None and s.result.problem is not None
-                                                        and not s.result.problem.truncatable) for s in plan.segments)
-                applied = None
-                if damaged is not None and not truncate:
-                    problems = True
-                elif not dry_run:
-                    if damaged is not None and quarantine_dir is None:
-                        root = default_quarantine_root(target.partition)
-                    else:
-                        root = quarantine_dir
-                    applied = apply_plan(plan, truncate=truncate, quarantine_root=root)
-                elif damaged is not None:
-                    problems = True
-                if unfixable:
-                    problems = True
-                rows = _segment_rows(plan, applied, truncate, dry_run)
-                if damaged is not None and damaged.result.problem.kind == ZERO_TAIL and not truncate:
-                    for row in rows:
-                        if row.get("segment") == damaged.segment.base_offset:
-                            row["message"] = ("zero-filled preallocated tail (not corruption); rerun with --truncate "
-                                              "to trim it as Kafka's recovery does")
+                result = rebuild_partition(target.partition, only=target.only, index_interval_bytes=interval,
+                                           all_indexes=all_indexes, truncate=truncate, dry_run=dry_run,
+                                           quarantine_dir=quarantine_dir)
+                problems = problems or result.problems
                 if as_json:
-                    for row in rows:
-                        click.echo(json.dumps(row, sort_keys=True))
+                    for item in result.results():
+                        click.echo(json.dumps(item.to_dict(), sort_keys=True))
+                elif tty:
+                    _render_table(result)
                 else:
-                    _render_text(rows, tty)
+                    _render_text(result)
     if problems:
         ctx.exit(int(ExitStatus.PROBLEMS))

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import click
 
@@ -14,100 +13,99 @@ from kstore_cli.commands._options import SizeType, cluster_metadata_option, forc
 from kstore_cli.commands._console import exit_with_problems
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.errors import UsageError
-from kstore_cli.segment import fileops
 from kstore_cli.segment.config import ConfigResolver, retention_flags
-from kstore_cli.segment.logdir import Partition, group_by_data_dir, resolve
-from kstore_cli.segment.retention import (
-    DataDirState,
-    RetentionPlan,
-    apply_retention,
-    bytes_freed,
-    now_ms,
-    plan_partition,
-)
+from kstore_cli.segment.logdir import group_by_data_dir, resolve
+from kstore_cli.segment.retention import PartitionRetention, RetentionPlan, cleanup_logs, now_ms
 
 
-def _row(plan: RetentionPlan, delete_delay_ms: int, dry_run: bool) -> dict:
-    row = plan.to_dict()
-    row["bytesFreed"] = bytes_freed(plan, delete_delay_ms) if plan.active else 0
-    # Renamed .deleted now, removed by a later run once --delete-delay-ms has passed.
-    row["bytesDeferred"] = plan.bytes_deleted if plan.active and delete_delay_ms > 0 else 0
-    row["dryRun"] = dry_run
-    return row
-
-
-def _status(row: dict, dry_run: bool) -> str:
-    if row["problem"]:
-        return f"not handled: {row['problem']}"
-    if row["skipped"]:
-        return f"skipped: {row['skipped']}"
-    n = row["segmentsDeleted"]
+def _status(result: PartitionRetention, dry_run: bool) -> str:
+    plan = result.plan
+    if plan.problem:
+        return f"not handled: {plan.problem}"
+    if plan.skipped:
+        return f"skipped: {plan.skipped}"
+    n = len(plan.deletions)
     verb = "would delete" if dry_run else "deleted"
-    text = f"{verb} {n} segment(s), {row['bytesFreed']} bytes {'to free' if dry_run else 'freed'}" if n else "nothing to delete"
-    if row["logStartOffset"] != row["newLogStartOffset"]:
-        text += f"; log start offset {row['logStartOffset']} -> {row['newLogStartOffset']}"
+    text = f"{verb} {n} segment(s), {result.bytes_freed} bytes {'to free' if dry_run else 'freed'}" if n else "nothing to delete"
+    if plan.log_start_offset != plan.new_log_start_offset:
+        text += f"; log start offset {plan.log_start_offset} -> {plan.new_log_start_offset}"
     else:
-        text += f"; log start offset {row['logStartOffset']}"
-    if row["bytesDeferred"]:
-        text += f"; {row['bytesDeferred']} bytes kept as .deleted for the delete delay"
-    if row["rolledSegment"] is not None:
-        text += f"; {'would roll' if dry_run else 'rolled'} an empty segment at {row['rolledSegment']}"
+        text += f"; log start offset {plan.log_start_offset}"
+    if result.bytes_deferred:
+        text += f"; {result.bytes_deferred} bytes kept as .deleted for the delete delay"
+    if plan.roll_offset is not None:
+        text += f"; {'would roll' if dry_run else 'rolled'} an empty segment at {plan.roll_offset}"
     return text
 
 
-def _settings_line(row: dict) -> str:
+def _settings_line(plan: RetentionPlan) -> str:
     """Each retention setting with where it came from (a flag, a file and section, Kafka's default)."""
-    return "  settings: " + ", ".join(f"{k}={v['value']} ({v['source']})" for k, v in row["config"].items())
+    return "  settings: " + ", ".join(f"{k}={v['value']} ({v['source']})" for k, v in plan.settings().items())
 
 
-def _render_text(rows: List[dict], dry_run: bool) -> None:
-    for row in rows:
-        click.echo(f"{row['partition']}: {_status(row, dry_run)}")
-        if "config" in row:
-            click.echo(_settings_line(row))
-        if row["problem"] or row["skipped"]:
+def _render_text(results: List[PartitionRetention], dry_run: bool) -> None:
+    for result in results:
+        plan = result.plan
+        click.echo(f"{plan.partition.path}: {_status(result, dry_run)}")
+        if plan.config is not None:
+            click.echo(_settings_line(plan))
+        if plan.problem or plan.skipped:
             continue
-        for d in row["deleted"]:
-            click.echo(f"  {'would delete' if dry_run else 'deleted'} segment {d['segment']} ({d['rule']}: "
-                       f"{d['reason']}): " + ", ".join(os.path.basename(f) for f in d["files"])
-                       + f" ({d['bytes']} bytes)")
-        for f in row["interruptedDeletionFiles"]:
+        for d in plan.deletions:
+            click.echo(f"  {'would delete' if dry_run else 'deleted'} segment {d.base_offset} ({d.rule}: "
+                       f"{d.reason}): " + ", ".join(os.path.basename(f) for f in d.files)
+                       + f" ({d.bytes} bytes)")
+        for f in plan.pending:
             click.echo(f"  {'would finish' if dry_run else 'finished'} an interrupted deletion: {os.path.basename(f)}")
-        for f in row["leftoversRemoved"]:
+        for f in plan.leftovers:
             click.echo(f"  {'would remove' if dry_run else 'removed'} leftover {os.path.basename(f)}")
-        for note in row["notes"]:
+        for note in plan.notes:
             click.echo(f"  note: {note}")
 
 
-def _render_table(rows: List[dict], dry_run: bool) -> None:
+def _render_table(results: List[PartitionRetention], dry_run: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title="kstore retain" + (" (dry run: nothing changed)" if dry_run else ""), title_justify="left")
     for col in ("partition", "policy", "segments deleted", "bytes freed", "log start offset", "note"):
         table.add_column(col, overflow="fold")
-    for row in rows:
+    for result in results:
+        plan = result.plan
+        name = os.path.basename(plan.partition.path)
         policy = ""
-        if "config" in row:
-            c = row["config"]
+        if plan.config is not None:
+            c = plan.settings()
             policy = f"{c['cleanup.policy']['value']} ms={c['retention.ms']['value']} bytes={c['retention.bytes']['value']}"
-        if row["problem"] or row["skipped"]:
-            table.add_row(os.path.basename(row["partition"]), policy, "-", "-", "-",
-                          f"[red]{row['problem']}[/]" if row["problem"] else row["skipped"])
+        if plan.problem or plan.skipped:
+            table.add_row(name, policy, "-", "-", "-", f"[red]{plan.problem}[/]" if plan.problem else plan.skipped)
             continue
-        lso = str(row["logStartOffset"])
-        if row["newLogStartOffset"] != row["logStartOffset"]:
-            lso += f" -> {row['newLogStartOffset']}"
-        note = "; ".join(row["notes"])
-        if row["rolledSegment"] is not None:
-            note = f"rolled empty segment at {row['rolledSegment']}" + ("; " + note if note else "")
-        table.add_row(os.path.basename(row["partition"]), policy, str(row["segmentsDeleted"]), str(row["bytesFreed"]),
-                      lso, note)
+        lso = str(plan.log_start_offset)
+        if plan.new_log_start_offset != plan.log_start_offset:
+            lso += f" -> {plan.new_log_start_offset}"
+        note = "; ".join(plan.notes)
+        if plan.roll_offset is not None:
+            note = f"rolled empty segment at {plan.roll_offset}" + ("; " + note if note else "")
+        table.add_row(name, policy, str(len(plan.deletions)), str(result.bytes_freed), lso, note)
     Console().print(table)
-    for row in rows:
-        if "config" in row:
-            click.echo(f"{os.path.basename(row['partition'])}:")
-            click.echo(_settings_line(row))
+    for result in results:
+        if result.plan.config is not None:
+            click.echo(f"{os.path.basename(result.plan.partition.path)}:")
+            click.echo(_settings_line(result.plan))
+
+
+def _summary(results: List[PartitionRetention], dry_run: bool, now: int) -> dict:
+    active = [r for r in results if not r.plan.problem and not r.plan.skipped]
+    return {
+        "type": "summary",
+        "dryRun": dry_run,
+        "now": now,
+        "partitions": len(results),
+        "segmentsDeleted": sum(len(r.plan.deletions) for r in active),
+        "bytesFreed": sum(r.bytes_freed for r in active),
+        "bytesDeferred": sum(r.bytes_deferred for r in active),
+        "problems": sum(1 for r in results if r.plan.problem),
+    }
 
 
 @click.command(name="retain")
@@ -188,49 +186,17 @@ def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_mi
                          "--retention-bytes, --config server.properties or --topic-config FILE (or data dirs holding "
                          "the cluster metadata log); Kafka's default (retention.ms 7 days) is not applied without one")
     now = now_ms() if now is None else now
-    groups = group_by_data_dir(targets)
-    rows: List[dict] = []
-    with contextlib.ExitStack() as stack:
-        if not dry_run:
-            for data_dir in sorted(groups):  # every lock first: nothing changes unless all are ours
-                stack.enter_context(fileops.LogDirLock(data_dir, force=force,
-                                                      partitions=[t.partition.path for t in groups[data_dir]]))
-        planned: Dict[str, tuple] = {}
-        for data_dir in sorted(groups):  # plan everything before changing anything
-            state = DataDirState(data_dir)
-            in_use = dry_run and not force and fileops.is_locked(data_dir)
-            seen: Dict[str, Partition] = {}
-            for target in groups[data_dir]:
-                seen.setdefault(target.partition.path, target.partition)
-            plans = [plan_partition(p, resolver.for_topic(p.topic, data_dir), state, now=now, log_start_offset=log_start_offset,
-                                    delete_delay_ms=delete_delay_ms) for p in seen.values()]
-            if in_use:
-                for plan in plans:
-                    plan.notes.append("the data dir is locked by a running process: a real run would refuse")
-            planned[data_dir] = (state, plans)
-        for data_dir, (state, plans) in planned.items():
-            if not dry_run:
-                apply_retention(state, plans, delete_delay_ms=delete_delay_ms)
-            rows.extend(_row(p, delete_delay_ms, dry_run) for p in plans)
-    problems = [r for r in rows if r["problem"]]
+    results = cleanup_logs(group_by_data_dir(targets), resolver, now=now, log_start_offset=log_start_offset,
+                           delete_delay_ms=delete_delay_ms, dry_run=dry_run, force=force)
     if as_json:
-        active = [r for r in rows if not r["problem"] and not r["skipped"]]
-        for row in rows:  # JSON Lines: a line per partition, then the summary
-            click.echo(json.dumps({"type": "partition", **row}, sort_keys=True))
-        click.echo(json.dumps({
-            "type": "summary",
-            "dryRun": dry_run,
-            "now": now,
-            "partitions": len(rows),
-            "segmentsDeleted": sum(r["segmentsDeleted"] for r in active),
-            "bytesFreed": sum(r["bytesFreed"] for r in active),
-            "bytesDeferred": sum(r["bytesDeferred"] for r in active),
-            "problems": len(problems),
-        }, sort_keys=True))
+        for result in results:  # JSON Lines: a line per partition, then the summary
+            click.echo(json.dumps({"type": "partition", **result.to_dict()}, sort_keys=True))
+        click.echo(json.dumps(_summary(results, dry_run, now), sort_keys=True))
     elif not quiet:
         if _is_tty():
-            _render_table(rows, dry_run)
+            _render_table(results, dry_run)
         else:
-            _render_text(rows, dry_run)
+            _render_text(results, dry_run)
+    problems = [r.to_dict() for r in results if r.plan.problem]
     if problems:
         exit_with_problems(ctx, problems)

@@ -12,7 +12,7 @@ from kstore_cli.commands._options import json_option
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import startup
-from kstore_cli.segment.recovery import ERROR, NOTE, Finding, verify_partition
+from kstore_cli.segment.verify import ERROR, NOTE, Finding, verify_partition
 
 
 #: Startup findings that say nothing about the files' consistency: notes here, errors in doctor (a KRaft

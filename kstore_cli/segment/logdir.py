@@ -471,3 +471,12 @@ def find_timestamp(partition: Partition, timestamp: int, stats: Optional[LookupS
         return _records_from(partition, i, position, stats,
                              lambda b: b.max_timestamp >= timestamp, lambda r: r.timestamp >= timestamp)
     return iter(())
+
+
+def partitions_of(targets: Iterable[Target]) -> List[Partition]:
+    """The partitions of `targets`, each once, in the order first named (several .log files of one
+    partition name it once)."""
+    seen: Dict[str, Partition] = {}
+    for target in targets:
+        seen.setdefault(target.partition.path, target.partition)
+    return list(seen.values())

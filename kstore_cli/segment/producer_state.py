@@ -16,9 +16,10 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Optional, Tuple
 
-from kstore_cli.errors import CorruptSnapshotError, KstoreError
+from kstore_cli.errors import CorruptSnapshotError, InvalidRecordError, KstoreError
 from kstore_cli.segment.batch import parse_control_key, parse_end_txn_marker
-from kstore_cli.segment.logdir import Partition
+from kstore_cli.segment.index import AbortedTxn
+from kstore_cli.segment.logdir import Partition, Segment
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.segment import fileops, names
 from kstore_cli.segment.snapshot import ProducerEntry, build_snapshot, read_snapshot
@@ -144,3 +145,127 @@ class ProducerStateManager:
         if first is not None and first < high_watermark:
             return first, "first unstable offset"
         return high_watermark, "high watermark"
+
+
+# --------------------------------------------------------------------------- transactions only (recovery)
+
+
+class TxnState:
+    """The part of ProducerStateManager that transactions need.
+
+    ``current``: producer id -> first offset of its open transaction;
+    ``ongoing``: first offset -> producer id, for the last stable offset
+    (ProducerStateManager keeps it in a TreeMap, ordered by first offset).
+    """
+
+    __slots__ = ("current", "ongoing", "end_offset", "source")
+
+    def __init__(self, source: str = "empty") -> None:
+        self.current: Dict[int, int] = {}
+        self.ongoing: Dict[int, int] = {}
+        #: The offset the state is known up to (exclusive), Kafka's mapEndOffset.
+        self.end_offset = -1
+        #: Where the state came from: "empty", "snapshot <path>", "replay from <offset>".
+        self.source = source
+
+    def copy(self) -> "TxnState":
+        out = TxnState(self.source)
+        out.current = dict(self.current)
+        out.ongoing = dict(self.ongoing)
+        out.end_offset = self.end_offset
+        return out
+
+    @classmethod
+    def from_snapshot(cls, path: str) -> "TxnState":
+        """State loaded from a ``.snapshot`` (raises CorruptSnapshotError)."""
+        snapshot = read_snapshot(path)
+        state = cls(f"snapshot {os.path.basename(path)}")
+        for entry in snapshot.producers:
+            first = entry.open_transaction_first_offset
+            if first is not None:
+                state.current[entry.producer_id] = first
+                state.ongoing[first] = entry.producer_id
+        state.end_offset = names.base_offset_from_name(path)
+        return state
+
+    def open_transactions(self) -> List[Tuple[int, int]]:
+        """(producer id, first offset) of open transactions, by first offset."""
+        return [(self.ongoing[first], first) for first in sorted(self.ongoing)]
+
+    def last_stable_offset(self, producer_id: int, marker_offset: int) -> int:
+        """ProducerStateManager.lastStableOffset: the earliest open transaction of another producer."""
+        for first in sorted(self.ongoing):
+            if self.ongoing[first] != producer_id:
+                return first
+        return marker_offset + 1
+
+    def update(self, batch) -> Optional[AbortedTxn]:
+        """Apply one v2 batch with a producer id (REPLICATION origin, no validation).
+
+        Returns the AbortedTxn to index when the batch is an ABORT marker that
+        completes a non-empty transaction. Raises InvalidRecordError for a marker
+        that does not parse.
+        """
+        pid = batch.producer_id
+        aborted = None
+        if batch.is_control:
+            records = batch.records()
+            if records:
+                record = records[0]
+                _version, type_id = parse_control_key(record.key)
+                if type_id not in (0, 1):
+                    raise InvalidRecordError(
+                        f"Invalid record type for end transaction marker: control type {type_id}"
+                    )
+                parse_end_txn_marker(record.value)
+                first = self.current.get(pid)
+                if first is not None:
+                    if type_id == 0:
+                        aborted = AbortedTxn(0, pid, first, batch.base_offset,
+                                             self.last_stable_offset(pid, batch.base_offset))
+                    del self.current[pid]
+                    self.ongoing.pop(first, None)
+        elif batch.is_transactional and pid not in self.current:
+            first = batch.base_offset
+            self.current[pid] = first
+            self.ongoing[first] = pid
+        self.end_offset = batch.last_offset + 1
+        return aborted
+
+
+def replay_txn_state(partition: Partition, upto_base_offset: int) -> TxnState:
+    """Producer (transaction) state at a segment's base offset, by replaying earlier segments.
+
+    Starts from the snapshot at the first segment's base offset when there is one,
+    then applies every v2 batch with a producer id up to `upto_base_offset`
+    (headers and markers only; CRCs are not checked, a damaged segment ends the replay).
+    """
+    segments = [s for s in partition.segments if s.base_offset < upto_base_offset]
+    state = TxnState()
+    if segments:
+        snap = partition.snapshot_at(segments[0].base_offset)
+        if snap is not None:
+            try:
+                state = TxnState.from_snapshot(snap)
+            except CorruptSnapshotError:
+                state = TxnState()
+    state.source = f"replay from offset {segments[0].base_offset}" if segments else "empty"
+    for segment in segments:
+        try:
+            for batch in read_batches(segment.log):
+                if batch.magic >= 2 and batch.producer_id >= 0 and (batch.is_transactional or batch.is_control):
+                    state.update(batch)
+        except KstoreError:
+            break
+    return state
+
+
+def state_at_segment(partition: Partition, segment: Segment) -> TxnState:
+    """The snapshot at the segment's base offset when it is readable, else a replay."""
+    snap = partition.snapshot_at(segment.base_offset)
+    if snap is not None:
+        try:
+            return TxnState.from_snapshot(snap)
+        except CorruptSnapshotError:
+            pass
+    return replay_txn_state(partition, segment.base_offset)

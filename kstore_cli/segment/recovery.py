@@ -1,4 +1,4 @@
-"""Kafka's segment recovery (``LogSegment.recover``), offline.
+"""Kafka's segment recovery (``LogSegment.recover``) and a partition's (``LogLoader.recoverLog``), offline.
 
 One pass over a segment's batches, as recovery walks them:
 
@@ -6,7 +6,8 @@ One pass over a segment's batches, as recovery walks them:
   and its last offset must fit the segment's int32 relative range;
 * the offset and time indexes are rebuilt by recovery's per-batch rule (§6.1),
   with :class:`~kstore_cli.segment.index.SegmentIndexBuilder`;
-* producer state is tracked (only what transactions need) so every ABORT marker
+* producer state is tracked (only what transactions need,
+  :class:`~kstore_cli.segment.producer_state.TxnState`) so every ABORT marker
   adds an ``AbortedTxn`` with the last stable offset Kafka computes;
 * the pass stops at the first batch that fails, and what lies from there to the
   end of the file is classified: a partial batch, a CRC mismatch, a size field
@@ -17,35 +18,28 @@ Nothing here writes: :func:`recover_segment` returns the bytes Kafka would
 leave; :func:`plan_partition` runs it over a partition the way LogLoader's
 recovery does (producer state carried from segment to segment, everything after
 a truncated segment dropped), and :func:`apply_plan` performs a plan through
-:mod:`~kstore_cli.segment.fileops`.
+:mod:`~kstore_cli.segment.fileops`, quarantining what a cut removes
+(:mod:`~kstore_cli.segment.quarantine`). verify-index's checks of existing indexes
+against a recovery are :mod:`~kstore_cli.segment.verify`'s.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
-import operator
 import os
-from array import array
-from bisect import bisect_left
-from itertools import islice
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from kstore_cli.errors import (
     CorruptDataError,
     CorruptRecordError,
-    CorruptSnapshotError,
     InvalidRecordError,
     KstoreError,
-    UsageError,
 )
 from kstore_cli.segment import fileops, names
 from kstore_cli.segment.batch import (
     HEADER_SIZE_UP_TO_MAGIC,
     LOG_OVERHEAD,
     MAX_INT32,
-    parse_control_key,
-    parse_end_txn_marker,
 )
 from kstore_cli.segment.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
@@ -66,8 +60,16 @@ from kstore_cli.segment.index import (
     pack_aborted_txns,
 )
 from kstore_cli.segment.logdir import Partition, Segment
+from kstore_cli.segment.producer_state import TxnState, state_at_segment
+from kstore_cli.segment.quarantine import (
+    MANIFEST,
+    default_quarantine_root,
+    read_manifest,
+    same_bytes,
+    tidy_quarantine,
+    utc_stamp,
+)
 from kstore_cli.segment.reader import RELEASE_EVERY, release_pages, map_file, read_batches
-from kstore_cli.segment.snapshot import read_snapshot
 
 # Kinds of trouble found where the valid data of a segment ends.
 ZERO_TAIL = "zero-filled-tail"  # preallocated (or sparse) zeros: not corruption
@@ -104,92 +106,6 @@ def is_zero(buf: memoryview, start: int, end: int) -> bool:
             release_pages(buf, released, pos)
             released = pos
     return True
-
-
-# --------------------------------------------------------------------------- producer state
-
-
-class TxnState:
-    """The part of ProducerStateManager that transactions need.
-
-    ``current``: producer id -> first offset of its open transaction;
-    ``ongoing``: first offset -> producer id, for the last stable offset
-    (ProducerStateManager keeps it in a TreeMap, ordered by first offset).
-    """
-
-    __slots__ = ("current", "ongoing", "end_offset", "source")
-
-    def __init__(self, source: str = "empty") -> None:
-        self.current: Dict[int, int] = {}
-        self.ongoing: Dict[int, int] = {}
-        #: The offset the state is known up to (exclusive), Kafka's mapEndOffset.
-        self.end_offset = -1
-        #: Where the state came from: "empty", "snapshot <path>", "replay from <offset>".
-        self.source = source
-
-    def copy(self) -> "TxnState":
-        out = TxnState(self.source)
-        out.current = dict(self.current)
-        out.ongoing = dict(self.ongoing)
-        out.end_offset = self.end_offset
-        return out
-
-    @classmethod
-    def from_snapshot(cls, path: str) -> "TxnState":
-        """State loaded from a ``.snapshot`` (raises CorruptSnapshotError)."""
-        snapshot = read_snapshot(path)
-        state = cls(f"snapshot {os.path.basename(path)}")
-        for entry in snapshot.producers:
-            first = entry.open_transaction_first_offset
-            if first is not None:
-                state.current[entry.producer_id] = first
-                state.ongoing[first] = entry.producer_id
-        state.end_offset = names.base_offset_from_name(path)
-        return state
-
-    def open_transactions(self) -> List[Tuple[int, int]]:
-        """(producer id, first offset) of open transactions, by first offset."""
-        return [(self.ongoing[first], first) for first in sorted(self.ongoing)]
-
-    def last_stable_offset(self, producer_id: int, marker_offset: int) -> int:
-        """ProducerStateManager.lastStableOffset: the earliest open transaction of another producer."""
-        for first in sorted(self.ongoing):
-            if self.ongoing[first] != producer_id:
-                return first
-        return marker_offset + 1
-
-    def update(self, batch) -> Optional[AbortedTxn]:
-        """Apply one v2 batch with a producer id (REPLICATION origin, no validation).
-
-        Returns the AbortedTxn to index when the batch is an ABORT marker that
-        completes a non-empty transaction. Raises InvalidRecordError for a marker
-        that does not parse.
-        """
-        pid = batch.producer_id
-        aborted = None
-        if batch.is_control:
-            records = batch.records()
-            if records:
-                record = records[0]
-                _version, type_id = parse_control_key(record.key)
-                if type_id not in (0, 1):
-                    raise InvalidRecordError(
-                        f"Invalid record type for end transaction marker: control type {type_id}"
-                    )
-                parse_end_txn_marker(record.value)
-                first = self.current.get(pid)
-                if first is not None:
-                    if type_id == 0:
-                        aborted = AbortedTxn(0, pid, first, batch.base_offset,
-                                             self.last_stable_offset(pid, batch.base_offset))
-                    del self.current[pid]
-                    self.ongoing.pop(first, None)
-        elif batch.is_transactional and pid not in self.current:
-            first = batch.base_offset
-            self.current[pid] = first
-            self.ongoing[first] = pid
-        self.end_offset = batch.last_offset + 1
-        return aborted
 
 
 # --------------------------------------------------------------------------- one segment
@@ -320,19 +236,44 @@ def recover_segment(
     size = len(buf)
     result = RecoveryResult(base_offset, path, size)
     builder = SegmentIndexBuilder(base_offset, index_interval_bytes, path)
+    state, exc, kind = _recover_batches(buf, result, builder, txn_state, on_batch)
+    if result.valid_bytes < size or kind in (OFFSET_OVERFLOW, OFFSETS_NOT_INCREASING):
+        result.problem = _classify_tail(buf, result.valid_bytes, size, exc, kind)
+    builder.finish()
+    result.max_timestamp = builder.max_timestamp
+    result.offset_of_max_timestamp = builder.offset_of_max_timestamp
+    result.index_bytes = builder.offset_index_bytes()
+    result.timeindex_bytes = builder.time_index_bytes()
+    return result, state
+
+
+def _offset_overflow(batch, base_offset: int, path: Optional[str]) -> CorruptDataError:
+    return CorruptDataError(
+        f"Detected offset overflow at offset {batch.last_offset} in segment with base offset {base_offset}: "
+        "Kafka splits such a segment (LogSegmentOffsetOverflowException); kstore does not",
+        path=path, position=batch.position,
+    )
+
+
+def _recover_batches(
+    buf: memoryview,
+    result: RecoveryResult,
+    builder: SegmentIndexBuilder,
+    txn_state: Optional[Callable[[], TxnState]],
+    on_batch: Optional[BatchSink],
+) -> Tuple[Optional[TxnState], Optional[KstoreError], Optional[str]]:
+    """LogSegment.recover's loop: each batch validated, indexed and applied to the producer state, up to
+    the first that fails. Fills `result`'s scan fields; returns the producer state (None when never
+    needed) and the error that ended the walk with its kind (None, None at the end of the file)."""
+    base_offset = result.base_offset
+    path = result.path
     state: Optional[TxnState] = None
-    valid = 0
     exc: Optional[KstoreError] = None
     kind: Optional[str] = None
-    magics = result.magics
-    codecs = result.codecs
-    pids = result.producer_ids
+    magics, codecs, pids = result.magics, result.codecs, result.producer_ids
     recovered_batch = builder.recovered_batch
-    first_offset = None
-    last_offset = None
-    min_ts = None
-    n = 0
-    records = 0
+    valid = n = records = 0
+    first_offset = last_offset = min_ts = None
     try:
         for batch in read_batches(buf, path=path, check_crc=True):
             try:
@@ -342,12 +283,7 @@ def recover_segment(
                 break
             last = batch.last_offset
             if last - base_offset < 0 or last - base_offset > MAX_INT32:
-                kind = OFFSET_OVERFLOW
-                exc = CorruptDataError(
-                    f"Detected offset overflow at offset {last} in segment with base offset {base_offset}: "
-                    "Kafka splits such a segment (LogSegmentOffsetOverflowException); kstore does not",
-                    path=path, position=batch.position,
-                )
+                exc, kind = _offset_overflow(batch, base_offset, path), OFFSET_OVERFLOW
                 break
             position = batch.position
             max_ts = batch.max_timestamp
@@ -389,58 +325,9 @@ def recover_segment(
                             result.aborted.append(aborted)
     except CorruptRecordError as e:  # a size field below 14
         exc, kind = e, BAD_SIZE
-    result.valid_bytes = valid
-    result.batches = n
-    result.records_known = records
-    result.first_offset = first_offset
-    result.last_offset = last_offset
-    result.min_timestamp = min_ts
-    if valid < size or kind in (OFFSET_OVERFLOW, OFFSETS_NOT_INCREASING):
-        result.problem = _classify_tail(buf, valid, size, exc, kind)
-    builder.finish()
-    result.max_timestamp = builder.max_timestamp
-    result.offset_of_max_timestamp = builder.offset_of_max_timestamp
-    result.index_bytes = builder.offset_index_bytes()
-    result.timeindex_bytes = builder.time_index_bytes()
-    return result, state
-
-
-def replay_txn_state(partition: Partition, upto_base_offset: int) -> TxnState:
-    """Producer (transaction) state at a segment's base offset, by replaying earlier segments.
-
-    Starts from the snapshot at the first segment's base offset when there is one,
-    then applies every v2 batch with a producer id up to `upto_base_offset`
-    (headers and markers only; CRCs are not checked, a damaged segment ends the replay).
-    """
-    segments = [s for s in partition.segments if s.base_offset < upto_base_offset]
-    state = TxnState()
-    if segments:
-        snap = partition.snapshot_at(segments[0].base_offset)
-        if snap is not None:
-            try:
-                state = TxnState.from_snapshot(snap)
-            except CorruptSnapshotError:
-                state = TxnState()
-    state.source = f"replay from offset {segments[0].base_offset}" if segments else "empty"
-    for segment in segments:
-        try:
-            for batch in read_batches(segment.log):
-                if batch.magic >= 2 and batch.producer_id >= 0 and (batch.is_transactional or batch.is_control):
-                    state.update(batch)
-        except KstoreError:
-            break
-    return state
-
-
-def state_at_segment(partition: Partition, segment: Segment) -> TxnState:
-    """The snapshot at the segment's base offset when it is readable, else a replay."""
-    snap = partition.snapshot_at(segment.base_offset)
-    if snap is not None:
-        try:
-            return TxnState.from_snapshot(snap)
-        except CorruptSnapshotError:
-            pass
-    return replay_txn_state(partition, segment.base_offset)
+    result.valid_bytes, result.batches, result.records_known = valid, n, records
+    result.first_offset, result.last_offset, result.min_timestamp = first_offset, last_offset, min_ts
+    return state, exc, kind
 
 
 # --------------------------------------------------------------------------- a partition
@@ -622,29 +509,25 @@ def plan_partition(
         if on_segment is not None:
             on_segment(splan)
     if plan.damaged is not None:
-        new_end = plan.damaged.result.next_offset
-        later = [s for s in segments if s.base_offset > plan.damaged.segment.base_offset]
-        for s in later:
-            for p in (s.log, s.index, s.timeindex, s.txnindex):
-                if p is not None:
-                    plan.dropped_files.append(p)
-        for offset, snap in sorted(partition.snapshots.items()):
-            if offset > new_end:
-                plan.dropped_files.append(snap)
+        plan.dropped_files = _dropped_after(partition, plan.damaged)
     return plan
 
 
+def _dropped_after(partition: Partition, damaged: SegmentPlan) -> List[str]:
+    """What LogLoader deletes after cutting `damaged`: every later segment's files, then the producer
+    snapshots past the new log end."""
+    new_end = damaged.result.next_offset
+    dropped = []
+    for s in partition.segments:
+        if s.base_offset > damaged.segment.base_offset:
+            dropped.extend(p for p in (s.log, s.index, s.timeindex, s.txnindex) if p is not None)
+    for offset, snap in sorted(partition.snapshots.items()):
+        if offset > new_end:
+            dropped.append(snap)
+    return dropped
+
+
 # --------------------------------------------------------------------------- applying a plan
-
-
-def default_quarantine_root(partition: Partition) -> str:
-    """``<data dir>/../kstore-quarantine``: beside the data dir, never inside it (the broker
-    refuses a data dir holding a directory that is not a partition)."""
-    return os.path.join(os.path.dirname(partition.data_dir), "kstore-quarantine")
-
-
-def utc_stamp() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
 
 
 class ApplyReport:
@@ -689,12 +572,8 @@ def apply_plan(plan: PartitionPlan, *, truncate: bool = False, quarantine_root: 
     return report
 
 
-MANIFEST = "kstore-quarantine.json"
-
-
 def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Optional[str], report: ApplyReport) -> None:
     result = damaged.result
-    problem = result.problem
     partition = plan.partition
     root = quarantine_root or default_quarantine_root(partition)
     partition_root = os.path.join(os.path.abspath(root), partition.name)
@@ -703,14 +582,6 @@ def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Option
     # Every file to be written here is checked first: none may be a link (or a FIFO...).
     fileops.refuse_links(fileops.partition_files(partition.path, partition.data_dir))
     checkpoint_writes = checkpoint_changes(partition, result.next_offset)
-    checkpoints = [{k: v for k, v in c.items() if k != "_data"} for c in checkpoint_writes]
-
-    # Newest segment first, and each segment's .log after its indexes: a crash in between leaves
-    # the .log with what remains of its files (which the rerun moves), never an orphan index.
-    def move_order(path: str) -> Tuple[int, bool, str]:
-        name = os.path.basename(path)
-        return (-int(name.split(".", 1)[0]), name.endswith(names.LOG_SUFFIX), name)
-
     resumed = _resumable_quarantine(partition_root, partition, log, result)
     if resumed is not None:
         qdir, manifest = resumed
@@ -718,36 +589,11 @@ def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Option
         qdir, manifest = os.path.join(partition_root, utc_stamp()), None
         fileops.make_dirs(qdir, like=partition.path)
     report.quarantine_dir = qdir
-    moves = [(path, os.path.join(qdir, os.path.basename(path))) for path in sorted(plan.dropped_files, key=move_order)]
+    moves = [(path, os.path.join(qdir, os.path.basename(path))) for path in sorted(plan.dropped_files, key=_move_order)]
     tail = None
-    if problem.kind != ZERO_TAIL:
+    if result.problem.kind != ZERO_TAIL:
         tail = os.path.join(qdir, os.path.basename(log) + ".tail")
-    new_manifest = {
-        "partition": partition.path,
-        "segment": log,
-        "validBytes": result.valid_bytes,
-        "logSizeBefore": result.log_size,
-        "nextOffset": result.next_offset,
-        "problem": problem.to_dict(),
-        "tailFile": tail,
-        "movedFiles": [{"from": a, "to": b} for a, b in moves],
-        # What the cut lowered (a resumed cut keeps what the killed run already lowered): what
-        # `kstore restore` puts back.
-        "checkpoints": checkpoints,
-        # The damaged segment's indexes as they were (the cut rewrites them for the shorter .log):
-        # restore puts them back with the tail, or a clean load would miss the tail's aborted
-        # transactions and time index entries. "copy" null: the file did not exist.
-        "originalIndexes": _original_indexes(damaged.segment, qdir),
-    }
-    if manifest is not None:
-        if "originalIndexes" in manifest:
-            new_manifest["originalIndexes"] = manifest["originalIndexes"]
-        seen = {m["from"] for m in new_manifest["movedFiles"]}
-        new_manifest["movedFiles"] = [m for m in manifest.get("movedFiles", []) if m["from"] not in seen] + \
-            new_manifest["movedFiles"]
-        done = {c["file"] for c in checkpoints}
-        earlier = [c for c in manifest.get("checkpoints", []) if c["file"] not in done]
-        new_manifest["checkpoints"] = earlier + checkpoints
+    new_manifest = _cut_manifest(plan, damaged, qdir, moves, tail, checkpoint_writes, manifest)
     if new_manifest != manifest:
         # The manifest first: a quarantine dir left by a killed run still says what it was for.
         fileops.atomic_write(os.path.join(qdir, MANIFEST), (json.dumps(new_manifest, indent=2) + "\n").encode())
@@ -776,6 +622,48 @@ def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Option
     report.truncated.append((log, result.log_size, result.valid_bytes))
 
 
+def _move_order(path: str) -> Tuple[int, bool, str]:
+    """Newest segment first, and each segment's .log after its indexes: a crash in between leaves
+    the .log with what remains of its files (which the rerun moves), never an orphan index."""
+    name = os.path.basename(path)
+    return (-int(name.split(".", 1)[0]), name.endswith(names.LOG_SUFFIX), name)
+
+
+def _cut_manifest(plan: PartitionPlan, damaged: SegmentPlan, qdir: str, moves: List[Tuple[str, str]],
+                  tail: Optional[str], checkpoint_writes: List[dict], manifest: Optional[dict]) -> dict:
+    """The quarantine manifest of a cut: what `kstore restore` puts back. A resumed cut keeps what the
+    killed run's `manifest` already recorded (the original indexes, earlier moves, lowered checkpoints)."""
+    result = damaged.result
+    checkpoints = [{k: v for k, v in c.items() if k != "_data"} for c in checkpoint_writes]
+    new_manifest = {
+        "partition": plan.partition.path,
+        "segment": damaged.segment.log,
+        "validBytes": result.valid_bytes,
+        "logSizeBefore": result.log_size,
+        "nextOffset": result.next_offset,
+        "problem": result.problem.to_dict(),
+        "tailFile": tail,
+        "movedFiles": [{"from": a, "to": b} for a, b in moves],
+        # What the cut lowered (a resumed cut keeps what the killed run already lowered): what
+        # `kstore restore` puts back.
+        "checkpoints": checkpoints,
+        # The damaged segment's indexes as they were (the cut rewrites them for the shorter .log):
+        # restore puts them back with the tail, or a clean load would miss the tail's aborted
+        # transactions and time index entries. "copy" null: the file did not exist.
+        "originalIndexes": _original_indexes(damaged.segment, qdir),
+    }
+    if manifest is not None:
+        if "originalIndexes" in manifest:
+            new_manifest["originalIndexes"] = manifest["originalIndexes"]
+        seen = {m["from"] for m in new_manifest["movedFiles"]}
+        new_manifest["movedFiles"] = [m for m in manifest.get("movedFiles", []) if m["from"] not in seen] + \
+            new_manifest["movedFiles"]
+        done = {c["file"] for c in checkpoints}
+        earlier = [c for c in manifest.get("checkpoints", []) if c["file"] not in done]
+        new_manifest["checkpoints"] = earlier + checkpoints
+    return new_manifest
+
+
 def _original_indexes(segment: Segment, qdir: str) -> List[dict]:
     """Where the cut keeps a copy of each index file of the damaged segment (see the manifest)."""
     entries = []
@@ -784,35 +672,6 @@ def _original_indexes(segment: Segment, qdir: str) -> List[dict]:
         copy = os.path.join(qdir, os.path.basename(path) + ".orig") if os.path.isfile(path) else None
         entries.append({"file": path, "copy": copy})
     return entries
-
-
-def same_bytes(a: str, b: str, a_start: int = 0, a_end: Optional[int] = None) -> bool:
-    """Whether file b holds exactly bytes [a_start, a_end) of file a (read in chunks)."""
-    try:
-        size_a = os.path.getsize(a) if a_end is None else a_end
-        if os.path.getsize(b) != size_a - a_start:
-            return False
-        with open(a, "rb") as fa, open(b, "rb") as fb:
-            fa.seek(a_start)
-            remaining = size_a - a_start
-            while remaining > 0:
-                n = min(remaining, 1 << 20)
-                if fa.read(n) != fb.read(n):
-                    return False
-                remaining -= n
-        return True
-    except OSError:
-        return False
-
-
-def read_manifest(qdir: str) -> Optional[dict]:
-    """A quarantine dir's manifest, or None when it has none or it does not parse."""
-    try:
-        with open(os.path.join(qdir, MANIFEST), "rb") as f:
-            manifest = json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    return manifest if isinstance(manifest, dict) else None
 
 
 def _resumable_quarantine(partition_root: str, partition: Partition, log: str,
@@ -841,22 +700,6 @@ def _resumable_quarantine(partition_root: str, partition: Partition, log: str,
             continue
         return qdir, manifest
     return None
-
-
-def tidy_quarantine(partition_root: str) -> None:
-    """Remove what a killed run left half-done in earlier quarantine dirs of a partition: kstore's
-    own temporary files and empty dirs. Quarantined data is never touched."""
-    if not os.path.isdir(partition_root):
-        return
-    for stamp in sorted(os.listdir(partition_root)):
-        qdir = os.path.join(partition_root, stamp)
-        if not os.path.isdir(qdir) or os.path.islink(qdir):
-            continue
-        for name in sorted(os.listdir(qdir)):
-            if name.endswith(fileops.TMP_SUFFIX):
-                fileops.unlink(os.path.join(qdir, name))
-        if not os.listdir(qdir):
-            fileops.remove_empty_dir(qdir)
 
 
 def checkpoint_changes(partition: Partition, end_offset: int) -> List[dict]:
@@ -900,473 +743,3 @@ def checkpoint_changes(partition: Partition, end_offset: int) -> List[dict]:
         change.update(after=entries.get(key), _data=format_offset_checkpoint(entries).encode())
         changes.append(change)
     return changes
-
-
-def check_interval(value: int) -> int:
-    if value < 0:
-        raise UsageError(f"index interval must be >= 0, got {value}")
-    return value
-
-
-# --------------------------------------------------------------------------- verification
-
-ERROR = "error"
-NOTE = "note"
-
-
-class Finding:
-    """One thing verify found: an error (the partition is not healthy) or a note."""
-
-    __slots__ = ("partition", "segment", "file", "severity", "check", "message")
-
-    def __init__(self, partition: str, segment: Optional[int], file: Optional[str], severity: str,
-                 check: str, message: str) -> None:
-        self.partition = partition
-        self.segment = segment
-        self.file = file
-        self.severity = severity
-        self.check = check
-        self.message = message
-
-    def to_dict(self) -> dict:
-        return {
-            "partition": self.partition,
-            "segment": self.segment,
-            "file": self.file,
-            "severity": self.severity,
-            "check": self.check,
-            "message": self.message,
-        }
-
-    def __repr__(self) -> str:
-        return f"Finding({self.severity}, {self.check}, {self.file}: {self.message})"
-
-
-def looks_preallocated(index_length: Optional[int], timeindex_length: Optional[int]) -> bool:
-    """Whether the two lengths come from one ``segment.index.bytes`` value M, as a new active
-    segment's files do: ``.index`` = floor(M/8)*8 and ``.timeindex`` = floor(M/12)*12."""
-    if index_length is None or timeindex_length is None:
-        return True
-    return any((m // 12) * 12 == timeindex_length for m in range(index_length, index_length + 8))
-
-
-def _length(path: Optional[str]) -> Optional[int]:
-    try:
-        return os.path.getsize(path) if path is not None else None
-    except OSError:
-        return None
-
-
-def repair_plan(partition: Partition, *, only: Optional[int] = None,
-                index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES, all_indexes: bool = False,
-                progress: Optional[Callable[[int], None]] = None) -> PartitionPlan:
-    """What ``rebuild-index`` writes: the index files :func:`verify_partition` calls wrong (each with
-    its finding as the reason), the missing ones and a crash's preallocated active-segment indexes,
-    rebuilt as Kafka's recovery writes them; an index
-    laid out by another writer (a leader of any Kafka version, a follower, the cleaner, another
-    index.interval.bytes) that Kafka reads right is "kept". With `all_indexes`, every index that
-    differs from recovery's is rewritten. A damaged segment's indexes go with its cut (they describe
-    bytes the cut removes); segments after it are left to the cut (Kafka's recovery deletes them)."""
-    if all_indexes:
-        plan = plan_partition(partition, only=only, index_interval_bytes=index_interval_bytes, progress=progress)
-        for splan in plan.segments:
-            for change in splan.changed_files:
-                change.reason = "--all" if change.action == "rewrite" else "missing"
-        return plan
-    findings, plan = verify_partition(partition, only=only, progress=progress,
-                                      index_interval_bytes=index_interval_bytes)
-    wrong: Dict[str, str] = {}
-    for finding in findings:
-        if finding.file is None or finding.file in wrong:
-            continue
-        if finding.severity == ERROR:
-            wrong[finding.file] = f"{finding.check}: {finding.message}"
-        elif finding.check.endswith(("-preallocated", "-sanity")):
-            # A crash left the active segment's preallocated index (Kafka's sanity check rejects the time
-            # index's zero slots; its recovery rebuilds both at startup). A clean shutdown trims them.
-            wrong[finding.file] = f"{finding.check}: preallocated active-segment index left by a crash"
-    damaged = plan.damaged
-    for splan in plan.segments:
-        if damaged is not None and splan.segment.base_offset > damaged.segment.base_offset:
-            splan.skipped = f"after the damaged segment {damaged.segment.base_offset}, which Kafka's recovery cuts"
-            splan.changes = []
-            continue
-        for change in splan.changes:
-            if change.action == "unchanged":
-                continue
-            if splan is damaged:
-                change.reason = f"the .log is cut at byte {damaged.result.valid_bytes}"
-            elif change.action == "create":
-                change.reason = wrong.get(change.path, "missing")
-            elif change.path in wrong:
-                change.reason = wrong[change.path]
-            else:
-                change.action = "kept"
-    return plan
-
-
-def verify_partition(partition: Partition, *, only: Optional[int] = None,
-                     progress: Optional[Callable[[int], None]] = None,
-                     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> Tuple[List[Finding], PartitionPlan]:
-    """Check every index of a partition against its .log, changing nothing.
-
-    Offset index: Kafka's sanity checks, entry size, offsets and positions strictly
-    increasing, each entry (o, p) at a batch start p with every earlier batch below o
-    and o not past the segment (an entry of a multi-batch append carries the last
-    offset of the append, which is fine). Time index: sanity checks, timestamps
-    strictly increasing, each entry (t, o) naming a batch whose max timestamp is t
-    and is the running maximum, the final entry of a rolled segment equal to the
-    segment's max timestamp. Transaction index: equal to what recovery rebuilds.
-    Zero slots at the end of the active segment's preallocated indexes are notes.
-    """
-    from kstore_cli.segment.index import OffsetIndex, TimeIndex, TransactionIndex
-
-    name = partition.name
-    findings: List[Finding] = []
-
-    def add(segment, file, severity, check, message):
-        findings.append(Finding(name, segment, file, severity, check, message))
-
-    if only is None:
-        for orphan in partition.orphan_indexes:
-            add(names.base_offset_from_name(orphan), orphan, ERROR, "orphan-index",
-                "index file without a .log (Kafka deletes it at startup)")
-        for leftover in partition.leftovers:
-            add(None, leftover, NOTE, "leftover-file", "left by an interrupted delete, clean or swap")
-    # Each segment is checked as soon as it is recovered, against what its scan gathered at the
-    # indexes' entries (nothing per batch is kept: a 1 GiB segment can hold millions of batches).
-    at_entries: Optional[_BatchesAtEntries] = None
-
-    def sink(segment: Segment) -> BatchSink:
-        nonlocal at_entries
-        at_entries = _BatchesAtEntries.of_indexes(segment)
-        return at_entries.sink
-
-    def check(splan: SegmentPlan) -> None:
-        nonlocal at_entries
-        batches, at_entries = at_entries, None
-        seg = splan.segment
-        base = seg.base_offset
-        if splan.error is not None:
-            add(base, seg.log, ERROR, "log-unreadable", str(splan.error.message))
-            return
-        result = splan.result
-        problem = result.problem
-        if problem is not None:
-            if problem.kind == ZERO_TAIL and splan.is_last:
-                add(base, seg.log, NOTE, "log-zero-tail",
-                    f"{problem.tail_bytes} zero bytes after byte {problem.position} (preallocated active segment; "
-                    "a broker's recovery trims them)")
-            else:
-                add(base, seg.log, ERROR, "log-" + problem.kind,
-                    f"valid data ends at byte {problem.position}: {problem.message}")
-        prealloc = splan.is_last and looks_preallocated(_length(seg.index), _length(seg.timeindex))
-        # ---- .index
-        if seg.index is None:
-            add(base, seg.path(names.INDEX_SUFFIX), ERROR, "missing-index",
-                "no .index (Kafka recovers the segment at startup to rebuild it)")
-        else:
-            try:
-                idx = OffsetIndex(seg.index, base)
-                _verify_offset_index(idx, result, batches, prealloc, add)
-            except KstoreError as exc:
-                add(base, seg.index, ERROR, "index-unreadable", str(exc.message))
-        # ---- .timeindex
-        if seg.timeindex is None:
-            add(base, seg.path(names.TIME_INDEX_SUFFIX), ERROR, "missing-timeindex",
-                "no .timeindex (Kafka creates an empty one at startup and does not rebuild it)")
-        else:
-            try:
-                tidx = TimeIndex(seg.timeindex, base)
-                _verify_time_index(tidx, result, batches, prealloc, splan.is_last, add)
-            except KstoreError as exc:
-                add(base, seg.timeindex, ERROR, "timeindex-unreadable", str(exc.message))
-        # ---- .txnindex
-        expected = result.aborted
-        if seg.txnindex is None:
-            if expected:
-                add(base, seg.path(names.TXN_INDEX_SUFFIX), ERROR, "missing-txnindex",
-                    f"no .txnindex, but the segment holds {len(expected)} ABORT marker(s) of non-empty transactions")
-        else:
-            try:
-                txn = TransactionIndex(seg.txnindex, base)
-                if txn.length % 34:
-                    add(base, seg.txnindex, ERROR, "txnindex-size",
-                        f"{txn.length} bytes is not a multiple of 34 (a partial trailing entry is ignored)")
-                try:
-                    txn.sanity_check()
-                except KstoreError as exc:
-                    add(base, seg.txnindex, ERROR, "txnindex-sanity", str(exc.message))
-                got = txn.entries()
-                if got != expected:
-                    first = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
-                    detail = (f"entry {first}: found {got[first] if first < len(got) else 'nothing'}, "
-                              f"expected {expected[first] if first < len(expected) else 'nothing'}")
-                    add(base, seg.txnindex, ERROR, "txnindex-entries",
-                        f"{len(got)} entries, the ABORT markers give {len(expected)}; {detail}")
-            except KstoreError as exc:
-                add(base, seg.txnindex, ERROR, "txnindex-unreadable", str(exc.message))
-
-    plan = plan_partition(partition, only=only, progress=progress, stop_at_damage=False, batch_sink=sink,
-                          on_segment=check, index_interval_bytes=index_interval_bytes)
-    return findings, plan
-
-
-_NEVER = float("inf")  # above every position and offset
-
-
-class _BatchesAtEntries:
-    """What the checks of one segment's .index and .timeindex need of its batches, gathered during
-    recovery's scan (:attr:`sink`) at the places their entries name: for each position in the .index,
-    the batch starting there (its base offset, and the last offset of the batch before it); for each
-    offset in the .timeindex, the batch Kafka's lookups land on for it -- the first batch whose last
-    offset reaches it (``LogSegment.translateOffset``) -- with its max timestamp, its last offset and
-    the running maximum timestamp of every batch before it. Memory follows the indexes' entries (at
-    most segment.index.bytes of them), not the segment's batches. An index that cannot be read names
-    nothing (its check reports why).
-    """
-
-    __slots__ = ("positions", "found", "lower", "base", "offsets", "ended", "max_ts", "before", "last", "sink",
-                 "_next_p", "_next_o")
-
-    def __init__(self, positions: "array[int]", offsets: "array[int]", base_offset: int) -> None:
-        """`positions` and `offsets`: the places to watch, distinct and sorted."""
-        self.positions = positions
-        self.offsets = offsets
-        n, m = len(positions), len(offsets)
-        self.found = bytearray(n)  # 1: a v2 batch starts at positions[k], 2: a legacy entry
-        self.lower = array("q", bytes(8 * n))
-        self.base = array("q", bytes(8 * n))
-        self.ended = bytearray(m)  # 1: a batch reaches offsets[k]
-        self.max_ts = array("q", bytes(8 * m))
-        self.before = array("q", bytes(8 * m))
-        self.last = array("q", bytes(8 * m))
-        self.sink = self._sink(base_offset)
-        # The checks look entries up in file order, which for a healthy index is the keys' order: the slot
-        # after the last one found is tried before a binary search.
-        self._next_p = 0
-        self._next_o = 0
-
-    @classmethod
-    def of_indexes(cls, segment: Segment) -> "_BatchesAtEntries":
-        """Watching the positions of the segment's .index entries and the offsets of its .timeindex's."""
-        from kstore_cli.segment.index import OffsetIndex, TimeIndex
-
-        base_offset = segment.base_offset
-        return cls(_entry_keys(OffsetIndex, segment.index, base_offset, 1),
-                   _entry_keys(TimeIndex, segment.timeindex, base_offset, 1), base_offset)
-
-    def _sink(self, base_offset: int) -> BatchSink:
-        positions, found, lower, base = self.positions, self.found, self.lower, self.base
-        offsets, ended, max_ts_at, before_at, last_at = self.offsets, self.ended, self.max_ts, self.before, self.last
-        n, m = len(positions), len(offsets)
-        i = 0  # positions[:i] lie before the batches still to come (positions only grow)
-        next_position = positions[0] if n else _NEVER
-        j = 0  # offsets[:j] have their batch (the first whose last offset reaches them)
-        next_offset = offsets[0] if m else _NEVER
-        prev_last = base_offset - 1
-        running = -1
-
-        def sink(position: int, batch_base: Optional[int], last: int, max_ts: int) -> None:
-            nonlocal i, next_position, j, next_offset, prev_last, running
-            if position >= next_position:
-                while i < n and positions[i] < position:
-                    i += 1
-                if i < n and positions[i] == position:
-                    found[i] = 2 if batch_base is None else 1
-                    lower[i] = prev_last
-                    if batch_base is not None:
-                        base[i] = batch_base
-                    i += 1
-                next_position = positions[i] if i < n else _NEVER
-            prev_last = last
-            if last >= next_offset:
-                while j < m and offsets[j] <= last:
-                    ended[j] = 1
-                    max_ts_at[j] = max_ts
-                    before_at[j] = running
-                    last_at[j] = last
-                    j += 1
-                next_offset = offsets[j] if j < m else _NEVER
-            if max_ts > running:
-                running = max_ts
-
-        return sink
-
-    def at_position(self, position: int) -> Optional[Tuple[int, Optional[int]]]:
-        """(last offset of the batch before, base offset or None for legacy) of the batch starting at
-        `position`, or None when no batch starts there."""
-        positions = self.positions
-        k = self._next_p
-        if k >= len(positions) or positions[k] != position:
-            k = bisect_left(positions, position)
-            if k == len(positions) or positions[k] != position:
-                return None
-        self._next_p = k + 1
-        if not self.found[k]:
-            return None
-        return self.lower[k], (self.base[k] if self.found[k] == 1 else None)
-
-    def at_offset(self, offset: int) -> Optional[Tuple[int, int, int]]:
-        """(max timestamp, last offset, running max timestamp of the batches before it) of the first
-        batch whose last offset reaches `offset`, or None when no batch does."""
-        offsets = self.offsets
-        k = self._next_o
-        if k >= len(offsets) or offsets[k] != offset:
-            k = bisect_left(offsets, offset)
-            if k == len(offsets) or offsets[k] != offset:
-                return None
-        self._next_o = k + 1
-        if not self.ended[k]:
-            return None
-        return self.max_ts[k], self.last[k], self.before[k]
-
-
-def _entry_keys(kind, path: Optional[str], base_offset: int, field: int) -> "array[int]":
-    """The distinct values of one field of an index's entries (as ``entry(n)`` gives them), sorted."""
-    if path is None:
-        return array("q")
-    try:
-        index = kind(path, base_offset)
-        # A zero tail adds one distinct value however long it is: one slot of it stands for all (a sparse
-        # multi-GB index would otherwise be a list of a billion entries).
-        keep = min(index.entries, index.zero_tail_start() + 1)
-        values = [entry[field] for entry in islice(index, keep)]
-    except KstoreError:
-        return array("q")
-    if any(map(operator.ge, values, islice(values, 1, None))):  # not strictly increasing (a damaged index)
-        values = sorted(set(values))
-    return array("q", values)
-
-
-def _zero_tail(index, prealloc: bool, add, base: int, kind: str) -> int:
-    """Entries to check: all of them, or those before a preallocated zero tail."""
-    entries = index.entries
-    start = index.zero_tail_start()
-    if start == entries:
-        return entries
-    zeros = entries - start
-    if prealloc:
-        add(base, index.path, NOTE, f"{kind}-preallocated",
-            f"{zeros} zero slot(s) after {start} entries: preallocated active-segment index (trimmed at roll/close)")
-    else:
-        add(base, index.path, ERROR, f"{kind}-zero-padding",
-            f"{zeros} all-zero slot(s) after {start} entries, in a file that is not a preallocated active index")
-    return start
-
-
-def _check_sanity(index, kind: str, prealloc: bool, add) -> None:
-    """Kafka's sanity check, size first; zero slots of a preallocated active index only make it a note."""
-    problem = index.size_problem()
-    if problem:
-        add(index.base_offset, index.path, ERROR, f"{kind}-size", problem)
-        return
-    try:
-        index.sanity_check()
-    except KstoreError as exc:
-        explained = prealloc and index.zero_tail_start() < index.entries
-        add(index.base_offset, index.path, NOTE if explained else ERROR, f"{kind}-sanity",
-            str(exc.message) + (" (because of the preallocated zero slots)" if explained else ""))
-
-
-def _verify_offset_index(idx, result: RecoveryResult, batches: _BatchesAtEntries, prealloc: bool, add) -> None:
-    base = idx.base_offset
-    path = idx.path
-    _check_sanity(idx, "index", prealloc, add)
-    n = _zero_tail(idx, prealloc, add, base, "index")
-    last_offset = result.last_offset
-    prev = None
-    past, first_past = 0, None  # entries past a damaged segment's valid data: one finding, not one each
-    for i in range(n):
-        offset, position = idx.entry(i)
-        where = f"entry {i} (offset {offset}, position {position})"
-        if result.problem is not None and position >= result.valid_bytes:
-            past += 1
-            first_past = where if first_past is None else first_past
-            continue
-        if prev is not None:
-            if offset <= prev[0]:
-                add(base, path, ERROR, "index-order", f"{where}: offset not above the previous entry's {prev[0]}")
-            if position <= prev[1]:
-                add(base, path, ERROR, "index-order", f"{where}: position not above the previous entry's {prev[1]}")
-        prev = (offset, position)
-        if position >= result.valid_bytes:
-            add(base, path, ERROR, "index-position", f"{where}: position is past the valid data ({result.valid_bytes} bytes)")
-            continue
-        found = batches.at_position(position)
-        if found is None:
-            add(base, path, ERROR, "index-position", f"{where}: position is not the start of a batch")
-            continue
-        lower, batch_base = found
-        if offset <= lower:
-            add(base, path, ERROR, "index-offset",
-                f"{where}: the batches before this position already reach offset {lower}")
-        elif batch_base is not None and offset < batch_base:
-            add(base, path, ERROR, "index-offset", f"{where}: the batch there starts at offset {batch_base}")
-        elif last_offset is not None and offset > last_offset:
-            add(base, path, ERROR, "index-offset", f"{where}: past the segment's last offset {last_offset}")
-    if past:
-        add(base, path, ERROR, "index-position",
-            f"{past} entries, from {first_past}, point past the valid data ({result.valid_bytes} bytes)")
-
-
-def _verify_time_index(tidx, result: RecoveryResult, batches: _BatchesAtEntries, prealloc: bool, is_last: bool,
-                       add) -> None:
-    """An entry (t, o) is wrong only where Kafka's lookups through it answer wrongly.
-
-    LogSegment.findOffsetByTimestamp(ts) takes the last entry with timestamp <= ts, goes to the first
-    batch whose last offset reaches o and scans on for the first batch with max timestamp >= ts: the
-    answer is right for every ts the entry serves exactly when no batch before that one already holds
-    a timestamp >= t. Which offset inside the batch the entry names is a matter of who wrote it (a
-    Kafka <= 3.6 leader: the record holding the max timestamp; 3.7+, followers, recovery and the
-    cleaner: the batch's last offset), never an error. The last entry also gives the segment's max
-    timestamp (LogSegment.maxTimestampSoFar: retention) and the offset ListOffsets(MAX_TIMESTAMP)
-    starts from: its timestamp must be the segment's max and its batch must hold it.
-    """
-    base = tidx.base_offset
-    path = tidx.path
-    _check_sanity(tidx, "timeindex", prealloc, add)
-    n = _zero_tail(tidx, prealloc, add, base, "timeindex")
-    prev = None
-    last_found = None
-    past, first_past = 0, None  # entries past a damaged segment's valid data: one finding, not one each
-    valid_last = result.last_offset if result.last_offset is not None else base - 1
-    for i in range(n):
-        ts, offset = tidx.entry(i)
-        where = f"entry {i} (timestamp {ts}, offset {offset})"
-        if result.problem is not None and offset > valid_last:
-            past += 1
-            first_past = where if first_past is None else first_past
-            last_found = None
-            continue
-        if prev is not None:
-            if ts <= prev[0]:
-                add(base, path, ERROR, "timeindex-order", f"{where}: timestamp not above the previous entry's {prev[0]}")
-            if offset < prev[1]:
-                add(base, path, ERROR, "timeindex-order", f"{where}: offset below the previous entry's {prev[1]}")
-        prev = (ts, offset)
-        found = batches.at_offset(offset) if offset >= base else None
-        last_found = found
-        if found is None:
-            add(base, path, ERROR, "timeindex-offset",
-                f"{where}: no batch of the segment holds or follows this offset (Kafka's lookups find nothing)")
-        elif found[2] >= ts:
-            add(base, path, ERROR, "timeindex-timestamp",
-                f"{where}: an earlier batch already holds timestamp {found[2]}, so Kafka's lookups for "
-                f"timestamps from {ts} skip it")
-    if past:
-        add(base, path, ERROR, "timeindex-offset",
-            f"{past} entries, from {first_past}, name offsets past the valid data (last valid offset {valid_last})")
-    if result.max_timestamp >= 0:
-        want = (result.max_timestamp, result.offset_of_max_timestamp)
-        last = tidx.entry(n - 1) if n else None
-        right = (last is not None and last[0] == want[0] and last_found is not None
-                 and last_found[0] == want[0])
-        if not right:
-            message = (f"last entry is {last if last else 'missing'}, expected timestamp {want[0]} at an offset of "
-                       f"a batch that holds it (e.g. {want[1]}): the segment's max timestamp, which retention reads")
-            if is_last and (last is None or last[0] < want[0]):
-                add(base, path, NOTE, "timeindex-final-entry",
-                    message + " (active segment: written at roll or close)")
-            else:
-                add(base, path, ERROR, "timeindex-final-entry", message)

@@ -31,7 +31,7 @@ from kstore_cli.segment.checkpoint import (
     read_leader_epoch_checkpoint,
     read_offset_checkpoint,
 )
-from kstore_cli.segment.recovery import MANIFEST, same_bytes
+from kstore_cli.segment.quarantine import MANIFEST, same_bytes, same_range
 
 _CHUNK = 1 << 20
 
@@ -135,7 +135,8 @@ def plan_restore(qdir: str) -> RestorePlan:
         fileops.refuse_link(tail)
         if not os.path.isfile(tail) or os.path.getsize(tail) != before - valid:
             raise FileUnreadableError(f"the tail file is missing or not {before - valid} bytes", path=tail)
-        if size > valid and not _prefix_of(log, valid, size, tail):
+        # A restore killed midway: the bytes back in the .log are the tail's first bytes.
+        if size > valid and not same_range(log, valid, tail, size - valid):
             raise _changed(plan, f"{os.path.basename(log)} has bytes past the cut that are not the tail's")
     elif size > valid and not _zeros(log, valid, size):
         raise _changed(plan, f"{os.path.basename(log)} has bytes past the cut that are not the cut zeros")
@@ -179,22 +180,6 @@ def plan_restore(qdir: str) -> RestorePlan:
             what = os.path.basename(change["file"])
             raise _changed(plan, f"{what} holds {current}, the cut left {change['after']}")
     return plan
-
-
-def _prefix_of(log: str, start: int, end: int, tail: str) -> bool:
-    """Whether bytes [start, end) of log are the first bytes of tail (a restore killed midway)."""
-    try:
-        with open(log, "rb") as fa, open(tail, "rb") as fb:
-            fa.seek(start)
-            remaining = end - start
-            while remaining > 0:
-                n = min(remaining, _CHUNK)
-                if fa.read(n) != fb.read(n):
-                    return False
-                remaining -= n
-        return True
-    except OSError:
-        return False
 
 
 def _zeros(path: str, start: int, end: int) -> bool:

@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
 
 from kstore_cli.errors import UsageError
 from kstore_cli.segment import fileops, names
@@ -48,9 +49,9 @@ from kstore_cli.segment.checkpoint import (
     format_offset_checkpoint,
     read_leader_epoch_checkpoint,
 )
-from kstore_cli.segment.config import TopicConfig
+from kstore_cli.segment.config import ConfigResolver, TopicConfig
 from kstore_cli.segment.log_segment import TS_NEW_SEGMENT, largest_timestamp
-from kstore_cli.segment.logdir import Partition, Segment
+from kstore_cli.segment.logdir import Partition, Segment, Target, partitions_of
 from kstore_cli.segment.unified_log import DataDirState, log_offsets  # noqa: F401 - DataDirState: the commands' handle
 
 RULE_LOG_START_OFFSET = "log-start-offset"
@@ -172,6 +173,11 @@ class RetentionPlan:
     def renamed_files(self) -> List[str]:
         return list(self.pending) + [f for d in self.deletions for f in d.files]
 
+    def settings(self) -> dict:
+        """{setting: {"value", "source"}} of the retention settings (the topic's config must be known)."""
+        return {k: {"value": self.config.to_dict([k])[k], "source": self.config.source(k)}
+                for k in ("cleanup.policy", "retention.ms", "retention.bytes")}
+
     def to_dict(self) -> dict:
         out = {
             "partition": self.partition.path,
@@ -182,8 +188,7 @@ class RetentionPlan:
             "notes": self.notes,
         }
         if self.config is not None:
-            out["config"] = {k: {"value": self.config.to_dict([k])[k], "source": self.config.source(k)}
-                             for k in ("cleanup.policy", "retention.ms", "retention.bytes")}
+            out["config"] = self.settings()
         if self.active:
             out.update({
                 "logStartOffset": self.log_start_offset,
@@ -482,3 +487,53 @@ def bytes_freed(plan: RetentionPlan, delete_delay_ms: int) -> int:
     if delete_delay_ms <= 0:
         freed += plan.bytes_deleted
     return freed
+
+
+# --------------------------------------------------------------------------- LogManager.cleanupLogs
+
+
+@dataclass
+class PartitionRetention:
+    """One partition's retention pass: its plan, and the bytes freed by this run and kept for the delete delay."""
+
+    plan: RetentionPlan
+    bytes_freed: int
+    bytes_deferred: int
+    dry_run: bool
+
+    def to_dict(self) -> dict:
+        row = self.plan.to_dict()
+        row["bytesFreed"] = self.bytes_freed
+        # Renamed .deleted now, removed by a later run once the delete delay has passed.
+        row["bytesDeferred"] = self.bytes_deferred
+        row["dryRun"] = self.dry_run
+        return row
+
+
+def cleanup_logs(groups: Dict[str, List[Target]], resolver: ConfigResolver, *, now: int,
+                 log_start_offset: Optional[int] = None, delete_delay_ms: int = 0, dry_run: bool = False,
+                 force: bool = False) -> List[PartitionRetention]:
+    """LogManager.cleanupLogs over the partitions of `groups` (data dir -> targets), offline: every data dir's
+    lock taken first (none for a dry run), every partition planned before anything changes, then each data
+    dir's plans applied. A dry run notes data dirs a running process holds (a real run would refuse)."""
+    results: List[PartitionRetention] = []
+    with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
+                                force=force, enabled=not dry_run):
+        planned: Dict[str, Tuple[DataDirState, List[RetentionPlan]]] = {}
+        for data_dir in sorted(groups):
+            state = DataDirState(data_dir)
+            in_use = dry_run and not force and fileops.is_locked(data_dir)
+            plans = [plan_partition(p, resolver.for_topic(p.topic, data_dir), state, now=now,
+                                    log_start_offset=log_start_offset, delete_delay_ms=delete_delay_ms)
+                     for p in partitions_of(groups[data_dir])]
+            if in_use:
+                for plan in plans:
+                    plan.notes.append("the data dir is locked by a running process: a real run would refuse")
+            planned[data_dir] = (state, plans)
+        for state, plans in planned.values():
+            if not dry_run:
+                apply_retention(state, plans, delete_delay_ms=delete_delay_ms)
+            results.extend(PartitionRetention(
+                p, bytes_freed(p, delete_delay_ms) if p.active else 0,
+                p.bytes_deleted if p.active and delete_delay_ms > 0 else 0, dry_run) for p in plans)
+    return results

@@ -35,16 +35,8 @@ from kstore_cli.segment.checkpoint import (
 from kstore_cli.segment.logdir import Partition, Segment
 from kstore_cli.segment.producer_state import ProducerStateManager
 from kstore_cli.segment.reader import iterate_source, map_file
-from kstore_cli.segment.recovery import (
-    MANIFEST,
-    apply_plan,
-    checkpoint_changes,
-    default_quarantine_root,
-    is_zero,
-    plan_partition,
-    tidy_quarantine,
-    utc_stamp,
-)
+from kstore_cli.segment.quarantine import MANIFEST, default_quarantine_root, tidy_quarantine, utc_stamp
+from kstore_cli.segment.recovery import apply_plan, checkpoint_changes, is_zero, plan_partition
 
 _PREFIX = struct.Struct(">qiib")  # base offset, length, leader epoch, magic
 _MIN_ENTRY = 14  # LegacyRecord.RECORD_OVERHEAD_V0

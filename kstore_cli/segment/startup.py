@@ -19,7 +19,7 @@ the kstore command that repairs it:
 * partitions without ``.log`` files, leftover ``.swap``/``.cleaned``/``.deleted`` files (LogLoader),
   producer snapshots (ProducerStateManager).
 
-Segment integrity and index health are :func:`kstore_cli.segment.recovery.verify_partition`'s:
+Segment integrity and index health are :func:`kstore_cli.segment.verify.verify_partition`'s:
 :func:`partition_issues` takes its plan for the log end offset. Nothing here writes.
 """
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import re
 import struct
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
 
 from kstore_cli.errors import FileUnreadableError, KstoreError, UsageError
 from kstore_cli.segment import names
@@ -724,24 +724,8 @@ def partition_issues(found: Survey, partition: Partition, plan: "PartitionPlan",
     entries = {name: (cp or {}).get(key) for name, cp in info.checkpoints.items()}
     is_metadata = partition.name == METADATA_PARTITION
 
-    # ---- partition.metadata (UnifiedLog.initializeTopicId; KRaft: LogManager.isStrayKraftReplica)
-    pm = os.path.join(p, PARTITION_METADATA)
     if not is_metadata:
-        if not os.path.exists(pm):
-            if partition.segments:
-                add(ERROR, "partition-metadata-missing", "no partition.metadata (no topic ID)",
-                    "stray: a KRaft broker treats a log without a topic ID as stray, renames it "
-                    "<topic>-<partition>.<id>-stray and stops serving it (LogManager.isStrayKraftReplica)",
-                    "copy partition.metadata from another replica of this topic (`kstore doctor` shows the topic ID "
-                    "of every copy it checks); kstore has no command that writes it", file=pm)
-        else:
-            try:
-                read_partition_metadata(pm)
-            except KstoreError as exc:
-                add(ERROR, "partition-metadata-malformed", exc.message,
-                    "fail: KafkaStorageException 'Error while reading partition metadata file'; the data dir goes "
-                    "offline (PartitionMetadataFile.read)",
-                    "copy partition.metadata from another replica of this topic", file=pm, position=exc.position)
+        _partition_metadata_issues(p, partition, add)
 
     # ---- leader-epoch-checkpoint
     epoch_path = os.path.join(p, LEADER_EPOCH_CHECKPOINT)
@@ -752,30 +736,62 @@ def partition_issues(found: Survey, partition: Partition, plan: "PartitionPlan",
         except KstoreError as exc:
             issues.append(_malformed_checkpoint(d, p, LEADER_EPOCH_CHECKPOINT, epoch_path, exc))
 
-    # ---- a partition without logs (LogLoader: no segment -> a new empty one at the log start offset)
     if not partition.segments:
-        named = []
-        for name in _OFFSET_CHECKPOINTS:
-            if entries.get(name):
-                named.append(f"{name} {entries[name]}")
-        if epochs and any(o > 0 for _e, o in epochs):
-            named.append(f"leader-epoch-checkpoint up to offset {max(o for _e, o in epochs)}")
-        if partition.snapshots:
-            named.append(f"{len(partition.snapshots)} producer snapshot(s) up to offset {max(partition.snapshots)}")
-        if partition.orphan_indexes:
-            named.append(f"{len(partition.orphan_indexes)} index file(s) without their .log")
-        start = entries.get(LOG_START_OFFSET_CHECKPOINT) or 0
-        kafka = (f"starts it empty at offset {start} (LogLoader creates a new segment at the log start offset); "
-                 "as a follower it refetches from the leader, as the leader its data is gone")
-        if named:
-            add(ERROR, "partition-without-logs", "no .log files, but " + "; ".join(named) + " name data",
-                kafka, "restore the segments from a backup or another replica; kstore cannot recreate them")
-        else:
-            add(NOTE, "partition-without-logs", "no .log files (and nothing names data)", kafka, "none needed")
+        _empty_partition_issues(partition, entries, epochs, add)
     elif leo is not None:
         _bounds(entries, epochs, leo, first_base, add, d, epoch_path)
 
-    # ---- leftovers (LogLoader.removeTempFilesAndCollectSwapFiles)
+    _leftover_issues(partition, add)
+    _snapshot_issues(partition, add)
+    return issues
+
+
+def _partition_metadata_issues(p: str, partition: Partition, add: Callable[..., None]) -> None:
+    """partition.metadata as UnifiedLog.initializeTopicId reads it (KRaft: LogManager.isStrayKraftReplica)."""
+    pm = os.path.join(p, PARTITION_METADATA)
+    if not os.path.exists(pm):
+        if partition.segments:
+            add(ERROR, "partition-metadata-missing", "no partition.metadata (no topic ID)",
+                "stray: a KRaft broker treats a log without a topic ID as stray, renames it "
+                "<topic>-<partition>.<id>-stray and stops serving it (LogManager.isStrayKraftReplica)",
+                "copy partition.metadata from another replica of this topic (`kstore doctor` shows the topic ID "
+                "of every copy it checks); kstore has no command that writes it", file=pm)
+    else:
+        try:
+            read_partition_metadata(pm)
+        except KstoreError as exc:
+            add(ERROR, "partition-metadata-malformed", exc.message,
+                "fail: KafkaStorageException 'Error while reading partition metadata file'; the data dir goes "
+                "offline (PartitionMetadataFile.read)",
+                "copy partition.metadata from another replica of this topic", file=pm, position=exc.position)
+
+
+def _empty_partition_issues(partition: Partition, entries: Dict[str, Optional[int]], epochs: List[Tuple[int, int]],
+                            add: Callable[..., None]) -> None:
+    """A partition without logs: LogLoader starts it with a new empty segment at the log start offset, so
+    whatever still names data (checkpoints, epochs, snapshots, orphan indexes) names data that is gone."""
+    named = []
+    for name in _OFFSET_CHECKPOINTS:
+        if entries.get(name):
+            named.append(f"{name} {entries[name]}")
+    if epochs and any(o > 0 for _e, o in epochs):
+        named.append(f"leader-epoch-checkpoint up to offset {max(o for _e, o in epochs)}")
+    if partition.snapshots:
+        named.append(f"{len(partition.snapshots)} producer snapshot(s) up to offset {max(partition.snapshots)}")
+    if partition.orphan_indexes:
+        named.append(f"{len(partition.orphan_indexes)} index file(s) without their .log")
+    start = entries.get(LOG_START_OFFSET_CHECKPOINT) or 0
+    kafka = (f"starts it empty at offset {start} (LogLoader creates a new segment at the log start offset); "
+             "as a follower it refetches from the leader, as the leader its data is gone")
+    if named:
+        add(ERROR, "partition-without-logs", "no .log files, but " + "; ".join(named) + " name data",
+            kafka, "restore the segments from a backup or another replica; kstore cannot recreate them")
+    else:
+        add(NOTE, "partition-without-logs", "no .log files (and nothing names data)", kafka, "none needed")
+
+
+def _leftover_issues(partition: Partition, add: Callable[..., None]) -> None:
+    """What LogLoader.removeTempFilesAndCollectSwapFiles does with each leftover file."""
     for leftover in partition.leftovers:
         name = os.path.basename(leftover)
         if name.endswith(names.SWAP_SUFFIX):
@@ -796,7 +812,9 @@ def partition_issues(found: Survey, partition: Partition, plan: "PartitionPlan",
                 + (" (kstore's)" if name.endswith(TMP_SUFFIX) else ""),
                 "ignore: not a Kafka file name", "rerun the interrupted kstore command (it removes it)", file=leftover)
 
-    # ---- producer snapshots (ProducerStateManager.loadFromSnapshot)
+
+def _snapshot_issues(partition: Partition, add: Callable[..., None]) -> None:
+    """Producer snapshots as ProducerStateManager.loadFromSnapshot reads them."""
     from kstore_cli.segment.snapshot import read_snapshot
 
     for offset, snap in sorted(partition.snapshots.items()):
@@ -807,7 +825,6 @@ def partition_issues(found: Survey, partition: Partition, plan: "PartitionPlan",
                 "delete: 'Failed to load producer snapshot', deletes it and rebuilds producer state by reading the "
                 "log from an earlier snapshot (or the log start)", "none needed (or delete the file yourself)",
                 file=snap, position=exc.position, offset=offset)
-    return issues
 
 
 def _bounds(entries, epochs, leo: int, first_base: Optional[int], add, data_dir: str, epoch_path: str) -> None:

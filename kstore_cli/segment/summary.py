@@ -9,7 +9,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from kstore_cli.codecs import CODEC_NAMES
 from kstore_cli.segment.logdir import Partition
-from kstore_cli.segment.recovery import ERROR, verify_partition
+from kstore_cli.segment.verify import ERROR, verify_partition
 from kstore_cli.segment.unified_log import DataDirState, log_offsets
 
 

@@ -21,7 +21,7 @@ would not fit the segment's int32 relative range or the file would pass 2 GiB. A
 named after the first offset of the batch that opens it.
 
 ``.txnindex`` entries come from the producer state, tracked as recovery tracks it
-(:class:`~kstore_cli.segment.recovery.TxnState`), starting from the state at the first segment.
+(:class:`~kstore_cli.segment.producer_state.TxnState`), starting from the state at the first segment.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from kstore_cli.errors import CorruptDataError, KstoreError, UsageError
 from kstore_cli.segment import fileops, names
 from kstore_cli.segment.batch import MAX_INT32, Batch
 from kstore_cli.segment.index import DEFAULT_INDEX_INTERVAL_BYTES, AbortedTxn, SegmentIndexBuilder, pack_aborted_txns
+from kstore_cli.segment.producer_state import TxnState
 from kstore_cli.segment.reader import read_batches
 
 #: Kafka's default segment.bytes (1 GiB).
@@ -203,8 +204,6 @@ class PartitionWriter:
                 if self._txn_factory is not None:
                     self._txn = self._txn_factory()
                 else:
-                    from kstore_cli.segment.recovery import TxnState
-
                     self._txn = TxnState()
             aborted = self._txn.update(batch)
             if aborted is not None:

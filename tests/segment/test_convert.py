@@ -25,7 +25,8 @@ from kstore_cli.segment.convert import (
 )
 from kstore_cli.segment.logdir import Partition, Target
 from kstore_cli.segment.reader import read_batches
-from kstore_cli.segment.recovery import ERROR, plan_partition, verify_partition
+from kstore_cli.segment.recovery import plan_partition
+from kstore_cli.segment.verify import ERROR, verify_partition
 from kstore_cli.segment.snapshot import read_snapshot
 from kstore_cli.segment.writer import PartitionWriter
 from tests.conftest import CORPUS, load_manifest

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from kstore_cli.cli import _register_commands, cli
 from kstore_cli.segment.logdir import resolve
 from kstore_cli.segment.reader import read_batches
-from kstore_cli.segment.recovery import ERROR, repair_plan, verify_partition
+from kstore_cli.segment.verify import ERROR, verify_partition
 from tests.conftest import FIXTURES
 
 WRITTEN = FIXTURES / "kafka-written"

@@ -23,7 +23,8 @@ from kstore_cli.segment.builder import RecordSpec, build_v2_batch
 from kstore_cli.segment.crc import crc32c
 from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.reader import read_batches
-from kstore_cli.segment.recovery import ZERO_TAIL, _BatchesAtEntries, is_zero, recover_segment, verify_partition
+from kstore_cli.segment.recovery import ZERO_TAIL, is_zero, recover_segment
+from kstore_cli.segment.verify import _BatchesAtEntries, verify_partition
 
 TS0 = 1_700_000_000_000
 MiB = 1 << 20

@@ -19,11 +19,10 @@ from kstore_cli.segment.recovery import (
     SHORT_TAIL,
     ZERO_TAIL,
     apply_plan,
-    looks_preallocated,
     plan_partition,
     recover_segment,
-    verify_partition,
 )
+from kstore_cli.segment.verify import looks_preallocated, verify_partition
 from tests.conftest import CORPUS, GOLDEN, load_manifest
 
 SEGMENT_FILES = (".log", ".index", ".timeindex", ".txnindex")

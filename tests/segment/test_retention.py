@@ -16,7 +16,7 @@ from kstore_cli.segment.checkpoint import read_leader_epoch_checkpoint, read_off
 from kstore_cli.segment.config import ConfigResolver, parse_topic_overrides, retention_flags
 from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.names import filename_prefix
-from kstore_cli.segment.recovery import ERROR, verify_partition
+from kstore_cli.segment.verify import ERROR, verify_partition
 from kstore_cli.segment.log_segment import TS_BATCHES, TS_MTIME, TS_TIMEINDEX, largest_timestamp
 from kstore_cli.segment.retention import (
     RULE_LOG_START_OFFSET,

@@ -18,7 +18,9 @@ from kstore_cli.segment.builder import RecordSpec, build_legacy_batch, build_v2_
 from kstore_cli.segment.index import SegmentIndexBuilder
 from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.reader import read_batches
-from kstore_cli.segment.recovery import recover_segment, state_at_segment, verify_partition, ERROR
+from kstore_cli.segment.producer_state import state_at_segment
+from kstore_cli.segment.recovery import recover_segment
+from kstore_cli.segment.verify import ERROR, verify_partition
 from kstore_cli.segment.writer import PartitionWriter
 from tests.conftest import CORPUS, load_manifest
 
