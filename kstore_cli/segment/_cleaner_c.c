@@ -276,10 +276,12 @@ static void md5(const uint8_t *p, size_t n, uint8_t out[HASH_SIZE]) {
 /*
  * MD5 of a key is most of the cleaner's work (twice per record: building the map, then looking
  * each record up). Compacted topics repeat a bounded set of keys, so digests are remembered in a
- * direct-mapped memo keyed by the key's bytes (compared in full: a hit is the MD5 of exactly
- * those bytes). 32768 entries of 128 bytes (4 MiB), allocated on first use; longer keys are hashed.
+ * 4-way set-associative memo keyed by the key's bytes (compared in full: a hit is the MD5 of
+ * exactly those bytes). 8192 sets of 4 entries of 128 bytes (4 MiB), allocated on first use;
+ * longer keys are always hashed.
  */
-#define MEMO_ENTRIES 32768
+#define MEMO_SETS 8192
+#define MEMO_WAYS 4
 #define MEMO_KEY_MAX 110
 typedef struct {
     uint16_t len; /* key length + 1; 0 = empty */
@@ -322,18 +324,21 @@ typedef struct {
 static inline void key_digest(OffsetMapObject *m, const uint8_t *key, size_t n, uint8_t out[HASH_SIZE]) {
     if (n > MEMO_KEY_MAX) { md5(key, n, out); return; }
     if (!m->memo) {
-        m->memo = PyMem_Calloc(MEMO_ENTRIES, sizeof(memo_t));
+        m->memo = PyMem_Calloc((size_t)MEMO_SETS * MEMO_WAYS, sizeof(memo_t));
         if (!m->memo) { md5(key, n, out); return; }
     }
-    memo_t *e = &m->memo[memo_hash(key, n) & (MEMO_ENTRIES - 1)];
-    if (e->len == n + 1 && memcmp(e->key, key, n) == 0) {
-        memcpy(out, e->digest, HASH_SIZE);
-        return;
+    memo_t *set = &m->memo[(memo_hash(key, n) & (MEMO_SETS - 1)) * MEMO_WAYS];
+    for (int w = 0; w < MEMO_WAYS; w++) {
+        if (set[w].len == n + 1 && memcmp(set[w].key, key, n) == 0) {
+            memcpy(out, set[w].digest, HASH_SIZE);
+            return;
+        }
     }
     md5(key, n, out);
-    e->len = (uint16_t)(n + 1);
-    memcpy(e->key, key, n);
-    memcpy(e->digest, out, HASH_SIZE);
+    memmove(set + 1, set, (MEMO_WAYS - 1) * sizeof(memo_t)); /* the newest first, the oldest out */
+    set->len = (uint16_t)(n + 1);
+    memcpy(set->key, key, n);
+    memcpy(set->digest, out, HASH_SIZE);
 }
 
 /* SkimpyOffsetMap.positionOf, as a slot number. */
@@ -345,7 +350,22 @@ static inline long long slot_of(const uint8_t *d, long long attempt, long long s
     return (long long)(a % (uint64_t)slots);
 }
 
-static const uint8_t EMPTY_SLOT[BYTES_PER_ENTRY];
+static inline int slot_empty(const uint8_t *slot) {
+    uint64_t a, b, c;
+    memcpy(&a, slot, 8);
+    memcpy(&b, slot + 8, 8);
+    memcpy(&c, slot + 16, 8);
+    return (a | b | c) == 0;
+}
+
+static inline int slot_holds(const uint8_t *slot, const uint8_t *d) {
+    uint64_t a, b, x, y;
+    memcpy(&a, slot, 8);
+    memcpy(&b, slot + 8, 8);
+    memcpy(&x, d, 8);
+    memcpy(&y, d + 8, 8);
+    return ((a ^ x) | (b ^ y)) == 0;
+}
 
 static int table_alloc(OffsetMapObject *m, long long slots) {
     size_t bytes = (size_t)slots * BYTES_PER_ENTRY;
@@ -384,8 +404,8 @@ static int map_put_digest(OffsetMapObject *m, const uint8_t *d, int64_t offset) 
             return -1;
         }
         slot = t + slot_of(d, attempt, m->slots) * BYTES_PER_ENTRY;
-        if (memcmp(slot, EMPTY_SLOT, BYTES_PER_ENTRY) == 0) break;
-        if (memcmp(slot, d, HASH_SIZE) == 0) {
+        if (slot_empty(slot)) break;
+        if (slot_holds(slot, d)) {
             put_be64(slot + HASH_SIZE, (uint64_t)offset);
             return 0;
         }
@@ -402,8 +422,8 @@ static int64_t map_get_digest(OffsetMapObject *m, const uint8_t *d) {
     long long limit = m->slots + HASH_SIZE - 4;
     for (long long attempt = 0; attempt < limit; attempt++) {
         const uint8_t *slot = m->table + slot_of(d, attempt, m->slots) * BYTES_PER_ENTRY;
-        if (memcmp(slot, EMPTY_SLOT, BYTES_PER_ENTRY) == 0) return -1;
-        if (memcmp(slot, d, HASH_SIZE) == 0) return s64(be64(slot + HASH_SIZE));
+        if (slot_empty(slot)) return -1;
+        if (slot_holds(slot, d)) return s64(be64(slot + HASH_SIZE));
     }
     return -1;
 }
@@ -423,7 +443,7 @@ static int map_grow(OffsetMapObject *m) {
     m->entries = 0;
     int rc = 0;
     for (size_t pos = 0; pos < old_bytes && rc == 0; pos += BYTES_PER_ENTRY)
-        if (memcmp(old + pos, EMPTY_SLOT, BYTES_PER_ENTRY) != 0)
+        if (!slot_empty(old + pos))
             rc = map_put_digest(m, old + pos, s64(be64(old + pos + HASH_SIZE)));
     table_free(old, old_bytes, old_mapped);
     return rc;
