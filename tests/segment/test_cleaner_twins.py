@@ -250,3 +250,22 @@ def test_native_runs_take_plain_batches_and_leave_the_rest() -> None:
     specials = array("q", [1]).tobytes()  # the batch ending at offset 1 is a producer's last: Python's
     assert native.filter_batches(m, log, 0, len(plain), 1 << 20, bytearray(), record_filter.filter_state(), T, None,
                                  specials, None, None) == (0, py.RUN_PYTHON)
+
+
+@needs_native
+def test_a_zstd_batch_of_two_frames_is_read_across_them() -> None:
+    # The one-call zstd path takes a single frame only; two frames go the codec's general way.
+    zstandard = pytest.importorskip("zstandard")
+    from kstore_cli.segment.builder import encode_v2_record
+
+    records = [encode_v2_record(i, 0, b"k%d" % (i % 2), b"v%d" % i) for i in range(4)]
+    c = zstandard.ZstdCompressor()
+    body = c.compress(b"".join(records[:2])) + c.compress(b"".join(records[2:]))
+    head = bytearray(build_v2_batch([RecordSpec(i, T, b"k", b"v") for i in range(4)])[:61])
+    head[21:23] = (4).to_bytes(2, "big")  # zstd
+    head[8:12] = (49 + len(body)).to_bytes(4, "big")
+    log = bytes(head) + body
+    args = dict(memory=1 << 20, capacity=1 << 20, now=T, last_records={}, upper_bound=1 << 40, io_buffer=1 << 16)
+    got = clean(native, log, **args)
+    assert got == clean(py, log, **args)
+    assert got[0] == "ok" and got[3]["messagesWritten"] == 2 and got[3]["batchesRebuilt"] == 1
