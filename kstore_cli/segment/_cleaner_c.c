@@ -1104,6 +1104,25 @@ static PyObject *py_filter_batches(PyObject *self, PyObject *args) {
     return Py_BuildValue("ni", pos, status);
 }
 
+/* skip_anonymous(buf, pos, end) -> pos past the run of v2 batches (at least 61 bytes, complete)
+ * without a producer id from pos: what ProducerStateManager's replay has nothing to learn from. */
+static PyObject *py_skip_anonymous(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t pos, end;
+    Py_buffer v;
+    if (!PyArg_ParseTuple(args, "Onn", &obj, &pos, &end)) return NULL;
+    if (get_span(obj, &v, pos, end) < 0) return NULL;
+    const uint8_t *b = v.buf;
+    while (end - pos >= 18) {
+        int32_t size = s32(be32(b + pos + 8));
+        if (size < MIN_ENTRY_SIZE || (Py_ssize_t)size + LOG_OVERHEAD > end - pos) break;
+        if (size + LOG_OVERHEAD < V2_HEADER_SIZE || (int8_t)b[pos + 16] < 2 || s64(be64(b + pos + 43)) >= 0) break;
+        pos += LOG_OVERHEAD + size;
+    }
+    PyBuffer_Release(&v);
+    return PyLong_FromSsize_t(pos);
+}
+
 static PyObject *py_md5(PyObject *self, PyObject *obj) {
     Py_buffer v;
     uint8_t d[HASH_SIZE];
@@ -1116,6 +1135,8 @@ static PyObject *py_md5(PyObject *self, PyObject *obj) {
 static PyMethodDef methods[] = {
     {"md5", py_md5, METH_O, "MD5 digest of a buffer (the offset map's hash)."},
     {"frame_end", py_frame_end, METH_VARARGS, "frame_end(buf, pos, end) -> (stop, bad position or -1)."},
+    {"skip_anonymous", py_skip_anonymous, METH_VARARGS,
+     "skip_anonymous(buf, pos, end) -> pos past the v2 batches without a producer id."},
     {"map_batches", py_map_batches, METH_VARARGS,
      "map_batches(offset_map, buf, pos, stop, start, limit, state, decompress) -> (pos, status)."},
     {"filter_batches", py_filter_batches, METH_VARARGS,

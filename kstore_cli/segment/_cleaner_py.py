@@ -11,6 +11,8 @@ The interface (what the native twin does with it is in ``_cleaner_c.c``'s commen
 
 * ``frame_end(buf, pos, end) -> (stop, bad)``: how far ``buf[pos:end]`` holds complete entries, as
   FileLogInputStream frames them, and the position of an entry whose size field is below 14 (-1);
+* ``skip_anonymous(buf, pos, end) -> pos``: past the complete v2 batches without a producer id (at
+  least 61 bytes each) from pos, what the producer-state replay can skip;
 * ``map_batches(offset_map, buf, pos, stop, start, limit, state, decompress) -> (pos, status)``;
 * ``filter_batches(offset_map, buf, pos, stop, capacity, out, state, now, new_horizon, specials,
   decompress, compress) -> (pos, status)``;
@@ -69,6 +71,13 @@ def frame_end(buf: "bytes | memoryview", pos: int, end: int) -> Tuple[int, int]:
             break
         pos += _LOG_OVERHEAD + size
     return pos, -1
+
+
+def skip_anonymous(buf: "bytes | memoryview", pos: int, end: int) -> int:
+    """Skips nothing (the native twin: the v2 batches without a producer id from pos)."""
+    if pos < 0 or end < pos or end > len(buf):
+        raise ValueError("pos / stop outside the buffer")
+    return pos
 
 
 def map_batches(offset_map: OffsetMap, buf, pos: int, stop: int, start: int, limit: int, state,

@@ -97,15 +97,29 @@ RELEASE_EVERY = 8 * 1024 * 1024  # drop read pages of the mapped segment this of
 # --------------------------------------------------------------------------- the log as the cleaner sees it
 
 
-def _scan(path: str) -> Iterator[Batch]:
-    """Every complete batch of a ``.log`` (shallow), its pages released as the scan passes them."""
+def _producer_batches(path: str) -> Iterator[Batch]:
+    """The batches of a ``.log`` that can carry producer state, pages released as the scan passes
+    them: runs of v2 batches without a producer id are skipped natively (record_filter.skip_anonymous),
+    everything else is framed as :func:`_scan` frames it."""
     buf = map_file(path)
-    released = 0
-    for batch in read_batches(buf, path=path):
-        yield batch
-        if batch.position - released >= RELEASE_EVERY:
-            release_pages(buf, released, batch.position)
-            released = batch.position
+    end = len(buf)
+    pos = released = 0
+    while True:
+        # A window at a time, so that the pages skipped are released as often as the scan's.
+        pos = record_filter.skip_anonymous(buf, pos, min(end, pos + RELEASE_EVERY))
+        if pos - released >= RELEASE_EVERY:
+            release_pages(buf, released, pos)
+            released = pos
+        for batch in iterate_source(buf, pos, end, path):
+            pos = batch.position + batch.size
+            if pos - released >= RELEASE_EVERY:
+                release_pages(buf, released, pos)
+                released = pos
+            if batch.magic >= 2 and batch.producer_id < 0 and batch.size >= RECORD_BATCH_OVERHEAD:
+                break  # an anonymous one: the native skip goes on from the next
+            yield batch
+        else:
+            return
 
 
 class SegmentInfo:
@@ -247,7 +261,7 @@ class ProducerState:
             break
         for seg in view.log_segments(start, LONG_MAX):
             try:
-                for batch in _scan(seg.log):
+                for batch in _producer_batches(seg.log):
                     if batch.last_offset >= start and batch.magic >= 2 and batch.producer_id >= 0:
                         state.update(batch)
             except KstoreError:

@@ -77,6 +77,7 @@ _impl, BACKEND = _load()
 OffsetMap = _impl.OffsetMap
 md5 = _impl.md5
 frame_end = _impl.frame_end
+skip_anonymous = _impl.skip_anonymous
 map_batches = _impl.map_batches
 filter_batches = _impl.filter_batches
 

@@ -42,7 +42,7 @@ KEYS = [None, b"", b"a", b"key-1", b"key-2", b"\xff\xfe binary key", b"k" * 120]
 @contextmanager
 def backend(impl) -> Iterator[None]:
     """The cleaner with one twin's map and runs."""
-    names = ("OffsetMap", "frame_end", "map_batches", "filter_batches")
+    names = ("OffsetMap", "frame_end", "skip_anonymous", "map_batches", "filter_batches")
     saved = {n: getattr(record_filter, n) for n in names}
     saved_map = cleaner.OffsetMap
     try:
@@ -269,3 +269,28 @@ def test_a_zstd_batch_of_two_frames_is_read_across_them() -> None:
     got = clean(native, log, **args)
     assert got == clean(py, log, **args)
     assert got[0] == "ok" and got[3]["messagesWritten"] == 2 and got[3]["batchesRebuilt"] == 1
+
+
+@needs_native
+@given(st.lists(batch_specs(), min_size=1, max_size=12), st.integers(0, 3))
+@settings(max_examples=100, deadline=None)
+def test_producer_state_replay_sees_the_same_batches(specs, cut) -> None:
+    # ProducerState.load replays the batches with a producer id; the native twin skips the others in bulk.
+    import os
+    import tempfile
+
+    from kstore_cli.segment.reader import read_batches
+
+    log = build_log(specs)[0]
+    log = log[: len(log) - cut]
+    fd, path = tempfile.mkstemp(suffix=".log")
+    try:
+        os.write(fd, log)
+        os.close(fd)
+        expected = [b.position for b in read_batches(path) if b.magic >= 2 and b.producer_id >= 0]
+        for impl in (native, py):
+            with backend(impl):
+                got = [b.position for b in cleaner._producer_batches(path) if b.magic >= 2 and b.producer_id >= 0]
+            assert got == expected
+    finally:
+        os.unlink(path)
