@@ -826,20 +826,26 @@ static PyObject *py_map_batches(PyObject *self, PyObject *args) {
 typedef struct {
     int64_t now, new_horizon;
     int has_new_horizon;
-    const int64_t *specials;
+    const void *specials; /* native int64s, sorted */
     Py_ssize_t nspecials;
     Py_ssize_t capacity;
     PyObject *out; /* bytearray */
 } filter_args;
 
+static inline int64_t special_at(const filter_args *a, Py_ssize_t i) {
+    int64_t v;
+    memcpy(&v, (const uint8_t *)a->specials + 8 * i, 8); /* any buffer: no alignment assumed */
+    return v;
+}
+
 static int is_special(const filter_args *a, int64_t offset) {
     Py_ssize_t lo = 0, hi = a->nspecials;
     while (lo < hi) {
         Py_ssize_t mid = lo + (hi - lo) / 2;
-        if (a->specials[mid] < offset) lo = mid + 1;
+        if (special_at(a, mid) < offset) lo = mid + 1;
         else hi = mid;
     }
-    return lo < a->nspecials && a->specials[lo] == offset;
+    return lo < a->nspecials && special_at(a, lo) == offset;
 }
 
 /* Kafka's retain decision per record (RecordFilter + Cleaner.shouldRetainRecord) for a data batch

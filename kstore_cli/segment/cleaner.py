@@ -1314,19 +1314,14 @@ def _resume_pass(partition: Partition, state: DataDirState, intent: PassIntent, 
 # --------------------------------------------------------------------------- one pass
 
 
-def compact_partition(partition: Partition, config: TopicConfig, state: DataDirState, *, now: int,
-                      settings: CleanerSettings, force_clean: bool = False, dry_run: bool = False,
-                      progress: Optional[Callable[[int], None]] = None) -> PassResult:
-    """One cleaner pass over one partition directory (the caller holds the data dir's lock).
-
-    Not eligible by the ratio / lag rules and not `force_clean`: nothing is written (a checkpoint
-    reset is still written, as the broker does when it evaluates the log). `dry_run` writes
-    nothing at all and reports what a pass would do. A pass intent left by an interrupted run is
-    acted on first (see the module docstring): that pass is finished instead of a new one.
-    """
+def _resolve_leftovers(partition: Partition, state: DataDirState, result: PassResult, *, now: int,
+                       config: TopicConfig, settings: CleanerSettings, dry_run: bool,
+                       progress: Optional[Callable[[int], None]]) -> Optional[Partition]:
+    """What a pass does first: an interrupted swap resolved, stray snapshots removed, an interrupted
+    pass's intent acted on. The partition as it is now, or None when this invocation's pass is over
+    (the interrupted one was finished)."""
     from kstore_cli.segment import swap
 
-    result = PassResult(partition)
     report = swap.resolve_leftovers(partition.path, dry_run=dry_run)
     if report.outcome is not None:
         result.leftovers = report.to_dict()
@@ -1346,10 +1341,29 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
             result.notes.append(f"{INTENT_FILE}: an interrupted pass would be finished first")
         elif _finish_interrupted_pass(partition, state, result, now=now, config=config, settings=settings,
                                       progress=progress):
-            return result
+            return None
         else:
             partition = Partition(partition.path)
             result.partition = partition
+    return partition
+
+
+def compact_partition(partition: Partition, config: TopicConfig, state: DataDirState, *, now: int,
+                      settings: CleanerSettings, force_clean: bool = False, dry_run: bool = False,
+                      progress: Optional[Callable[[int], None]] = None) -> PassResult:
+    """One cleaner pass over one partition directory (the caller holds the data dir's lock).
+
+    Not eligible by the ratio / lag rules and not `force_clean`: nothing is written (a checkpoint
+    reset is still written, as the broker does when it evaluates the log). `dry_run` writes
+    nothing at all and reports what a pass would do. A pass intent left by an interrupted run is
+    acted on first (see the module docstring): that pass is finished instead of a new one.
+    """
+    result = PassResult(partition)
+    resolved = _resolve_leftovers(partition, state, result, now=now, config=config, settings=settings,
+                                  dry_run=dry_run, progress=progress)
+    if resolved is None:
+        return result
+    partition = resolved
     if not partition.segments:
         result.notes.append("no segments")
         return result

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from contextlib import contextmanager
-from typing import Iterator, List, Optional
+from typing import Iterator, List
 
 import pytest
 from hypothesis import HealthCheck, given, settings
