@@ -56,6 +56,14 @@ setup(
             extra_link_args=_LDFLAGS,
             optional=True,
         ),
+        # compact's native write path (kstore_cli/segment/record_filter.py falls back to Python without it).
+        Extension(
+            "kstore_cli.segment._cleaner_c",
+            sources=["kstore_cli/segment/_cleaner_c.c"],
+            extra_compile_args=_CFLAGS,
+            extra_link_args=_LDFLAGS,
+            optional=True,
+        ),
     ],
     cmdclass={"build_ext": OptionalBuildExt},
 )

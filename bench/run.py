@@ -23,7 +23,8 @@ is the one KSTORE_DECODER selects there, and peak RSS is that child's own, from 
 * rebuild-index   `kstore rebuild-index` on 16 KiB and ~1 KiB batches, GB/s;
 * verify-index    `kstore verify-index`, GB/s;
 * dump-segment    `kstore dump-segment --deep-iteration --print-data-log > /dev/null`, lines/s;
-* compact         `kstore compact` through bench/compact.py's run() (a "not available" row without it);
+* compact         `kstore compact` through bench/compact.py's run(), uncompressed and zstd (compact:none,
+                  compact:zstd), with Kafka's Cleaner.clean on the same input in the same run (ratio);
 * convert-format  `kstore convert-format` v1 gzip -> v2 zstd, MiB/s of input;
 * spark-export    the export on Spark local[1] and local[2], with Spark's writer (spark-export:local[N])
                   and with the arrow writer (spark-export:arrow:local[N]; what --writer auto, the
@@ -425,25 +426,44 @@ class Suite:
             self.add("compact", decoder=None, figure=None, unit="records/s",
                      note="not available: bench/compact.py (kstore compact) does not exist yet")
             return
-        for dec in self.decoders:
-            workdir = self.work / "compact"
-            shutil.rmtree(workdir, ignore_errors=True)
-            workdir.mkdir(parents=True)
-            res = self.run_task(dec["env"], "compact", str(self.args.records), str(workdir), timeout=3600)
-            shutil.rmtree(workdir, ignore_errors=True)
-            if not res.ok or not res.result:
-                self.add("compact", decoder=dec["label"], figure=None, unit="records/s", rss_mb=res.rss_mb,
-                         note="bench/compact.py failed: " + res.error())
-                continue
-            r = res.result
-            rate = _records_per_second(r)
-            # bench/compact.py reports the peak RSS of its `kstore compact` child; ours would add its generator.
-            own_rss = r.get("peak_rss_mb")
-            self.add("compact", decoder=_backend_label(dec, r), figure=rate, unit="records/s",
-                     rss_mb=own_rss if isinstance(own_rss, (int, float)) else res.rss_mb, seconds=r.get("seconds"),
-                     note="via bench/compact.py run()" + ("" if rate is not None else f"; no rate in {sorted(r)}")
-                          + (f"; {r['records']:,} records" if isinstance(r.get("records"), int) else ""),
-                     detail=r)
+        for codec in ("none", "zstd"):
+            for dec in self.decoders:
+                self._bench_compact_one(codec, dec)
+
+    def _bench_compact_one(self, codec: str, dec: dict) -> None:
+        """One compact row: kstore compact's records/s (whole process) and, in the same run, Kafka's
+        Cleaner.clean on the same input (bench/compact.py runs the oracle's clean-log)."""
+        row = f"compact:{codec}"
+        workdir = self.work / "compact"
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir(parents=True)
+        res = self.run_task(dec["env"], "compact", str(self.args.records), str(workdir), codec, timeout=3600)
+        shutil.rmtree(workdir, ignore_errors=True)
+        if not res.ok or not res.result:
+            self.add(row, decoder=dec["label"], figure=None, unit="records/s", rss_mb=res.rss_mb,
+                     note="bench/compact.py failed: " + res.error())
+            return
+        r = res.result
+        rate = _records_per_second(r)
+        # bench/compact.py reports the peak RSS of its `kstore compact` child; ours would add its generator.
+        own_rss = r.get("peak_rss_mb")
+        kafka = r.get("kafka_records_per_s")
+        ratios = {"Kafka Cleaner.clean": rate / kafka} if rate and kafka else {}
+        met = None
+        if ratios:
+            met = ratios["Kafka Cleaner.clean"] >= 2.0 and bool(r.get("rss_within_target"))
+        note = (f"{codec} batches of 50 __consumer_offsets commits, {r.get('records', 0):,} records over "
+                f"{r.get('keys', 0):,} keys; whole `kstore compact` process vs time inside Kafka's Cleaner.clean "
+                f"(oracle clean-log, same input, same run)")
+        if kafka:
+            note += f"; Kafka {kafka:,.0f} records/s; same .log bytes as Kafka: {r.get('identical_to_kafka')}"
+        else:
+            note += f"; Kafka not run: {r.get('kafka_error', 'no oracle')}"
+        note += f"; peak RSS target < {r.get('rss_target_mb')} MB"
+        self.add(row, decoder=_backend_label(dec, r), figure=rate, unit="records/s",
+                 target=">= 2x Kafka's Cleaner, RSS < dedupe buffer + 64 MB", met=met, ratios=ratios,
+                 rss_mb=own_rss if isinstance(own_rss, (int, float)) else res.rss_mb, seconds=r.get("seconds"),
+                 note=note, detail=r)
 
     def bench_convert_format(self) -> None:
         if not self.selected("convert-format"):

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the native record decoder and dump-segment's native text formatter with AddressSanitizer +
+# Build the native record decoder, dump-segment's native text formatter and compact's native write path
+# (_cleaner_c) with AddressSanitizer +
 # UBSan and run the twin tests, the fuzz tests, the dump-segment tests and a bench/fuzz_long.py run
 # against them: any out-of-bounds read, overflow or undefined
 # behaviour aborts with a report (exit status non-zero).
@@ -33,5 +34,9 @@ python3 -m pytest -q -p no:cacheprovider tests/segment/test_decode_twins.py test
     tests/segment/test_properties.py tests/test_dumplog_damaged.py \
     tests/test_dumptext_native.py tests/test_dumplog.py tests/commands/test_dump_segment_golden.py || status=$?
 python3 bench/fuzz_long.py "$N" --no-memory --seed 7 || status=$?
+# compact's native write path (kstore_cli/segment/_cleaner_c.c): its twin tests and the cleaner's.
+python3 -c "from kstore_cli.segment import record_filter, _cleaner_c; assert record_filter.BACKEND == 'native'; print('sanitized', _cleaner_c.__file__)" || status=$?
+python3 -m pytest -q -p no:cacheprovider tests/segment/test_cleaner_twins.py tests/segment/test_cleaner.py \
+    tests/commands/test_compact.py || status=$?
 echo "sanitize_native: exit $status"
 exit $status

@@ -67,7 +67,7 @@ import os
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from kstore_cli.errors import CorruptRecordError, CorruptSnapshotError, FileUnreadableError, KstoreError, UsageError
-from kstore_cli.segment import fileops, names
+from kstore_cli.segment import fileops, names, record_filter
 from kstore_cli.segment.batch import (
     CREATE_TIME,
     LOG_APPEND_TIME,
@@ -81,8 +81,8 @@ from kstore_cli.segment.checkpoint import CLEANER_OFFSET_CHECKPOINT, format_offs
 from kstore_cli.segment.config import CleanerSettings, TopicConfig
 from kstore_cli.segment.index import AbortedTxn, OffsetIndex, TransactionIndex
 from kstore_cli.segment.logdir import Partition, Segment
-from kstore_cli.segment.offset_map import OffsetMap
-from kstore_cli.segment.reader import release_pages, map_file, read_batches
+from kstore_cli.segment.record_filter import OffsetMap
+from kstore_cli.segment.reader import iterate_source, release_pages, map_file, read_batches
 from kstore_cli.segment.log_segment import largest_timestamp, mtime_ms, read_next_offset
 from kstore_cli.segment.unified_log import DataDirState, log_offsets
 from kstore_cli.segment.snapshot import read_snapshot
@@ -97,15 +97,29 @@ RELEASE_EVERY = 8 * 1024 * 1024  # drop read pages of the mapped segment this of
 # --------------------------------------------------------------------------- the log as the cleaner sees it
 
 
-def _scan(path: str) -> Iterator[Batch]:
-    """Every complete batch of a ``.log`` (shallow), its pages released as the scan passes them."""
+def _producer_batches(path: str) -> Iterator[Batch]:
+    """The batches of a ``.log`` that can carry producer state, pages released as the scan passes
+    them: runs of v2 batches without a producer id are skipped natively (record_filter.skip_anonymous),
+    everything else is framed as :func:`_scan` frames it."""
     buf = map_file(path)
-    released = 0
-    for batch in read_batches(buf, path=path):
-        yield batch
-        if batch.position - released >= RELEASE_EVERY:
-            release_pages(buf, released, batch.position)
-            released = batch.position
+    end = len(buf)
+    pos = released = 0
+    while True:
+        # A window at a time, so that the pages skipped are released as often as the scan's.
+        pos = record_filter.skip_anonymous(buf, pos, min(end, pos + RELEASE_EVERY))
+        if pos - released >= RELEASE_EVERY:
+            release_pages(buf, released, pos)
+            released = pos
+        for batch in iterate_source(buf, pos, end, path):
+            pos = batch.position + batch.size
+            if pos - released >= RELEASE_EVERY:
+                release_pages(buf, released, pos)
+                released = pos
+            if batch.magic >= 2 and batch.producer_id < 0 and batch.size >= RECORD_BATCH_OVERHEAD:
+                break  # an anonymous one: the native skip goes on from the next
+            yield batch
+        else:
+            return
 
 
 class SegmentInfo:
@@ -247,7 +261,7 @@ class ProducerState:
             break
         for seg in view.log_segments(start, LONG_MAX):
             try:
-                for batch in _scan(seg.log):
+                for batch in _producer_batches(seg.log):
                     if batch.last_offset >= start and batch.magic >= 2 and batch.producer_id >= 0:
                         state.update(batch)
             except KstoreError:
@@ -419,7 +433,8 @@ class CleanedTransactionMetadata:
             heapq.heappush(self._heap, (txn.first_offset, self._seq, txn))
             self._seq += 1
 
-    def _consume_up_to(self, offset: int) -> None:
+    def consume_up_to(self, offset: int) -> None:
+        """Aborted transactions starting at or below `offset` become ongoing (what reading any batch does first)."""
         heap = self._heap
         while heap and heap[0][0] <= offset:
             txn = heapq.heappop(heap)[2]
@@ -427,7 +442,7 @@ class CleanedTransactionMetadata:
 
     def on_control_batch_read(self, batch: Batch) -> bool:
         """True when the control batch may be discarded."""
-        self._consume_up_to(batch.last_offset)
+        self.consume_up_to(batch.last_offset)
         records = batch.records()
         if not records:
             return True  # an empty control batch was already cleaned
@@ -465,7 +480,7 @@ class CleanedTransactionMetadata:
 
     def on_batch_read(self, batch: Batch) -> bool:
         """True when the data batch belongs to an aborted transaction."""
-        self._consume_up_to(batch.last_offset)
+        self.consume_up_to(batch.last_offset)
         if batch.is_transactional:
             meta = self._aborted.get(batch.producer_id)
             if meta is not None:
@@ -521,21 +536,23 @@ class CleanerStats:
 
 
 def _chunks(buf: memoryview, start: int, settings: CleanerSettings, max_message_bytes: int, path: str
-            ) -> Iterator[Tuple[int, List[Batch], int]]:
-    """(chunk position, complete batches in it, buffer capacity) as Cleaner reads a segment: ``readInto`` of the I/O
-    buffer from the position, only whole batches, the buffer doubled (growBuffersOrFail) while
+            ) -> Iterator[Tuple[int, int, int]]:
+    """(chunk position, end of its complete batches, buffer capacity) as Cleaner reads a segment: ``readInto``
+    of the I/O buffer from the position, only whole batches, the buffer doubled (growBuffersOrFail) while
     not even one batch fits. The consumer sends back how many bytes it consumed."""
     size = len(buf)
     position = released = start
     capacity = settings.io_buffer_bytes
     while position < size:
         end = min(size, position + capacity)
-        batches = list(read_batches(buf, start=position, end=end, path=path))
-        if not batches:
+        stop, bad = record_filter.frame_end(buf, position, end)
+        if bad >= 0:
+            list(iterate_source(buf, position, end, path))  # raises FileLogInputStream's error for that entry
+        if stop == position:
             capacity = _grow(buf, position, capacity, settings, max_message_bytes, path)
             continue
-        consumed = yield position, batches, capacity
-        position += consumed if consumed is not None else sum(b.size for b in batches)
+        consumed = yield position, stop, capacity
+        position += consumed if consumed is not None else stop - position
         if position - released >= RELEASE_EVERY:
             release_pages(buf, released, position)  # pages already filtered leave the process (RSS stays flat)
             released = position
@@ -593,34 +610,70 @@ def _map_segment(seg: SegmentInfo, offset_map: OffsetMap, start: int, next_start
     """Cleaner.buildOffsetMapForSegment; the offset of the record that did not fit when the map
     filled up, else None."""
     buf = map_file(seg.log)
-    max_entries = offset_map.max_entries
-    put = offset_map.put
     chunks = _chunks(buf, seg.start_position(start), settings, max_message_bytes, seg.log)
     try:
-        position, batches, _capacity = next(chunks)
+        position, stop, _capacity = next(chunks)
         while True:
-            for batch in batches:
-                if batch.is_control:
-                    txns.on_control_batch_read(batch)
-                    stats.map_messages_read += 1
-                elif txns.on_batch_read(batch):
-                    stats.map_messages_read += batch.count  # aborted: keys not entered
-                else:
-                    for record in batch.records():
-                        if record.has_key and start <= record.offset < limit:
-                            if offset_map.size < max_entries:
-                                put(record.key_view(), record.offset)
-                            else:
-                                return record.offset
-                        stats.map_messages_read += 1
-                if batch.last_offset >= start:
-                    offset_map.update_latest_offset(batch.last_offset)
-            read = sum(b.size for b in batches)
-            stats.map_bytes_read += read
-            position, batches, _capacity = chunks.send(read)
+            full = _map_chunk(buf, position, stop, seg.log, offset_map, start, limit, txns, stats)
+            if full is not None:
+                return full
+            stats.map_bytes_read += stop - position
+            position, stop, _capacity = chunks.send(stop - position)
     except StopIteration:
         pass
     offset_map.update_latest_offset(next_start - 1)  # offset gaps: fast forward to the segment's end
+    return None
+
+
+def _map_chunk(buf: memoryview, position: int, stop: int, path: str, offset_map: OffsetMap, start: int, limit: int,
+               txns: CleanedTransactionMetadata, stats: CleanerStats) -> Optional[int]:
+    """The batches of one chunk into the map: runs of plain data batches natively
+    (record_filter.map_batches), any other batch by :func:`_map_batch`. The offset that did not fit
+    when the map filled up, else None."""
+    native = record_filter.fits_int64(start, limit)
+    state = record_filter.map_state()
+    pos = position
+    while pos < stop:
+        if native:
+            pos, status = record_filter.map_batches(offset_map, buf, pos, stop, start, limit, state,
+                                                    record_filter.decompress)
+            stats.map_messages_read += state[record_filter.M_MESSAGES_READ]
+            state[record_filter.M_MESSAGES_READ] = 0
+            if state[record_filter.M_LAST_OFFSET] != record_filter.NO_OFFSET:
+                # The batches taken were no transaction's: reading them only moves the aborted ones on.
+                txns.consume_up_to(state[record_filter.M_LAST_OFFSET])
+                state[record_filter.M_LAST_OFFSET] = record_filter.NO_OFFSET
+            if status == record_filter.RUN_MAP_FULL:
+                return state[record_filter.M_STOP_OFFSET]
+            if pos >= stop:
+                break
+        batch = next(iterate_source(buf, pos, stop, path))
+        full = _map_batch(batch, offset_map, start, limit, txns, stats)
+        if full is not None:
+            return full
+        pos += batch.size
+    return None
+
+
+def _map_batch(batch: Batch, offset_map: OffsetMap, start: int, limit: int, txns: CleanedTransactionMetadata,
+               stats: CleanerStats) -> Optional[int]:
+    """One batch of Cleaner.buildOffsetMapForSegment (the reference of record_filter.map_batches)."""
+    if batch.is_control:
+        txns.on_control_batch_read(batch)
+        stats.map_messages_read += 1
+    elif txns.on_batch_read(batch):
+        stats.map_messages_read += batch.count  # aborted: keys not entered
+    else:
+        max_entries = offset_map.max_entries
+        for record in batch.records():
+            if record.has_key and start <= record.offset < limit:
+                if offset_map.size < max_entries:
+                    offset_map.put(record.key_view(), record.offset)
+                else:
+                    return record.offset
+            stats.map_messages_read += 1
+    if batch.last_offset >= start:
+        offset_map.update_latest_offset(batch.last_offset)
     return None
 
 
@@ -630,29 +683,73 @@ RETAIN_EMPTY, DELETE, DELETE_EMPTY = "RETAIN_EMPTY", "DELETE", "DELETE_EMPTY"
 
 
 class _ChunkResult:
-    """MemoryRecords.FilterResult of one chunk."""
+    """MemoryRecords.FilterResult of one chunk: the output, and its metadata in a record_filter state
+    array that the native runs update in place (with their CleanerStats counts, see :meth:`take_counts`)."""
 
-    __slots__ = ("out", "bytes_read", "max_offset", "max_timestamp", "offset_of_max_timestamp", "first_offset")
+    __slots__ = ("out", "state")
 
     def __init__(self) -> None:
         self.out = bytearray()
-        self.bytes_read = 0
-        self.max_offset = -1
-        self.max_timestamp = -1
-        self.offset_of_max_timestamp = -1
-        self.first_offset: Optional[int] = None
+        self.state = record_filter.filter_state()
+
+    @property
+    def bytes_read(self) -> int:
+        return self.state[record_filter.F_BYTES_READ]
+
+    @property
+    def max_offset(self) -> int:
+        return self.state[record_filter.F_MAX_OFFSET]
+
+    @property
+    def max_timestamp(self) -> int:
+        return self.state[record_filter.F_MAX_TIMESTAMP]
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        return self.state[record_filter.F_OFFSET_OF_MAX_TIMESTAMP]
+
+    @property
+    def first_offset(self) -> Optional[int]:
+        return self.state[record_filter.F_FIRST_OFFSET] if self.state[record_filter.F_HAS_FIRST] else None
+
+    def read(self, size: int) -> None:
+        self.state[record_filter.F_BYTES_READ] += size
 
     def retained(self, data: "bytes | memoryview", first_offset: int, max_timestamp: int, shallow_offset: int,
                  max_offset: int) -> None:
         """updateRetainedBatchMetadata."""
-        if self.first_offset is None:
-            self.first_offset = first_offset
+        state = self.state
+        if not state[record_filter.F_HAS_FIRST]:
+            state[record_filter.F_HAS_FIRST] = 1
+            state[record_filter.F_FIRST_OFFSET] = first_offset
         self.out += data
-        if max_timestamp > self.max_timestamp:
-            self.max_timestamp = max_timestamp
-            self.offset_of_max_timestamp = shallow_offset
-        if max_offset > self.max_offset:
-            self.max_offset = max_offset
+        if max_timestamp > state[record_filter.F_MAX_TIMESTAMP]:
+            state[record_filter.F_MAX_TIMESTAMP] = max_timestamp
+            state[record_filter.F_OFFSET_OF_MAX_TIMESTAMP] = shallow_offset
+        if max_offset > state[record_filter.F_MAX_OFFSET]:
+            state[record_filter.F_MAX_OFFSET] = max_offset
+
+    def take_counts(self, stats: CleanerStats, txns: CleanedTransactionMetadata, bytes_before: int) -> None:
+        """Move what a native run counted into the stats, and move the transaction state past the
+        batches it took (none of them transactional: reading them only consumes aborted ones)."""
+        state = self.state
+        stats.bytes_read += state[record_filter.F_BYTES_READ] - bytes_before
+        for slot, name in _RUN_COUNTS:
+            stats_value = getattr(stats, name)
+            setattr(stats, name, stats_value + state[slot])
+            state[slot] = 0
+        if state[record_filter.F_LAST_OFFSET] != record_filter.NO_OFFSET:
+            txns.consume_up_to(state[record_filter.F_LAST_OFFSET])
+            state[record_filter.F_LAST_OFFSET] = record_filter.NO_OFFSET
+
+
+_RUN_COUNTS = ((record_filter.F_MESSAGES_READ, "messages_read"),
+               (record_filter.F_INVALID_MESSAGES, "invalid_messages_read"),
+               (record_filter.F_TOMBSTONES_REMOVED, "tombstones_removed"),
+               (record_filter.F_BATCHES_READ, "batches_read"),
+               (record_filter.F_BATCHES_WRITTEN, "batches_written"),
+               (record_filter.F_BATCHES_REBUILT, "batches_rebuilt"),
+               (record_filter.F_MESSAGES_WRITTEN, "messages_written"))
 
 
 class SegmentCleaner:
@@ -671,109 +768,148 @@ class SegmentCleaner:
         self.upper_bound = upper_bound
         self.stats = stats
         self.settings = settings
+        # The batches native runs leave to _filter_batch because they keep their place even when
+        # emptied: each active producer's last data batch, and the round's last batch.
+        self._specials = record_filter.specials([last for last, _epoch in last_records.values()]
+                                                + [upper_bound - 1])
+        self._native = record_filter.fits_int64(now)
 
     def clean_into(self, seg: SegmentInfo, writer: PartitionWriter, retain_legacy_deletes: bool) -> None:
         """Filter one source segment chunk by chunk into the writer's current segment."""
         buf = map_file(seg.log)
         chunks = _chunks(buf, 0, self.settings, self.max_message_bytes, seg.log)
         try:
-            _position, batches, capacity = next(chunks)
+            position, stop, capacity = next(chunks)
             while True:
-                result = self.filter_to(batches, retain_legacy_deletes, capacity)
+                result = self.filter_to(buf, position, stop, seg.log, retain_legacy_deletes, capacity)
                 if result.out:
                     writer.append_chunk(result.out, first_offset=result.first_offset,
                                         largest_offset=result.max_offset, max_timestamp=result.max_timestamp,
                                         offset_of_max_timestamp=result.offset_of_max_timestamp)
                     self.stats.bytes_written += len(result.out)
-                _position, batches, capacity = chunks.send(result.bytes_read)
+                position, stop, capacity = chunks.send(result.bytes_read)
         except StopIteration:
             pass
 
-    def filter_to(self, batches: List[Batch], retain_legacy_deletes: bool, capacity: int) -> _ChunkResult:
-        """MemoryRecords.filterTo with the cleaner's RecordFilter."""
+    def filter_to(self, buf: memoryview, position: int, stop: int, path: Optional[str], retain_legacy_deletes: bool,
+                  capacity: int) -> _ChunkResult:
+        """MemoryRecords.filterTo with the cleaner's RecordFilter over the complete batches of
+        buf[position:stop]: runs of plain data batches natively (record_filter.filter_batches), any
+        other batch by :meth:`_filter_batch`."""
         result = _ChunkResult()
-        stats = self.stats
-        now = self.now
-        for batch in batches:
-            is_control = batch.is_control
-            can_discard = self.txns.on_control_batch_read(batch) if is_control else self.txns.on_batch_read(batch)
-            horizon = batch.delete_horizon_ms
-            if is_control:
-                discard_records = can_discard and horizon is not None and horizon <= now
-            else:
-                discard_records = can_discard
-            if batch.producer_id >= 0 and self._last_of_producer(batch):
-                retention = RETAIN_EMPTY  # keeps the producer's sequence / epoch
-            elif batch.next_offset == self.upper_bound:
-                retention = RETAIN_EMPTY  # keeps the round's last offset
-            elif discard_records:
-                retention = DELETE
-            else:
-                retention = DELETE_EMPTY
-            marker_for_empty_txn = can_discard and is_control
-            result.bytes_read += batch.size
-            stats.bytes_read += batch.size
-            stats.batches_read += 1
-            if retention == DELETE:
-                if is_control:
-                    stats.markers_removed += 1
-                else:
-                    stats.deleted_batch_records += batch.count or 0
-                    stats.aborted_records_removed += batch.count or 0
-                continue
-            records = batch.records()
-            retained = []
-            write_original = True
-            tombstones = False
-            max_offset = -1
-            for record in records:
-                stats.messages_read += 1
-                if self._retain(batch, record, discard_records, is_control, retain_legacy_deletes):
-                    if record.magic != batch.magic:
-                        write_original = False  # KAFKA-4298: recopy to fix the inner magic
-                    if record.offset > max_offset:
-                        max_offset = record.offset
-                    retained.append(record)
-                    if not record.has_value:
-                        tombstones = True
-                else:
-                    write_original = False
-                    if not is_control:
-                        if can_discard:
-                            stats.aborted_records_removed += 1
-                        elif not record.has_value:
-                            stats.tombstones_removed += 1
-            if retained:
-                need_horizon = batch.magic >= 2 and (tombstones or marker_for_empty_txn) and horizon is None
-                if write_original and not need_horizon:
-                    result.retained(batch.buffer, batch.base_offset if batch.magic >= 2 else retained[0].offset,
-                                    batch.max_timestamp, batch.last_offset, batch.last_offset)
-                else:
-                    new_horizon = now + self.delete_retention_ms if need_horizon else horizon
-                    data, max_ts, shallow = _rebuild(batch, retained, new_horizon)
-                    result.retained(data, batch.base_offset if batch.magic >= 2 else retained[0].offset,
-                                    max_ts, shallow, max_offset)
-                    stats.batches_rebuilt += 1
-                stats.messages_written += len(retained)
-                stats.batches_written += 1
-            elif retention == RETAIN_EMPTY:
-                if batch.magic < 2:
-                    raise UsageError("Empty batches are only supported for magic v2 and above",
-                                     path=batch.path, position=batch.position)
-                data = build_v2_batch(
-                    [], base_offset=batch.base_offset, last_offset_delta=batch.last_offset_delta,
-                    timestamp_type=batch.timestamp_type, max_timestamp=batch.max_timestamp,
-                    partition_leader_epoch=batch.partition_leader_epoch, producer_id=batch.producer_id,
-                    producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
-                    is_transactional=batch.is_transactional, is_control=is_control)
-                result.retained(data, batch.base_offset, batch.max_timestamp, batch.last_offset, batch.last_offset)
-                stats.batches_written += 1
-                stats.empty_batches_written += 1
-            elif is_control:
-                stats.markers_removed += 1
+        pos = position
+        while pos < stop:
+            if self._native:
+                bytes_before = result.bytes_read
+                pos, status = record_filter.filter_batches(
+                    self.map, buf, pos, stop, capacity, result.out, result.state, self.now,
+                    self.now + self.delete_retention_ms, self._specials, record_filter.decompress,
+                    record_filter.compress)
+                result.take_counts(self.stats, self.txns, bytes_before)
+                if status == record_filter.RUN_OUTPUT_FULL or pos >= stop:
+                    break
+            batch = next(iterate_source(buf, pos, stop, path))
+            self._filter_batch(batch, result, retain_legacy_deletes)
+            pos += batch.size
             if len(result.out) > capacity:
                 break  # KAFKA-5316: the output outgrew the write buffer; the rest is read again
         return result
+
+    def _filter_batch(self, batch: Batch, result: _ChunkResult, retain_legacy_deletes: bool) -> None:
+        """One batch of MemoryRecords.filterTo (the reference of record_filter.filter_batches)."""
+        stats = self.stats
+        is_control = batch.is_control
+        can_discard = self.txns.on_control_batch_read(batch) if is_control else self.txns.on_batch_read(batch)
+        horizon = batch.delete_horizon_ms
+        if is_control:
+            discard_records = can_discard and horizon is not None and horizon <= self.now
+        else:
+            discard_records = can_discard
+        if batch.producer_id >= 0 and self._last_of_producer(batch):
+            retention = RETAIN_EMPTY  # keeps the producer's sequence / epoch
+        elif batch.next_offset == self.upper_bound:
+            retention = RETAIN_EMPTY  # keeps the round's last offset
+        elif discard_records:
+            retention = DELETE
+        else:
+            retention = DELETE_EMPTY
+        result.read(batch.size)
+        stats.bytes_read += batch.size
+        stats.batches_read += 1
+        if retention == DELETE:
+            if is_control:
+                stats.markers_removed += 1
+            else:
+                stats.deleted_batch_records += batch.count or 0
+                stats.aborted_records_removed += batch.count or 0
+            return
+        retained, write_original, tombstones, max_offset = self._retained_records(
+            batch, discard_records, can_discard, retain_legacy_deletes)
+        if retained:
+            need_horizon = batch.magic >= 2 and (tombstones or (can_discard and is_control)) and horizon is None
+            self._write_retained(batch, result, retained, write_original, need_horizon, horizon, max_offset)
+        elif retention == RETAIN_EMPTY:
+            self._write_empty(batch, result)
+        elif is_control:
+            stats.markers_removed += 1
+
+    def _retained_records(self, batch: Batch, discard_records: bool, can_discard: bool,
+                          retain_legacy_deletes: bool) -> Tuple[list, bool, bool, int]:
+        """The records kept, whether the batch can be written as it is, whether a kept record is a
+        tombstone, and the highest kept offset."""
+        stats = self.stats
+        is_control = batch.is_control
+        retained = []
+        write_original = True
+        tombstones = False
+        max_offset = -1
+        for record in batch.records():
+            stats.messages_read += 1
+            if self._retain(batch, record, discard_records, is_control, retain_legacy_deletes):
+                if record.magic != batch.magic:
+                    write_original = False  # KAFKA-4298: recopy to fix the inner magic
+                if record.offset > max_offset:
+                    max_offset = record.offset
+                retained.append(record)
+                if not record.has_value:
+                    tombstones = True
+            else:
+                write_original = False
+                if not is_control:
+                    if can_discard:
+                        stats.aborted_records_removed += 1
+                    elif not record.has_value:
+                        stats.tombstones_removed += 1
+        return retained, write_original, tombstones, max_offset
+
+    def _write_retained(self, batch: Batch, result: _ChunkResult, retained: list, write_original: bool,
+                        need_horizon: bool, horizon: Optional[int], max_offset: int) -> None:
+        """The batch as it is, or rebuilt around its kept records (a new delete horizon when needed)."""
+        first = batch.base_offset if batch.magic >= 2 else retained[0].offset
+        if write_original and not need_horizon:
+            result.retained(batch.buffer, first, batch.max_timestamp, batch.last_offset, batch.last_offset)
+        else:
+            new_horizon = self.now + self.delete_retention_ms if need_horizon else horizon
+            data, max_ts, shallow = _rebuild(batch, retained, new_horizon)
+            result.retained(data, first, max_ts, shallow, max_offset)
+            self.stats.batches_rebuilt += 1
+        self.stats.messages_written += len(retained)
+        self.stats.batches_written += 1
+
+    def _write_empty(self, batch: Batch, result: _ChunkResult) -> None:
+        """An emptied batch that keeps its place (its producer's last, or the round's last)."""
+        if batch.magic < 2:
+            raise UsageError("Empty batches are only supported for magic v2 and above",
+                             path=batch.path, position=batch.position)
+        data = build_v2_batch(
+            [], base_offset=batch.base_offset, last_offset_delta=batch.last_offset_delta,
+            timestamp_type=batch.timestamp_type, max_timestamp=batch.max_timestamp,
+            partition_leader_epoch=batch.partition_leader_epoch, producer_id=batch.producer_id,
+            producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
+            is_transactional=batch.is_transactional, is_control=batch.is_control)
+        result.retained(data, batch.base_offset, batch.max_timestamp, batch.last_offset, batch.last_offset)
+        self.stats.batches_written += 1
+        self.stats.empty_batches_written += 1
 
     def _last_of_producer(self, batch: Batch) -> bool:
         """isBatchLastRecordOfProducer."""
@@ -1178,19 +1314,14 @@ def _resume_pass(partition: Partition, state: DataDirState, intent: PassIntent, 
 # --------------------------------------------------------------------------- one pass
 
 
-def compact_partition(partition: Partition, config: TopicConfig, state: DataDirState, *, now: int,
-                      settings: CleanerSettings, force_clean: bool = False, dry_run: bool = False,
-                      progress: Optional[Callable[[int], None]] = None) -> PassResult:
-    """One cleaner pass over one partition directory (the caller holds the data dir's lock).
-
-    Not eligible by the ratio / lag rules and not `force_clean`: nothing is written (a checkpoint
-    reset is still written, as the broker does when it evaluates the log). `dry_run` writes
-    nothing at all and reports what a pass would do. A pass intent left by an interrupted run is
-    acted on first (see the module docstring): that pass is finished instead of a new one.
-    """
+def _resolve_leftovers(partition: Partition, state: DataDirState, result: PassResult, *, now: int,
+                       config: TopicConfig, settings: CleanerSettings, dry_run: bool,
+                       progress: Optional[Callable[[int], None]]) -> Optional[Partition]:
+    """What a pass does first: an interrupted swap resolved, stray snapshots removed, an interrupted
+    pass's intent acted on. The partition as it is now, or None when this invocation's pass is over
+    (the interrupted one was finished)."""
     from kstore_cli.segment import swap
 
-    result = PassResult(partition)
     report = swap.resolve_leftovers(partition.path, dry_run=dry_run)
     if report.outcome is not None:
         result.leftovers = report.to_dict()
@@ -1210,10 +1341,29 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
             result.notes.append(f"{INTENT_FILE}: an interrupted pass would be finished first")
         elif _finish_interrupted_pass(partition, state, result, now=now, config=config, settings=settings,
                                       progress=progress):
-            return result
+            return None
         else:
             partition = Partition(partition.path)
             result.partition = partition
+    return partition
+
+
+def compact_partition(partition: Partition, config: TopicConfig, state: DataDirState, *, now: int,
+                      settings: CleanerSettings, force_clean: bool = False, dry_run: bool = False,
+                      progress: Optional[Callable[[int], None]] = None) -> PassResult:
+    """One cleaner pass over one partition directory (the caller holds the data dir's lock).
+
+    Not eligible by the ratio / lag rules and not `force_clean`: nothing is written (a checkpoint
+    reset is still written, as the broker does when it evaluates the log). `dry_run` writes
+    nothing at all and reports what a pass would do. A pass intent left by an interrupted run is
+    acted on first (see the module docstring): that pass is finished instead of a new one.
+    """
+    result = PassResult(partition)
+    resolved = _resolve_leftovers(partition, state, result, now=now, config=config, settings=settings,
+                                  dry_run=dry_run, progress=progress)
+    if resolved is None:
+        return result
+    partition = resolved
     if not partition.segments:
         result.notes.append("no segments")
         return result
