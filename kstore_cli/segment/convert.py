@@ -40,20 +40,26 @@ import os
 from collections import Counter
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
-from kstore_cli.codecs import CODEC_NAMES, GZIP, LZ4, NONE, ZSTD
+from kstore_cli.codecs import CODEC_NAMES, GZIP, LZ4, NONE, ZSTD, get_codec
 from kstore_cli.errors import ExitStatus, KstoreError, UsageError
-from kstore_cli.segment import fileops, names
-from kstore_cli.segment.batch import CREATE_TIME, LOG_APPEND_TIME, MAX_INT32, Batch
-from kstore_cli.segment.builder import RecordSpec, build_legacy_batch, build_v2_batch
+from kstore_cli.segment import encode, fileops, names
+from kstore_cli.segment.batch import (
+    CREATE_TIME,
+    DELETE_HORIZON_FLAG,
+    LOG_APPEND_TIME,
+    MAX_INT32,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG,
+    Batch,
+)
+from kstore_cli.segment.builder import build_legacy_entry
 from kstore_cli.segment.logdir import Partition, Segment, Target
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.segment.snapshot import build_snapshot, read_snapshot
 from kstore_cli.segment.writer import PartitionWriter
 
 DEFAULT_BATCH_BYTES = 16 * 1024
-_V2_OVERHEAD = 61
-_V2_RECORD_OVERHEAD = 21  # DefaultRecord.MAX_RECORD_OVERHEAD
-_LEGACY_OVERHEAD = 34  # log overhead + RECORD_OVERHEAD_V1
+_V2_OVERHEAD = 61  # a group's size estimate starts at the batch header
 
 #: Loss counters, with what each one counts.
 LOSS_DESCRIPTIONS = {
@@ -168,27 +174,29 @@ Output = Tuple[Optional[bytes], Optional[int], Optional[Batch]]
 
 
 class _Group:
-    """Records waiting to become one output batch."""
+    """Records waiting to become one output batch, already encoded into its body (v2 records, or legacy
+    entries: inner entries of a wrapper when compressed)."""
 
-    __slots__ = ("key", "records", "size", "base", "last", "max_ts", "fields")
+    __slots__ = ("key", "fields", "body", "count", "size", "base", "base_ts", "last", "max_ts", "records_max_ts",
+                 "offset_base", "legacy_ts")
 
-    def __init__(self, key: tuple, base: int, fields: dict) -> None:
+    def __init__(self, key: tuple, fields: dict, base: int, base_ts: int, size: int) -> None:
         self.key = key
-        self.records: List[RecordSpec] = []
-        self.size = 0
-        self.base = base
-        self.last = base
-        self.max_ts: Optional[int] = None
         self.fields = fields
-
-
-def _record_size(r: RecordSpec, to_magic: int) -> int:
-    size = (0 if r.key is None else len(r.key)) + (0 if r.value is None else len(r.value))
-    if to_magic < 2:
-        return size + _LEGACY_OVERHEAD
-    for k, v in r.headers:
-        size += len(k) + (0 if v is None else len(v)) + 10
-    return size + _V2_RECORD_OVERHEAD
+        self.body = bytearray()
+        self.count = 0
+        self.size = size
+        self.base = base
+        #: v2: the batch's base timestamp (its delete horizon when it has one, as MemoryRecordsBuilder).
+        self.base_ts = base_ts
+        self.last = base
+        #: A batch's own max timestamp (kept when whole batches are regrouped), else None.
+        self.max_ts: Optional[int] = None
+        self.records_max_ts: Optional[int] = None
+        #: Legacy: what entry offsets are relative to (a v1 wrapper's first offset, else 0), and the
+        #: timestamp every v1 entry carries under LogAppendTime (None: each record's own).
+        self.offset_base = 0
+        self.legacy_ts: Optional[int] = None
 
 
 def _is_plain_v2(batch: Batch) -> bool:
@@ -199,7 +207,9 @@ def _is_plain_v2(batch: Batch) -> bool:
 class BatchConverter:
     """Turns source batches into target batches (a builder: ``feed`` each batch, then ``flush``).
 
-    Yields outputs for :meth:`PartitionWriter.append`/``append_bytes``; counts into `stats`.
+    Records go from each source batch's record table (:mod:`.encode`) straight into the pending
+    output batch's body; yields outputs for :meth:`PartitionWriter.append`/``append_bytes``; counts
+    into `stats`.
     """
 
     def __init__(self, opts: ConvertOptions, stats: ConvertStats) -> None:
@@ -222,48 +232,51 @@ class BatchConverter:
     # ---------------------------------------------------------------- feeding
     def feed(self, batch: Batch) -> Iterator[Output]:
         opts = self.opts
-        t = opts.to_magic
         stats = self.stats
         stats.batches_in += 1
         stats.bytes_in += batch.size
         codec = batch.compression
         out_codec = codec if opts.codec is None else opts.codec
         if batch.magic >= 2:
-            count = batch.count
-            stats.records_in += max(count, 0)
-            if t == 2:
-                if batch.is_control or count <= 0 or (out_codec == codec and not (opts.regroup and _is_plain_v2(batch))):
-                    yield from self._copy(batch, count)
-                    return
-                yield from self._v2_to_v2(batch, out_codec)
-                return
-            # down-conversion (RecordsUtil.downConvert)
-            if batch.is_control:
-                self._lose("controlBatches", 1, batch)
-                try:
-                    if any(r.control is not None and r.control.type_id == 0 for r in batch.records()):
-                        self._lose("abortMarkers", 1, batch)
-                except KstoreError:
-                    pass
-                return
-            if count <= 0:
-                self._lose("emptyBatches", 1, batch)
-                return
-            if out_codec == ZSTD:
-                raise UsageError(
-                    "zstd-compressed batches cannot be written as magic v0/v1; choose a codec with --compression",
-                    path=batch.path, position=batch.position)
-            yield from self._v2_to_legacy(batch, out_codec)
+            yield from self._feed_v2(batch, codec, out_codec)
             return
         # legacy source
-        if t == batch.magic and out_codec == codec and not opts.regroup:
-            records = 1 if codec == NONE else len(batch.records())
+        if opts.to_magic == batch.magic and out_codec == codec and not opts.regroup:
+            records = 1 if codec == NONE else batch.record_table()[0]
             stats.records_in += records
             yield from self._copy(batch, records)
             return
-        records = batch.records()
-        stats.records_in += len(records)
-        yield from self._legacy_to(batch, records, out_codec)
+        table = batch.record_table()
+        stats.records_in += table[0]
+        yield from self._legacy_to(batch, table, out_codec)
+
+    def _feed_v2(self, batch: Batch, codec: int, out_codec: int) -> Iterator[Output]:
+        count = batch.count
+        self.stats.records_in += max(count, 0)
+        if self.opts.to_magic == 2:
+            if batch.is_control or count <= 0 or (
+                    out_codec == codec and not (self.opts.regroup and _is_plain_v2(batch))):
+                yield from self._copy(batch, count)
+                return
+            yield from self._v2_to_v2(batch, out_codec)
+            return
+        # down-conversion (RecordsUtil.downConvert)
+        if batch.is_control:
+            self._lose("controlBatches", 1, batch)
+            try:
+                if any(r.control is not None and r.control.type_id == 0 for r in batch.records()):
+                    self._lose("abortMarkers", 1, batch)
+            except KstoreError:
+                pass
+            return
+        if count <= 0:
+            self._lose("emptyBatches", 1, batch)
+            return
+        if out_codec == ZSTD:
+            raise UsageError(
+                "zstd-compressed batches cannot be written as magic v0/v1; choose a codec with --compression",
+                path=batch.path, position=batch.position)
+        yield from self._v2_to_legacy(batch, out_codec)
 
     def _copy(self, batch: Batch, records: int) -> Iterator[Output]:
         yield from self.flush()
@@ -273,7 +286,7 @@ class BatchConverter:
         yield None, None, batch
 
     def _v2_to_v2(self, batch: Batch, out_codec: int) -> Iterator[Output]:
-        records = [RecordSpec.of(r) for r in batch.records()]
+        table = batch.record_table()
         fields = dict(
             timestamp_type=batch.timestamp_type,
             log_append_time=batch.max_timestamp if batch.timestamp_type == LOG_APPEND_TIME else None,
@@ -283,16 +296,19 @@ class BatchConverter:
         )
         if self.opts.regroup and _is_plain_v2(batch):
             key = (2, out_codec, batch.timestamp_type, fields["log_append_time"], batch.partition_leader_epoch)
-            yield from self._add_whole(key, fields, records, batch.base_offset, batch.last_offset, batch.max_timestamp)
+            yield from self._add_whole(key, fields, table, batch.base_offset, batch.last_offset, batch.max_timestamp)
             return
         yield from self.flush()
-        yield self._emit_v2(records, out_codec, fields, batch.base_offset, batch.last_offset, batch.max_timestamp)
+        g = self._new_group((2, out_codec), fields, table, 0, batch.base_offset)
+        self._encode(g, table, 0, table[0])
+        g.last = batch.last_offset
+        g.max_ts = batch.max_timestamp
+        yield self._emit(g)
 
     def _v2_to_legacy(self, batch: Batch, out_codec: int) -> Iterator[Output]:
         t = self.opts.to_magic
-        src = batch.records()
-        with_headers = sum(1 for r in src if r.headers)
-        self._lose("headers", with_headers, batch)
+        table = batch.record_table()
+        self._lose("headers", encode.records_with_headers(table), batch)
         if batch.producer_id >= 0 or batch.producer_epoch >= 0 or batch.base_sequence >= 0:
             self._lose("producerFields", 1, batch)
         if batch.is_transactional:
@@ -301,78 +317,111 @@ class BatchConverter:
             self._lose("leaderEpochs", 1, batch)
         if batch.has_delete_horizon:
             self._lose("deleteHorizons", 1, batch)
-        if src[0].offset != batch.base_offset or src[-1].offset != batch.last_offset:
+        first, last = encode.table_offset(table, 0), encode.table_offset(table, table[0] - 1)
+        if first != batch.base_offset or last != batch.last_offset:
             self._lose("offsetRanges", 1, batch)
-        records = [RecordSpec(r.offset, r.timestamp, r.key, r.value) for r in src]
         if t == 0:
-            self._lose("timestamps", sum(1 for r in records if r.timestamp >= 0), batch)
+            self._lose("timestamps", encode.timestamps_set(table), batch)
             if batch.timestamp_type == LOG_APPEND_TIME:
                 self._lose("timestampTypes", 1, batch)
         ts_type = batch.timestamp_type
         lat = batch.max_timestamp if ts_type == LOG_APPEND_TIME else None
         if out_codec != NONE and self.opts.regroup:
             key = (t, out_codec, ts_type if t else None, lat if t else None)
-            yield from self._add_whole(key, dict(timestamp_type=ts_type, log_append_time=lat), records,
-                                       records[0].offset, records[-1].offset, None)
+            yield from self._add_whole(key, dict(timestamp_type=ts_type, log_append_time=lat), table, first, last, None)
             return
         yield from self.flush()
-        yield self._emit_legacy(records, out_codec, ts_type, lat)
+        yield from self._emit_legacy_table(table, out_codec, ts_type, lat)
 
-    def _legacy_to(self, batch: Batch, src, out_codec: int) -> Iterator[Output]:
+    def _legacy_to(self, batch: Batch, table: tuple, out_codec: int) -> Iterator[Output]:
         t = self.opts.to_magic
-        records = [RecordSpec(r.offset, r.timestamp, r.key, r.value) for r in src]
         if batch.magic == 0:
             ts_type, lat = CREATE_TIME, None
         else:
             ts_type = batch.timestamp_type
             lat = batch.max_timestamp if ts_type == LOG_APPEND_TIME else None
             if t == 0:
-                self._lose("timestamps", sum(1 for r in records if r.timestamp >= 0), batch)
+                self._lose("timestamps", encode.timestamps_set(table), batch)
                 if ts_type == LOG_APPEND_TIME:
                     self._lose("timestampTypes", 1, batch)
         if t == 2:
             key = (2, out_codec, ts_type, lat, -1)
             yield from self._add_records(key, dict(timestamp_type=ts_type, log_append_time=lat,
-                                                   partition_leader_epoch=-1), records)
+                                                   partition_leader_epoch=-1), table)
             return
         if out_codec != NONE and self.opts.regroup:
             key = (t, out_codec, ts_type if t else None, lat if t else None)
-            yield from self._add_records(key, dict(timestamp_type=ts_type, log_append_time=lat), records)
+            yield from self._add_records(key, dict(timestamp_type=ts_type, log_append_time=lat), table)
             return
         yield from self.flush()
-        yield self._emit_legacy(records, out_codec, ts_type, lat)
+        yield from self._emit_legacy_table(table, out_codec, ts_type, lat)
+
+    def _emit_legacy_table(self, table: tuple, codec: int, ts_type: int, lat: Optional[int]) -> Iterator[Output]:
+        """One source batch's records as legacy entries (one wrapper when compressed)."""
+        g = self._new_group((self.opts.to_magic, codec), dict(timestamp_type=ts_type, log_append_time=lat), table, 0,
+                            encode.table_offset(table, 0))
+        self._encode(g, table, 0, table[0])
+        yield self._emit(g)
 
     # ---------------------------------------------------------------- grouping
-    def _add_records(self, key: tuple, fields: dict, records: Sequence[RecordSpec]) -> Iterator[Output]:
-        """Add records one by one (legacy sources: no batch range to keep)."""
+    def _new_group(self, key: tuple, fields: dict, table: tuple, start: int, base: int) -> _Group:
+        """A group (key[1]: its codec) at base offset `base` whose first record is the table's `start`."""
+        t = self.opts.to_magic
+        dh = fields.get("delete_horizon_ms")
+        base_ts = dh if dh is not None else encode.table_timestamp(table, start)
+        g = _Group(key, fields, base, base_ts, _V2_OVERHEAD if t == 2 else 0)
+        if t < 2:
+            # MemoryRecordsBuilder: v1 inner offsets relative to the wrapper's first, v0 absolute.
+            g.offset_base = base if (t == 1 and key[1] != NONE) else 0
+            if t == 1 and fields["timestamp_type"] == LOG_APPEND_TIME:
+                g.legacy_ts = fields["log_append_time"]
+        return g
+
+    def _encode(self, g: _Group, table: tuple, start: int, stop: int) -> None:
+        t = self.opts.to_magic
+        if t == 2:
+            m = encode.encode_v2(g.body, table, start, stop, g.base, g.base_ts)
+        else:
+            ts_attr = TIMESTAMP_TYPE_MASK if t == 1 and g.fields["timestamp_type"] == LOG_APPEND_TIME else 0
+            m = encode.encode_legacy(g.body, table, start, stop, t, ts_attr, g.offset_base, g.legacy_ts)
+        g.records_max_ts = m if g.records_max_ts is None else max(g.records_max_ts, m)
+        g.count += stop - start
+        g.last = encode.table_offset(table, stop - 1)
+
+    def _add_records(self, key: tuple, fields: dict, table: tuple) -> Iterator[Output]:
+        """Add records one by one (legacy sources: no batch range to keep), each joining the pending
+        group while it stays under the group bytes and within an int32 offset delta."""
         limit = self.opts.group_bytes
         t = self.opts.to_magic
-        for r in records:
-            size = _record_size(r, t)
+        n = table[0]
+        i = 0
+        while i < n:
             g = self._group
-            if g is not None and (g.key != key or g.size + size > limit or r.offset - g.base > MAX_INT32):
+            if g is not None and g.key != key:
                 yield from self.flush()
                 g = None
             if g is None:
-                g = self._group = _Group(key, r.offset, fields)
-                g.size = _V2_OVERHEAD if t == 2 else 0
-            g.records.append(r)
-            g.size += size
-            g.last = r.offset
+                g = self._group = self._new_group(key, fields, table, i, encode.table_offset(table, i))
+                stop, g.size = encode.fit(table, i, t, g.size, limit, g.base, True)
+            else:
+                stop, g.size = encode.fit(table, i, t, g.size, limit, g.base, False)
+                if stop == i:
+                    yield from self.flush()
+                    continue
+            self._encode(g, table, i, stop)
+            i = stop
 
-    def _add_whole(self, key: tuple, fields: dict, records: List[RecordSpec], base: int, last: int,
+    def _add_whole(self, key: tuple, fields: dict, table: tuple, base: int, last: int,
                    max_ts: Optional[int]) -> Iterator[Output]:
         """Add a whole batch's records, keeping its offset range and max timestamp."""
-        t = self.opts.to_magic
-        size = sum(_record_size(r, t) for r in records)
+        size = encode.table_size(table, self.opts.to_magic)
         g = self._group
         if g is not None and (g.key != key or g.size + size > self.opts.group_bytes or last - g.base > MAX_INT32):
             yield from self.flush()
             g = None
         if g is None:
-            g = self._group = _Group(key, base, fields)
-            g.size = _V2_OVERHEAD if t == 2 else 0
-        g.records.extend(records)
+            g = self._group = self._new_group(key, fields, table, 0, base)
+        self._encode(g, table, 0, table[0])
         g.size += size
         g.last = last
         if max_ts is not None:
@@ -384,30 +433,55 @@ class BatchConverter:
         if g is None:
             return
         self._group = None
-        codec = g.key[1]
-        if self.opts.to_magic == 2:
-            yield self._emit_v2(g.records, codec, g.fields, g.base, g.last, g.max_ts)
-        else:
-            yield self._emit_legacy(g.records, codec, g.fields["timestamp_type"], g.fields["log_append_time"])
+        yield self._emit(g)
 
     # ---------------------------------------------------------------- building
-    def _emit_v2(self, records: List[RecordSpec], codec: int, fields: dict, base: int, last: int,
-                 max_ts: Optional[int]) -> Output:
-        data = build_v2_batch(records, base_offset=base, last_offset_delta=last - base, codec=codec,
-                              compression_level=self.opts.level, max_timestamp=max_ts, **fields)
+    def _emit(self, g: _Group) -> Output:
+        return self._emit_v2(g) if self.opts.to_magic == 2 else self._emit_legacy(g)
+
+    def _emit_v2(self, g: _Group) -> Output:
+        """MemoryRecordsBuilder's batch: the body compressed once, the header and its CRC-32C."""
+        f = g.fields
+        codec = g.key[1]
+        lat = f.get("log_append_time")
+        ts_type = f.get("timestamp_type", CREATE_TIME)
+        if g.max_ts is not None:
+            max_ts = g.max_ts
+        elif ts_type == LOG_APPEND_TIME and lat is not None:
+            max_ts = lat
+        else:
+            max_ts = g.records_max_ts
+        body = get_codec(codec).compress(bytes(g.body), 2, self.opts.level) if codec else g.body
+        attributes = (codec & 0x07) | (TIMESTAMP_TYPE_MASK if ts_type == LOG_APPEND_TIME else 0)
+        attributes |= (TRANSACTIONAL_FLAG if f.get("is_transactional") else 0)
+        attributes |= (DELETE_HORIZON_FLAG if f.get("delete_horizon_ms") is not None else 0)
+        data = encode.v2_batch(body, g.count, base_offset=g.base, last_offset_delta=g.last - g.base,
+                               attributes=attributes, base_timestamp=g.base_ts, max_timestamp=max_ts,
+                               partition_leader_epoch=f.get("partition_leader_epoch", -1),
+                               producer_id=f.get("producer_id", -1), producer_epoch=f.get("producer_epoch", -1),
+                               base_sequence=f.get("base_sequence", -1))
         self.stats.batches_out += 1
-        self.stats.records_out += len(records)
-        return data, base, None
+        self.stats.records_out += g.count
+        return data, g.base, None
 
-    def _emit_legacy(self, records: List[RecordSpec], codec: int, ts_type: int, lat: Optional[int]) -> Output:
+    def _emit_legacy(self, g: _Group) -> Output:
+        """Plain entries, or one wrapper of them (offset: its last record; timestamp: the largest, or
+        the append time)."""
         t = self.opts.to_magic
-        data = build_legacy_batch(records, magic=t, codec=codec, compression_level=self.opts.level,
-                                  timestamp_type=ts_type if t == 1 else CREATE_TIME,
-                                  log_append_time=lat if t == 1 else None)
-        self.stats.batches_out += len(records) if codec == NONE else 1
-        self.stats.records_out += len(records)
-        return data, records[0].offset, None
-
+        codec = g.key[1]
+        self.stats.batches_out += g.count if codec == NONE else 1
+        self.stats.records_out += g.count
+        if codec == NONE:
+            return bytes(g.body), g.base, None
+        ts_attr = TIMESTAMP_TYPE_MASK if t == 1 and g.fields["timestamp_type"] == LOG_APPEND_TIME else 0
+        if t == 0:
+            wrapper_ts = -1
+        elif g.legacy_ts is not None:
+            wrapper_ts = g.legacy_ts
+        else:
+            wrapper_ts = g.records_max_ts
+        compressed = get_codec(codec).compress(bytes(g.body), t, self.opts.level)
+        return build_legacy_entry(g.last, t, (codec & 0x07) | ts_attr, wrapper_ts, None, compressed), g.base, None
 
 def convert_batches(batches, opts: ConvertOptions, stats: Optional[ConvertStats] = None) -> Iterator[Output]:
     """Convert an iterable of batches (one segment's worth: the pending group is flushed at the end)."""
