@@ -6,6 +6,7 @@
     python bench/child.py spark MASTER DATA_DIR OUT_DIR [spark|arrow]
     python bench/child.py spark-core DATA_DIR OUT_FILE
     python bench/child.py compact RECORDS WORKDIR
+    python bench/child.py convert-codec SOURCE_LOG CONVERTED_LOG
 
 Each runs in a fresh interpreter started by run.py, so the record decoder is chosen by that
 process's KSTORE_DECODER (the backend is picked at import) and its peak RSS is its own. Timing
@@ -359,8 +360,41 @@ def task_compact(records: str, workdir: str) -> dict:
     return out
 
 
+# ----------------------------------------------------------------------------- convert-format's codec work
+def task_convert_codec(source_log: str, converted_log: str) -> dict:
+    """The codec work of a v1 gzip -> v2 zstd conversion alone, with the libraries kstore calls: every
+    source wrapper's value gunzipped (zlib) and every converted batch's records zstd-compressed
+    (python-zstandard, level 3, one frame per batch), best of 3. The converted records are read from
+    the conversion's own output, so the bytes compressed are exactly the ones convert-format compressed."""
+    import zlib
+
+    import zstandard
+    from kstore_cli.codecs import get_codec
+    from kstore_cli.segment import decode
+    from kstore_cli.segment.reader import read_batches
+
+    values = []
+    for batch in read_batches(source_log):
+        entry = decode.decode_legacy_message(batch.buffer, 0, batch.size)
+        values.append(bytes(batch.buffer[entry[8] : entry[8] + entry[9]]))
+    bodies = [bytes(get_codec(batch.compression).decompress(batch.buffer[61:], 2)) for batch in read_batches(converted_log)]
+    compressor = zstandard.ZstdCompressor(level=3)
+
+    def codec_only() -> int:
+        n = 0
+        for value in values:
+            n += len(zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(value))
+        for body in bodies:
+            compressor.compress(body)
+        return n
+
+    seconds, runs, inflated = best_of(codec_only, 3, budget_s=30.0)
+    return {"seconds": seconds, "runs": runs, "wrappers": len(values), "batches_out": len(bodies),
+            "bytes_inflated": inflated, "bytes_compressed": sum(len(b) for b in bodies), "backend": kstore_backend()}
+
+
 TASKS = {"decode": task_decode, "scan": task_scan, "crc": task_crc, "spark": task_spark, "spark-core": task_spark_core,
-         "compact": task_compact}
+         "compact": task_compact, "convert-codec": task_convert_codec}
 
 
 def main(argv) -> int:

@@ -24,7 +24,10 @@ is the one KSTORE_DECODER selects there, and peak RSS is that child's own, from 
 * verify-index    `kstore verify-index`, GB/s;
 * dump-segment    `kstore dump-segment --deep-iteration --print-data-log > /dev/null`, lines/s;
 * compact         `kstore compact` through bench/compact.py's run() (a "not available" row without it);
-* convert-format  `kstore convert-format` v1 gzip -> v2 zstd, MiB/s of input;
+* convert-format  `kstore convert-format` v1 gzip -> v2 zstd, MiB/s of input and records/s, 1 KiB values
+                  (convert-format:100B: 100 B values), with the codec work alone in the same run (every
+                  wrapper gunzipped and every output batch zstd-compressed, library calls only) and the
+                  ratio of the two (target: <= 1.5x);
 * spark-export    the export on Spark local[1] and local[2], with Spark's writer (spark-export:local[N])
                   and with the arrow writer (spark-export:arrow:local[N]; what --writer auto, the
                   default, picks for a local output): the fastest of 3 warm exports (the first one,
@@ -164,6 +167,10 @@ class Suite:
 
     def legacy(self) -> dict:
         return self.partition("legacy", inputs.Kind(1, "gzip", 1024, 100), int(self.args.convert_mib * 2**20))
+
+    def legacy100(self) -> dict:
+        # 100 B values: the per-record work, not the codecs, is most of the time.
+        return self.partition("legacy100", inputs.Kind(1, "gzip", 100, 100), int(self.args.convert_mib * 2**20 / 4))
 
     def spark_data(self) -> dict:
         def make():
@@ -446,11 +453,16 @@ class Suite:
                      detail=r)
 
     def bench_convert_format(self) -> None:
-        if not self.selected("convert-format"):
-            return
-        part = self.legacy()
+        """`kstore convert-format` v1 gzip -> v2 zstd, whole process, against the codec work alone (child.py's
+        convert-codec: the same gunzips and zstd compressions, library calls only) in the same run."""
+        for row_id, part in (("convert-format", self.legacy), ("convert-format:100B", self.legacy100)):
+            if self.selected(row_id):
+                self._convert_row(row_id, part())
+
+    def _convert_row(self, row_id: str, part: dict) -> None:
         size = part["bytes"]
         out = self.work / "convert-out"
+        value = "1 KiB" if row_id == "convert-format" else "100 B"
 
         def clear():
             shutil.rmtree(out, ignore_errors=True)
@@ -459,16 +471,27 @@ class Suite:
             t = self.time_command(dec, ["convert-format", "--to-magic", "2", "--compression", "zstd",
                                         "--output-dir", str(out), part["dir"]], prepare=clear,
                                   warm_paths=[part["log"]])
-            clear()
             if "error" in t:
-                self.add("convert-format", decoder=dec["label"], figure=None, unit="MiB/s", rss_mb=t["rss_mb"],
-                         note=t["error"])
+                clear()
+                self.add(row_id, decoder=dec["label"], figure=None, unit="MiB/s", rss_mb=t["rss_mb"], note=t["error"])
                 continue
+            converted = out / Path(part["dir"]).name / "00000000000000000000.log"
+            res = self.run_task(dec["env"], "convert-codec", part["log"], str(converted), timeout=3600)
+            clear()
+            codec = res.result if res.ok and res.result else None
             mibs = size / 2**20 / t["net"]
-            self.add("convert-format", decoder=dec["label"], figure=mibs, unit="MiB/s", rss_mb=t["rss_mb"],
-                     seconds=t["net"],
-                     note=f"v1 gzip -> v2 zstd, {part['records'] / t['net'] / 1e3:.0f} k records/s",
-                     detail={"bytes": size, "records": part["records"], **t})
+            rate = part["records"] / t["net"]
+            ratio = None if codec is None else t["net"] / codec["seconds"]
+            peers = {} if codec is None else {"codec work alone": size / 2**20 / codec["seconds"]}
+            self.add(row_id, decoder=dec["label"], figure=mibs, unit="MiB/s", rss_mb=t["rss_mb"], seconds=t["net"],
+                     target="<= 1.5x the codec work alone", met=None if ratio is None else ratio <= 1.5, peers=peers,
+                     ratios={} if ratio is None else {"codec work alone": 1 / ratio},
+                     note=(f"v1 gzip -> v2 zstd, {value} values, {rate / 1e3:.0f} k records/s"
+                           + ("" if ratio is None else f", {ratio:.2f}x the codec work alone "
+                                                       f"({codec['seconds']:.3f} s)")
+                           + ("" if codec is not None else "; codec baseline failed: " + res.error())),
+                     detail={"bytes": size, "records": part["records"], "records_per_s": rate,
+                             "codec": codec, **t})
 
     def bench_spark_export(self) -> None:
         ids = [i for i in row_ids() if i.startswith("spark-export:")]
@@ -698,7 +721,7 @@ def row_ids() -> List[str]:
     ids = [f"decode:{k.name}" for k in inputs.DECODE_KINDS]
     ids += [f"decode:{k.name}:columnar" for k in inputs.DECODE_KINDS if k.magic >= 2]
     ids += ["scan", "rebuild-index:16k", "rebuild-index:1k", "verify-index", "dump-segment", "compact",
-            "convert-format", "spark-export:core", "spark-export:local[1]", "spark-export:local[2]",
+            "convert-format", "convert-format:100B", "spark-export:core", "spark-export:local[1]", "spark-export:local[2]",
             "spark-export:scaling", "spark-export:arrow:local[1]", "spark-export:arrow:local[2]",
             "spark-export:arrow:scaling"]
     return ids

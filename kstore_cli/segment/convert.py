@@ -42,7 +42,7 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 from kstore_cli.codecs import CODEC_NAMES, GZIP, LZ4, NONE, ZSTD, get_codec
 from kstore_cli.errors import ExitStatus, KstoreError, UsageError
-from kstore_cli.segment import encode, fileops, names
+from kstore_cli.segment import decode, encode, fileops, names
 from kstore_cli.segment.batch import (
     CREATE_TIME,
     DELETE_HORIZON_FLAG,
@@ -51,6 +51,7 @@ from kstore_cli.segment.batch import (
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG,
     Batch,
+    RecordBatch,
 )
 from kstore_cli.segment.builder import build_legacy_entry
 from kstore_cli.segment.logdir import Partition, Segment, Target
@@ -462,7 +463,9 @@ class BatchConverter:
                                base_sequence=f.get("base_sequence", -1))
         self.stats.batches_out += 1
         self.stats.records_out += g.count
-        return data, g.base, None
+        # Handed to the writer framed (one native call), not as bytes it would frame again.
+        framed = decode.frame_batches(RecordBatch, data, 0, len(data), 1, False, None)[0]
+        return None, g.base, framed[0]
 
     def _emit_legacy(self, g: _Group) -> Output:
         """Plain entries, or one wrapper of them (offset: its last record; timestamp: the largest, or
