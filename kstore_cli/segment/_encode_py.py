@@ -140,7 +140,7 @@ def fit(table: RecordTable, start: int, to_magic: int, size: int, limit: int, gr
     with take_first the record at start joins whatever its size (a group's first record).
     """
     table = _as_arrays(table)
-    n, _d, offsets = table[0], table[1], table[2]
+    n, offsets = table[0], table[2]
     if not 0 <= start <= n:
         raise ValueError(f"start {start} out of the table")
     i = start

@@ -567,125 +567,23 @@ def convert_partition(
     partition is written to ``<output_root>/<partition name>/`` (which must hold no segments), with
     its snapshots, leader-epoch checkpoint and partition.metadata. `dry_run` writes nothing.
     """
-    from kstore_cli.segment import swap
-    from kstore_cli.segment.recovery import state_at_segment
-
-    partition = target.partition
     in_place = output_root is None
-    if in_place:
-        report = swap.resolve_leftovers(partition.path, dry_run=dry_run)
-        if report.changed and not dry_run:
-            partition = Partition(partition.path)
-            target = Target(partition, target.only)
-    else:
-        report = None
-        if any(p.endswith(names.SWAP_SUFFIX) for p in partition.leftovers):
-            raise UsageError("the partition holds .swap files of an interrupted replacement; let a broker (or "
-                             "kstore convert-format --in-place) resolve them first", path=partition.path)
+    target, report = _resolve_leftovers(target, in_place, dry_run)
+    partition = target.partition
     segments = target.segments
     dest = partition.path if in_place else os.path.join(os.path.abspath(output_root), partition.name)
     result = PartitionResult(partition, dest)
     result.leftovers = report
-    stats = result.stats
-    stats.segments_in = len(segments)
+    result.stats.segments_in = len(segments)
     is_whole = target.only is None
-    last_of_partition = bool(segments) and segments[-1] is partition.segments[-1]
-
     if opts.strict and opts.to_magic < 2 and is_whole:
-        for path in sorted(partition.snapshots.values()):
-            try:
-                has = bool(read_snapshot(path).producers)
-            except KstoreError:
-                has = True
-            if has:
-                raise LossyConversionError(
-                    f"--strict: converting to magic {opts.to_magic} would lose information: "
-                    f"{LOSS_DESCRIPTIONS['producerSnapshots']}", path=path)
-
+        _refuse_lossy_snapshots(partition, opts)
     if in_place and not dry_run and not needs_conversion(segments, opts):
-        result.status = "unchanged"
-        for seg in segments:
-            for batch in read_batches(seg.log):
-                stats.batches_in += 1
-                stats.batches_out += 1
-                stats.unchanged_batches += 1
-                stats.bytes_in += batch.size
-                n = batch.count if batch.magic >= 2 else (1 if not batch.compression else len(batch.records()))
-                stats.records_in += n
-                stats.records_out += n
-        stats.bytes_out = stats.bytes_in
-        stats.segments_out = len(segments)
-        if opts.to_magic < 2 and is_whole:
-            for path, data in _empty_snapshots(sorted(partition.snapshots.values()), stats):
-                fileops.atomic_write(path, data)
-        if progress is not None:
-            progress(sum(os.path.getsize(s.log) for s in segments))
+        _count_unchanged(result, segments, opts, is_whole, progress)
         return result
-
     if not in_place and not dry_run:
-        fileops.make_dirs(dest)
-        swap.resolve_leftovers(dest)  # our own .cleaned files of an earlier, interrupted run
-        existing = Partition(dest)
-        if existing.segments:
-            raise UsageError("the output partition directory already holds segments; remove it first", path=dest)
-
-    writer = PartitionWriter(
-        None if dry_run else dest,
-        segment_bytes=opts.segment_bytes,
-        index_interval_bytes=opts.index_interval_bytes,
-        txn_state=(lambda: state_at_segment(partition, segments[0])) if segments else None,
-    )
-    converter = BatchConverter(opts, stats)
-    old_next = None
-    # The first new segment keeps the first old base offset (an interrupted swap resolves only then).
-    pending_start = segments[0].base_offset if segments else None
-    try:
-        for i, seg in enumerate(segments):
-            mtime = os.path.getmtime(seg.log)
-            if opts.segment_bytes is None and writer.current_base_offset is not None:
-                pending_start = seg.base_offset
-            seg_next = seg.base_offset
-            reported = 0
-
-            def emit(outputs):
-                nonlocal pending_start
-                for data, first, batch in outputs:
-                    if pending_start is not None:
-                        writer.start_segment(pending_start, mtime=mtime)
-                        pending_start = None
-                    if batch is not None:
-                        writer.append(batch, first)
-                    else:
-                        writer.append_bytes(data, first)
-
-            writer.set_mtime(mtime)
-            for batch in read_batches(seg.log):
-                seg_next = batch.last_offset + 1
-                emit(converter.feed(batch))
-                if progress is not None and batch.position + batch.size - reported >= (4 << 20):
-                    progress(batch.position + batch.size - reported)
-                    reported = batch.position + batch.size
-            emit(converter.flush())
-            if pending_start is not None and i == len(segments) - 1:
-                writer.start_segment(pending_start, mtime=mtime)  # keep an empty last segment
-                pending_start = None
-            old_next = seg_next
-            if progress is not None:
-                progress(os.path.getsize(seg.log) - reported)
-        if segments and last_of_partition and old_next is not None:
-            nxt = writer.next_offset
-            if nxt is None or nxt < old_next:
-                if writer.current_base_offset is None or writer.current_base_offset < old_next:
-                    writer.start_segment(old_next, mtime=os.path.getmtime(segments[-1].log))
-                    result.empty_tail_segment = old_next
-        new = writer.close()
-    except BaseException:
-        if not dry_run:
-            writer.abort()
-        raise
-    stats.segments_out = len(new)
-    stats.bytes_out = writer.bytes_written
-    result.new_segments = [s.base_offset for s in new]
+        _prepare_output_dir(dest)
+    new, old_next, writer = _write_segments(result, target, opts, None if dry_run else dest, progress)
     if dry_run:
         result.status = "would convert"
         return result
@@ -694,46 +592,209 @@ def convert_partition(
         if not new:
             result.status = "unchanged"
             return result
-        emptied = dict(_empty_snapshots(snapshots, stats)) if opts.to_magic < 2 else {}
-        # Snapshots inside the swapped range go through the swap with the segments: a broker (or a
-        # rerun) completing an interrupted swap deletes every other file in that range.
-        low, high = new[0].base_offset, max(s.next_offset for s in new)
-        in_range = [p for o, p in sorted(partition.snapshots.items()) if low <= o < high]
-        extra: List[str] = []
-        try:
-            for path in in_range:
-                swap.stage_extra(path, extra, emptied.get(path))
-            swap.replace_segments(dest, result.new_segments, segments,
-                                  old_next_offset=old_next if last_of_partition else None,
-                                  new_next_offset=new[-1].next_offset if last_of_partition else None,
-                                  extra=extra)
-        except KstoreError:
-            # Failed before the swap began (a full disk, a permission error): remove every new file,
-            # leaving the partition as it was. Once a .swap exists, the state is the one a crash at
-            # that step leaves, which the next run (or a broker) resolves; deleting .cleaned files
-            # then would turn a rollback into a partial completion.
-            cleaned = extra + [p for s in new for p in s.files]
-            if not any(os.path.exists(p[: -len(names.CLEANED_SUFFIX)] + names.SWAP_SUFFIX) for p in cleaned):
-                for path in extra:
-                    fileops.unlink(path)
-                writer.abort()
-            raise
-        for path, data in emptied.items():
-            if path not in in_range:
-                fileops.atomic_write(path, data)
+        last_of_partition = bool(segments) and segments[-1] is partition.segments[-1]
+        _install_in_place(result, writer, new, segments, snapshots, opts, old_next if last_of_partition else None)
     else:
-        if new:
-            swap.replace_segments(dest, result.new_segments, [])
-        emptied = dict(_empty_snapshots(snapshots, stats)) if opts.to_magic < 2 else {}
-        for path in snapshots:
-            dst = os.path.join(dest, os.path.basename(path))
-            if path in emptied:
-                fileops.atomic_write(dst, emptied[path])
-            else:
-                fileops.copy_file(path, dst)
-        for path in partition.other_files:
-            fileops.copy_file(path, os.path.join(dest, os.path.basename(path)))
+        _install_in_mirror(result, new, snapshots, opts)
     return result
+
+
+def _resolve_leftovers(target: Target, in_place: bool, dry_run: bool) -> tuple:
+    """(target, leftover report): in place, an interrupted run's leftovers are resolved first (a
+    changed partition is read again); a mirror's source must not hold .swap files."""
+    from kstore_cli.segment import swap
+
+    partition = target.partition
+    if not in_place:
+        if any(p.endswith(names.SWAP_SUFFIX) for p in partition.leftovers):
+            raise UsageError("the partition holds .swap files of an interrupted replacement; let a broker (or "
+                             "kstore convert-format --in-place) resolve them first", path=partition.path)
+        return target, None
+    report = swap.resolve_leftovers(partition.path, dry_run=dry_run)
+    if report.changed and not dry_run:
+        target = Target(Partition(partition.path), target.only)
+    return target, report
+
+
+def _refuse_lossy_snapshots(partition: Partition, opts: ConvertOptions) -> None:
+    """--strict down to v0/v1: a snapshot holding producers would be emptied."""
+    for path in sorted(partition.snapshots.values()):
+        try:
+            has = bool(read_snapshot(path).producers)
+        except KstoreError:
+            has = True
+        if has:
+            raise LossyConversionError(
+                f"--strict: converting to magic {opts.to_magic} would lose information: "
+                f"{LOSS_DESCRIPTIONS['producerSnapshots']}", path=path)
+
+
+def _count_unchanged(result: PartitionResult, segments: Sequence[Segment], opts: ConvertOptions, is_whole: bool,
+                     progress: Optional[Callable[[int], None]]) -> None:
+    """Already in the target format: count every batch as unchanged (snapshots still emptied for v0/v1)."""
+    result.status = "unchanged"
+    stats = result.stats
+    for seg in segments:
+        for batch in read_batches(seg.log):
+            stats.batches_in += 1
+            stats.batches_out += 1
+            stats.unchanged_batches += 1
+            stats.bytes_in += batch.size
+            n = batch.count if batch.magic >= 2 else (1 if not batch.compression else len(batch.records()))
+            stats.records_in += n
+            stats.records_out += n
+    stats.bytes_out = stats.bytes_in
+    stats.segments_out = len(segments)
+    if opts.to_magic < 2 and is_whole:
+        for path, data in _empty_snapshots(sorted(result.partition.snapshots.values()), stats):
+            fileops.atomic_write(path, data)
+    if progress is not None:
+        progress(sum(os.path.getsize(s.log) for s in segments))
+
+
+def _prepare_output_dir(dest: str) -> None:
+    from kstore_cli.segment import swap
+
+    fileops.make_dirs(dest)
+    swap.resolve_leftovers(dest)  # our own .cleaned files of an earlier, interrupted run
+    if Partition(dest).segments:
+        raise UsageError("the output partition directory already holds segments; remove it first", path=dest)
+
+
+def _write_segments(result: PartitionResult, target: Target, opts: ConvertOptions, dest: Optional[str],
+                    progress: Optional[Callable[[int], None]]) -> tuple:
+    """Convert the target's segments into new ones (none written when dest is None): (new segments,
+    the old log end offset, the closed writer). The writer's files are removed on any error."""
+    from kstore_cli.segment.recovery import state_at_segment
+
+    partition, segments = target.partition, target.segments
+    writer = PartitionWriter(
+        dest,
+        segment_bytes=opts.segment_bytes,
+        index_interval_bytes=opts.index_interval_bytes,
+        txn_state=(lambda: state_at_segment(partition, segments[0])) if segments else None,
+    )
+    try:
+        old_next = _SegmentCopier(writer, BatchConverter(opts, result.stats), opts, progress).run(segments)
+        if segments and segments[-1] is partition.segments[-1] and old_next is not None:
+            nxt = writer.next_offset
+            if nxt is None or nxt < old_next:
+                if writer.current_base_offset is None or writer.current_base_offset < old_next:
+                    writer.start_segment(old_next, mtime=os.path.getmtime(segments[-1].log))
+                    result.empty_tail_segment = old_next
+        new = writer.close()
+    except BaseException:
+        if dest is not None:
+            writer.abort()
+        raise
+    result.stats.segments_out = len(new)
+    result.stats.bytes_out = writer.bytes_written
+    result.new_segments = [s.base_offset for s in new]
+    return new, old_next, writer
+
+
+class _SegmentCopier:
+    """Feeds each source segment's batches through the converter into the writer, segment by segment."""
+
+    def __init__(self, writer: PartitionWriter, converter: BatchConverter, opts: ConvertOptions,
+                 progress: Optional[Callable[[int], None]]) -> None:
+        self.writer = writer
+        self.converter = converter
+        self.opts = opts
+        self.progress = progress
+        self.pending_start: Optional[int] = None
+        self.mtime: Optional[float] = None
+
+    def run(self, segments: Sequence[Segment]) -> Optional[int]:
+        """Returns the source's next offset after its last segment (None without segments)."""
+        writer, progress = self.writer, self.progress
+        # The first new segment keeps the first old base offset (an interrupted swap resolves only then).
+        self.pending_start = segments[0].base_offset if segments else None
+        old_next = None
+        for i, seg in enumerate(segments):
+            self.mtime = os.path.getmtime(seg.log)
+            if self.opts.segment_bytes is None and writer.current_base_offset is not None:
+                self.pending_start = seg.base_offset
+            seg_next = seg.base_offset
+            reported = 0
+            writer.set_mtime(self.mtime)
+            for batch in read_batches(seg.log):
+                seg_next = batch.last_offset + 1
+                self.emit(self.converter.feed(batch))
+                if progress is not None and batch.position + batch.size - reported >= (4 << 20):
+                    progress(batch.position + batch.size - reported)
+                    reported = batch.position + batch.size
+            self.emit(self.converter.flush())
+            if self.pending_start is not None and i == len(segments) - 1:
+                writer.start_segment(self.pending_start, mtime=self.mtime)  # keep an empty last segment
+                self.pending_start = None
+            old_next = seg_next
+            if progress is not None:
+                progress(os.path.getsize(seg.log) - reported)
+        return old_next
+
+    def emit(self, outputs: Iterator[Output]) -> None:
+        writer = self.writer
+        for data, first, batch in outputs:
+            if self.pending_start is not None:
+                writer.start_segment(self.pending_start, mtime=self.mtime)
+                self.pending_start = None
+            if batch is not None:
+                writer.append(batch, first)
+            else:
+                writer.append_bytes(data, first)
+
+
+def _install_in_place(result: PartitionResult, writer: PartitionWriter, new: list, segments: Sequence[Segment], snapshots: List[str],
+                      opts: ConvertOptions, old_next: Optional[int]) -> None:
+    """Swap the new segments in (Kafka's protocol), the snapshots inside their range with them.
+    `old_next`: the old log end offset when the last segment was converted, else None."""
+    from kstore_cli.segment import swap
+
+    partition, dest, stats = result.partition, result.destination, result.stats
+    emptied = dict(_empty_snapshots(snapshots, stats)) if opts.to_magic < 2 else {}
+    # Snapshots inside the swapped range go through the swap with the segments: a broker (or a
+    # rerun) completing an interrupted swap deletes every other file in that range.
+    low, high = new[0].base_offset, max(s.next_offset for s in new)
+    in_range = [p for o, p in sorted(partition.snapshots.items()) if low <= o < high]
+    extra: List[str] = []
+    try:
+        for path in in_range:
+            swap.stage_extra(path, extra, emptied.get(path))
+        swap.replace_segments(dest, result.new_segments, segments, old_next_offset=old_next,
+                              new_next_offset=None if old_next is None else new[-1].next_offset, extra=extra)
+    except KstoreError:
+        # Failed before the swap began (a full disk, a permission error): remove every new file,
+        # leaving the partition as it was. Once a .swap exists, the state is the one a crash at
+        # that step leaves, which the next run (or a broker) resolves; deleting .cleaned files
+        # then would turn a rollback into a partial completion.
+        cleaned = extra + [p for s in new for p in s.files]
+        if not any(os.path.exists(p[: -len(names.CLEANED_SUFFIX)] + names.SWAP_SUFFIX) for p in cleaned):
+            for path in extra:
+                fileops.unlink(path)
+            writer.abort()
+        raise
+    for path, data in emptied.items():
+        if path not in in_range:
+            fileops.atomic_write(path, data)
+
+
+def _install_in_mirror(result: PartitionResult, new: list, snapshots: List[str], opts: ConvertOptions) -> None:
+    """Rename the new segments into the mirror and copy the partition's other files beside them."""
+    from kstore_cli.segment import swap
+
+    dest = result.destination
+    if new:
+        swap.replace_segments(dest, result.new_segments, [])
+    emptied = dict(_empty_snapshots(snapshots, result.stats)) if opts.to_magic < 2 else {}
+    for path in snapshots:
+        dst = os.path.join(dest, os.path.basename(path))
+        if path in emptied:
+            fileops.atomic_write(dst, emptied[path])
+        else:
+            fileops.copy_file(path, dst)
+    for path in result.partition.other_files:
+        fileops.copy_file(path, os.path.join(dest, os.path.basename(path)))
 
 
 def copy_data_dir_files(data_dir: str, output_root: str) -> List[str]:
