@@ -422,6 +422,26 @@ static int64_t record_size(const Table *t, Py_ssize_t i, int to_magic) {
     return size + V2_RECORD_OVERHEAD;
 }
 
+/* How many records from start join a group: the stop index, *size advanced; -1 with an error set. */
+static Py_ssize_t fit_records(const Table *t, Py_ssize_t start, int to_magic, int64_t *size, int64_t limit,
+                              int64_t group_base, int take_first) {
+    if (start < 0 || start > t->n) {
+        PyErr_Format(PyExc_ValueError, "start %zd out of the table", start);
+        return -1;
+    }
+    Py_ssize_t i = start;
+    for (; i < t->n; i++) {
+        int64_t s = record_size(t, i, to_magic);
+        if (s < 0) return -1;
+        int64_t offset = ld64(t->offsets + 8 * i), delta = wrap_sub(offset, group_base);
+        /* Python compares exact integers: a difference past int64 is above 2^31 - 1 when positive. */
+        int over = offset >= group_base && (delta < 0 || delta > MAX_INT32);
+        if (!(take_first && i == start) && (*size > limit - s || over)) break;
+        *size += s;
+    }
+    return i;
+}
+
 /* fit(table, start, to_magic, size, limit, group_base, take_first); see _encode_py.fit. */
 static PyObject *py_fit(PyObject *self, PyObject *args) {
     PyObject *obj;
@@ -432,22 +452,11 @@ static PyObject *py_fit(PyObject *self, PyObject *args) {
         return NULL;
     Table t;
     if (table_open(obj, &t) < 0) return NULL;
-    if (start < 0 || start > t.n) {
-        table_release(&t);
-        return PyErr_Format(PyExc_ValueError, "start %zd out of the table", start);
-    }
-    Py_ssize_t i = start;
-    for (; i < t.n; i++) {
-        int64_t s = record_size(&t, i, to_magic);
-        if (s < 0) { table_release(&t); return NULL; }
-        int64_t delta = wrap_sub(ld64(t.offsets + 8 * i), group_base);
-        /* Python compares exact integers: a difference past int64 is above 2^31 - 1 when positive. */
-        int over = (ld64(t.offsets + 8 * i) >= group_base) ? (delta < 0 || delta > MAX_INT32) : 0;
-        if (!(take_first && i == start) && (size > limit - s || over)) break;
-        size += s;
-    }
+    int64_t sz = size;
+    Py_ssize_t stop = fit_records(&t, start, to_magic, &sz, limit, group_base, take_first);
     table_release(&t);
-    return Py_BuildValue("nL", i, size);
+    if (stop < 0) return NULL;
+    return Py_BuildValue("nL", stop, (long long)sz);
 }
 
 /* table_size(table, to_magic); see _encode_py.table_size. */
@@ -511,6 +520,104 @@ static inline uint8_t *put_bytes(uint8_t *p, const uint8_t *data, int64_t pos, i
     return p;
 }
 
+/* Records [start, stop) as DefaultRecords appended to out; 0 with *max_ts set, -1 with an error set. */
+static int write_v2(PyObject *out, const Table *t, Py_ssize_t start, Py_ssize_t stop, int64_t base_offset,
+                    int64_t base_ts, int64_t *max_ts) {
+    if (!range_ok(t, start, stop)) return -1;
+    int64_t total = 0;
+    for (Py_ssize_t i = start; i < stop; i++) { /* sizes first: one resize, every span checked */
+        int64_t s = v2_body_size(t, i, base_offset, base_ts);
+        if (s < 0) return -1;
+        total += uv_size(zz32(s)) + s;
+    }
+    uint8_t *p = bytearray_grow(out, (Py_ssize_t)total);
+    if (!p) return -1;
+    *max_ts = ld64(t->timestamps + 8 * start);
+    for (Py_ssize_t i = start; i < stop; i++) {
+        int64_t ts = ld64(t->timestamps + 8 * i), kp, kl, vp, vl, first, last;
+        if (ts > *max_ts) *max_ts = ts;
+        span_at(t, t->spans + 32 * i, &kp, &kl); /* checked above */
+        span_at(t, t->spans + 32 * i + 16, &vp, &vl);
+        header_range(t, i, &first, &last);
+        p = uv_put(p, zz32(v2_body_size(t, i, base_offset, base_ts)));
+        *p++ = 0; /* attributes */
+        p = uv_put(p, zz64(wrap_sub(ts, base_ts)));
+        p = uv_put(p, zz32(wrap_sub(ld64(t->offsets + 8 * i), base_offset)));
+        p = uv_put(p, zz32(kl));
+        p = put_bytes(p, t->data, kp, kl);
+        p = uv_put(p, zz32(vl));
+        p = put_bytes(p, t->data, vp, vl);
+        p = uv_put(p, zz32(last - first));
+        for (int64_t h = first; h < last; h++) {
+            int64_t hkp, hkl, hvp, hvl;
+            const uint8_t *hp = t->header_spans + 32 * h;
+            span_at(t, hp, &hkp, &hkl);
+            span_at(t, hp + 16, &hvp, &hvl);
+            p = uv_put(p, zz32(hkl));
+            p = put_bytes(p, t->data, hkp, hkl);
+            p = uv_put(p, zz32(hvl));
+            p = put_bytes(p, t->data, hvp, hvl);
+        }
+    }
+    return 0;
+}
+
+/* Records [start, stop) as legacy entries appended to out; 0 with *max_ts set, -1 with an error set. */
+static int write_legacy(PyObject *out, const Table *t, Py_ssize_t start, Py_ssize_t stop, int magic, int attributes,
+                        int64_t offset_base, int has_ts, int64_t fixed_ts, int64_t *max_ts) {
+    if (magic != 0 && magic != 1) {
+        PyErr_Format(PyExc_ValueError, "legacy messages are magic 0 or 1, not %d", magic);
+        return -1;
+    }
+    if (attributes < -128 || attributes > 127) {
+        PyErr_Format(PyExc_ValueError, "attributes %d", attributes);
+        return -1;
+    }
+    if (!range_ok(t, start, stop)) return -1;
+    int64_t total = 0, head = LOG_OVERHEAD + 4 + 2 + (magic ? 8 : 0) + 8;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        int64_t kp, kl, vp, vl;
+        if (span_at(t, t->spans + 32 * i, &kp, &kl) < 0 || span_at(t, t->spans + 32 * i + 16, &vp, &vl) < 0)
+            return -1;
+        int64_t s = head + (kl > 0 ? kl : 0) + (vl > 0 ? vl : 0);
+        if (s - LOG_OVERHEAD > MAX_INT32) {
+            PyErr_SetString(PyExc_OverflowError, "message larger than 2 GiB");
+            return -1;
+        }
+        total += s;
+    }
+    uint8_t *p = bytearray_grow(out, (Py_ssize_t)total);
+    if (!p) return -1;
+    *max_ts = ld64(t->timestamps + 8 * start);
+    for (Py_ssize_t i = start; i < stop; i++) {
+        int64_t ts = ld64(t->timestamps + 8 * i), kp, kl, vp, vl;
+        if (ts > *max_ts) *max_ts = ts;
+        span_at(t, t->spans + 32 * i, &kp, &kl);
+        span_at(t, t->spans + 32 * i + 16, &vp, &vl);
+        uint8_t *entry = p;
+        put64(p, (uint64_t)wrap_sub(ld64(t->offsets + 8 * i), offset_base));
+        p += 12; /* size set below */
+        uint8_t *msg = p;
+        p += 4; /* CRC set below */
+        *p++ = (uint8_t)magic;
+        *p++ = (uint8_t)(attributes & 0xFF);
+        if (magic) { put64(p, (uint64_t)(has_ts ? fixed_ts : ts)); p += 8; }
+        put32(p, (uint32_t)(kl < 0 ? -1 : kl)); p += 4;
+        p = put_bytes(p, t->data, kp, kl);
+        put32(p, (uint32_t)(vl < 0 ? -1 : vl)); p += 4;
+        p = put_bytes(p, t->data, vp, vl);
+        put32(entry + 8, (uint32_t)(p - msg));
+        put32(msg, crc32_ieee(msg + 4, (size_t)(p - msg - 4)));
+    }
+    return 0;
+}
+
+static int optional_i64(PyObject *obj, int *has, int64_t *value) {
+    *has = obj != Py_None;
+    *value = 0;
+    return *has ? as_i64(obj, value) : 0;
+}
+
 /* encode_v2(out, table, start, stop, base_offset, base_timestamp); see _encode_py.encode_v2. */
 static PyObject *py_encode_v2(PyObject *self, PyObject *args) {
     PyObject *out, *obj;
@@ -520,102 +627,78 @@ static PyObject *py_encode_v2(PyObject *self, PyObject *args) {
         return NULL;
     Table t;
     if (table_open(obj, &t) < 0) return NULL;
-    if (!range_ok(&t, start, stop)) { table_release(&t); return NULL; }
-    int64_t total = 0;
-    for (Py_ssize_t i = start; i < stop; i++) { /* sizes first: one resize, every span checked */
-        int64_t s = v2_body_size(&t, i, base_offset, base_ts);
-        if (s < 0) { table_release(&t); return NULL; }
-        total += uv_size(zz32(s)) + s;
-    }
-    uint8_t *p = bytearray_grow(out, (Py_ssize_t)total);
-    if (!p) { table_release(&t); return NULL; }
-    int64_t max_ts = ld64(t.timestamps + 8 * start);
-    for (Py_ssize_t i = start; i < stop; i++) {
-        int64_t ts = ld64(t.timestamps + 8 * i), kp, kl, vp, vl, first, last;
-        if (ts > max_ts) max_ts = ts;
-        span_at(&t, t.spans + 32 * i, &kp, &kl); /* checked above */
-        span_at(&t, t.spans + 32 * i + 16, &vp, &vl);
-        header_range(&t, i, &first, &last);
-        p = uv_put(p, zz32(v2_body_size(&t, i, base_offset, base_ts)));
-        *p++ = 0; /* attributes */
-        p = uv_put(p, zz64(wrap_sub(ts, base_ts)));
-        p = uv_put(p, zz32(wrap_sub(ld64(t.offsets + 8 * i), base_offset)));
-        p = uv_put(p, zz32(kl));
-        p = put_bytes(p, t.data, kp, kl);
-        p = uv_put(p, zz32(vl));
-        p = put_bytes(p, t.data, vp, vl);
-        p = uv_put(p, zz32(last - first));
-        for (int64_t h = first; h < last; h++) {
-            int64_t hkp, hkl, hvp, hvl;
-            const uint8_t *hp = t.header_spans + 32 * h;
-            span_at(&t, hp, &hkp, &hkl);
-            span_at(&t, hp + 16, &hvp, &hvl);
-            p = uv_put(p, zz32(hkl));
-            p = put_bytes(p, t.data, hkp, hkl);
-            p = uv_put(p, zz32(hvl));
-            p = put_bytes(p, t.data, hvp, hvl);
-        }
-    }
+    int64_t max_ts;
+    int r = write_v2(out, &t, start, stop, base_offset, base_ts, &max_ts);
     table_release(&t);
-    return PyLong_FromLongLong(max_ts);
+    return r < 0 ? NULL : PyLong_FromLongLong(max_ts);
 }
 
 /* encode_legacy(out, table, start, stop, magic, attributes, offset_base, timestamp); see the twin. */
 static PyObject *py_encode_legacy(PyObject *self, PyObject *args) {
     PyObject *out, *obj, *ts_obj;
     Py_ssize_t start, stop;
-    int magic, attributes;
+    int magic, attributes, has_ts;
     long long offset_base;
+    int64_t fixed_ts, max_ts;
     if (!PyArg_ParseTuple(args, "O!OnniiLO", &PyByteArray_Type, &out, &obj, &start, &stop, &magic, &attributes,
                           &offset_base, &ts_obj))
         return NULL;
-    if (magic != 0 && magic != 1) return PyErr_Format(PyExc_ValueError, "legacy messages are magic 0 or 1, not %d", magic);
-    if (attributes < -128 || attributes > 127) return PyErr_Format(PyExc_ValueError, "attributes %d", attributes);
-    int has_ts = ts_obj != Py_None;
-    int64_t fixed_ts = 0;
-    if (has_ts && as_i64(ts_obj, &fixed_ts) < 0) return NULL;
+    if (optional_i64(ts_obj, &has_ts, &fixed_ts) < 0) return NULL;
     Table t;
     if (table_open(obj, &t) < 0) return NULL;
-    if (!range_ok(&t, start, stop)) { table_release(&t); return NULL; }
-    int64_t total = 0, head = LOG_OVERHEAD + 4 + 2 + (magic ? 8 : 0) + 8;
-    for (Py_ssize_t i = start; i < stop; i++) {
-        int64_t kp, kl, vp, vl;
-        if (span_at(&t, t.spans + 32 * i, &kp, &kl) < 0 || span_at(&t, t.spans + 32 * i + 16, &vp, &vl) < 0) {
-            table_release(&t);
-            return NULL;
-        }
-        int64_t s = head + (kl > 0 ? kl : 0) + (vl > 0 ? vl : 0);
-        if (s - LOG_OVERHEAD > MAX_INT32) {
-            table_release(&t);
-            return PyErr_Format(PyExc_OverflowError, "message larger than 2 GiB");
-        }
-        total += s;
-    }
-    uint8_t *p = bytearray_grow(out, (Py_ssize_t)total);
-    if (!p) { table_release(&t); return NULL; }
-    int64_t max_ts = ld64(t.timestamps + 8 * start);
-    for (Py_ssize_t i = start; i < stop; i++) {
-        int64_t ts = ld64(t.timestamps + 8 * i), kp, kl, vp, vl;
-        if (ts > max_ts) max_ts = ts;
-        span_at(&t, t.spans + 32 * i, &kp, &kl);
-        span_at(&t, t.spans + 32 * i + 16, &vp, &vl);
-        uint8_t *entry = p;
-        put64(p, (uint64_t)wrap_sub(ld64(t.offsets + 8 * i), offset_base));
-        p += 12; /* size set below */
-        uint8_t *msg = p;
-        p += 4; /* CRC set below */
-        *p++ = (uint8_t)magic;
-        *p++ = (uint8_t)(attributes & 0xFF);
-        if (magic) { put64(p, (uint64_t)(has_ts ? fixed_ts : ts)); p += 8; }
-        put32(p, (uint32_t)(kl < 0 ? -1 : kl)); p += 4;
-        p = put_bytes(p, t.data, kp, kl);
-        put32(p, (uint32_t)(vl < 0 ? -1 : vl)); p += 4;
-        p = put_bytes(p, t.data, vp, vl);
-        put32(entry + 8, (uint32_t)(p - msg));
-        put32(msg, crc32_ieee(msg + 4, (size_t)(p - msg - 4)));
-    }
+    int r = write_legacy(out, &t, start, stop, magic, attributes, offset_base, has_ts, fixed_ts, &max_ts);
     table_release(&t);
-    return PyLong_FromLongLong(max_ts);
+    return r < 0 ? NULL : PyLong_FromLongLong(max_ts);
+}
+
+/* The fused calls' result: (stop, size, max timestamp or None, last offset or None). */
+static PyObject *fit_result(const Table *t, Py_ssize_t start, Py_ssize_t stop, int64_t size, int64_t max_ts) {
+    if (stop == start) return Py_BuildValue("nLOO", stop, (long long)size, Py_None, Py_None);
+    return Py_BuildValue("nLLL", stop, (long long)size, (long long)max_ts, (long long)ld64(t->offsets + 8 * (stop - 1)));
+}
+
+/* add_v2(out, table, start, base_offset, base_timestamp, size, limit, take_first); see _encode_py.add_v2. */
+static PyObject *py_add_v2(PyObject *self, PyObject *args) {
+    PyObject *out, *obj;
+    Py_ssize_t start;
+    long long base_offset, base_ts, size, limit;
+    int take_first;
+    if (!PyArg_ParseTuple(args, "O!OnLLLLp", &PyByteArray_Type, &out, &obj, &start, &base_offset, &base_ts, &size,
+                          &limit, &take_first))
+        return NULL;
+    Table t;
+    if (table_open(obj, &t) < 0) return NULL;
+    int64_t sz = size, max_ts = 0;
+    Py_ssize_t stop = fit_records(&t, start, 2, &sz, limit, base_offset, take_first);
+    PyObject *r = NULL;
+    if (stop >= 0 && (stop == start || write_v2(out, &t, start, stop, base_offset, base_ts, &max_ts) == 0))
+        r = fit_result(&t, start, stop, sz, max_ts);
+    table_release(&t);
+    return r;
+}
+
+/* add_legacy(out, table, start, magic, attributes, offset_base, timestamp, group_base, size, limit,
+ * take_first); see _encode_py.add_legacy. */
+static PyObject *py_add_legacy(PyObject *self, PyObject *args) {
+    PyObject *out, *obj, *ts_obj;
+    Py_ssize_t start;
+    int magic, attributes, take_first, has_ts;
+    long long offset_base, group_base, size, limit;
+    int64_t fixed_ts, max_ts = 0;
+    if (!PyArg_ParseTuple(args, "O!OniiLOLLLp", &PyByteArray_Type, &out, &obj, &start, &magic, &attributes,
+                          &offset_base, &ts_obj, &group_base, &size, &limit, &take_first))
+        return NULL;
+    if (optional_i64(ts_obj, &has_ts, &fixed_ts) < 0) return NULL;
+    Table t;
+    if (table_open(obj, &t) < 0) return NULL;
+    int64_t sz = size;
+    Py_ssize_t stop = fit_records(&t, start, magic, &sz, limit, group_base, take_first);
+    PyObject *r = NULL;
+    if (stop >= 0 && (stop == start || write_legacy(out, &t, start, stop, magic, attributes, offset_base, has_ts,
+                                                    fixed_ts, &max_ts) == 0))
+        r = fit_result(&t, start, stop, sz, max_ts);
+    table_release(&t);
+    return r;
 }
 
 static PyMethodDef methods[] = {
@@ -627,6 +710,8 @@ static PyMethodDef methods[] = {
     {"table_size", py_table_size, METH_VARARGS, "The size estimate of a table's records; see _encode_py.table_size."},
     {"encode_v2", py_encode_v2, METH_VARARGS, "Append records as DefaultRecords; see _encode_py.encode_v2."},
     {"encode_legacy", py_encode_legacy, METH_VARARGS, "Append records as legacy entries; see _encode_py.encode_legacy."},
+    {"add_v2", py_add_v2, METH_VARARGS, "fit, then encode_v2 of the records that fit; see _encode_py.add_v2."},
+    {"add_legacy", py_add_legacy, METH_VARARGS, "fit, then encode_legacy of the records that fit; see _encode_py.add_legacy."},
     {NULL, NULL, 0, NULL},
 };
 

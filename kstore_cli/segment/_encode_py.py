@@ -256,5 +256,27 @@ def encode_legacy(out: bytearray, table: RecordTable, start: int, stop: int, mag
     return max_ts
 
 
-__all__ = ["legacy_table", "v2_table", "fit", "table_size", "encode_v2", "encode_legacy",
+def add_v2(out: bytearray, table: RecordTable, start: int, base_offset: int, base_timestamp: int, size: int,
+           limit: int, take_first: bool) -> Tuple[int, int, Optional[int], Optional[int]]:
+    """:func:`fit` (to magic 2, group base = base_offset), then :func:`encode_v2` of the records that
+    fit: (stop, new size, their largest timestamp, the last one's offset; both None when none fit)."""
+    stop, size = fit(table, start, 2, size, limit, base_offset, take_first)
+    if stop == start:
+        return stop, size, None, None
+    max_ts = encode_v2(out, table, start, stop, base_offset, base_timestamp)
+    return stop, size, max_ts, _as_arrays(table)[2][stop - 1]
+
+
+def add_legacy(out: bytearray, table: RecordTable, start: int, magic: int, attributes: int, offset_base: int,
+               timestamp: Optional[int], group_base: int, size: int, limit: int,
+               take_first: bool) -> Tuple[int, int, Optional[int], Optional[int]]:
+    """:func:`fit` (to `magic`), then :func:`encode_legacy` of the records that fit; as :func:`add_v2`."""
+    stop, size = fit(table, start, magic, size, limit, group_base, take_first)
+    if stop == start:
+        return stop, size, None, None
+    max_ts = encode_legacy(out, table, start, stop, magic, attributes, offset_base, timestamp)
+    return stop, size, max_ts, _as_arrays(table)[2][stop - 1]
+
+
+__all__ = ["add_v2", "add_legacy", "legacy_table", "v2_table", "fit", "table_size", "encode_v2", "encode_legacy",
            "LOG_OVERHEAD", "RECORD_OVERHEAD_V0"]

@@ -179,7 +179,7 @@ class _Group:
     entries: inner entries of a wrapper when compressed)."""
 
     __slots__ = ("key", "fields", "body", "count", "size", "base", "base_ts", "last", "max_ts", "records_max_ts",
-                 "offset_base", "legacy_ts")
+                 "offset_base", "ts_attr", "legacy_ts")
 
     def __init__(self, key: tuple, fields: dict, base: int, base_ts: int, size: int) -> None:
         self.key = key
@@ -194,9 +194,11 @@ class _Group:
         #: A batch's own max timestamp (kept when whole batches are regrouped), else None.
         self.max_ts: Optional[int] = None
         self.records_max_ts: Optional[int] = None
-        #: Legacy: what entry offsets are relative to (a v1 wrapper's first offset, else 0), and the
-        #: timestamp every v1 entry carries under LogAppendTime (None: each record's own).
+        #: Legacy: what entry offsets are relative to (a v1 wrapper's first offset, else 0), the
+        #: entries' timestamp-type attribute, and the timestamp every v1 entry carries under
+        #: LogAppendTime (None: each record's own).
         self.offset_base = 0
+        self.ts_attr = 0
         self.legacy_ts: Optional[int] = None
 
 
@@ -375,6 +377,7 @@ class BatchConverter:
             # MemoryRecordsBuilder: v1 inner offsets relative to the wrapper's first, v0 absolute.
             g.offset_base = base if (t == 1 and key[1] != NONE) else 0
             if t == 1 and fields["timestamp_type"] == LOG_APPEND_TIME:
+                g.ts_attr = TIMESTAMP_TYPE_MASK
                 g.legacy_ts = fields["log_append_time"]
         return g
 
@@ -383,8 +386,7 @@ class BatchConverter:
         if t == 2:
             m = encode.encode_v2(g.body, table, start, stop, g.base, g.base_ts)
         else:
-            ts_attr = TIMESTAMP_TYPE_MASK if t == 1 and g.fields["timestamp_type"] == LOG_APPEND_TIME else 0
-            m = encode.encode_legacy(g.body, table, start, stop, t, ts_attr, g.offset_base, g.legacy_ts)
+            m = encode.encode_legacy(g.body, table, start, stop, t, g.ts_attr, g.offset_base, g.legacy_ts)
         g.records_max_ts = m if g.records_max_ts is None else max(g.records_max_ts, m)
         g.count += stop - start
         g.last = encode.table_offset(table, stop - 1)
@@ -401,15 +403,20 @@ class BatchConverter:
             if g is not None and g.key != key:
                 yield from self.flush()
                 g = None
-            if g is None:
+            fresh = g is None
+            if fresh:
                 g = self._group = self._new_group(key, fields, table, i, encode.table_offset(table, i))
-                stop, g.size = encode.fit(table, i, t, g.size, limit, g.base, True)
+            if t == 2:
+                stop, g.size, max_ts, last = encode.add_v2(g.body, table, i, g.base, g.base_ts, g.size, limit, fresh)
             else:
-                stop, g.size = encode.fit(table, i, t, g.size, limit, g.base, False)
-                if stop == i:
-                    yield from self.flush()
-                    continue
-            self._encode(g, table, i, stop)
+                stop, g.size, max_ts, last = encode.add_legacy(g.body, table, i, t, g.ts_attr, g.offset_base,
+                                                               g.legacy_ts, g.base, g.size, limit, fresh)
+            if stop == i:
+                yield from self.flush()
+                continue
+            g.records_max_ts = max_ts if g.records_max_ts is None else max(g.records_max_ts, max_ts)
+            g.count += stop - i
+            g.last = last
             i = stop
 
     def _add_whole(self, key: tuple, fields: dict, table: tuple, base: int, last: int,
@@ -476,7 +483,7 @@ class BatchConverter:
         self.stats.records_out += g.count
         if codec == NONE:
             return bytes(g.body), g.base, None
-        ts_attr = TIMESTAMP_TYPE_MASK if t == 1 and g.fields["timestamp_type"] == LOG_APPEND_TIME else 0
+        ts_attr = g.ts_attr
         if t == 0:
             wrapper_ts = -1
         elif g.legacy_ts is not None:

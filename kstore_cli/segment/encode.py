@@ -50,6 +50,8 @@ fit = _impl.fit
 table_size = _impl.table_size
 encode_v2 = _impl.encode_v2
 encode_legacy = _impl.encode_legacy
+add_v2 = _impl.add_v2
+add_legacy = _impl.add_legacy
 
 _Q = struct.Struct("=q")
 
@@ -130,6 +132,6 @@ def v2_batch(body: "bytes | bytearray", count: int, *, base_offset: int, last_of
     return bytes(out)
 
 
-__all__ = ["BACKEND", "legacy_table", "v2_table", "fit", "table_size", "encode_v2", "encode_legacy",
+__all__ = ["BACKEND", "add_v2", "add_legacy", "legacy_table", "v2_table", "fit", "table_size", "encode_v2", "encode_legacy",
            "table_offset", "table_timestamp", "single_table", "records_with_headers", "timestamps_set",
            "spec_table", "v2_batch"]

@@ -333,3 +333,30 @@ def test_legacy_to_v2_conversion_equals_the_builder(wrappers, codec, batch_bytes
     got = b"".join(d if d is not None else bytes(b.buffer)
                    for d, _first, b in convert_batches(read_batches(data), opts, ConvertStats()))
     assert got == _reference_v2(all_recs, codec, batch_bytes)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(records(), st.integers(0, 3), st.integers(1, 400), st.booleans(), st.sampled_from([0, 1, 2]),
+       st.one_of(st.none(), INT64))
+def test_add_is_fit_then_encode(recs, start, limit, take_first, magic, fixed_ts) -> None:
+    """The fused calls convert makes per group agree with fit followed by encode_v2 / encode_legacy."""
+    start = min(start, len(recs) - 1)
+    table = encode.spec_table(recs)
+    base, base_ts = recs[start].offset, recs[start].timestamp
+    stop, size = py.fit(table, start, magic, 61, limit, base, take_first)
+    expected = bytearray()
+    if stop > start:
+        if magic == 2:
+            max_ts = py.encode_v2(expected, table, start, stop, base, base_ts)
+        else:
+            max_ts = py.encode_legacy(expected, table, start, stop, magic, 0, base, fixed_ts)
+        want = (stop, size, max_ts, recs[stop - 1].offset)
+    else:
+        want = (stop, size, None, None)
+    for twin in TWINS:
+        out = bytearray()
+        if magic == 2:
+            got = twin.add_v2(out, table, start, base, base_ts, 61, limit, take_first)
+        else:
+            got = twin.add_legacy(out, table, start, magic, 0, base, fixed_ts, base, 61, limit, take_first)
+        assert (got, bytes(out)) == (want, bytes(expected)), twin.__name__
