@@ -25,9 +25,10 @@ is the one KSTORE_DECODER selects there, and peak RSS is that child's own, from 
 * dump-segment    `kstore dump-segment --deep-iteration --print-data-log > /dev/null`, lines/s;
 * compact         `kstore compact` through bench/compact.py's run() (a "not available" row without it);
 * convert-format  `kstore convert-format` v1 gzip -> v2 zstd, MiB/s of input and records/s, 1 KiB values
-                  (convert-format:100B: 100 B values), with the codec work alone in the same run (every
-                  wrapper gunzipped and every output batch zstd-compressed, library calls only) and the
-                  ratio of the two (target: <= 1.5x);
+                  (convert-format:100B: 100 B values); then in one child, alternately, the conversion
+                  and the codec work alone (every wrapper gunzipped and every output batch
+                  zstd-compressed, library calls only), wall and CPU time, and their ratio (target:
+                  <= 1.5x, judged on CPU time: wall time on a shared machine measures the others);
 * spark-export    the export on Spark local[1] and local[2], with Spark's writer (spark-export:local[N])
                   and with the arrow writer (spark-export:arrow:local[N]; what --writer auto, the
                   default, picks for a local output): the fastest of 3 warm exports (the first one,
@@ -453,8 +454,8 @@ class Suite:
                      detail=r)
 
     def bench_convert_format(self) -> None:
-        """`kstore convert-format` v1 gzip -> v2 zstd, whole process, against the codec work alone (child.py's
-        convert-codec: the same gunzips and zstd compressions, library calls only) in the same run."""
+        """`kstore convert-format` v1 gzip -> v2 zstd: the whole command (MiB/s, records/s), and in one child
+        (child.py's convert-codec) the conversion and the codec work alone, alternately, wall and CPU time."""
         for row_id, part in (("convert-format", self.legacy), ("convert-format:100B", self.legacy100)):
             if self.selected(row_id):
                 self._convert_row(row_id, part())
@@ -471,27 +472,33 @@ class Suite:
             t = self.time_command(dec, ["convert-format", "--to-magic", "2", "--compression", "zstd",
                                         "--output-dir", str(out), part["dir"]], prepare=clear,
                                   warm_paths=[part["log"]])
+            clear()
             if "error" in t:
-                clear()
                 self.add(row_id, decoder=dec["label"], figure=None, unit="MiB/s", rss_mb=t["rss_mb"], note=t["error"])
                 continue
-            converted = out / Path(part["dir"]).name / "00000000000000000000.log"
-            res = self.run_task(dec["env"], "convert-codec", part["log"], str(converted), timeout=3600)
+            out.mkdir(parents=True)
+            res = self.run_task(dec["env"], "convert-codec", part["dir"], str(out), timeout=3600)
             clear()
-            codec = res.result if res.ok and res.result else None
-            mibs = size / 2**20 / t["net"]
+            c = res.result if res.ok and res.result else None
             rate = part["records"] / t["net"]
-            ratio = None if codec is None else t["net"] / codec["seconds"]
-            peers = {} if codec is None else {"codec work alone": size / 2**20 / codec["seconds"]}
-            self.add(row_id, decoder=dec["label"], figure=mibs, unit="MiB/s", rss_mb=t["rss_mb"], seconds=t["net"],
-                     target="<= 1.5x the codec work alone", met=None if ratio is None else ratio <= 1.5, peers=peers,
-                     ratios={} if ratio is None else {"codec work alone": 1 / ratio},
-                     note=(f"v1 gzip -> v2 zstd, {value} values, {rate / 1e3:.0f} k records/s"
-                           + ("" if ratio is None else f", {ratio:.2f}x the codec work alone "
-                                                       f"({codec['seconds']:.3f} s)")
-                           + ("" if codec is not None else "; codec baseline failed: " + res.error())),
-                     detail={"bytes": size, "records": part["records"], "records_per_s": rate,
-                             "codec": codec, **t})
+            # The target is judged on CPU time (in one process, same run): on a shared machine wall time
+            # mostly measures the other processes; the wall ratio is reported beside it.
+            cpu = None if c is None else c["convert_cpu"] / c["codec_cpu"]
+            wall = None if c is None else c["convert_wall"] / c["codec_wall"]
+            note = f"v1 gzip -> v2 zstd, {value} values, {rate / 1e3:.0f} k records/s (whole command)"
+            if c is None:
+                note += "; codec baseline failed: " + res.error()
+            else:
+                note += (f"; in one process: convert {c['convert_cpu']:.3f} s CPU ({c['convert_wall']:.3f} s wall), "
+                         f"codec work alone {c['codec_cpu']:.3f} s CPU ({c['codec_wall']:.3f} s wall): "
+                         f"{cpu:.2f}x CPU, {wall:.2f}x wall")
+            self.add(row_id, decoder=dec["label"], figure=size / 2**20 / t["net"], unit="MiB/s", rss_mb=t["rss_mb"],
+                     seconds=t["net"], target="<= 1.5x the codec work alone (CPU)",
+                     met=None if cpu is None else cpu <= 1.5,
+                     peers={} if c is None else {"codec work alone": size / 2**20 / c["codec_cpu"]},
+                     ratios={} if c is None else {"codec work alone": 1 / cpu},
+                     note=note, detail={"bytes": size, "records": part["records"], "records_per_s": rate,
+                                        "in_process": c, **t})
 
     def bench_spark_export(self) -> None:
         ids = [i for i in row_ids() if i.startswith("spark-export:")]
