@@ -140,12 +140,18 @@ def fit(table: RecordTable, start: int, to_magic: int, size: int, limit: int, gr
     with take_first the record at start joins whatever its size (a group's first record).
     """
     table = _as_arrays(table)
-    n, offsets = table[0], table[2]
+    n, offsets, spans, header_ends = table[0], table[2], table[4], table[5]
     if not 0 <= start <= n:
         raise ValueError(f"start {start} out of the table")
+    simple = to_magic < 2 or not len(header_ends)
+    overhead = LEGACY_RECORD_OVERHEAD if to_magic < 2 else V2_RECORD_OVERHEAD
     i = start
     while i < n:
-        s = _record_size(table, i, to_magic)
+        if simple:
+            kl, vl = spans[4 * i + 1], spans[4 * i + 3]
+            s = (kl if kl > 0 else 0) + (vl if vl > 0 else 0) + overhead
+        else:
+            s = _record_size(table, i, to_magic)
         if not (take_first and i == start) and (size + s > limit or offsets[i] - group_base > MAX_INT32):
             break
         size += s
@@ -168,21 +174,34 @@ def _q(buf) -> "array | memoryview":
     return buf if isinstance(buf, array) else memoryview(buf).cast("B").cast("q")
 
 
-def _zigzag_varint(n: int, out: bytearray) -> None:
+def _uvarint_slow(u: int) -> bytes:
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+#: Every one- and two-byte varint, made once: lengths and deltas are nearly always among them.
+_VARINTS = [_uvarint_slow(u) for u in range(1 << 14)]
+
+
+def _uvarint(u: int) -> bytes:
+    return _VARINTS[u] if u < 16384 else _uvarint_slow(u)
+
+
+def _varint(n: int) -> bytes:
+    """A zigzag varint of the int (int)n (the low 32 bits of the zigzag, as ByteUtils.writeVarint)."""
     u = ((n << 1) ^ (n >> 31)) & 0xFFFFFFFF
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
+    return _VARINTS[u] if u < 16384 else _uvarint_slow(u)
 
 
-def _zigzag_varlong(n: int, out: bytearray) -> None:
-    n = _long(n)
+def _varlong(n: int) -> bytes:
+    if not -0x8000000000000000 <= n <= 0x7FFFFFFFFFFFFFFF:
+        n = _long(n)
     u = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
+    return _VARINTS[u] if u < 16384 else _uvarint_slow(u)
 
 
 def encode_v2(out: bytearray, table: RecordTable, start: int, stop: int, base_offset: int,
@@ -195,31 +214,26 @@ def encode_v2(out: bytearray, table: RecordTable, start: int, stop: int, base_of
         raise ValueError("record range out of the table")
     mv = memoryview(data).cast("B")
     max_ts = timestamps[start]
+    null = _varint(-1)
     for i in range(start, stop):
         ts = timestamps[i]
         if ts > max_ts:
             max_ts = ts
-        body = bytearray(b"\x00")
-        _zigzag_varlong(ts - base_timestamp, body)
-        _zigzag_varint(_long(offsets[i] - base_offset), body)
         kp, kl, vp, vl = spans[4 * i : 4 * i + 4]
-        for p, ln in ((kp, kl), (vp, vl)):
-            _zigzag_varint(-1 if ln < 0 else ln, body)
-            if ln >= 0:
-                body += mv[p : p + ln]
+        parts = [b"\x00", _varlong(ts - base_timestamp), _varint(offsets[i] - base_offset),
+                 null if kl < 0 else _varint(kl), mv[kp : kp + kl] if kl > 0 else b"",
+                 null if vl < 0 else _varint(vl), mv[vp : vp + vl] if vl > 0 else b""]
         if len(header_ends):
             first = header_ends[i - 1] if i else 0
-            _zigzag_varint(header_ends[i] - first, body)
+            parts.append(_varint(header_ends[i] - first))
             for h in range(first, header_ends[i]):
                 hkp, hkl, hvp, hvl = header_spans[4 * h : 4 * h + 4]
-                _zigzag_varint(hkl, body)
-                body += mv[hkp : hkp + hkl]
-                _zigzag_varint(-1 if hvl < 0 else hvl, body)
-                if hvl >= 0:
-                    body += mv[hvp : hvp + hvl]
+                parts += (_varint(hkl), mv[hkp : hkp + hkl] if hkl > 0 else b"",
+                          null if hvl < 0 else _varint(hvl), mv[hvp : hvp + hvl] if hvl > 0 else b"")
         else:
-            body.append(0)
-        _zigzag_varint(len(body), out)
+            parts.append(b"\x00")
+        body = b"".join(parts)
+        out += _varint(len(body))
         out += body
     return max_ts
 
