@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 from array import array
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from kstore_cli.errors import InvalidRecordError
 from kstore_cli.segment._decode_common import LOG_OVERHEAD, RECORD_OVERHEAD_V0, V2Record
@@ -183,12 +183,9 @@ def _uvarint_slow(u: int) -> bytes:
     return bytes(out)
 
 
-#: Every one- and two-byte varint, made once: lengths and deltas are nearly always among them.
-_VARINTS = [_uvarint_slow(u) for u in range(1 << 14)]
-
-
-def _uvarint(u: int) -> bytes:
-    return _VARINTS[u] if u < 16384 else _uvarint_slow(u)
+#: Every one- and two-byte varint (filled on the first encode_v2): lengths and deltas are nearly
+#: always among them.
+_VARINTS: List[bytes] = []
 
 
 def _varint(n: int) -> bytes:
@@ -212,6 +209,8 @@ def encode_v2(out: bytearray, table: RecordTable, start: int, stop: int, base_of
     n, data, offsets, timestamps, spans, header_ends, header_spans = _as_arrays(table)
     if not 0 <= start < stop <= n:
         raise ValueError("record range out of the table")
+    if not _VARINTS:
+        _VARINTS.extend(_uvarint_slow(u) for u in range(1 << 14))
     mv = memoryview(data).cast("B")
     max_ts = timestamps[start]
     null = _varint(-1)
