@@ -48,6 +48,14 @@ setup(
             extra_link_args=_LDFLAGS,
             optional=True,
         ),
+        # The record encoder (convert-format's write path; kstore_cli/segment/encode.py falls back to Python).
+        Extension(
+            "kstore_cli.segment._encode_c",
+            sources=["kstore_cli/segment/_encode_c.c"],
+            extra_compile_args=_CFLAGS,
+            extra_link_args=_LDFLAGS,
+            optional=True,
+        ),
         # dump-segment's native text formatter (kstore_cli/dumplog.py falls back to Python without it).
         Extension(
             "kstore_cli._dumptext_c",

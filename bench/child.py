@@ -6,6 +6,7 @@
     python bench/child.py spark MASTER DATA_DIR OUT_DIR [spark|arrow]
     python bench/child.py spark-core DATA_DIR OUT_FILE
     python bench/child.py compact RECORDS WORKDIR [CODEC]
+    python bench/child.py convert-codec SOURCE_DIR WORKDIR
 
 Each runs in a fresh interpreter started by run.py, so the record decoder is chosen by that
 process's KSTORE_DECODER (the backend is picked at import) and its peak RSS is its own. Timing
@@ -359,8 +360,62 @@ def task_compact(records: str, workdir: str, codec: str = "none") -> dict:
     return out
 
 
+# ----------------------------------------------------------------------------- convert-format's codec work
+def task_convert_codec(source_dir: str, workdir: str) -> dict:
+    """convert-format (v1 gzip -> v2 zstd, convert_partition into workdir) and its codec work alone, in
+    this one process, alternately (3 rounds, best of each, wall and CPU time): the codec work is every
+    source wrapper's value gunzipped (zlib) and every converted batch's records zstd-compressed
+    (python-zstandard, level 3, one frame per batch), library calls only. The converted records come
+    from the conversion's own output: the bytes compressed are the ones convert-format compressed."""
+    import shutil
+    import zlib
+
+    import zstandard
+    from kstore_cli.codecs import ZSTD, get_codec
+    from kstore_cli.segment import decode
+    from kstore_cli.segment.convert import ConvertOptions, convert_partition
+    from kstore_cli.segment.logdir import Partition, Target
+    from kstore_cli.segment.reader import read_batches
+
+    partition = Partition(source_dir)
+    out_root = os.path.join(workdir, "convert-codec-out")
+
+    def convert() -> object:
+        shutil.rmtree(out_root, ignore_errors=True)
+        return convert_partition(Target(partition, None), ConvertOptions(2, codec=ZSTD), output_root=out_root)
+
+    convert()
+    converted = [s.log for s in Partition(os.path.join(out_root, partition.name)).segments]
+    values = []
+    for seg in partition.segments:
+        for batch in read_batches(seg.log):
+            entry = decode.decode_legacy_message(batch.buffer, 0, batch.size)
+            values.append(bytes(batch.buffer[entry[8] : entry[8] + entry[9]]))
+    bodies = [bytes(get_codec(batch.compression).decompress(batch.buffer[61:], 2))
+              for log in converted for batch in read_batches(log)]
+    compressor = zstandard.ZstdCompressor(level=3)
+
+    def codec_only() -> None:
+        for value in values:
+            zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(value)
+        for body in bodies:
+            compressor.compress(body)
+
+    best: Dict[str, float] = {}
+    for _ in range(3):
+        for name, fn in (("convert", convert), ("codec", codec_only)):
+            wall, cpu = time.perf_counter(), time.process_time()
+            fn()
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            best[name + "_wall"] = min(best.get(name + "_wall", wall), wall)
+            best[name + "_cpu"] = min(best.get(name + "_cpu", cpu), cpu)
+    shutil.rmtree(out_root, ignore_errors=True)
+    return {**{k: round(v, 4) for k, v in best.items()}, "wrappers": len(values), "batches_out": len(bodies),
+            "backend": kstore_backend()}
+
+
 TASKS = {"decode": task_decode, "scan": task_scan, "crc": task_crc, "spark": task_spark, "spark-core": task_spark_core,
-         "compact": task_compact}
+         "compact": task_compact, "convert-codec": task_convert_codec}
 
 
 def main(argv) -> int:

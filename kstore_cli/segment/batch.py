@@ -31,7 +31,7 @@ from typing import Iterator, List, Optional, Tuple
 from kstore_cli import codecs
 from kstore_cli.codecs import CODEC_NAMES, get_codec
 from kstore_cli.errors import CorruptRecordError, InvalidRecordError, KstoreError
-from kstore_cli.segment import decode
+from kstore_cli.segment import decode, encode
 from kstore_cli.segment._decode_common import (  # noqa: F401 - the wire facts' one home, re-exported
     HEADER_SIZE_UP_TO_MAGIC,
     LOG_OVERHEAD,
@@ -522,6 +522,27 @@ class RecordBatch(Batch):
             return self._buf, RECORD_BATCH_OVERHEAD
         return get_codec(codec_id).decompress(self._buf[RECORD_BATCH_OVERHEAD:], 2), 0
 
+    def record_table(self) -> tuple:
+        """The records as an :mod:`.encode` record table (what convert-format writes from, no object
+        per record; decompressed whole, within ``codecs.max_record_bytes``): same checks and errors as
+        :meth:`records`. A header key that is not strict UTF-8 is re-encoded as Kafka would (Java's
+        replacement characters), through the records."""
+        count = self.count
+        if count < 0:
+            raise self._fail(InvalidRecordError(f"Found invalid record count {count} in magic v2 batch"))
+        if count == 0:
+            return 0, b"", b"", b"", b"", b"", b""
+        log_append = self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None
+        try:
+            data, start = self._record_data()
+            records = decode.decode_v2_records(data, start, len(data), count)
+            table = encode.v2_table(data, records, self.base_offset, self.base_timestamp, log_append)
+        except KstoreError as exc:
+            raise self._fail(exc) from None
+        if table is None:
+            table = encode.spec_table(self.records())
+        return table
+
     def columns(self, key_base: int = 0, value_base: int = 0) -> tuple:
         """The records as Arrow-ready column pieces (``decode.decode_v2_columns``; decompresses first).
 
@@ -670,6 +691,26 @@ class LegacyBatch(Batch):
         data = get_codec(codec_id).decompress(self._buf[vp : vp + vl], wrapper_magic)
         log_append = self.timestamp if wrapper_magic > 0 and self.attributes & TIMESTAMP_TYPE_MASK else None
         return decode.build_legacy_records(Record, self, data, wrapper_magic, self.offset, log_append)
+
+    def record_table(self) -> tuple:
+        """The records as an :mod:`.encode` record table (what convert-format writes from, no object
+        per record): same checks and errors as :meth:`records`."""
+        (offset, _size, _crc, magic, attributes, timestamp, kp, kl, vp, vl, _msg) = self._outer_entry()
+        codec_id = attributes & COMPRESSION_MASK
+        if codec_id == 0:
+            return encode.single_table(self._buf, offset, timestamp, kp, kl, vp, vl)
+        try:
+            if codec_id == 4:
+                raise InvalidRecordError(f"Invalid wrapper compressionType found in legacy deep record iterator {magic}")
+            if magic not in (0, 1):
+                raise InvalidRecordError(f"Invalid wrapper magic found in legacy deep record iterator {magic}")
+            if vl < 0:
+                raise InvalidRecordError(f"Found invalid compressed record set with null value (magic = {magic})")
+            data = get_codec(codec_id).decompress(self._buf[vp : vp + vl], magic)
+            log_append = self.timestamp if magic > 0 and self.attributes & TIMESTAMP_TYPE_MASK else None
+            return encode.legacy_table(data, magic, self.offset, log_append)
+        except KstoreError as exc:
+            raise self._fail(exc) from None
 
     def __repr__(self) -> str:
         return (

@@ -54,6 +54,8 @@ def _zigzag32(n: int) -> int:
 
 
 def _zigzag64(n: int) -> int:
+    # Java's long arithmetic first: a timestamp delta past int64 wraps (and reads back as the timestamp).
+    n = ((n + 0x8000000000000000) & 0xFFFFFFFFFFFFFFFF) - 0x8000000000000000
     return ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
 
 

@@ -40,20 +40,27 @@ import os
 from collections import Counter
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
-from kstore_cli.codecs import CODEC_NAMES, GZIP, LZ4, NONE, ZSTD
+from kstore_cli.codecs import CODEC_NAMES, GZIP, LZ4, NONE, ZSTD, get_codec
 from kstore_cli.errors import ExitStatus, KstoreError, UsageError
-from kstore_cli.segment import fileops, names
-from kstore_cli.segment.batch import CREATE_TIME, LOG_APPEND_TIME, MAX_INT32, Batch
-from kstore_cli.segment.builder import RecordSpec, build_legacy_batch, build_v2_batch
+from kstore_cli.segment import decode, encode, fileops, names
+from kstore_cli.segment.batch import (
+    CREATE_TIME,
+    DELETE_HORIZON_FLAG,
+    LOG_APPEND_TIME,
+    MAX_INT32,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG,
+    Batch,
+    RecordBatch,
+)
+from kstore_cli.segment.builder import build_legacy_entry
 from kstore_cli.segment.logdir import Partition, Segment, Target
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.segment.snapshot import build_snapshot, read_snapshot
 from kstore_cli.segment.writer import PartitionWriter
 
 DEFAULT_BATCH_BYTES = 16 * 1024
-_V2_OVERHEAD = 61
-_V2_RECORD_OVERHEAD = 21  # DefaultRecord.MAX_RECORD_OVERHEAD
-_LEGACY_OVERHEAD = 34  # log overhead + RECORD_OVERHEAD_V1
+_V2_OVERHEAD = 61  # a group's size estimate starts at the batch header
 
 #: Loss counters, with what each one counts.
 LOSS_DESCRIPTIONS = {
@@ -168,27 +175,31 @@ Output = Tuple[Optional[bytes], Optional[int], Optional[Batch]]
 
 
 class _Group:
-    """Records waiting to become one output batch."""
+    """Records waiting to become one output batch, already encoded into its body (v2 records, or legacy
+    entries: inner entries of a wrapper when compressed)."""
 
-    __slots__ = ("key", "records", "size", "base", "last", "max_ts", "fields")
+    __slots__ = ("key", "fields", "body", "count", "size", "base", "base_ts", "last", "max_ts", "records_max_ts",
+                 "offset_base", "ts_attr", "legacy_ts")
 
-    def __init__(self, key: tuple, base: int, fields: dict) -> None:
+    def __init__(self, key: tuple, fields: dict, base: int, base_ts: int, size: int) -> None:
         self.key = key
-        self.records: List[RecordSpec] = []
-        self.size = 0
-        self.base = base
-        self.last = base
-        self.max_ts: Optional[int] = None
         self.fields = fields
-
-
-def _record_size(r: RecordSpec, to_magic: int) -> int:
-    size = (0 if r.key is None else len(r.key)) + (0 if r.value is None else len(r.value))
-    if to_magic < 2:
-        return size + _LEGACY_OVERHEAD
-    for k, v in r.headers:
-        size += len(k) + (0 if v is None else len(v)) + 10
-    return size + _V2_RECORD_OVERHEAD
+        self.body = bytearray()
+        self.count = 0
+        self.size = size
+        self.base = base
+        #: v2: the batch's base timestamp (its delete horizon when it has one, as MemoryRecordsBuilder).
+        self.base_ts = base_ts
+        self.last = base
+        #: A batch's own max timestamp (kept when whole batches are regrouped), else None.
+        self.max_ts: Optional[int] = None
+        self.records_max_ts: Optional[int] = None
+        #: Legacy: what entry offsets are relative to (a v1 wrapper's first offset, else 0), the
+        #: entries' timestamp-type attribute, and the timestamp every v1 entry carries under
+        #: LogAppendTime (None: each record's own).
+        self.offset_base = 0
+        self.ts_attr = 0
+        self.legacy_ts: Optional[int] = None
 
 
 def _is_plain_v2(batch: Batch) -> bool:
@@ -199,7 +210,9 @@ def _is_plain_v2(batch: Batch) -> bool:
 class BatchConverter:
     """Turns source batches into target batches (a builder: ``feed`` each batch, then ``flush``).
 
-    Yields outputs for :meth:`PartitionWriter.append`/``append_bytes``; counts into `stats`.
+    Records go from each source batch's record table (:mod:`.encode`) straight into the pending
+    output batch's body; yields outputs for :meth:`PartitionWriter.append`/``append_bytes``; counts
+    into `stats`.
     """
 
     def __init__(self, opts: ConvertOptions, stats: ConvertStats) -> None:
@@ -222,48 +235,51 @@ class BatchConverter:
     # ---------------------------------------------------------------- feeding
     def feed(self, batch: Batch) -> Iterator[Output]:
         opts = self.opts
-        t = opts.to_magic
         stats = self.stats
         stats.batches_in += 1
         stats.bytes_in += batch.size
         codec = batch.compression
         out_codec = codec if opts.codec is None else opts.codec
         if batch.magic >= 2:
-            count = batch.count
-            stats.records_in += max(count, 0)
-            if t == 2:
-                if batch.is_control or count <= 0 or (out_codec == codec and not (opts.regroup and _is_plain_v2(batch))):
-                    yield from self._copy(batch, count)
-                    return
-                yield from self._v2_to_v2(batch, out_codec)
-                return
-            # down-conversion (RecordsUtil.downConvert)
-            if batch.is_control:
-                self._lose("controlBatches", 1, batch)
-                try:
-                    if any(r.control is not None and r.control.type_id == 0 for r in batch.records()):
-                        self._lose("abortMarkers", 1, batch)
-                except KstoreError:
-                    pass
-                return
-            if count <= 0:
-                self._lose("emptyBatches", 1, batch)
-                return
-            if out_codec == ZSTD:
-                raise UsageError(
-                    "zstd-compressed batches cannot be written as magic v0/v1; choose a codec with --compression",
-                    path=batch.path, position=batch.position)
-            yield from self._v2_to_legacy(batch, out_codec)
+            yield from self._feed_v2(batch, codec, out_codec)
             return
         # legacy source
-        if t == batch.magic and out_codec == codec and not opts.regroup:
-            records = 1 if codec == NONE else len(batch.records())
+        if opts.to_magic == batch.magic and out_codec == codec and not opts.regroup:
+            records = 1 if codec == NONE else batch.record_table()[0]
             stats.records_in += records
             yield from self._copy(batch, records)
             return
-        records = batch.records()
-        stats.records_in += len(records)
-        yield from self._legacy_to(batch, records, out_codec)
+        table = batch.record_table()
+        stats.records_in += table[0]
+        yield from self._legacy_to(batch, table, out_codec)
+
+    def _feed_v2(self, batch: Batch, codec: int, out_codec: int) -> Iterator[Output]:
+        count = batch.count
+        self.stats.records_in += max(count, 0)
+        if self.opts.to_magic == 2:
+            if batch.is_control or count <= 0 or (
+                    out_codec == codec and not (self.opts.regroup and _is_plain_v2(batch))):
+                yield from self._copy(batch, count)
+                return
+            yield from self._v2_to_v2(batch, out_codec)
+            return
+        # down-conversion (RecordsUtil.downConvert)
+        if batch.is_control:
+            self._lose("controlBatches", 1, batch)
+            try:
+                if any(r.control is not None and r.control.type_id == 0 for r in batch.records()):
+                    self._lose("abortMarkers", 1, batch)
+            except KstoreError:
+                pass
+            return
+        if count <= 0:
+            self._lose("emptyBatches", 1, batch)
+            return
+        if out_codec == ZSTD:
+            raise UsageError(
+                "zstd-compressed batches cannot be written as magic v0/v1; choose a codec with --compression",
+                path=batch.path, position=batch.position)
+        yield from self._v2_to_legacy(batch, out_codec)
 
     def _copy(self, batch: Batch, records: int) -> Iterator[Output]:
         yield from self.flush()
@@ -273,7 +289,7 @@ class BatchConverter:
         yield None, None, batch
 
     def _v2_to_v2(self, batch: Batch, out_codec: int) -> Iterator[Output]:
-        records = [RecordSpec.of(r) for r in batch.records()]
+        table = batch.record_table()
         fields = dict(
             timestamp_type=batch.timestamp_type,
             log_append_time=batch.max_timestamp if batch.timestamp_type == LOG_APPEND_TIME else None,
@@ -283,16 +299,19 @@ class BatchConverter:
         )
         if self.opts.regroup and _is_plain_v2(batch):
             key = (2, out_codec, batch.timestamp_type, fields["log_append_time"], batch.partition_leader_epoch)
-            yield from self._add_whole(key, fields, records, batch.base_offset, batch.last_offset, batch.max_timestamp)
+            yield from self._add_whole(key, fields, table, batch.base_offset, batch.last_offset, batch.max_timestamp)
             return
         yield from self.flush()
-        yield self._emit_v2(records, out_codec, fields, batch.base_offset, batch.last_offset, batch.max_timestamp)
+        g = self._new_group((2, out_codec), fields, table, 0, batch.base_offset)
+        self._encode(g, table, 0, table[0])
+        g.last = batch.last_offset
+        g.max_ts = batch.max_timestamp
+        yield self._emit(g)
 
     def _v2_to_legacy(self, batch: Batch, out_codec: int) -> Iterator[Output]:
         t = self.opts.to_magic
-        src = batch.records()
-        with_headers = sum(1 for r in src if r.headers)
-        self._lose("headers", with_headers, batch)
+        table = batch.record_table()
+        self._lose("headers", encode.records_with_headers(table), batch)
         if batch.producer_id >= 0 or batch.producer_epoch >= 0 or batch.base_sequence >= 0:
             self._lose("producerFields", 1, batch)
         if batch.is_transactional:
@@ -301,78 +320,116 @@ class BatchConverter:
             self._lose("leaderEpochs", 1, batch)
         if batch.has_delete_horizon:
             self._lose("deleteHorizons", 1, batch)
-        if src[0].offset != batch.base_offset or src[-1].offset != batch.last_offset:
+        first, last = encode.table_offset(table, 0), encode.table_offset(table, table[0] - 1)
+        if first != batch.base_offset or last != batch.last_offset:
             self._lose("offsetRanges", 1, batch)
-        records = [RecordSpec(r.offset, r.timestamp, r.key, r.value) for r in src]
         if t == 0:
-            self._lose("timestamps", sum(1 for r in records if r.timestamp >= 0), batch)
+            self._lose("timestamps", encode.timestamps_set(table), batch)
             if batch.timestamp_type == LOG_APPEND_TIME:
                 self._lose("timestampTypes", 1, batch)
         ts_type = batch.timestamp_type
         lat = batch.max_timestamp if ts_type == LOG_APPEND_TIME else None
         if out_codec != NONE and self.opts.regroup:
             key = (t, out_codec, ts_type if t else None, lat if t else None)
-            yield from self._add_whole(key, dict(timestamp_type=ts_type, log_append_time=lat), records,
-                                       records[0].offset, records[-1].offset, None)
+            yield from self._add_whole(key, dict(timestamp_type=ts_type, log_append_time=lat), table, first, last, None)
             return
         yield from self.flush()
-        yield self._emit_legacy(records, out_codec, ts_type, lat)
+        yield from self._emit_legacy_table(table, out_codec, ts_type, lat)
 
-    def _legacy_to(self, batch: Batch, src, out_codec: int) -> Iterator[Output]:
+    def _legacy_to(self, batch: Batch, table: tuple, out_codec: int) -> Iterator[Output]:
         t = self.opts.to_magic
-        records = [RecordSpec(r.offset, r.timestamp, r.key, r.value) for r in src]
         if batch.magic == 0:
             ts_type, lat = CREATE_TIME, None
         else:
             ts_type = batch.timestamp_type
             lat = batch.max_timestamp if ts_type == LOG_APPEND_TIME else None
             if t == 0:
-                self._lose("timestamps", sum(1 for r in records if r.timestamp >= 0), batch)
+                self._lose("timestamps", encode.timestamps_set(table), batch)
                 if ts_type == LOG_APPEND_TIME:
                     self._lose("timestampTypes", 1, batch)
         if t == 2:
             key = (2, out_codec, ts_type, lat, -1)
             yield from self._add_records(key, dict(timestamp_type=ts_type, log_append_time=lat,
-                                                   partition_leader_epoch=-1), records)
+                                                   partition_leader_epoch=-1), table)
             return
         if out_codec != NONE and self.opts.regroup:
             key = (t, out_codec, ts_type if t else None, lat if t else None)
-            yield from self._add_records(key, dict(timestamp_type=ts_type, log_append_time=lat), records)
+            yield from self._add_records(key, dict(timestamp_type=ts_type, log_append_time=lat), table)
             return
         yield from self.flush()
-        yield self._emit_legacy(records, out_codec, ts_type, lat)
+        yield from self._emit_legacy_table(table, out_codec, ts_type, lat)
+
+    def _emit_legacy_table(self, table: tuple, codec: int, ts_type: int, lat: Optional[int]) -> Iterator[Output]:
+        """One source batch's records as legacy entries (one wrapper when compressed)."""
+        g = self._new_group((self.opts.to_magic, codec), dict(timestamp_type=ts_type, log_append_time=lat), table, 0,
+                            encode.table_offset(table, 0))
+        self._encode(g, table, 0, table[0])
+        yield self._emit(g)
 
     # ---------------------------------------------------------------- grouping
-    def _add_records(self, key: tuple, fields: dict, records: Sequence[RecordSpec]) -> Iterator[Output]:
-        """Add records one by one (legacy sources: no batch range to keep)."""
+    def _new_group(self, key: tuple, fields: dict, table: tuple, start: int, base: int) -> _Group:
+        """A group (key[1]: its codec) at base offset `base` whose first record is the table's `start`."""
+        t = self.opts.to_magic
+        dh = fields.get("delete_horizon_ms")
+        base_ts = dh if dh is not None else encode.table_timestamp(table, start)
+        g = _Group(key, fields, base, base_ts, _V2_OVERHEAD if t == 2 else 0)
+        if t < 2:
+            # MemoryRecordsBuilder: v1 inner offsets relative to the wrapper's first, v0 absolute.
+            g.offset_base = base if (t == 1 and key[1] != NONE) else 0
+            if t == 1 and fields["timestamp_type"] == LOG_APPEND_TIME:
+                g.ts_attr = TIMESTAMP_TYPE_MASK
+                g.legacy_ts = fields["log_append_time"]
+        return g
+
+    def _encode(self, g: _Group, table: tuple, start: int, stop: int) -> None:
+        t = self.opts.to_magic
+        if t == 2:
+            m = encode.encode_v2(g.body, table, start, stop, g.base, g.base_ts)
+        else:
+            m = encode.encode_legacy(g.body, table, start, stop, t, g.ts_attr, g.offset_base, g.legacy_ts)
+        g.records_max_ts = m if g.records_max_ts is None else max(g.records_max_ts, m)
+        g.count += stop - start
+        g.last = encode.table_offset(table, stop - 1)
+
+    def _add_records(self, key: tuple, fields: dict, table: tuple) -> Iterator[Output]:
+        """Add records one by one (legacy sources: no batch range to keep), each joining the pending
+        group while it stays under the group bytes and within an int32 offset delta."""
         limit = self.opts.group_bytes
         t = self.opts.to_magic
-        for r in records:
-            size = _record_size(r, t)
+        n = table[0]
+        i = 0
+        while i < n:
             g = self._group
-            if g is not None and (g.key != key or g.size + size > limit or r.offset - g.base > MAX_INT32):
+            if g is not None and g.key != key:
                 yield from self.flush()
                 g = None
-            if g is None:
-                g = self._group = _Group(key, r.offset, fields)
-                g.size = _V2_OVERHEAD if t == 2 else 0
-            g.records.append(r)
-            g.size += size
-            g.last = r.offset
+            fresh = g is None
+            if fresh:
+                g = self._group = self._new_group(key, fields, table, i, encode.table_offset(table, i))
+            if t == 2:
+                stop, g.size, max_ts, last = encode.add_v2(g.body, table, i, g.base, g.base_ts, g.size, limit, fresh)
+            else:
+                stop, g.size, max_ts, last = encode.add_legacy(g.body, table, i, t, g.ts_attr, g.offset_base,
+                                                               g.legacy_ts, g.base, g.size, limit, fresh)
+            if stop == i:
+                yield from self.flush()
+                continue
+            g.records_max_ts = max_ts if g.records_max_ts is None else max(g.records_max_ts, max_ts)
+            g.count += stop - i
+            g.last = last
+            i = stop
 
-    def _add_whole(self, key: tuple, fields: dict, records: List[RecordSpec], base: int, last: int,
+    def _add_whole(self, key: tuple, fields: dict, table: tuple, base: int, last: int,
                    max_ts: Optional[int]) -> Iterator[Output]:
         """Add a whole batch's records, keeping its offset range and max timestamp."""
-        t = self.opts.to_magic
-        size = sum(_record_size(r, t) for r in records)
+        size = encode.table_size(table, self.opts.to_magic)
         g = self._group
         if g is not None and (g.key != key or g.size + size > self.opts.group_bytes or last - g.base > MAX_INT32):
             yield from self.flush()
             g = None
         if g is None:
-            g = self._group = _Group(key, base, fields)
-            g.size = _V2_OVERHEAD if t == 2 else 0
-        g.records.extend(records)
+            g = self._group = self._new_group(key, fields, table, 0, base)
+        self._encode(g, table, 0, table[0])
         g.size += size
         g.last = last
         if max_ts is not None:
@@ -384,30 +441,57 @@ class BatchConverter:
         if g is None:
             return
         self._group = None
-        codec = g.key[1]
-        if self.opts.to_magic == 2:
-            yield self._emit_v2(g.records, codec, g.fields, g.base, g.last, g.max_ts)
-        else:
-            yield self._emit_legacy(g.records, codec, g.fields["timestamp_type"], g.fields["log_append_time"])
+        yield self._emit(g)
 
     # ---------------------------------------------------------------- building
-    def _emit_v2(self, records: List[RecordSpec], codec: int, fields: dict, base: int, last: int,
-                 max_ts: Optional[int]) -> Output:
-        data = build_v2_batch(records, base_offset=base, last_offset_delta=last - base, codec=codec,
-                              compression_level=self.opts.level, max_timestamp=max_ts, **fields)
+    def _emit(self, g: _Group) -> Output:
+        return self._emit_v2(g) if self.opts.to_magic == 2 else self._emit_legacy(g)
+
+    def _emit_v2(self, g: _Group) -> Output:
+        """MemoryRecordsBuilder's batch: the body compressed once, the header and its CRC-32C."""
+        f = g.fields
+        codec = g.key[1]
+        lat = f.get("log_append_time")
+        ts_type = f.get("timestamp_type", CREATE_TIME)
+        if g.max_ts is not None:
+            max_ts = g.max_ts
+        elif ts_type == LOG_APPEND_TIME and lat is not None:
+            max_ts = lat
+        else:
+            max_ts = g.records_max_ts
+        body = get_codec(codec).compress(bytes(g.body), 2, self.opts.level) if codec else g.body
+        attributes = (codec & 0x07) | (TIMESTAMP_TYPE_MASK if ts_type == LOG_APPEND_TIME else 0)
+        attributes |= (TRANSACTIONAL_FLAG if f.get("is_transactional") else 0)
+        attributes |= (DELETE_HORIZON_FLAG if f.get("delete_horizon_ms") is not None else 0)
+        data = encode.v2_batch(body, g.count, base_offset=g.base, last_offset_delta=g.last - g.base,
+                               attributes=attributes, base_timestamp=g.base_ts, max_timestamp=max_ts,
+                               partition_leader_epoch=f.get("partition_leader_epoch", -1),
+                               producer_id=f.get("producer_id", -1), producer_epoch=f.get("producer_epoch", -1),
+                               base_sequence=f.get("base_sequence", -1))
         self.stats.batches_out += 1
-        self.stats.records_out += len(records)
-        return data, base, None
+        self.stats.records_out += g.count
+        # Handed to the writer framed (one native call), not as bytes it would frame again.
+        framed = decode.frame_batches(RecordBatch, data, 0, len(data), 1, False, None)[0]
+        return None, g.base, framed[0]
 
-    def _emit_legacy(self, records: List[RecordSpec], codec: int, ts_type: int, lat: Optional[int]) -> Output:
+    def _emit_legacy(self, g: _Group) -> Output:
+        """Plain entries, or one wrapper of them (offset: its last record; timestamp: the largest, or
+        the append time)."""
         t = self.opts.to_magic
-        data = build_legacy_batch(records, magic=t, codec=codec, compression_level=self.opts.level,
-                                  timestamp_type=ts_type if t == 1 else CREATE_TIME,
-                                  log_append_time=lat if t == 1 else None)
-        self.stats.batches_out += len(records) if codec == NONE else 1
-        self.stats.records_out += len(records)
-        return data, records[0].offset, None
-
+        codec = g.key[1]
+        self.stats.batches_out += g.count if codec == NONE else 1
+        self.stats.records_out += g.count
+        if codec == NONE:
+            return bytes(g.body), g.base, None
+        ts_attr = g.ts_attr
+        if t == 0:
+            wrapper_ts = -1
+        elif g.legacy_ts is not None:
+            wrapper_ts = g.legacy_ts
+        else:
+            wrapper_ts = g.records_max_ts
+        compressed = get_codec(codec).compress(bytes(g.body), t, self.opts.level)
+        return build_legacy_entry(g.last, t, (codec & 0x07) | ts_attr, wrapper_ts, None, compressed), g.base, None
 
 def convert_batches(batches, opts: ConvertOptions, stats: Optional[ConvertStats] = None) -> Iterator[Output]:
     """Convert an iterable of batches (one segment's worth: the pending group is flushed at the end)."""
@@ -490,125 +574,23 @@ def convert_partition(
     partition is written to ``<output_root>/<partition name>/`` (which must hold no segments), with
     its snapshots, leader-epoch checkpoint and partition.metadata. `dry_run` writes nothing.
     """
-    from kstore_cli.segment import swap
-    from kstore_cli.segment.recovery import state_at_segment
-
-    partition = target.partition
     in_place = output_root is None
-    if in_place:
-        report = swap.resolve_leftovers(partition.path, dry_run=dry_run)
-        if report.changed and not dry_run:
-            partition = Partition(partition.path)
-            target = Target(partition, target.only)
-    else:
-        report = None
-        if any(p.endswith(names.SWAP_SUFFIX) for p in partition.leftovers):
-            raise UsageError("the partition holds .swap files of an interrupted replacement; let a broker (or "
-                             "kstore convert-format --in-place) resolve them first", path=partition.path)
+    target, report = _resolve_leftovers(target, in_place, dry_run)
+    partition = target.partition
     segments = target.segments
     dest = partition.path if in_place else os.path.join(os.path.abspath(output_root), partition.name)
     result = PartitionResult(partition, dest)
     result.leftovers = report
-    stats = result.stats
-    stats.segments_in = len(segments)
+    result.stats.segments_in = len(segments)
     is_whole = target.only is None
-    last_of_partition = bool(segments) and segments[-1] is partition.segments[-1]
-
     if opts.strict and opts.to_magic < 2 and is_whole:
-        for path in sorted(partition.snapshots.values()):
-            try:
-                has = bool(read_snapshot(path).producers)
-            except KstoreError:
-                has = True
-            if has:
-                raise LossyConversionError(
-                    f"--strict: converting to magic {opts.to_magic} would lose information: "
-                    f"{LOSS_DESCRIPTIONS['producerSnapshots']}", path=path)
-
+        _refuse_lossy_snapshots(partition, opts)
     if in_place and not dry_run and not needs_conversion(segments, opts):
-        result.status = "unchanged"
-        for seg in segments:
-            for batch in read_batches(seg.log):
-                stats.batches_in += 1
-                stats.batches_out += 1
-                stats.unchanged_batches += 1
-                stats.bytes_in += batch.size
-                n = batch.count if batch.magic >= 2 else (1 if not batch.compression else len(batch.records()))
-                stats.records_in += n
-                stats.records_out += n
-        stats.bytes_out = stats.bytes_in
-        stats.segments_out = len(segments)
-        if opts.to_magic < 2 and is_whole:
-            for path, data in _empty_snapshots(sorted(partition.snapshots.values()), stats):
-                fileops.atomic_write(path, data)
-        if progress is not None:
-            progress(sum(os.path.getsize(s.log) for s in segments))
+        _count_unchanged(result, segments, opts, is_whole, progress)
         return result
-
     if not in_place and not dry_run:
-        fileops.make_dirs(dest)
-        swap.resolve_leftovers(dest)  # our own .cleaned files of an earlier, interrupted run
-        existing = Partition(dest)
-        if existing.segments:
-            raise UsageError("the output partition directory already holds segments; remove it first", path=dest)
-
-    writer = PartitionWriter(
-        None if dry_run else dest,
-        segment_bytes=opts.segment_bytes,
-        index_interval_bytes=opts.index_interval_bytes,
-        txn_state=(lambda: state_at_segment(partition, segments[0])) if segments else None,
-    )
-    converter = BatchConverter(opts, stats)
-    old_next = None
-    # The first new segment keeps the first old base offset (an interrupted swap resolves only then).
-    pending_start = segments[0].base_offset if segments else None
-    try:
-        for i, seg in enumerate(segments):
-            mtime = os.path.getmtime(seg.log)
-            if opts.segment_bytes is None and writer.current_base_offset is not None:
-                pending_start = seg.base_offset
-            seg_next = seg.base_offset
-            reported = 0
-
-            def emit(outputs):
-                nonlocal pending_start
-                for data, first, batch in outputs:
-                    if pending_start is not None:
-                        writer.start_segment(pending_start, mtime=mtime)
-                        pending_start = None
-                    if batch is not None:
-                        writer.append(batch, first)
-                    else:
-                        writer.append_bytes(data, first)
-
-            writer.set_mtime(mtime)
-            for batch in read_batches(seg.log):
-                seg_next = batch.last_offset + 1
-                emit(converter.feed(batch))
-                if progress is not None and batch.position + batch.size - reported >= (4 << 20):
-                    progress(batch.position + batch.size - reported)
-                    reported = batch.position + batch.size
-            emit(converter.flush())
-            if pending_start is not None and i == len(segments) - 1:
-                writer.start_segment(pending_start, mtime=mtime)  # keep an empty last segment
-                pending_start = None
-            old_next = seg_next
-            if progress is not None:
-                progress(os.path.getsize(seg.log) - reported)
-        if segments and last_of_partition and old_next is not None:
-            nxt = writer.next_offset
-            if nxt is None or nxt < old_next:
-                if writer.current_base_offset is None or writer.current_base_offset < old_next:
-                    writer.start_segment(old_next, mtime=os.path.getmtime(segments[-1].log))
-                    result.empty_tail_segment = old_next
-        new = writer.close()
-    except BaseException:
-        if not dry_run:
-            writer.abort()
-        raise
-    stats.segments_out = len(new)
-    stats.bytes_out = writer.bytes_written
-    result.new_segments = [s.base_offset for s in new]
+        _prepare_output_dir(dest)
+    new, old_next, writer = _write_segments(result, target, opts, None if dry_run else dest, progress)
     if dry_run:
         result.status = "would convert"
         return result
@@ -617,46 +599,209 @@ def convert_partition(
         if not new:
             result.status = "unchanged"
             return result
-        emptied = dict(_empty_snapshots(snapshots, stats)) if opts.to_magic < 2 else {}
-        # Snapshots inside the swapped range go through the swap with the segments: a broker (or a
-        # rerun) completing an interrupted swap deletes every other file in that range.
-        low, high = new[0].base_offset, max(s.next_offset for s in new)
-        in_range = [p for o, p in sorted(partition.snapshots.items()) if low <= o < high]
-        extra: List[str] = []
-        try:
-            for path in in_range:
-                swap.stage_extra(path, extra, emptied.get(path))
-            swap.replace_segments(dest, result.new_segments, segments,
-                                  old_next_offset=old_next if last_of_partition else None,
-                                  new_next_offset=new[-1].next_offset if last_of_partition else None,
-                                  extra=extra)
-        except KstoreError:
-            # Failed before the swap began (a full disk, a permission error): remove every new file,
-            # leaving the partition as it was. Once a .swap exists, the state is the one a crash at
-            # that step leaves, which the next run (or a broker) resolves; deleting .cleaned files
-            # then would turn a rollback into a partial completion.
-            cleaned = extra + [p for s in new for p in s.files]
-            if not any(os.path.exists(p[: -len(names.CLEANED_SUFFIX)] + names.SWAP_SUFFIX) for p in cleaned):
-                for path in extra:
-                    fileops.unlink(path)
-                writer.abort()
-            raise
-        for path, data in emptied.items():
-            if path not in in_range:
-                fileops.atomic_write(path, data)
+        last_of_partition = bool(segments) and segments[-1] is partition.segments[-1]
+        _install_in_place(result, writer, new, segments, snapshots, opts, old_next if last_of_partition else None)
     else:
-        if new:
-            swap.replace_segments(dest, result.new_segments, [])
-        emptied = dict(_empty_snapshots(snapshots, stats)) if opts.to_magic < 2 else {}
-        for path in snapshots:
-            dst = os.path.join(dest, os.path.basename(path))
-            if path in emptied:
-                fileops.atomic_write(dst, emptied[path])
-            else:
-                fileops.copy_file(path, dst)
-        for path in partition.other_files:
-            fileops.copy_file(path, os.path.join(dest, os.path.basename(path)))
+        _install_in_mirror(result, new, snapshots, opts)
     return result
+
+
+def _resolve_leftovers(target: Target, in_place: bool, dry_run: bool) -> tuple:
+    """(target, leftover report): in place, an interrupted run's leftovers are resolved first (a
+    changed partition is read again); a mirror's source must not hold .swap files."""
+    from kstore_cli.segment import swap
+
+    partition = target.partition
+    if not in_place:
+        if any(p.endswith(names.SWAP_SUFFIX) for p in partition.leftovers):
+            raise UsageError("the partition holds .swap files of an interrupted replacement; let a broker (or "
+                             "kstore convert-format --in-place) resolve them first", path=partition.path)
+        return target, None
+    report = swap.resolve_leftovers(partition.path, dry_run=dry_run)
+    if report.changed and not dry_run:
+        target = Target(Partition(partition.path), target.only)
+    return target, report
+
+
+def _refuse_lossy_snapshots(partition: Partition, opts: ConvertOptions) -> None:
+    """--strict down to v0/v1: a snapshot holding producers would be emptied."""
+    for path in sorted(partition.snapshots.values()):
+        try:
+            has = bool(read_snapshot(path).producers)
+        except KstoreError:
+            has = True
+        if has:
+            raise LossyConversionError(
+                f"--strict: converting to magic {opts.to_magic} would lose information: "
+                f"{LOSS_DESCRIPTIONS['producerSnapshots']}", path=path)
+
+
+def _count_unchanged(result: PartitionResult, segments: Sequence[Segment], opts: ConvertOptions, is_whole: bool,
+                     progress: Optional[Callable[[int], None]]) -> None:
+    """Already in the target format: count every batch as unchanged (snapshots still emptied for v0/v1)."""
+    result.status = "unchanged"
+    stats = result.stats
+    for seg in segments:
+        for batch in read_batches(seg.log):
+            stats.batches_in += 1
+            stats.batches_out += 1
+            stats.unchanged_batches += 1
+            stats.bytes_in += batch.size
+            n = batch.count if batch.magic >= 2 else (1 if not batch.compression else len(batch.records()))
+            stats.records_in += n
+            stats.records_out += n
+    stats.bytes_out = stats.bytes_in
+    stats.segments_out = len(segments)
+    if opts.to_magic < 2 and is_whole:
+        for path, data in _empty_snapshots(sorted(result.partition.snapshots.values()), stats):
+            fileops.atomic_write(path, data)
+    if progress is not None:
+        progress(sum(os.path.getsize(s.log) for s in segments))
+
+
+def _prepare_output_dir(dest: str) -> None:
+    from kstore_cli.segment import swap
+
+    fileops.make_dirs(dest)
+    swap.resolve_leftovers(dest)  # our own .cleaned files of an earlier, interrupted run
+    if Partition(dest).segments:
+        raise UsageError("the output partition directory already holds segments; remove it first", path=dest)
+
+
+def _write_segments(result: PartitionResult, target: Target, opts: ConvertOptions, dest: Optional[str],
+                    progress: Optional[Callable[[int], None]]) -> tuple:
+    """Convert the target's segments into new ones (none written when dest is None): (new segments,
+    the old log end offset, the closed writer). The writer's files are removed on any error."""
+    from kstore_cli.segment.recovery import state_at_segment
+
+    partition, segments = target.partition, target.segments
+    writer = PartitionWriter(
+        dest,
+        segment_bytes=opts.segment_bytes,
+        index_interval_bytes=opts.index_interval_bytes,
+        txn_state=(lambda: state_at_segment(partition, segments[0])) if segments else None,
+    )
+    try:
+        old_next = _SegmentCopier(writer, BatchConverter(opts, result.stats), opts, progress).run(segments)
+        if segments and segments[-1] is partition.segments[-1] and old_next is not None:
+            nxt = writer.next_offset
+            if nxt is None or nxt < old_next:
+                if writer.current_base_offset is None or writer.current_base_offset < old_next:
+                    writer.start_segment(old_next, mtime=os.path.getmtime(segments[-1].log))
+                    result.empty_tail_segment = old_next
+        new = writer.close()
+    except BaseException:
+        if dest is not None:
+            writer.abort()
+        raise
+    result.stats.segments_out = len(new)
+    result.stats.bytes_out = writer.bytes_written
+    result.new_segments = [s.base_offset for s in new]
+    return new, old_next, writer
+
+
+class _SegmentCopier:
+    """Feeds each source segment's batches through the converter into the writer, segment by segment."""
+
+    def __init__(self, writer: PartitionWriter, converter: BatchConverter, opts: ConvertOptions,
+                 progress: Optional[Callable[[int], None]]) -> None:
+        self.writer = writer
+        self.converter = converter
+        self.opts = opts
+        self.progress = progress
+        self.pending_start: Optional[int] = None
+        self.mtime: Optional[float] = None
+
+    def run(self, segments: Sequence[Segment]) -> Optional[int]:
+        """Returns the source's next offset after its last segment (None without segments)."""
+        writer, progress = self.writer, self.progress
+        # The first new segment keeps the first old base offset (an interrupted swap resolves only then).
+        self.pending_start = segments[0].base_offset if segments else None
+        old_next = None
+        for i, seg in enumerate(segments):
+            self.mtime = os.path.getmtime(seg.log)
+            if self.opts.segment_bytes is None and writer.current_base_offset is not None:
+                self.pending_start = seg.base_offset
+            seg_next = seg.base_offset
+            reported = 0
+            writer.set_mtime(self.mtime)
+            for batch in read_batches(seg.log):
+                seg_next = batch.last_offset + 1
+                self.emit(self.converter.feed(batch))
+                if progress is not None and batch.position + batch.size - reported >= (4 << 20):
+                    progress(batch.position + batch.size - reported)
+                    reported = batch.position + batch.size
+            self.emit(self.converter.flush())
+            if self.pending_start is not None and i == len(segments) - 1:
+                writer.start_segment(self.pending_start, mtime=self.mtime)  # keep an empty last segment
+                self.pending_start = None
+            old_next = seg_next
+            if progress is not None:
+                progress(os.path.getsize(seg.log) - reported)
+        return old_next
+
+    def emit(self, outputs: Iterator[Output]) -> None:
+        writer = self.writer
+        for data, first, batch in outputs:
+            if self.pending_start is not None:
+                writer.start_segment(self.pending_start, mtime=self.mtime)
+                self.pending_start = None
+            if batch is not None:
+                writer.append(batch, first)
+            else:
+                writer.append_bytes(data, first)
+
+
+def _install_in_place(result: PartitionResult, writer: PartitionWriter, new: list, segments: Sequence[Segment], snapshots: List[str],
+                      opts: ConvertOptions, old_next: Optional[int]) -> None:
+    """Swap the new segments in (Kafka's protocol), the snapshots inside their range with them.
+    `old_next`: the old log end offset when the last segment was converted, else None."""
+    from kstore_cli.segment import swap
+
+    partition, dest, stats = result.partition, result.destination, result.stats
+    emptied = dict(_empty_snapshots(snapshots, stats)) if opts.to_magic < 2 else {}
+    # Snapshots inside the swapped range go through the swap with the segments: a broker (or a
+    # rerun) completing an interrupted swap deletes every other file in that range.
+    low, high = new[0].base_offset, max(s.next_offset for s in new)
+    in_range = [p for o, p in sorted(partition.snapshots.items()) if low <= o < high]
+    extra: List[str] = []
+    try:
+        for path in in_range:
+            swap.stage_extra(path, extra, emptied.get(path))
+        swap.replace_segments(dest, result.new_segments, segments, old_next_offset=old_next,
+                              new_next_offset=None if old_next is None else new[-1].next_offset, extra=extra)
+    except KstoreError:
+        # Failed before the swap began (a full disk, a permission error): remove every new file,
+        # leaving the partition as it was. Once a .swap exists, the state is the one a crash at
+        # that step leaves, which the next run (or a broker) resolves; deleting .cleaned files
+        # then would turn a rollback into a partial completion.
+        cleaned = extra + [p for s in new for p in s.files]
+        if not any(os.path.exists(p[: -len(names.CLEANED_SUFFIX)] + names.SWAP_SUFFIX) for p in cleaned):
+            for path in extra:
+                fileops.unlink(path)
+            writer.abort()
+        raise
+    for path, data in emptied.items():
+        if path not in in_range:
+            fileops.atomic_write(path, data)
+
+
+def _install_in_mirror(result: PartitionResult, new: list, snapshots: List[str], opts: ConvertOptions) -> None:
+    """Rename the new segments into the mirror and copy the partition's other files beside them."""
+    from kstore_cli.segment import swap
+
+    dest = result.destination
+    if new:
+        swap.replace_segments(dest, result.new_segments, [])
+    emptied = dict(_empty_snapshots(snapshots, result.stats)) if opts.to_magic < 2 else {}
+    for path in snapshots:
+        dst = os.path.join(dest, os.path.basename(path))
+        if path in emptied:
+            fileops.atomic_write(dst, emptied[path])
+        else:
+            fileops.copy_file(path, dst)
+    for path in result.partition.other_files:
+        fileops.copy_file(path, os.path.join(dest, os.path.basename(path)))
 
 
 def copy_data_dir_files(data_dir: str, output_root: str) -> List[str]:
