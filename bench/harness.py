@@ -157,17 +157,20 @@ def child_env(kstore_src: Optional[str], decoder: Optional[str]) -> Dict[str, st
 def kstore_startup(env: Dict[str, str], runs: int = 3) -> dict:
     """`kstore --version` in a fresh child: the active record decoder and the best start-up wall time
     (interpreter, kstore and its commands imported), subtracted from command timings."""
-    best = None
+    best = cpu = None
     text = ""
     res = None
     for _ in range(runs):
         res = run_child(kstore_cmd("--version"), env)
         best = res.wall if best is None else min(best, res.wall)
+        if res.cpu is not None:
+            cpu = res.cpu if cpu is None else min(cpu, res.cpu)
     proc = subprocess.run(kstore_cmd("--version"), env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
     text = proc.stdout.strip()
     m = re.search(r"record decoder: ([^)]+)\)", text)
     return {"version_text": text or proc.stderr.strip()[-200:], "backend": m.group(1).strip() if m else None,
-            "startup_seconds": best, "startup_rss_mb": res.rss_mb if res else None, "ok": proc.returncode == 0}
+            "startup_seconds": best, "startup_cpu_seconds": cpu, "startup_rss_mb": res.rss_mb if res else None,
+            "ok": proc.returncode == 0}
 
 
 # ----------------------------------------------------------------------------- the machine

@@ -201,3 +201,20 @@ def test_backend_switch_turns_the_native_formatter_off() -> None:
     env = dict(os.environ, KSTORE_DECODER="python")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "True"
+
+
+def test_utf8_out_only_over_a_plain_utf8_stream() -> None:
+    """Bytes go straight to a buffered UTF-8 TextIOWrapper's buffer; text keeps the stream's error handler
+    (a file name with surrogate-escaped bytes prints as the wrapper would print it)."""
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="UTF8", errors="backslashreplace", newline="")
+    stream.write("first ")
+    out = dumplog._Utf8Out.over(stream)
+    assert out is not None
+    out.write("Dumping /d/\udcff.log\n")
+    out.write_bytes("é\n".encode())
+    out.flush()
+    assert raw.getvalue() == "first Dumping /d/\\udcff.log\né\n".encode()
+    assert dumplog._Utf8Out.over(io.StringIO()) is None
+    assert dumplog._Utf8Out.over(io.TextIOWrapper(io.BytesIO(), encoding="latin-1")) is None
+    assert dumplog._Utf8Out.over(io.TextIOWrapper(io.BytesIO(), encoding="utf-8", line_buffering=True)) is None
