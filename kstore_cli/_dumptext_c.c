@@ -66,14 +66,28 @@ static inline void put(Out *o, const char *s, size_t n) {
 }
 #define PUT_LIT(o, s) put((o), (s), sizeof(s) - 1)
 
+static const char digit_pairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* Decimal, two digits per division (a line holds five numbers, timestamps of 13 digits). */
 static inline void put_i64(Out *o, int64_t v) {
     char tmp[24];
     int i = 24;
     uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    do {
-        tmp[--i] = (char)('0' + (int)(u % 10));
-        u /= 10;
-    } while (u);
+    while (u >= 100) {
+        unsigned d = (unsigned)(u % 100);
+        u /= 100;
+        i -= 2;
+        memcpy(tmp + i, digit_pairs + 2 * d, 2);
+    }
+    if (u >= 10) {
+        i -= 2;
+        memcpy(tmp + i, digit_pairs + 2 * u, 2);
+    } else {
+        tmp[--i] = (char)('0' + (int)u);
+    }
     if (v < 0) tmp[--i] = '-';
     put(o, tmp + i, (size_t)(24 - i));
 }
