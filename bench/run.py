@@ -128,7 +128,7 @@ class Suite:
             note: str = "", detail: Optional[dict] = None) -> dict:
         if detail and detail.get("too_short"):
             met = None
-            note = "too short to time (within start-up noise; raise --segment-mib); " + note
+            note = "too short to time (within start-up noise; raise --segment-mib or --dump-mib); " + note
         row = {"id": row_id, "group": row_id.split(":")[0], "decoder": decoder, "figure": figure, "unit": unit,
                "target": target, "met": met, "peers": peers or {}, "ratios": ratios or {},
                "peak_rss_mb": None if rss_mb is None else round(rss_mb, 1),
