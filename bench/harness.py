@@ -21,16 +21,19 @@ RESULT_PREFIX = "BENCH-RESULT "
 
 
 class ChildResult:
-    """One finished child: exit status, wall seconds, peak RSS (MiB), its result line, stderr tail."""
+    """One finished child: exit status, wall seconds, peak RSS (MiB), its result line, stderr tail, and
+    the CPU seconds (user + system) it and its reaped descendants used."""
 
-    __slots__ = ("exit", "wall", "rss_mb", "result", "stderr")
+    __slots__ = ("exit", "wall", "rss_mb", "result", "stderr", "cpu")
 
-    def __init__(self, exit: int, wall: float, rss_mb: float, result: Optional[dict], stderr: str) -> None:
+    def __init__(self, exit: int, wall: float, rss_mb: float, result: Optional[dict], stderr: str,
+                 cpu: Optional[float] = None) -> None:
         self.exit = exit
         self.wall = wall
         self.rss_mb = rss_mb
         self.result = result
         self.stderr = stderr
+        self.cpu = cpu
 
     @property
     def ok(self) -> bool:
@@ -57,22 +60,26 @@ if pid == 0:
 _, status, usage = os.wait4(pid, 0)
 wall = time.perf_counter() - start
 with open(report, "w") as f:
-    f.write(f"{usage.ru_maxrss} {wall!r}")
+    f.write(f"{usage.ru_maxrss} {wall!r} {usage.ru_utime + usage.ru_stime!r}")
 code = os.waitstatus_to_exitcode(status)
 sys.exit(code if code >= 0 else 128 - code)
 """
 
 
 def run_child(cmd: List[str], env: Dict[str, str], *, stdout_to_devnull: bool = False, cwd: Optional[str] = None,
-              timeout: Optional[float] = None) -> ChildResult:
+              timeout: Optional[float] = None, stdout_path: Optional[str] = None) -> ChildResult:
     """Run cmd as a fresh child; wall time and peak RSS are that child's (and its reaped descendants'), as
     os.wait4 reports them in a small launcher (see _LAUNCHER).
 
     stdout goes to /dev/null (the command's own output, e.g. a dump) or is read for the
-    ``BENCH-RESULT`` line of bench/child.py; stderr is kept (the tail) for error messages.
+    ``BENCH-RESULT`` line of bench/child.py, or to `stdout_path`; stderr is kept (the tail) for error messages.
     """
     err = tempfile.TemporaryFile()
-    out_target = subprocess.DEVNULL if stdout_to_devnull else tempfile.TemporaryFile()
+    if stdout_path:
+        stdout_to_devnull = True  # nothing to read back
+        out_target = open(stdout_path, "wb")
+    else:
+        out_target = subprocess.DEVNULL if stdout_to_devnull else tempfile.TemporaryFile()
     fd, report = tempfile.mkstemp(prefix="kstore-bench-rss-")
     os.close(fd)
     start = time.perf_counter()
@@ -84,10 +91,13 @@ def run_child(cmd: List[str], env: Dict[str, str], *, stdout_to_devnull: bool = 
         os.killpg(proc.pid, 9)
         proc.wait()
     code = proc.returncode
+    if stdout_path:
+        out_target.close()
+    cpu = None
     try:
         with open(report) as f:
-            maxrss_kib, wall = f.read().split()
-        rss_mb, wall = int(maxrss_kib) / 1024.0, float(wall)  # Linux: ru_maxrss in KiB
+            maxrss_kib, wall, cpu_s = f.read().split()
+        rss_mb, wall, cpu = int(maxrss_kib) / 1024.0, float(wall), float(cpu_s)  # Linux: ru_maxrss in KiB
     except (OSError, ValueError):  # killed before it could report
         rss_mb, wall = 0.0, time.perf_counter() - start
     finally:
@@ -102,7 +112,7 @@ def run_child(cmd: List[str], env: Dict[str, str], *, stdout_to_devnull: bool = 
             if line.startswith(RESULT_PREFIX):
                 result = json.loads(line[len(RESULT_PREFIX):])
         out_target.close()
-    return ChildResult(code, wall, rss_mb, result, stderr)
+    return ChildResult(code, wall, rss_mb, result, stderr, cpu)
 
 
 def child_cmd(*args: str) -> List[str]:
@@ -124,9 +134,17 @@ def find_installed_kstore() -> Optional[str]:
     return str(Path(proc.stdout.strip()).parent)
 
 
+#: Where the children keep their compiled bytecode: an installed kstore has its .pyc files, so a child that
+#: had to compile every module it imports (PYTHONDONTWRITEBYTECODE=1) would time the compiler, not kstore.
+PYCACHE = os.path.join(tempfile.gettempdir(), f"kstore-bench-pycache-{os.getuid()}")
+
+
 def child_env(kstore_src: Optional[str], decoder: Optional[str]) -> Dict[str, str]:
-    """The environment of every child: PYTHONPATH for a source tree, KSTORE_DECODER when one is asked for."""
+    """The environment of every child: PYTHONPATH for a source tree, KSTORE_DECODER when one is asked for,
+    bytecode cached (in PYCACHE, not the source tree)."""
     env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = PYCACHE
     if kstore_src:
         env["PYTHONPATH"] = kstore_src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.pop("KSTORE_DECODER", None)
@@ -139,17 +157,20 @@ def child_env(kstore_src: Optional[str], decoder: Optional[str]) -> Dict[str, st
 def kstore_startup(env: Dict[str, str], runs: int = 3) -> dict:
     """`kstore --version` in a fresh child: the active record decoder and the best start-up wall time
     (interpreter, kstore and its commands imported), subtracted from command timings."""
-    best = None
+    best = cpu = None
     text = ""
     res = None
     for _ in range(runs):
         res = run_child(kstore_cmd("--version"), env)
         best = res.wall if best is None else min(best, res.wall)
+        if res.cpu is not None:
+            cpu = res.cpu if cpu is None else min(cpu, res.cpu)
     proc = subprocess.run(kstore_cmd("--version"), env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
     text = proc.stdout.strip()
     m = re.search(r"record decoder: ([^)]+)\)", text)
     return {"version_text": text or proc.stderr.strip()[-200:], "backend": m.group(1).strip() if m else None,
-            "startup_seconds": best, "startup_rss_mb": res.rss_mb if res else None, "ok": proc.returncode == 0}
+            "startup_seconds": best, "startup_cpu_seconds": cpu, "startup_rss_mb": res.rss_mb if res else None,
+            "ok": proc.returncode == 0}
 
 
 # ----------------------------------------------------------------------------- the machine
@@ -208,3 +229,38 @@ def warm(paths: List[str]) -> None:
         with open(p, "rb") as f:
             while f.read(16 << 20):
                 pass
+
+
+# ----------------------------------------------------------------------------- Kafka itself
+def find_kafka_oracle(given: Optional[str] = None) -> Optional[Path]:
+    """The shared kafka-oracle (Apache Kafka's own tools, see its README): --kafka-oracle, $KSTORE_ORACLE,
+    or ../shared/kafka-oracle beside the clone (or beside its worktree's parent); None when absent or when
+    there is no java."""
+    import shutil
+
+    candidates = [given] if given else [os.environ.get("KSTORE_ORACLE"), ROOT.parent / "shared" / "kafka-oracle",
+                                        ROOT.parent.parent / "shared" / "kafka-oracle"]
+    if shutil.which("java") is None:
+        return None
+    for c in candidates:
+        if c and (Path(c) / "kafka-oracle.jar").is_file() and (Path(c) / "dump-log").is_file():
+            return Path(c).resolve()
+    return None
+
+
+def kafka_cmd(oracle: Path, tool: str, *args: str) -> List[str]:
+    """One of the oracle's wrappers (dump-log = kafka-dump-log.sh, load-log, ...)."""
+    return [str(oracle / tool), *args]
+
+
+def kafka_env() -> Dict[str, str]:
+    """The oracle wrappers' environment, with PYSPARK_JARS found once (else each wrapper starts a Python
+    to ask pyspark where its jars are, which would count as Kafka's time)."""
+    env = dict(os.environ)
+    if not env.get("PYSPARK_JARS"):
+        proc = subprocess.run([sys.executable, "-c", "import pyspark, os; "
+                               "print(os.path.join(os.path.dirname(pyspark.__file__), 'jars'))"],
+                              capture_output=True, text=True)
+        if proc.returncode == 0 and proc.stdout.strip():
+            env["PYSPARK_JARS"] = proc.stdout.strip()
+    return env

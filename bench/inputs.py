@@ -8,8 +8,10 @@ valid Kafka data (every CRC right, offsets contiguous from 0), and the generator
 what a decoder must find (:class:`Digest`). Partitions are written through kstore's
 ``PartitionWriter`` so their ``.index``/``.timeindex`` follow Kafka's append rule.
 
-Values are text-like (words) with a random tail, so codecs compress about 2:1, as log lines and
-JSON usually do. One record in five carries a header.
+Values (``Kind.values``): "text" are words with a random hex tail, so codecs compress about 2:1, as
+log lines and JSON usually do; "binary" are random bytes (what Avro/Protobuf/encrypted topics hold:
+hardly ever valid UTF-8); "mixed" is a realistic topic mix: JSON with non-ASCII text, Avro-like binary
+records, null keys and tombstones. One record in five carries a header.
 """
 
 from __future__ import annotations
@@ -30,17 +32,27 @@ _WORDS = [bytes(random.Random(i).choice(b"abcdefghijklmnopqrstuvwxyz") for _ in 
 
 
 class Kind(NamedTuple):
-    """One input shape: message format, codec, value size, records per batch."""
+    """One input shape: message format, codec, value size, records per batch, what the values hold."""
 
     magic: int
     codec: str
     value_size: int
     batch_records: int
+    values: str = "text"  # "text", "binary" or "mixed" (see the module's docstring)
 
     @property
     def name(self) -> str:
         size = "1K" if self.value_size >= 1000 else f"{self.value_size}B"
-        return f"v{self.magic}-{self.codec}-{size}-x{self.batch_records}"
+        tail = "" if self.values == "text" else f"-{self.values}"
+        return f"v{self.magic}-{self.codec}-{size}-x{self.batch_records}{tail}"
+
+    @property
+    def description(self) -> str:
+        """What a row's input is, in words."""
+        what = {"text": "ASCII text values", "binary": "random binary values (not UTF-8)",
+                "mixed": "mixed values (JSON with non-ASCII text, Avro-like binary, null keys, tombstones)"}
+        return (f"magic v{self.magic}, {self.codec}, {self.batch_records}-record batches, ~{self.value_size} B "
+                f"{what[self.values]}")
 
 
 #: The record-decoding inputs, side by side with the peers (issue 8: v2 none/lz4/zstd/gzip, ~100 B
@@ -58,7 +70,11 @@ DECODE_KINDS: List[Kind] = [
     Kind(2, "zstd", 100, 1),
     Kind(1, "gzip", 100, 100),
     Kind(1, "gzip", 1024, 100),
+    Kind(2, "none", 100, 100, "binary"),
+    Kind(2, "zstd", 100, 100, "mixed"),
 ]
+
+_NAMES = ["Zoë", "Jürgen", "François", "Łukasz", "Søren", "Ana", "Bob", "山田太郎", "Иван", "José"]
 
 
 class Digest(NamedTuple):
@@ -80,13 +96,49 @@ def value(rng: random.Random, size: int) -> bytes:
     return bytes(out[: n - tail]) + rng.randbytes(tail // 2 + 1).hex().encode()[:tail]
 
 
-def records(rng: random.Random, n: int, value_size: int) -> List[RecordSpec]:
+def _zigzag(v: int) -> bytes:
+    z = (v << 1) ^ (v >> 63)
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def _mixed(rng: random.Random, size: int) -> Tuple[Optional[bytes], Optional[bytes]]:
+    """(key, value) of a realistic topic: JSON events, Avro-like binary records, tombstones, null keys."""
+    kind = rng.random()
+    key: Optional[bytes] = b"user-%06d" % rng.randrange(10**6)
+    if kind < 0.45:  # JSON, some of it non-ASCII
+        pad = "x" * max(0, size - 70)
+        val: Optional[bytes] = ('{"id":%d,"name":"%s","amount":%.2f,"note":"%s"}' % (
+            rng.randrange(10**9), rng.choice(_NAMES), rng.random() * 1000, pad[: rng.randrange(len(pad) + 1)])).encode()
+    elif kind < 0.85:  # Avro-like: zigzag longs, length-prefixed strings, a random fixed/bytes field
+        name = rng.choice(_NAMES).encode()
+        val = (_zigzag(rng.randrange(-2**40, 2**40)) + _zigzag(len(name)) + name + _zigzag(rng.randrange(10**6))
+               + rng.randbytes(max(1, size // 2 + rng.randrange(-size // 4, size // 4 + 1))))
+    elif kind < 0.95:
+        key, val = None, rng.randbytes(rng.randint(size * 4 // 5, size * 6 // 5))  # keyless binary
+    else:
+        val = None  # a tombstone
+    return key, val
+
+
+def records(rng: random.Random, n: int, value_size: int, values: str = "text") -> List[RecordSpec]:
     """n records at offsets 0..n-1 (timestamps TS0 + i), one in five with a header."""
-    return [
-        RecordSpec(i, TS0 + i, b"key-%08d" % rng.randrange(10**8), value(rng, value_size),
-                   [("trace-id", rng.randbytes(8).hex().encode())] if rng.random() < 0.2 else [])
-        for i in range(n)
-    ]
+    out = []
+    for i in range(n):
+        key: Optional[bytes] = b"key-%08d" % rng.randrange(10**8)
+        if values == "binary":
+            val: Optional[bytes] = rng.randbytes(rng.randint(value_size * 4 // 5, value_size * 6 // 5))
+        elif values == "mixed":
+            key, val = _mixed(rng, value_size)
+        else:
+            val = value(rng, value_size)
+        out.append(RecordSpec(i, TS0 + i, key, val,
+                              [("trace-id", rng.randbytes(8).hex().encode())] if rng.random() < 0.2 else []))
+    return out
 
 
 class _Template(NamedTuple):
@@ -100,14 +152,14 @@ def _templates(kind: Kind, seed: int, pool: int) -> List[_Template]:
     rng = random.Random(seed)
     out = []
     for _ in range(pool):
-        specs = records(rng, kind.batch_records, kind.value_size)
+        specs = records(rng, kind.batch_records, kind.value_size, kind.values)
         if kind.magic >= 2:
             data = build_v2_batch(specs, codec=CODECS[kind.codec])
             headers = sum(len(s.headers) for s in specs)
         else:
             data = build_legacy_batch(specs, magic=kind.magic, codec=CODECS[kind.codec])
             headers = 0  # legacy messages have no headers
-        kv = sum(len(s.key) + len(s.value) for s in specs)
+        kv = sum(len(s.key or b"") + len(s.value or b"") for s in specs)
         out.append(_Template(data, len(specs), kv, headers))
     return out
 

@@ -20,9 +20,13 @@ is the one KSTORE_DECODER selects there, and peak RSS is that child's own, from 
                   the same peer figures. The decode target is judged on this API, kstore's bulk
                   decoder; the object API's ratios are printed beside it;
 * scan            shallow batch scan with CRC check (kstore) vs `cat file > /dev/null`, GB/s;
-* rebuild-index   `kstore rebuild-index` on 16 KiB and ~1 KiB batches, GB/s;
-* verify-index    `kstore verify-index`, GB/s;
-* dump-segment    `kstore dump-segment --deep-iteration --print-data-log > /dev/null`, lines/s;
+* rebuild-index   `kstore rebuild-index` on 16 KiB and ~1 KiB batches, GB/s; against Kafka's recovery of
+                  the same partition with its indexes deleted (the oracle's `load-log --unclean`: time
+                  inside UnifiedLog.apply, as a broker loads a log after a crash);
+* verify-index    `kstore verify-index`, GB/s; against Kafka's `kafka-dump-log --verify-index-only`;
+* dump-segment:<values>  `kstore dump-segment --deep-iteration --print-data-log > /dev/null`, lines/s,
+                  on ASCII text, random binary (not UTF-8) and mixed values; against Kafka's
+                  `kafka-dump-log` on the same segment, whose output kstore's is checked identical to;
 * compact         `kstore compact` through bench/compact.py's run(), uncompressed and zstd (compact:none,
                   compact:zstd), with Kafka's Cleaner.clean on the same input in the same run (ratio);
 * convert-format  `kstore convert-format` v1 gzip -> v2 zstd, MiB/s of input and records/s, 1 KiB values
@@ -37,7 +41,12 @@ is the one KSTORE_DECODER selects there, and peak RSS is that child's own, from 
                   path in one process without Spark, rows/s.
 
 Command timings are wall time of `python -m kstore_cli ...` minus the measured start-up of
-`kstore --version` (interpreter + imports), best of up to --repeat runs, page cache warm.
+`kstore --version` (interpreter + imports), best of up to --repeat runs, page cache warm. Kafka's
+tools (the shared kafka-oracle: Apache Kafka's own classes, see its README; --kafka-oracle, else
+$KSTORE_ORACLE or ../shared/kafka-oracle) are timed the same way, minus the start-up of the same tool
+on an empty input (JVM and class loading), or by the time the harness measures inside Kafka's call;
+each Kafka row also gives the whole-process ratio. Record decoding is timed in CPU seconds of the
+decoding process (single-threaded), which a busy machine disturbs less than wall time.
 Figures on a busy machine are noisy: the machine's load average is reported with them.
 """
 
@@ -65,7 +74,9 @@ RSS_TARGET_MB = 150
 #: A command whose wall time is within this of the start-up time (or half the start-up time, when that is
 #: more) is not timed meaningfully: start-up varies by that much on a busy machine.
 MIN_NET_SECONDS = 0.1
-TS_NOTE = "command timings exclude interpreter start-up"
+TS_NOTE = "command timings exclude interpreter (and JVM) start-up"
+#: The dump-segment inputs: what their values hold (bench/inputs.py) and each one's target.
+DUMP_VALUES = [("text", ">= 3 M lines/s"), ("binary", ">= 5x Kafka dump-log"), ("mixed", ">= 5x Kafka dump-log")]
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -102,6 +113,9 @@ class Suite:
         self.inputs: Dict[str, dict] = {}
         self.decoders: List[dict] = []  # one per requested decoder: env, label, startup
         self.only = [t.strip() for t in args.only.split(",")] if args.only else None
+        self.kafka = None if args.no_kafka else harness.find_kafka_oracle(args.kafka_oracle)
+        self._kafka_env: Optional[Dict[str, str]] = None
+        self._kafka_startup: Dict[str, float] = {}
 
     # -------------------------------------------------------------- selection and output
     def selected(self, row_id: str) -> bool:
@@ -119,7 +133,7 @@ class Suite:
             note: str = "", detail: Optional[dict] = None) -> dict:
         if detail and detail.get("too_short"):
             met = None
-            note = "too short to time (within start-up noise; raise --segment-mib); " + note
+            note = "too short to time (within start-up noise; raise --segment-mib or --dump-mib); " + note
         row = {"id": row_id, "group": row_id.split(":")[0], "decoder": decoder, "figure": figure, "unit": unit,
                "target": target, "met": met, "peers": peers or {}, "ratios": ratios or {},
                "peak_rss_mb": None if rss_mb is None else round(rss_mb, 1),
@@ -214,7 +228,7 @@ class Suite:
                      warm_paths: List[str] = (), ok_exits=(0,)) -> dict:
         """Best of up to --repeat runs (stopping past --budget seconds): net seconds, max peak RSS."""
         startup = dec["startup"]["startup_seconds"] or 0.0
-        best = None
+        best = cpu = None
         rss = 0.0
         walls = []
         spent = 0.0
@@ -226,13 +240,18 @@ class Suite:
             if res.exit not in ok_exits:
                 return {"error": res.error(), "rss_mb": res.rss_mb, "wall": res.wall}
             walls.append(res.wall)
+            if res.cpu is not None:
+                cpu = res.cpu if cpu is None else min(cpu, res.cpu)
             rss = max(rss, res.rss_mb)
             net = max(res.wall - startup, 1e-3)
             best = net if best is None else min(best, net)
             spent += res.wall
             if spent > self.args.budget:
                 break
+        # CPU seconds (user + system) beside the wall time: what the command cost on a busy machine.
+        startup_cpu = dec["startup"].get("startup_cpu_seconds") or 0.0
         out = {"net": best, "rss_mb": rss, "walls": [round(w, 4) for w in walls], "startup": startup,
+               "cpu_net": None if cpu is None else max(cpu - startup_cpu, 1e-3),
                "too_short": best < max(MIN_NET_SECONDS, startup / 2)}
         profile = self.profile(dec["env"], ["-m", "kstore_cli", *argv], prepare)
         if profile:
@@ -260,6 +279,70 @@ class Suite:
 
     def run_task(self, dec_env: Dict[str, str], *args: str, timeout: Optional[float] = None):
         return run_child(child_cmd(*args), dec_env, timeout=timeout)
+
+    # -------------------------------------------------------------- Kafka itself (the oracle)
+    @property
+    def kafka_env(self) -> Dict[str, str]:
+        if self._kafka_env is None:
+            self._kafka_env = harness.kafka_env()
+        return self._kafka_env
+
+    def kafka_startup(self) -> float:
+        """kafka-dump-log's start-up: the JVM and Kafka's classes, on an empty segment (best of 3)."""
+        if "dump-log" not in self._kafka_startup:
+            d = self.work / "kafka-empty"
+            d.mkdir(exist_ok=True)
+            empty = d / "00000000000000000000.log"
+            empty.write_bytes(b"")
+            best = None
+            for _ in range(3):
+                res = run_child(harness.kafka_cmd(self.kafka, "dump-log", "--files", str(empty)), self.kafka_env,
+                                stdout_to_devnull=True)
+                best = res.wall if best is None else min(best, res.wall)
+            self._kafka_startup["dump-log"] = best
+            self.log(f"kafka-dump-log start-up (empty segment): {best:.2f} s")
+        return self._kafka_startup["dump-log"]
+
+    def time_kafka(self, argv: List[str], *, runs: int, warm_paths: List[str] = ()) -> dict:
+        """Kafka's dump-log with these arguments, stdout to /dev/null: best net seconds (minus its start-up)
+        of `runs` runs, the best whole-process seconds, peak RSS."""
+        startup = self.kafka_startup()
+        best = None
+        rss = 0.0
+        for _ in range(runs):
+            warm(list(warm_paths))
+            res = run_child(harness.kafka_cmd(self.kafka, "dump-log", *argv), self.kafka_env, stdout_to_devnull=True)
+            if res.exit != 0:
+                return {"error": f"kafka-dump-log {res.error()}"}
+            rss = max(rss, res.rss_mb)
+            best = res.wall if best is None else min(best, res.wall)
+        return {"net": max(best - startup, 1e-3), "whole": best, "startup": startup, "rss_mb": rss}
+
+    def same_output_as_kafka(self, dec: dict, argv: List[str]) -> str:
+        """'' when kstore dump-segment and Kafka's dump-log write the same bytes with these arguments, else
+        what differs (both outputs go to files in the work dir, hashed, then removed)."""
+        import hashlib
+
+        def digest(cmd, env) -> tuple:
+            out = self.work / "dump-output"
+            res = run_child(cmd, env, stdout_path=str(out))
+            h = hashlib.sha256()
+            size = 0
+            with open(out, "rb") as f:
+                while True:
+                    chunk = f.read(8 << 20)
+                    if not chunk:
+                        break
+                    h.update(chunk)
+                    size += len(chunk)
+            out.unlink()
+            return res.exit, size, h.hexdigest()
+
+        ours = digest(kstore_cmd("dump-segment", *argv), dec["env"])
+        theirs = digest(harness.kafka_cmd(self.kafka, "dump-log", *argv), self.kafka_env)
+        if ours == theirs:
+            return ""
+        return f"OUTPUT DIFFERS FROM KAFKA'S: kstore (exit, bytes, sha256) {ours} vs kafka-dump-log {theirs}"
 
     # ================================================================ the benchmarks
     def bench_decode(self) -> None:
@@ -326,7 +409,8 @@ class Suite:
                          + "; no object per record")
         self.add(row_id, decoder=f"{_backend_label(dec, r)} ({api} API)", figure=rate, unit="records/s",
                  target=target, met=False if note else met, peers=peers, ratios=ratios, rss_mb=res.rss_mb,
-                 seconds=r["seconds"], note="; ".join(x for x in (note, api_note) if x),
+                 seconds=r["seconds"], note="; ".join(x for x in (note, kind.description, api_note,
+                                                                  f"{r.get('clock', 'wall time')}") if x),
                  detail={"records": r["records"], "bytes": inp["bytes"], "batches": inp["batches"], "api": api,
                          "runs": r["runs"], "peers": peer_detail, "digests": digests,
                          "profile": self.profile(dec["env"], [str(harness.CHILD), "decode", task, path])})
@@ -362,6 +446,42 @@ class Suite:
                      detail={"bytes": size, "batches": r["batches"], "runs": r["runs"], "cat_seconds": cat_best,
                              "profile": self.profile(dec["env"], [str(harness.CHILD), "scan", path])})
 
+    def kafka_recovery(self, part: dict) -> Optional[dict]:
+        """Kafka's recovery of the partition with its indexes deleted (load-log --unclean on a copy of the
+        .log: every segment goes through LogSegment.recover, which rebuilds its indexes): the best of
+        min(--repeat, 2) times inside UnifiedLog.apply (load_ms) and the whole process."""
+        if not self.kafka:
+            return None
+        d = self.work / "kafka-recovery" / Path(part["dir"]).name
+        shutil.rmtree(d.parent, ignore_errors=True)
+        d.mkdir(parents=True)
+        logs = sorted(Path(part["dir"]).glob("*.log"))
+        for log in logs:
+            shutil.copyfile(log, d / log.name)
+        best = whole = None
+        try:
+            for _ in range(min(self.args.repeat, 2)):
+                for p in d.iterdir():  # what a previous load wrote: indexes, snapshots, checkpoints
+                    if p.suffix != ".log":
+                        shutil.rmtree(p) if p.is_dir() else p.unlink()
+                warm([str(d / log.name) for log in logs])
+                out = self.work / "kafka-recovery.jsonl"
+                res = run_child(harness.kafka_cmd(self.kafka, "load-log", str(d), "--unclean", "--no-records",
+                                                  "--no-lookup"), self.kafka_env, stdout_path=str(out))
+                summary = None
+                if res.exit == 0:
+                    with open(out) as f:
+                        summary = json.loads(f.readline() or "null")
+                out.unlink(missing_ok=True)
+                if summary is None or not summary.get("ok") or summary.get("truncations"):
+                    return {"error": f"load-log: {res.error()} {summary and summary.get('exception')}"}
+                sec = summary["load_ms"] / 1000
+                best = sec if best is None else min(best, sec)
+                whole = res.wall if whole is None else min(whole, res.wall)
+        finally:
+            shutil.rmtree(d.parent, ignore_errors=True)
+        return {"seconds": best, "whole": whole}
+
     def bench_rebuild_index(self) -> None:
         for label, make in (("16k", self.seg16k), ("1k", self.seg1k)):
             row_id = f"rebuild-index:{label}"
@@ -375,6 +495,7 @@ class Suite:
                     if p.suffix in (".index", ".timeindex"):
                         p.unlink()
 
+            kafka = self.kafka_recovery(part)
             for dec in self.decoders:
                 t = self.time_command(dec, ["rebuild-index", "--force", part["dir"]], prepare=drop_indexes,
                                       warm_paths=[part["log"]])
@@ -384,47 +505,107 @@ class Suite:
                     continue
                 gbs = size / t["net"] / 1e9
                 batch_kib = size / part["batches"] / 1024
+                note = f"{size / 2**20:.0f} MiB of {batch_kib:.1f} KiB batches (100 B text values), indexes deleted first"
+                peers, ratios = {}, {}
+                if kafka and "error" not in kafka:
+                    peers["Kafka recovery"] = size / kafka["seconds"] / 1e9
+                    ratios["Kafka recovery"] = kafka["seconds"] / t["net"]
+                    note += (f"; Kafka: load-log --unclean, {kafka['seconds']:.2f} s inside UnifiedLog.apply, "
+                             f"whole process {kafka['whole'] / (t['net'] + t['startup']):.1f}x")
+                elif kafka:
+                    note += f"; Kafka: {kafka['error']}"
                 self.add(row_id, decoder=dec["label"], figure=gbs, unit="GB/s",
                          target=">= 1 GB/s" if label == "16k" else None,
-                         met=(gbs >= 1.0) if label == "16k" else None, rss_mb=t["rss_mb"], seconds=t["net"],
-                         note=f"{batch_kib:.1f} KiB batches, indexes deleted first",
-                         detail={"bytes": size, "batches": part["batches"], **t})
+                         met=(gbs >= 1.0) if label == "16k" else None, peers=peers, ratios=ratios,
+                         rss_mb=t["rss_mb"], seconds=t["net"], note=note,
+                         detail={"bytes": size, "batches": part["batches"], "kafka": kafka, **t})
 
     def bench_verify_index(self) -> None:
         if not self.selected("verify-index"):
             return
         part = self.seg16k()
         size = part["bytes"]
+        index_files = sorted(str(p) for p in Path(part["dir"]).glob("*index"))
+        kafka = None
+        if self.kafka:
+            kafka = self.time_kafka(["--verify-index-only", "--files", ",".join(index_files)],
+                                    runs=min(self.args.repeat, 2), warm_paths=[part["log"]] + index_files)
         for dec in self.decoders:
             t = self.time_command(dec, ["verify-index", "--quiet", part["dir"]],
-                                  warm_paths=[part["log"]] + [str(p) for p in Path(part["dir"]).glob("*index")])
+                                  warm_paths=[part["log"]] + index_files)
             if "error" in t:
                 self.add("verify-index", decoder=dec["label"], figure=None, unit="GB/s", rss_mb=t["rss_mb"],
                          note=t["error"])
                 continue
             gbs = size / t["net"] / 1e9
+            note = f"{size / 2**20:.0f} MiB of 16 KiB batches, .index and .timeindex"
+            peers, ratios = {}, {}
+            if kafka and "error" not in kafka:
+                peers["Kafka dump-log --verify-index-only"] = size / kafka["net"] / 1e9
+                ratios["Kafka dump-log --verify-index-only"] = kafka["net"] / t["net"]
+                note += (f"; Kafka {kafka['net']:.2f} s + {kafka['startup']:.2f} s JVM start-up, whole process "
+                         f"{kafka['whole'] / (t['net'] + t['startup']):.1f}x")
+            elif kafka:
+                note += f"; {kafka['error']}"
             self.add("verify-index", decoder=dec["label"], figure=gbs, unit="GB/s", target=">= 1 GB/s",
-                     met=gbs >= 1.0, rss_mb=t["rss_mb"], seconds=t["net"], note="16 KiB batches",
-                     detail={"bytes": size, "batches": part["batches"], **t})
+                     met=gbs >= 1.0, peers=peers, ratios=ratios, rss_mb=t["rss_mb"], seconds=t["net"], note=note,
+                     detail={"bytes": size, "batches": part["batches"], "kafka": kafka, **t})
+
+    def dump_input(self, values: str) -> dict:
+        """A --dump-mib segment of ~16 KiB batches (128 records, ~100 B values) holding `values`."""
+        kind = inputs.Kind(2, "none", 100, 128, values)
+        info = self.partition(f"dump-{values}", kind, int(self.args.dump_mib * 2**20))
+        info["description"] = kind.description
+        return info
 
     def bench_dump_segment(self) -> None:
-        if not self.selected("dump-segment"):
-            return
-        seg = self.seg16k()
-        # "Dumping <file>", "Log starting offset: <n>", then one line per batch and one per record.
-        lines = 2 + seg["batches"] + seg["records"]
-        for dec in self.decoders:
-            t = self.time_command(dec, ["dump-segment", "--deep-iteration", "--print-data-log", seg["log"]],
-                                  warm_paths=[seg["log"]])
-            if "error" in t:
-                self.add("dump-segment", decoder=dec["label"], figure=None, unit="lines/s", rss_mb=t["rss_mb"],
-                         note=t["error"])
+        for values, target in DUMP_VALUES:
+            row_id = f"dump-segment:{values}"
+            if not self.selected(row_id):
                 continue
-            rate = lines / t["net"]
-            self.add("dump-segment", decoder=dec["label"], figure=rate, unit="lines/s", target=">= 1 M lines/s",
-                     met=rate >= 1e6, rss_mb=t["rss_mb"], seconds=t["net"],
-                     note=f"> /dev/null, {seg['bytes'] / 2**20:.0f} MiB",
-                     detail={"lines": lines, "bytes": seg["bytes"], **t})
+            seg = self.dump_input(values)
+            # "Dumping <file>", "Log starting offset: <n>", then one line per batch and one per record.
+            lines = 2 + seg["batches"] + seg["records"]
+            argv = ["--deep-iteration", "--print-data-log", "--files", seg["log"]]
+            kafka, same = None, {}
+            if self.kafka:
+                kafka = self.time_kafka(argv, runs=min(self.args.repeat, 2), warm_paths=[seg["log"]])
+            for dec in self.decoders:
+                t = self.time_command(dec, ["dump-segment", *argv], warm_paths=[seg["log"]])
+                if "error" in t:
+                    self.add(row_id, decoder=dec["label"], figure=None, unit="lines/s", rss_mb=t["rss_mb"],
+                             note=t["error"])
+                    continue
+                rate = lines / t["net"]
+                peers, ratios, note = {}, {}, f"> /dev/null; {seg['bytes'] / 2**20:.0f} MiB, {seg['description']}"
+                if t.get("cpu_net"):
+                    note += f"; by CPU seconds {lines / t['cpu_net'] / 1e6:.2f} M lines/s"
+                if kafka and "error" not in kafka:
+                    peers["Kafka dump-log"] = lines / kafka["net"]
+                    ratios["Kafka dump-log"] = kafka["net"] / t["net"]
+                    whole = kafka["whole"] / (t["net"] + t["startup"])
+                    note += (f"; Kafka {kafka['net']:.2f} s + {kafka['startup']:.2f} s JVM start-up, whole process "
+                             f"{whole:.1f}x")
+                    if dec is self.decoders[0]:
+                        same["problem"] = self.same_output_as_kafka(dec, argv)
+                    if same.get("problem"):
+                        note = same["problem"] + "; " + note
+                    else:
+                        note += "; output identical to Kafka's"
+                elif kafka:
+                    note += f"; {kafka['error']}"
+                elif values != "text":
+                    note += "; Kafka not measured (no kafka-oracle: --kafka-oracle)"
+                if values == "text":
+                    met = rate >= 3e6
+                else:
+                    met = None if "Kafka dump-log" not in ratios else ratios["Kafka dump-log"] >= 5.0
+                if same.get("problem"):
+                    met = False
+                self.add(row_id, decoder=dec["label"], figure=rate, unit="lines/s", target=target, met=met,
+                         peers=peers, ratios=ratios, rss_mb=t["rss_mb"], seconds=t["net"], note=note,
+                         detail={"lines": lines, "bytes": seg["bytes"], "input": seg["description"], "kafka": kafka,
+                                 **t})
 
     def bench_compact(self) -> None:
         if not self.selected("compact"):
@@ -694,6 +875,7 @@ def machine_text(info: dict) -> str:
             f"{info['memory_gib']} GiB, {info['os']}\n"
             f"python: {info['python']}; kstore: {info['kstore']}; record decoder: {decs}\n"
             f"peers: {peers}; java: {info.get('java') or 'none'}\n"
+            f"Kafka: {info.get('kafka_oracle') or 'not measured (no kafka-oracle)'}\n"
             f"load average at start: {', '.join(f'{x:.2f}' for x in load) if load else '?'}"
             f" (end: {', '.join(f'{x:.2f}' for x in info.get('loadavg_end') or [])})")
 
@@ -707,6 +889,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="size of the segments scanned, indexed and dumped, in MiB (default 512; --quick 1)")
     ap.add_argument("--convert-mib", type=float,
                     help="size of convert-format's v1 gzip input in MiB (default 128; --quick 1)")
+    ap.add_argument("--dump-mib", type=float,
+                    help="size of each dump-segment input (text, binary, mixed values) in MiB (default 64; "
+                         "--quick 1): Kafka's dump-log prints about 0.1 M lines/s")
+    ap.add_argument("--kafka-oracle", help="the kafka-oracle directory (Apache Kafka's tools, to measure against; "
+                                           "default: $KSTORE_ORACLE or ../shared/kafka-oracle)")
+    ap.add_argument("--no-kafka", action="store_true", help="do not measure Kafka itself")
     ap.add_argument("--full", action="store_true",
                     help="the issue's memory check: 1 GiB segments for every command (--segment-mib 1024 "
                          "--convert-mib 1024)")
@@ -733,6 +921,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.records = args.records or (2_000 if q else 200_000)
     args.segment_mib = args.segment_mib or (1024 if args.full else 1 if q else 512)
     args.convert_mib = args.convert_mib or (1024 if args.full else 1 if q else 128)
+    args.dump_mib = args.dump_mib or (1 if q else 64)
     args.spark_records = args.spark_records or (4_000 if q else 2_000_000)
     args.repeat = args.repeat or (1 if q else 3)
     if args.only:
@@ -747,7 +936,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 def row_ids() -> List[str]:
     ids = [f"decode:{k.name}" for k in inputs.DECODE_KINDS]
     ids += [f"decode:{k.name}:columnar" for k in inputs.DECODE_KINDS if k.magic >= 2]
-    ids += ["scan", "rebuild-index:16k", "rebuild-index:1k", "verify-index", "dump-segment", "compact",
+    ids += ["scan", "rebuild-index:16k", "rebuild-index:1k", "verify-index"]
+    ids += [f"dump-segment:{v}" for v, _t in DUMP_VALUES]
+    ids += ["compact",
             "convert-format", "convert-format:100B", "spark-export:core", "spark-export:local[1]", "spark-export:local[2]",
             "spark-export:scaling", "spark-export:arrow:local[1]", "spark-export:arrow:local[2]",
             "spark-export:arrow:scaling"]
@@ -785,6 +976,8 @@ def main(argv=None) -> int:
         return 0
     info = harness.machine_info()
     info["kstore"] = where
+    oracle = None if args.no_kafka else harness.find_kafka_oracle(args.kafka_oracle)
+    info["kafka_oracle"] = f"{oracle} (Apache Kafka 4.0.0-SNAPSHOT at 1eb7644, its own classes)" if oracle else None
     work = Path(tempfile.mkdtemp(prefix="kstore-bench-", dir=args.dir))
     suite = Suite(args, work, src)
     started = time.perf_counter()

@@ -9,7 +9,8 @@
  * timestamp under LogAppendTime, else None; `last` the previous record's offset (-1: none yet).
  * flags: FLAG_METADATA prints `| offset: ... headerKeys: [...]`, FLAG_DATA prints `key: ...
  * payload: ...` as Kafka's default StringDecoder does (`new String(bytes, UTF_8)`, with Java's
- * replacement rules for malformed input: kstore_cli/segment/text.py).
+ * replacement rules for malformed input: kstore_cli/segment/text.py). FLAG_BYTES returns the text
+ * as UTF-8 bytes instead of a str (what a UTF-8 stdout would get: no str built and encoded again).
  *
  * Returns (text, the last record's offset, [last, offset, ...] for each non-consecutive pair or
  * None), or None whenever the batch is anything but plain and well formed (a record that does
@@ -27,6 +28,7 @@
 
 #define FLAG_METADATA 1
 #define FLAG_DATA 2
+#define FLAG_BYTES 4
 
 /* ------------------------------------------------------------------ output buffer */
 
@@ -64,14 +66,28 @@ static inline void put(Out *o, const char *s, size_t n) {
 }
 #define PUT_LIT(o, s) put((o), (s), sizeof(s) - 1)
 
+static const char digit_pairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* Decimal, two digits per division (a line holds five numbers, timestamps of 13 digits). */
 static inline void put_i64(Out *o, int64_t v) {
     char tmp[24];
     int i = 24;
     uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    do {
-        tmp[--i] = (char)('0' + (int)(u % 10));
-        u /= 10;
-    } while (u);
+    while (u >= 100) {
+        unsigned d = (unsigned)(u % 100);
+        u /= 100;
+        i -= 2;
+        memcpy(tmp + i, digit_pairs + 2 * d, 2);
+    }
+    if (u >= 10) {
+        i -= 2;
+        memcpy(tmp + i, digit_pairs + 2 * u, 2);
+    } else {
+        tmp[--i] = (char)('0' + (int)u);
+    }
     if (v < 0) tmp[--i] = '-';
     put(o, tmp + i, (size_t)(24 - i));
 }
@@ -140,10 +156,34 @@ static inline Py_ssize_t utf8_seq(const uint8_t *d, Py_ssize_t n) {
     return 0;
 }
 
+/* Per byte: what a byte that stands alone prints (itself, or EF BF BD for a byte that can never start
+ * a sequence: 80-C1, F5-FF) in the low bytes of a word, and how many bytes that is; 0 for a lead byte
+ * (C2-F4), whose sequence is checked. Binary values are mostly such bytes: a table, not branches. */
+static uint32_t lone_text[256];
+static uint8_t lone_len[256];
+
+static void init_lone_tables(void) {
+    for (int c = 0; c < 256; c++) {
+        if (c < 0x80) {
+            const uint8_t self[4] = {(uint8_t)c, 0, 0, 0};
+            memcpy(&lone_text[c], self, 4);
+            lone_len[c] = 1;
+        } else if (c < 0xC2 || c > 0xF4) {
+            const uint8_t rep[4] = {0xEF, 0xBF, 0xBD, 0};
+            memcpy(&lone_text[c], rep, 4);
+            lone_len[c] = 3;
+        } else {
+            lone_text[c] = 0;
+            lone_len[c] = 0;
+        }
+    }
+}
+
 /* Append `new String(s, UTF_8)` encoded as UTF-8. */
 static int put_java_utf8(Out *o, const uint8_t *s, Py_ssize_t n) {
-    /* A malformed byte becomes at most 3 bytes (EF BF BD); anything else keeps its length. */
-    if (out_reserve(o, (size_t)n * 3) < 0) return -1;
+    /* A malformed byte becomes at most 3 bytes (EF BF BD); anything else keeps its length. Each
+     * table store writes 4 bytes: 1 more of slack. */
+    if (out_reserve(o, (size_t)n * 3 + 1) < 0) return -1;
     char *w = o->p + o->len;
     Py_ssize_t i = 0;
     unsigned char high = 0;
@@ -159,12 +199,14 @@ static int put_java_utf8(Out *o, const uint8_t *s, Py_ssize_t n) {
         }
         if (i >= n) break;
         uint8_t c = s[i];
-        if (c < 0x80) {
-            *w++ = (char)c;
+        uint8_t len = lone_len[c];
+        high |= c;
+        if (len) {
+            memcpy(w, &lone_text[c], 4); /* little- or big-endian alike: the table was built by memcpy */
+            w += len;
             i++;
             continue;
         }
-        high = 0x80;
         Py_ssize_t k = utf8_seq(s + i, n - i);
         if (k) {
             memcpy(w, s + i, (size_t)k);
@@ -178,7 +220,7 @@ static int put_java_utf8(Out *o, const uint8_t *s, Py_ssize_t n) {
         }
     }
     o->len = (size_t)(w - o->p);
-    o->high |= high;
+    o->high |= high & 0x80;
     return 0;
 }
 
@@ -417,7 +459,10 @@ static PyObject *format_v2_records(PyObject *self, PyObject *args) {
         if (p != end) goto fallback; /* leftover bytes: Kafka's "records still remaining" */
 
         PyObject *text;
-        if (!o.high) {
+        if (flags & FLAG_BYTES) {
+            text = PyBytes_FromStringAndSize(o.p ? o.p : "", (Py_ssize_t)o.len);
+            if (!text) goto error;
+        } else if (!o.high) {
             text = PyUnicode_New((Py_ssize_t)o.len, 127);
             if (!text) goto error;
             if (o.len) memcpy(PyUnicode_DATA(text), o.p, o.len);
@@ -468,7 +513,8 @@ static PyObject *java_utf8(PyObject *self, PyObject *arg) {
 static PyMethodDef methods[] = {
     {"format_v2_records", format_v2_records, METH_VARARGS,
      "format_v2_records(data, pos, end, count, base_offset, base_timestamp, log_append_time, base_sequence, last, "
-     "flags) -> None | (text, last, gaps): kafka-dump-log's record lines for one v2 batch."},
+     "flags) -> None | (text, last, gaps): kafka-dump-log's record lines for one v2 batch (text: str, or UTF-8 "
+     "bytes with FLAG_BYTES)."},
     {"java_utf8", java_utf8, METH_O, "java_utf8(data) -> str: new String(data, UTF_8)."},
     {NULL, NULL, 0, NULL},
 };
@@ -479,10 +525,12 @@ static struct PyModuleDef moduledef = {
 };
 
 PyMODINIT_FUNC PyInit__dumptext_c(void) {
+    init_lone_tables();
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
     if (PyModule_AddIntConstant(m, "FLAG_METADATA", FLAG_METADATA) < 0 ||
-        PyModule_AddIntConstant(m, "FLAG_DATA", FLAG_DATA) < 0) {
+        PyModule_AddIntConstant(m, "FLAG_DATA", FLAG_DATA) < 0 ||
+        PyModule_AddIntConstant(m, "FLAG_BYTES", FLAG_BYTES) < 0) {
         Py_DECREF(m);
         return NULL;
     }

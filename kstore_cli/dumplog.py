@@ -23,6 +23,8 @@ Never imports click or rich.
 from __future__ import annotations
 
 import base64
+import codecs
+import io
 import json
 import os
 from array import array
@@ -104,6 +106,39 @@ def _load_native_formatter() -> Optional[Callable[..., Any]]:
 _native_format_v2 = _load_native_formatter()
 _NATIVE_METADATA = 1  # _dumptext_c.FLAG_METADATA
 _NATIVE_DATA = 2  # _dumptext_c.FLAG_DATA
+_NATIVE_BYTES = 4  # _dumptext_c.FLAG_BYTES: the lines as UTF-8 bytes
+
+
+class _Utf8Out:
+    """A UTF-8 text stream's bytes, written directly: str is encoded as the stream would encode it, and
+    the native formatter's UTF-8 bytes go out as they are (no str built from them and encoded again)."""
+
+    __slots__ = ("_raw", "_errors", "write_bytes")
+
+    def __init__(self, stream: io.TextIOWrapper) -> None:
+        stream.flush()  # whatever the stream holds goes first
+        self._raw = stream.buffer
+        self._errors = stream.errors
+        self.write_bytes = self._raw.write
+
+    def write(self, text: str) -> None:
+        self._raw.write(text.encode("utf-8", self._errors))
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+    @classmethod
+    def over(cls, stream: TextIO) -> "Optional[_Utf8Out]":
+        """One over `stream` when its bytes are exactly the UTF-8 of what is written (a buffered, UTF-8,
+        untranslated TextIOWrapper), else None."""
+        if type(stream) is not io.TextIOWrapper or os.linesep != "\n" or stream.line_buffering:
+            return None
+        try:
+            if codecs.lookup(stream.encoding).name != "utf-8" or stream.buffer is None:
+                return None
+        except (LookupError, ValueError, AttributeError):
+            return None
+        return cls(stream)
 
 
 # ------------------------------------------------------------------------------ small Java-isms
@@ -585,6 +620,11 @@ class _TextDumper(_Dumper):
         self.time_not_found_order = ScalaHashMapOrder()
         self.non_consecutive_order = ScalaHashMapOrder()
         self._native_flags = self.native_flags() if _native_format_v2 is not None else None
+        # With the native formatter, a UTF-8 stdout gets its bytes straight from C.
+        raw = _Utf8Out.over(out) if self._native_flags is not None else None
+        if raw is not None:
+            self.out = raw  # type: ignore[assignment]
+            self._native_flags |= _NATIVE_BYTES
 
     # stderr lines: flush stdout first so a shared pipe keeps the call order
     def error_line(self, line: str) -> None:
@@ -700,7 +740,10 @@ class _TextDumper(_Dumper):
                 seq = self.non_consecutive[absolute] = array("q")
             seq.extend(gaps)
             self.non_consecutive_order.put(absolute, len(gaps) // 2)
-        self.out.write(text)
+        if flags & _NATIVE_BYTES:
+            self.out.write_bytes(text)  # type: ignore[attr-defined]
+        else:
+            self.out.write(text)
         return True
 
     def dump_records(self, path: str, batch: Batch) -> None:

@@ -106,10 +106,15 @@ def _counting(*args):
     return result
 
 
-def _dump(path: str, *, native_on: bool, skip: bool, print_data: bool, parser=None):
+def _dump(path: str, *, native_on: bool, skip: bool, print_data: bool, parser=None, utf8_stdout: bool = False):
+    """stdout, stderr and status; `utf8_stdout`: stdout is a UTF-8 TextIOWrapper (as dump-segment's), so the
+    native lines go out as bytes (dumplog._Utf8Out), else a StringIO (str lines)."""
     saved = dumplog._native_format_v2
     dumplog._native_format_v2 = _counting if native_on else None
-    out, err = io.StringIO(), io.StringIO()
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace", newline="") if utf8_stdout \
+        else io.StringIO()
+    err = io.StringIO()
     try:
         options = dumplog.DumpOptions(deep_iteration=True, print_data=print_data, skip_record_metadata=skip,
                                       parser=parser)
@@ -117,9 +122,11 @@ def _dump(path: str, *, native_on: bool, skip: bool, print_data: bool, parser=No
             status = dumplog.dump_files([path], out, err, options)
         except KstoreError as exc:
             status = (type(exc).__name__, exc.message, exc.path, exc.position)
+        out.flush()
+        text = raw.getvalue().decode("utf-8") if utf8_stdout else out.getvalue()
     finally:
         dumplog._native_format_v2 = saved
-    return out.getvalue(), err.getvalue(), status
+    return text, err.getvalue(), status
 
 
 def _both(segment: bytes, **kw) -> None:
@@ -127,7 +134,9 @@ def _both(segment: bytes, **kw) -> None:
         path = os.path.join(d, "00000000000000000000.log")
         with open(path, "wb") as f:
             f.write(segment)
-        assert _dump(path, native_on=True, **kw) == _dump(path, native_on=False, **kw)
+        python = _dump(path, native_on=False, **kw)
+        assert _dump(path, native_on=True, **kw) == python
+        assert _dump(path, native_on=True, utf8_stdout=True, **kw) == python
 
 
 @needs_native
@@ -192,3 +201,20 @@ def test_backend_switch_turns_the_native_formatter_off() -> None:
     env = dict(os.environ, KSTORE_DECODER="python")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "True"
+
+
+def test_utf8_out_only_over_a_plain_utf8_stream() -> None:
+    """Bytes go straight to a buffered UTF-8 TextIOWrapper's buffer; text keeps the stream's error handler
+    (a file name with surrogate-escaped bytes prints as the wrapper would print it)."""
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="UTF8", errors="backslashreplace", newline="")
+    stream.write("first ")
+    out = dumplog._Utf8Out.over(stream)
+    assert out is not None
+    out.write("Dumping /d/\udcff.log\n")
+    out.write_bytes("é\n".encode())
+    out.flush()
+    assert raw.getvalue() == "first Dumping /d/\\udcff.log\né\n".encode()
+    assert dumplog._Utf8Out.over(io.StringIO()) is None
+    assert dumplog._Utf8Out.over(io.TextIOWrapper(io.BytesIO(), encoding="latin-1")) is None
+    assert dumplog._Utf8Out.over(io.TextIOWrapper(io.BytesIO(), encoding="utf-8", line_buffering=True)) is None

@@ -178,7 +178,8 @@ def dumped(oracle, tmp_path_factory) -> Dict[str, tuple]:
         args = [a.replace("{dir}", str(root / case.part)) for a in case.args]
         calls.append(("dump-log", args))
     extra = tmp_path_factory.mktemp("oracle-dump")
-    for name, args in {**order_cases(extra / "order"), **legacy_bad_size_cases(extra / "legacy")}.items():
+    for name, args in {**order_cases(extra / "order"), **legacy_bad_size_cases(extra / "legacy"),
+                       **binary_value_cases(extra / "binary")}.items():
         cases.append(Case(name, "", args))
         notes[""] = "none"
         calls.append(("dump-log", args))
@@ -232,6 +233,50 @@ def order_cases(root: Path) -> Dict[str, List[str]]:
             "order-index-mismatches": ["--verify-index-only", "--files", ",".join(indexes)],
             "order-time-index": ["--verify-index-only", "--files", ",".join(time_indexes)],
             "order-regrow": ["--deep-iteration", "--files", ",".join(regrow)]}
+
+
+def binary_value_cases(root: Path) -> Dict[str, List[str]]:
+    """Large batches of binary keys, values and header keys (what Avro/Protobuf topics hold: random bytes,
+    hardly ever UTF-8), as dump-segment's native formatter prints them in bulk; uncompressed and zstd, with
+    runs of lead bytes, encoded surrogates and sequences cut at a value's end mixed in."""
+    rng = random.Random(SEED + 1)
+    part = root / "binary-0"
+    part.mkdir(parents=True)
+    tricky = [b"\xed\xa0\x80", b"\xed\xbf", b"\xf0\x9f\x98", b"\xe2\x82", b"\xc3", b"\xf4\x90\x80\x80",
+              b"\xe0\x80\xaf", b"\xf8\x88\x80\x80\x80", "caf\u00e9 \u2603".encode()]
+
+    def blob(size: int) -> bytes:
+        out = bytearray(rng.randbytes(size))
+        for _ in range(rng.randrange(3)):
+            at = rng.randrange(size + 1)
+            out[at:at] = rng.choice(tricky)
+        if rng.random() < 0.3:
+            out += rng.choice(tricky)[:-1] or b"\xc3"  # a sequence cut by the end of the value
+        return bytes(out)
+
+    segment, offset = b"", 0
+    for codec in (0, 0, 4):
+        recs = [RecordSpec(offset + i, T0 + i, blob(rng.randrange(0, 12)), blob(rng.randrange(0, 300)),
+                           [(blob(rng.randrange(1, 6)), blob(4))] if rng.random() < 0.3 else [])
+                for i in range(128)]
+        segment += build_v2_batch(recs, base_offset=offset, codec=codec)
+        offset += len(recs)
+    log = part / "00000000000000000000.log"
+    log.write_bytes(segment)
+    return {"binary-values-print": ["--print-data-log", "--files", str(log)],
+            "binary-values-print-skip-metadata": ["--print-data-log", "--skip-record-metadata", "--files", str(log)]}
+
+
+BINARY_VALUES = ["binary-values-print", "binary-values-print-skip-metadata"]
+
+
+@pytest.mark.parametrize("name", BINARY_VALUES)
+def test_binary_values_match_kafka(name: str, dumped) -> None:
+    args, kafka, _note = dumped[name]
+    assert "\ufffd" in kafka.stdout and kafka.rc == 0
+    run = kstore_dump(args)
+    assert run.stdout.decode("utf-8", "surrogateescape") == kafka.stdout
+    assert run.stderr.decode() == kafka.stderr and run.code == 0
 
 
 def replayed_order(keys: List[str], puts_per_key: int) -> List[str]:
