@@ -29,6 +29,8 @@ try:
 except ImportError:  # pragma: no cover - only when the extension is not built
     native = None
 
+pytestmark = pytest.mark.twins
+
 needs_native = pytest.mark.skipif(native is None, reason="the native dump-segment formatter is not built")
 
 INT64_MAX = 2**63 - 1

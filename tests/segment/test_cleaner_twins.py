@@ -32,6 +32,8 @@ try:
 except ImportError:  # pragma: no cover - only when the extension is not built
     native = None
 
+pytestmark = pytest.mark.twins
+
 needs_native = pytest.mark.skipif(native is None, reason="the native cleaner is not built")
 
 T = 1_700_000_000_000

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from kstore_cli.errors import KstoreError
 from kstore_cli.segment import _decode_py as py
 from kstore_cli.segment import decode
-from kstore_cli.segment._decode_common import _Underflow
+from kstore_cli.segment.decode import Underflow
 from kstore_cli.segment.builder import (
     RecordSpec,
     build_legacy_entry,
@@ -38,9 +38,12 @@ try:
 except ImportError:  # pragma: no cover - only when the extension is not built
     native = None
 
+pytestmark = pytest.mark.twins
+
 needs_native = pytest.mark.skipif(native is None, reason="the native decoder is not built")
 
 
+@pytest.mark.decoder_env
 @pytest.mark.skipif(not os.environ.get("CI"), reason="only CI promises a C compiler")
 def test_ci_builds_the_native_decoder() -> None:
     assert native is not None, "CI must build kstore_cli.segment._decode_c (pip install -e . with gcc)"
@@ -93,6 +96,7 @@ def test_backend_follows_the_environment() -> None:
         assert out.stdout.strip() == "native"
 
 
+@pytest.mark.decoder_env
 def test_backend_is_reported() -> None:
     expected = "python" if os.environ.get("KSTORE_DECODER") == "python" or native is None else "native"
     assert decode.BACKEND == expected
@@ -104,7 +108,7 @@ def test_backend_is_reported() -> None:
 def _outcome(fn: Callable, *args: Any) -> Tuple[str, Any]:
     try:
         return "ok", fn(*args)
-    except (KstoreError, _Underflow) as exc:
+    except (KstoreError, Underflow) as exc:
         return type(exc).__name__, str(exc)
 
 

@@ -42,6 +42,8 @@ try:
 except ImportError:  # pragma: no cover - only when the extension is not built
     native = None
 
+pytestmark = pytest.mark.twins
+
 needs_native = pytest.mark.skipif(native is None, reason="the native encoder is not built")
 TWINS = [py] + ([native] if native is not None else [])
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -291,6 +293,7 @@ def test_native_refuses_inconsistent_tables() -> None:
         native.encode_legacy(bytearray(), encode.spec_table(recs), 0, 1, 2, 0, 0, None)
 
 
+@pytest.mark.decoder_env
 def test_backend_follows_the_environment() -> None:
     code = "from kstore_cli.segment import encode; print(encode.BACKEND)"
     out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, KSTORE_DECODER="python"),
