@@ -424,20 +424,6 @@ def records_as_iterated(batch: Batch) -> Tuple[List[Record], Optional[KstoreErro
         return _readable_prefix(batch), exc
 
 
-def _varint(buf: memoryview, pos: int, end: int) -> Optional[Tuple[int, int]]:
-    """A zigzag varint at pos, or None when it runs past end or is too long."""
-    value = 0
-    for i in range(5):
-        if pos >= end:
-            return None
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << (7 * i)
-        if not b & 0x80:
-            return (value >> 1) ^ -(value & 1), pos
-    return None
-
-
 def _readable_prefix(batch: Batch) -> List[Record]:
     buf = batch.buffer
     end = len(buf)
@@ -446,10 +432,10 @@ def _readable_prefix(batch: Batch) -> List[Record]:
     count = batch.count
     log_append = batch.timestamp_type == 1
     for _ in range(count):
-        head = _varint(buf, pos, end)
-        if head is None:
+        try:
+            length, body = _decode.read_varint(buf, pos, end)
+        except (_decode.Underflow, KstoreError):
             break
-        length, body = head
         record_end = body + length
         if length < 0 or record_end > end:
             break

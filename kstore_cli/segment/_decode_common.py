@@ -13,8 +13,11 @@ from typing import Tuple
 from kstore_cli.java import MAX_INT32  # noqa: F401 - re-exported to the twins
 
 
-class _Underflow(Exception):
+class Underflow(Exception):
     """A varint ran past the end of the buffer (callers turn it into Kafka's message for the spot)."""
+
+
+_Underflow = Underflow  # the name the twins (and _decode_c.c's import) use
 
 
 #: (offset_delta, timestamp_delta, size_in_bytes, key_pos, key_len, value_pos, value_len, headers)

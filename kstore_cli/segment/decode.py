@@ -32,8 +32,8 @@ from kstore_cli.segment._decode_common import (  # noqa: F401 - re-exported
     SCAN_OTHER,
     BatchHead,
     LegacyEntry,
+    Underflow,
     V2Record,
-    _Underflow,
 )
 
 #: The environment variable that picks the decoder: "native", "python" or unset (native if built).

@@ -15,7 +15,7 @@ from kstore_cli import codecs
 from kstore_cli.codecs import CHUNK, DecompressStream
 from kstore_cli.errors import InvalidRecordError
 from kstore_cli.segment import decode
-from kstore_cli.segment._decode_common import _Underflow
+from kstore_cli.segment.decode import Underflow
 
 #: Compressed batches that inflate to at most this many bytes are decompressed whole and decoded in one
 #: call (the fast path); larger ones are streamed record by record.
@@ -60,7 +60,7 @@ def _record_offset(buf: bytearray, pos: int, end: int, base_offset: int) -> Opti
     try:
         _ts, p = decode.read_varlong(buf, pos + 1, end)
         delta, _p = decode.read_varint(buf, p, end)
-    except (_Underflow, Exception):
+    except (Underflow, InvalidRecordError):
         return None
     return base_offset + delta
 
@@ -85,7 +85,7 @@ def stream_v2_records(record_cls: type, header_cls: type, batch, stream: Decompr
             raise InvalidRecordError("Incorrect declared batch size, premature EOF reached")
         try:
             length, body = read_varint(w.buf, pos, pos + min(avail, 5))
-        except _Underflow:
+        except Underflow:
             raise InvalidRecordError("Incorrect declared batch size, premature EOF reached") from None
         prefix = body - pos
         have = avail - prefix
