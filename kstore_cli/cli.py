@@ -40,13 +40,14 @@ def _print_traceback() -> None:
     sys.stderr.flush()
 
 
-def _decoder_backend() -> str:
-    """The record decoder kstore_cli.segment.decode picks, found without importing the segment core
-    (~100 ms: `kstore --version` must start as fast as click). Mirrors decode._load: KSTORE_DECODER,
-    then the native extension when one is built for this interpreter."""
-    decode = sys.modules.get("kstore_cli.segment.decode")
-    if decode is not None:
-        return decode.BACKEND
+#: The twins --version names: (label, the native extension under kstore_cli.segment).
+_TWINS = (("record decoder", "_decode_c"), ("record encoder", "_encode_c"), ("cleaner", "_cleaner_c"))
+
+
+def _twin_backend(native_name: str) -> str:
+    """The twin decode.choose_twin picks for `native_name`, found without importing the segment core
+    (~100 ms: `kstore --version` must start as fast as click): KSTORE_DECODER, then the native
+    extension when one is built for this interpreter."""
     policy = os.environ.get("KSTORE_DECODER", "").strip().lower()
     if policy == "python":
         return "python"
@@ -58,14 +59,15 @@ def _decoder_backend() -> str:
 
     segment_dir = os.path.join(os.path.dirname(os.path.abspath(kstore_cli.__file__)), "segment")
     # PathFinder with an explicit path: looks for the file without importing kstore_cli.segment.
-    spec = importlib.machinery.PathFinder.find_spec("kstore_cli.segment._decode_c", [segment_dir])
+    spec = importlib.machinery.PathFinder.find_spec(f"kstore_cli.segment.{native_name}", [segment_dir])
     if spec is not None and isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
         return "native"
     return "none, KSTORE_DECODER=native but it is not built" if policy == "native" else "python"
 
 
 def _version_text() -> str:
-    return f"kstore {__version__} (record decoder: {_decoder_backend()})"
+    twins = "; ".join(f"{label}: {_twin_backend(name)}" for label, name in _TWINS)
+    return f"kstore {__version__} ({twins})"
 
 
 def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:

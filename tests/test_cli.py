@@ -98,14 +98,17 @@ def test_version_names_the_decoder_the_core_picks(policy) -> None:
         "sys.argv = ['kstore', '--version']\n"
         "try:\n    runpy.run_module('kstore_cli', run_name='__main__')\n"
         "except SystemExit:\n    pass\n"
-        "try:\n    from kstore_cli.segment import decode\n    print('CORE', decode.BACKEND)\n"
-        "except ImportError:\n    print('CORE none')\n"
+        "for name in ('decode', 'encode', 'record_filter'):\n"
+        "    try:\n        m = __import__('kstore_cli.segment.' + name, fromlist=['BACKEND'])\n"
+        "        print('CORE', m.BACKEND)\n"
+        "    except ImportError:\n        print('CORE none')\n"
     )
     env = dict(os.environ, KSTORE_DECODER=policy)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
-    version, core = out.stdout.splitlines()
-    named = version.split("record decoder: ", 1)[1].rstrip(")")
-    assert named.split(",")[0] == core.split()[1]
+    version, *cores = out.stdout.splitlines()
+    named = version.split(" (", 1)[1].rstrip(")").split("; ")
+    assert [n.split(": ", 1)[0] for n in named] == ["record decoder", "record encoder", "cleaner"]
+    assert [n.split(": ", 1)[1].split(",")[0] for n in named] == [c.split()[1] for c in cores]
 
 
 def _core_modules() -> list:

@@ -20,7 +20,9 @@ What each function returns is documented on the pure twin (the reference):
 
 from __future__ import annotations
 
+import importlib
 import os
+from types import ModuleType
 
 from kstore_cli.segment import _decode_py
 from kstore_cli.segment._decode_common import (  # noqa: F401 - re-exported
@@ -40,22 +42,28 @@ from kstore_cli.segment._decode_common import (  # noqa: F401 - re-exported
 ENV_VAR = "KSTORE_DECODER"
 
 
-def _load():
+def choose_twin(pure: ModuleType, native_name: str, what: str) -> "tuple[ModuleType, str]":
+    """The twin of a hot path that KSTORE_DECODER picks: (module, "native" | "python"). `native_name` is
+    the C extension's module under kstore_cli.segment, `what` names it in the error when it must be there."""
     policy = os.environ.get(ENV_VAR, "").strip().lower()
     if policy == "python":
-        return _decode_py, "python"
+        return pure, "python"
     if policy not in ("", "native"):
         raise ImportError(f"{ENV_VAR}={policy!r} is not a decoder; use 'native' or 'python'")
     try:
-        from kstore_cli.segment import _decode_c
+        native = importlib.import_module(f"kstore_cli.segment.{native_name}")
     except ImportError as exc:
         if policy == "native":
             raise ImportError(
-                f"{ENV_VAR}=native but the native record decoder (kstore_cli.segment._decode_c) is not built "
+                f"{ENV_VAR}=native but {what} (kstore_cli.segment.{native_name}) is not built "
                 f"({exc}); reinstall kstore with a C compiler available (pip install .)"
             ) from exc
-        return _decode_py, "python"
-    return _decode_c, "native"
+        return pure, "python"
+    return native, "native"
+
+
+def _load():
+    return choose_twin(_decode_py, "_decode_c", "the native record decoder")
 
 
 _impl, BACKEND = _load()

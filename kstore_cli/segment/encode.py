@@ -14,32 +14,17 @@ batch (:func:`v2_batch` here, the codecs in :mod:`kstore_cli.codecs`).
 
 from __future__ import annotations
 
-import os
 import struct
 from array import array
 from typing import Sequence
 
 from kstore_cli.segment import _encode_py
 from kstore_cli.segment._decode_common import V2_CRC_POS, V2_CRC_START, V2_HEADER
-from kstore_cli.segment.decode import ENV_VAR, crc32c
+from kstore_cli.segment.decode import choose_twin, crc32c
 
 
 def _load():
-    policy = os.environ.get(ENV_VAR, "").strip().lower()
-    if policy == "python":
-        return _encode_py, "python"
-    if policy not in ("", "native"):
-        raise ImportError(f"{ENV_VAR}={policy!r} is not a decoder; use 'native' or 'python'")
-    try:
-        from kstore_cli.segment import _encode_c
-    except ImportError as exc:
-        if policy == "native":
-            raise ImportError(
-                f"{ENV_VAR}=native but the native record encoder (kstore_cli.segment._encode_c) is not built "
-                f"({exc}); reinstall kstore with a C compiler available (pip install .)"
-            ) from exc
-        return _encode_py, "python"
-    return _encode_c, "native"
+    return choose_twin(_encode_py, "_encode_c", "the native record encoder")
 
 
 _impl, BACKEND = _load()

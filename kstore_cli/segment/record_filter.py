@@ -14,7 +14,6 @@ on the extension. Both give the same map answers and the same bytes (tests/segme
 
 from __future__ import annotations
 
-import os
 from array import array
 from typing import Optional
 
@@ -46,30 +45,16 @@ from kstore_cli.segment._cleaner_py import (  # noqa: F401 - the run interface's
     RUN_OUTPUT_FULL,
     RUN_PYTHON,
 )
+from kstore_cli.segment.decode import choose_twin
 from kstore_cli.segment.recstream import WHOLE_BATCH_BYTES
 
-ENV_VAR = "KSTORE_DECODER"
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 #: A state's "no batch taken yet" last offset.
 NO_OFFSET = INT64_MIN
 
 
 def _load():
-    policy = os.environ.get(ENV_VAR, "").strip().lower()
-    if policy == "python":
-        return _cleaner_py, "python"
-    if policy not in ("", "native"):
-        raise ImportError(f"{ENV_VAR}={policy!r} is not a decoder; use 'native' or 'python'")
-    try:
-        from kstore_cli.segment import _cleaner_c
-    except ImportError as exc:
-        if policy == "native":
-            raise ImportError(
-                f"{ENV_VAR}=native but the cleaner's native write path (kstore_cli.segment._cleaner_c) is not "
-                f"built ({exc}); reinstall kstore with a C compiler available (pip install .)"
-            ) from exc
-        return _cleaner_py, "python"
-    return _cleaner_c, "native"
+    return choose_twin(_cleaner_py, "_cleaner_c", "the cleaner's native write path")
 
 
 _impl, BACKEND = _load()
