@@ -44,6 +44,7 @@ setup(
         Extension(
             "kstore_cli.segment._decode_c",
             sources=["kstore_cli/segment/_decode_c.c"],
+            depends=["kstore_cli/segment/_crc.h"],
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,
@@ -52,6 +53,7 @@ setup(
         Extension(
             "kstore_cli.segment._encode_c",
             sources=["kstore_cli/segment/_encode_c.c"],
+            depends=["kstore_cli/segment/_crc.h"],
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,
@@ -68,6 +70,7 @@ setup(
         Extension(
             "kstore_cli.segment._cleaner_c",
             sources=["kstore_cli/segment/_cleaner_c.c"],
+            depends=["kstore_cli/segment/_crc.h"],
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,

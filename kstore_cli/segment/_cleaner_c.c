@@ -121,47 +121,11 @@ static inline Py_ssize_t wr_varlong(uint8_t *out, int64_t v) {
     return wr_uvarint(out, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
 }
 
-/* ------------------------------------------------------------------ CRC-32C (copied from _decode_c.c, simplified) */
-
-static uint32_t crc_table[256];
-static int crc_hw = 0;
-
-static void crc_init(void) {
-    for (uint32_t n = 0; n < 256; n++) {
-        uint32_t c = n;
-        for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-        crc_table[n] = c;
-    }
-#ifdef KSTORE_HW_CRC
-    __builtin_cpu_init();
-    crc_hw = __builtin_cpu_supports("sse4.2");
-#endif
-}
-
-#ifdef KSTORE_HW_CRC
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p, size_t n) {
-    uint64_t c = crc;
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c = _mm_crc32_u64(c, w);
-        p += 8;
-        n -= 8;
-    }
-    while (n--) c = _mm_crc32_u8((uint32_t)c, *p++);
-    return (uint32_t)c;
-}
-#endif
+#include "_crc.h"
 
 /* CRC-32C of the two pieces a rebuilt batch is written from (header tail, records). */
 static uint32_t crc32c2(const uint8_t *a, size_t na, const uint8_t *b, size_t nb) {
-    uint32_t c = 0xFFFFFFFFu;
-#ifdef KSTORE_HW_CRC
-    if (crc_hw) return crc32c_hw(crc32c_hw(c, a, na), b, nb) ^ 0xFFFFFFFFu;
-#endif
-    while (na--) c = crc_table[(c ^ *a++) & 0xFF] ^ (c >> 8);
-    while (nb--) c = crc_table[(c ^ *b++) & 0xFF] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
+    return crc32c_update(crc32c_update(0xFFFFFFFFu, a, na), b, nb) ^ 0xFFFFFFFFu;
 }
 
 /* ------------------------------------------------------------------ MD5 (RFC 1321) */
@@ -1157,7 +1121,7 @@ static struct PyModuleDef moduledef = {
 };
 
 PyMODINIT_FUNC PyInit__cleaner_c(void) {
-    crc_init();
+    kstore_crc_init();
     if (PyType_Ready(&OffsetMapType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;

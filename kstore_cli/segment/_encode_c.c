@@ -62,35 +62,7 @@ static inline uint8_t *uv_put(uint8_t *p, uint64_t u) {
     return p;
 }
 
-/* ------------------------------------------------------------------ CRC-32 (java.util.zip.CRC32) */
-
-static uint32_t crc32_table[8][256];
-
-static void crc32_init_tables(void) {
-    for (uint32_t n = 0; n < 256; n++) {
-        uint32_t c = n;
-        for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
-        crc32_table[0][n] = c;
-    }
-    for (uint32_t n = 0; n < 256; n++)
-        for (int t = 1; t < 8; t++)
-            crc32_table[t][n] = (crc32_table[t - 1][n] >> 8) ^ crc32_table[0][crc32_table[t - 1][n] & 0xFF];
-}
-
-static uint32_t crc32_ieee(const uint8_t *p, size_t n) {
-    uint32_t crc = 0xFFFFFFFFu;
-    while (n >= 8) {
-        uint32_t lo = crc ^ ((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24));
-        uint32_t hi = (uint32_t)p[4] | ((uint32_t)p[5] << 8) | ((uint32_t)p[6] << 16) | ((uint32_t)p[7] << 24);
-        crc = crc32_table[7][lo & 0xFF] ^ crc32_table[6][(lo >> 8) & 0xFF] ^ crc32_table[5][(lo >> 16) & 0xFF] ^
-              crc32_table[4][lo >> 24] ^ crc32_table[3][hi & 0xFF] ^ crc32_table[2][(hi >> 8) & 0xFF] ^
-              crc32_table[1][(hi >> 16) & 0xFF] ^ crc32_table[0][hi >> 24];
-        p += 8;
-        n -= 8;
-    }
-    while (n--) crc = crc32_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
-    return crc ^ 0xFFFFFFFFu;
-}
+#include "_crc.h"
 
 /* ------------------------------------------------------------------ growing output */
 
@@ -726,6 +698,6 @@ PyMODINIT_FUNC PyInit__encode_c(void) {
     InvalidRecordError = PyObject_GetAttrString(errors, "InvalidRecordError");
     Py_DECREF(errors);
     if (!InvalidRecordError) return NULL;
-    crc32_init_tables();
+    kstore_crc_init();
     return PyModule_Create(&moduledef);
 }
