@@ -17,7 +17,7 @@ from kstore_cli.errors import UsageError
 from kstore_cli.parsers.coordinator import _UnknownRecordType, deserialize
 from kstore_cli.parsers.schemas import GROUP_COORDINATOR_RECORDS
 from kstore_cli.parsers.wire import JavaError
-from kstore_cli.segment.batch import parse_control_key
+from kstore_cli.segment.batch import COMMIT, parse_control_key
 from kstore_cli.segment.checkpoint import read_offset_checkpoint
 from kstore_cli.segment.logdir import Partition, coordinator_partitions
 from kstore_cli.segment.reader import read_batches
@@ -32,7 +32,6 @@ _OFFSET_COMMIT = (0, 1)
 _GROUP_METADATA = 2
 _CONSUMER_GROUP_METADATA = 3
 _SHARE_GROUP_METADATA = 11
-_CONTROL_COMMIT = 1
 
 
 def partition_for(group: str, num_partitions: int) -> int:
@@ -115,7 +114,7 @@ class _Loader:
                 if batch.is_control:
                     pending = self.pending.pop(batch.producer_id, [])
                     for record in batch.records():
-                        if parse_control_key(record.key)[1] == _CONTROL_COMMIT:
+                        if parse_control_key(record.key)[1] == COMMIT:
                             for args in pending:
                                 self._apply_offset(*args)
                     continue

@@ -59,6 +59,8 @@ LOG_APPEND_TIME = 1
 TIMESTAMP_TYPE_NAMES = {NO_TIMESTAMP_TYPE: "NoTimestampType", CREATE_TIME: "CreateTime", LOG_APPEND_TIME: "LogAppendTime"}
 
 # Control record types (ControlRecordType).
+#: ControlRecordType ids of the transaction markers.
+ABORT, COMMIT = 0, 1
 CONTROL_TYPE_NAMES = {
     0: "ABORT",
     1: "COMMIT",
@@ -105,7 +107,7 @@ class ControlRecord:
 
     @property
     def is_transaction_marker(self) -> bool:
-        return self.type_id in (0, 1)
+        return self.type_id in (ABORT, COMMIT)
 
     def __repr__(self) -> str:
         return f"ControlRecord({self.type_name}, version={self.version}, coordinator_epoch={self.coordinator_epoch})"

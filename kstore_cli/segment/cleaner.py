@@ -1,5 +1,8 @@
 """Log compaction offline: one pass of Kafka's log cleaner (``LogCleanerManager`` + ``Cleaner``) over a
-partition directory (spec §8).
+partition directory (spec §8). Kafka's classes, one module each: this one is ``Cleaner`` (the pass),
+``log_cleaner_manager`` ``LogCleanerManager`` (the cleanable range, the checkpoint), ``offset_map`` /
+``record_filter`` ``SkimpyOffsetMap`` and the per-record work, ``cleaned_transaction_metadata`` and
+``cleaner_stats`` theirs; ``compact_intent`` is kstore's crash record of a pass being swapped in.
 
 A pass, in Kafka's order::
 
@@ -60,13 +63,11 @@ segment: LogLoader, completing an interrupted swap, deletes every file in the sw
 from __future__ import annotations
 
 import bisect
-import hashlib
-import heapq
-import json
 import os
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-from kstore_cli.errors import CorruptRecordError, CorruptSnapshotError, FileUnreadableError, KstoreError, UsageError
+from kstore_cli.java import MAX_INT64
+from kstore_cli.errors import CorruptRecordError, CorruptSnapshotError, KstoreError, UsageError
 from kstore_cli.segment import fileops, names, record_filter
 from kstore_cli.segment.batch import (
     CREATE_TIME,
@@ -74,22 +75,28 @@ from kstore_cli.segment.batch import (
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
     Batch,
-    parse_control_key,
 )
 from kstore_cli.segment.builder import RecordSpec, build_legacy_batch, build_v2_batch
-from kstore_cli.segment.checkpoint import CLEANER_OFFSET_CHECKPOINT, format_offset_checkpoint, read_offset_checkpoint
 from kstore_cli.segment.config import CleanerSettings, TopicConfig
 from kstore_cli.segment.index import AbortedTxn, OffsetIndex, TransactionIndex
 from kstore_cli.segment.logdir import Partition, Segment
 from kstore_cli.segment.record_filter import OffsetMap
-from kstore_cli.segment.reader import iterate_source, release_pages, map_file, read_batches
-from kstore_cli.segment.log_segment import largest_timestamp, mtime_ms, read_next_offset
+from kstore_cli.segment.reader import iterate_source, release_pages, map_file
+from kstore_cli.segment.log_segment import mtime_ms, read_next_offset
 from kstore_cli.segment.unified_log import DataDirState, log_offsets
 from kstore_cli.segment.snapshot import read_snapshot
 from kstore_cli.segment.writer import PartitionWriter
+from kstore_cli.segment.cleaned_transaction_metadata import CleanedTransactionMetadata
+from kstore_cli.segment.cleaner_stats import CleanerStats
+from kstore_cli.segment.compact_intent import INTENT_FILE, INTENT_VERSION, PassIntent, file_identity, intent_path
+from kstore_cli.segment.log_cleaner_manager import (
+    CleaningPlan,
+    plan_cleaning,
+    read_cleaner_checkpoint,
+    update_cleaner_checkpoint,
+)
 
-LONG_MAX = (1 << 63) - 1
-_ABORT, _COMMIT = 0, 1
+LONG_MAX = MAX_INT64  # Long.MAX_VALUE
 _SIZE_FIELD = 8  # byte of a batch's size field
 RELEASE_EVERY = 8 * 1024 * 1024  # drop read pages of the mapped segment this often
 
@@ -305,231 +312,10 @@ class ProducerState:
 # --------------------------------------------------------------------------- which range to clean
 
 
-class CleaningPlan:
-    """LogToClean: the dirty range and whether the broker would clean this log now."""
-
-    def __init__(self) -> None:
-        self.first_dirty_offset = 0
-        #: The checkpoint had to be reset to the log start offset (forceUpdateCheckpoint).
-        self.checkpoint_reset = False
-        self.checkpointed: Optional[int] = None
-        self.uncleanable_offset = 0
-        self.first_uncleanable_offset = 0
-        self.last_stable_offset = 0
-        self.clean_bytes = 0
-        self.cleanable_bytes = 0
-        self.compaction_delay_ms = 0
-        self.eligible = False
-        self.reason = ""
-
-    @property
-    def total_bytes(self) -> int:
-        return self.clean_bytes + self.cleanable_bytes
-
-    @property
-    def dirty_ratio(self) -> float:
-        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
-
-    @property
-    def need_compaction_now(self) -> bool:
-        return self.compaction_delay_ms > 0
-
-    def to_dict(self) -> dict:
-        return {"firstDirtyOffset": self.first_dirty_offset, "checkpointReset": self.checkpoint_reset,
-                "firstUncleanableOffset": self.first_uncleanable_offset, "lastStableOffset": self.last_stable_offset,
-                "cleanBytes": self.clean_bytes, "cleanableBytes": self.cleanable_bytes,
-                "dirtyRatio": round(self.dirty_ratio, 6), "compactionDelayMs": self.compaction_delay_ms,
-                "eligible": self.eligible, "reason": self.reason}
-
-
-def plan_cleaning(view: LogView, config: TopicConfig, producers: ProducerState, *, now: int,
-                  checkpointed: Optional[int]) -> CleaningPlan:
-    """LogCleanerManager.cleanableOffsets, calculateCleanableBytes, maxCompactionDelay and the
-    eligibility test of grabFilthiestCompactedLog, for one log."""
-    plan = CleaningPlan()
-    plan.checkpointed = checkpointed
-    lso_start = view.log_start_offset
-    dirty = lso_start if checkpointed is None else checkpointed
-    if dirty < lso_start or dirty > view.log_end_offset:
-        dirty, plan.checkpoint_reset = lso_start, True
-    plan.first_dirty_offset = dirty
-    open_txn = producers.first_open_transaction()
-    unstable = None if open_txn is None else open_txn[0]
-    plan.last_stable_offset = view.high_watermark if unstable is None else min(view.high_watermark, unstable)
-    # each bound on the cleanable range, with what to tell the user when it is the one that leaves nothing
-    if unstable is not None and unstable <= view.high_watermark:
-        lso_why = (f"cleaning stops at the first unstable offset {unstable}, where producer {open_txn[1]}'s "
-                   "transaction is still open,")
-    else:
-        lso_why = f"cleaning stops at the high watermark {view.high_watermark},"
-    bounds = [(plan.last_stable_offset, lso_why),
-              (view.active.base_offset,
-               f"cleaning stops at the active segment, which starts at offset {view.active.base_offset} and is "
-               "never cleaned,")]
-    lag = max(config.get("min.compaction.lag.ms"), 0)
-    if lag > 0:
-        for seg in view.non_active_from(dirty):
-            if largest_timestamp(seg.segment)[0] > now - lag:  # §7's largestTimestamp
-                bounds.append((seg.base_offset, f"cleaning stops at segment {seg.base_offset}, which has records "
-                                                f"newer than min.compaction.lag.ms {lag},"))
-                break
-    bound, bound_why = min(bounds, key=lambda b: b[0])  # ties: the first listed (min keeps it)
-    plan.uncleanable_offset = max(dirty, bound)
-    # calculateCleanableBytes: down to the base of the segment holding it.
-    following = view.non_active_from(plan.uncleanable_offset)
-    plan.first_uncleanable_offset = following[0].base_offset if following else view.active.base_offset
-    plan.cleanable_bytes = sum(s.size for s in view.log_segments(min(dirty, plan.first_uncleanable_offset),
-                                                                 plan.first_uncleanable_offset))
-    plan.clean_bytes = sum(s.size for s in view.log_segments(-1, dirty))
-    # maxCompactionDelay: the earliest first-batch timestamp among dirty non-active segments.
-    max_lag = max(config.get("max.compaction.lag.ms"), 0)
-    firsts = []
-    for seg in view.non_active_from(dirty):
-        try:
-            first = next(iter(read_batches(seg.log)), None)
-        except KstoreError:
-            first = None
-        if first is not None and first.max_timestamp > 0:
-            firsts.append(first.max_timestamp)
-    clean_until = now - max_lag
-    if firsts and min(firsts) < clean_until:
-        plan.compaction_delay_ms = clean_until - min(firsts)
-    ratio_needed = config.get("min.cleanable.dirty.ratio")
-    if plan.total_bytes == 0:
-        if view.log_end_offset <= view.log_start_offset:
-            plan.reason = "the log is empty"
-        else:
-            # Segments hold offsets, but none lies wholly below the bound (calculateCleanableBytes counts
-            # whole segments up to the one holding it).
-            plan.reason = f"{bound_why} and nothing below it is cleanable"
-    elif plan.need_compaction_now and plan.cleanable_bytes > 0:
-        plan.eligible = True
-        plan.reason = f"max.compaction.lag.ms passed {plan.compaction_delay_ms} ms ago"
-    elif plan.dirty_ratio > ratio_needed:
-        plan.eligible = True
-        plan.reason = f"dirty ratio {plan.dirty_ratio:.3f} > min.cleanable.dirty.ratio {ratio_needed}"
-    else:
-        plan.reason = f"dirty ratio {plan.dirty_ratio:.3f} <= min.cleanable.dirty.ratio {ratio_needed}"
-    return plan
-
-
 # --------------------------------------------------------------------------- transactions
 
 
-class CleanedTransactionMetadata:
-    """Kafka's CleanedTransactionMetadata: ongoing aborted/committed transactions while walking the log."""
-
-    def __init__(self) -> None:
-        self._committed: set = set()
-        #: producer id -> [AbortedTxn, last observed batch offset or None]
-        self._aborted: Dict[int, list] = {}
-        self._heap: List[Tuple[int, int, AbortedTxn]] = []
-        self._seq = 0
-        #: Where retained ABORT markers' entries go (the new segment's .txnindex), or None.
-        self.cleaned_index: Optional[Callable[[AbortedTxn], None]] = None
-
-    def add_aborted_transactions(self, txns: List[AbortedTxn]) -> None:
-        for txn in txns:  # a min-heap by first offset (ties: arrival order)
-            heapq.heappush(self._heap, (txn.first_offset, self._seq, txn))
-            self._seq += 1
-
-    def consume_up_to(self, offset: int) -> None:
-        """Aborted transactions starting at or below `offset` become ongoing (what reading any batch does first)."""
-        heap = self._heap
-        while heap and heap[0][0] <= offset:
-            txn = heapq.heappop(heap)[2]
-            self._aborted.setdefault(txn.producer_id, [txn, None])  # getOrElseUpdate: the first one stays
-
-    def on_control_batch_read(self, batch: Batch) -> bool:
-        """True when the control batch may be discarded."""
-        self.consume_up_to(batch.last_offset)
-        records = batch.records()
-        if not records:
-            return True  # an empty control batch was already cleaned
-        _version, control_type = parse_control_key(records[0].key)
-        pid = batch.producer_id
-        if control_type == _ABORT:
-            meta = self._aborted.pop(pid, None)
-            if meta is not None and meta[1] is not None:
-                # Retain the marker until all batches of the transaction are gone.
-                if self.cleaned_index is not None:
-                    self.cleaned_index(meta[0])
-                return False
-            return True
-        if control_type == _COMMIT:
-            if pid in self._committed:
-                self._committed.discard(pid)
-                return False
-            return True
-        return False
-
-    def to_json(self) -> dict:
-        """The state between two segments, for a pass intent (see :class:`PassIntent`)."""
-        return {"committed": sorted(self._committed),
-                "aborted": [[pid, _txn_json(meta[0]), meta[1]] for pid, meta in self._aborted.items()],
-                "heap": [[first, seq, _txn_json(txn)] for first, seq, txn in self._heap], "seq": self._seq}
-
-    @classmethod
-    def from_json(cls, state: dict) -> "CleanedTransactionMetadata":
-        txns = cls()
-        txns._committed = set(state["committed"])
-        txns._aborted = {pid: [AbortedTxn(*txn), last] for pid, txn, last in state["aborted"]}
-        txns._heap = [(first, seq, AbortedTxn(*txn)) for first, seq, txn in state["heap"]]  # still a heap
-        txns._seq = state["seq"]
-        return txns
-
-    def on_batch_read(self, batch: Batch) -> bool:
-        """True when the data batch belongs to an aborted transaction."""
-        self.consume_up_to(batch.last_offset)
-        if batch.is_transactional:
-            meta = self._aborted.get(batch.producer_id)
-            if meta is not None:
-                meta[1] = batch.last_offset
-                return True
-            self._committed.add(batch.producer_id)
-        return False
-
-
-def _txn_json(txn: AbortedTxn) -> list:
-    return [txn.version, txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset]
-
-
 # --------------------------------------------------------------------------- statistics
-
-
-class CleanerStats:
-    """Kafka's CleanerStats, plus what an operator asks about (tombstones, markers, batches)."""
-
-    __slots__ = ("bytes_read", "bytes_written", "map_bytes_read", "map_messages_read", "messages_read",
-                 "invalid_messages_read", "messages_written", "batches_read", "batches_written",
-                 "batches_rebuilt", "empty_batches_written", "tombstones_removed", "markers_removed",
-                 "aborted_records_removed", "deleted_batch_records", "buffer_utilization", "map_full")
-
-    def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, 0)
-        self.buffer_utilization = 0.0
-        self.map_full = False
-
-    @property
-    def records_removed(self) -> int:
-        """Records read and not written, plus those of batches dropped unread (aborted data)."""
-        return self.messages_read - self.messages_written + self.deleted_batch_records
-
-    def add(self, other: "CleanerStats") -> None:
-        for name in self.__slots__:
-            if name not in ("buffer_utilization", "map_full"):
-                setattr(self, name, getattr(self, name) + getattr(other, name))
-
-    def to_dict(self) -> dict:
-        return {"bytesRead": self.bytes_read, "bytesWritten": self.bytes_written,
-                "mapBytesRead": self.map_bytes_read, "mapMessagesRead": self.map_messages_read,
-                "messagesRead": self.messages_read, "invalidMessagesRead": self.invalid_messages_read,
-                "messagesWritten": self.messages_written, "batchesRead": self.batches_read,
-                "batchesWritten": self.batches_written, "batchesRebuilt": self.batches_rebuilt,
-                "emptyBatchesWritten": self.empty_batches_written, "tombstonesRemoved": self.tombstones_removed,
-                "markersRemoved": self.markers_removed, "abortedRecordsRemoved": self.aborted_records_removed,
-                "bufferUtilization": round(self.buffer_utilization, 6), "mapFull": self.map_full}
 
 
 # --------------------------------------------------------------------------- chunked reading
@@ -1062,133 +848,7 @@ def remove_stray_snapshots(partition: Partition, *, dry_run: bool = False) -> Li
     return paths
 
 
-def cleaner_checkpoint_path(data_dir: str) -> str:
-    return os.path.join(data_dir, CLEANER_OFFSET_CHECKPOINT)
-
-
-def read_cleaner_checkpoint(data_dir: str) -> Dict[Tuple[str, int], int]:
-    path = cleaner_checkpoint_path(data_dir)
-    return read_offset_checkpoint(path) if os.path.exists(path) else {}
-
-
-def update_cleaner_checkpoint(data_dir: str, key: Tuple[str, int], offset: int) -> None:
-    """LogCleanerManager.updateCheckpoints for one partition (atomically)."""
-    entries = read_cleaner_checkpoint(data_dir)
-    entries[key] = offset
-    fileops.atomic_write(cleaner_checkpoint_path(data_dir), format_offset_checkpoint(entries).encode())
-
-
 # --------------------------------------------------------------------------- the pass intent
-
-
-#: kstore's record of a pass being swapped in, in the partition directory. Kafka's LogLoader ignores
-#: it: it is no segment, index, snapshot, .deleted, .cleaned or .swap file, and its name starts with
-#: no offset, so completing an interrupted swap never deletes it (spec §6.2).
-INTENT_FILE = "kstore-compact-intent.json"
-_INTENT_VERSION = 1
-_INTENT_KEYS = {"topic", "partition", "checkpointed", "firstDirtyOffset", "firstUncleanableOffset", "endOffset",
-                "mapStopOffset", "legacyHorizon", "now", "lastRecords", "groups", "current", "newFiles", "txnBefore",
-                "txnAfter"}
-
-
-def intent_path(partition_dir: str) -> str:
-    return os.path.join(partition_dir, INTENT_FILE)
-
-
-def _identity(path: str) -> List:
-    """[size, SHA-256] of a file: tells a swapped-in segment from the one it replaced."""
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        while True:
-            chunk = f.read(1 << 20)
-            if not chunk:
-                break
-            digest.update(chunk)
-            size += len(chunk)
-    return [size, digest.hexdigest()]
-
-
-class PassIntent:
-    """What a pass being swapped in will have done, written (atomically) before each group's swap.
-
-    It holds what the rest of the pass needs and what is not in the files once groups are swapped
-    in: the checkpoint entry the pass started from, its dirty range and end offset, where the offset
-    map stopped, the legacy delete horizon, the active producers, the groups (old segment bases and
-    ``.log`` sizes), which group is being swapped (``current``) with the identity of its new files,
-    and the transaction state before and after that group.
-    """
-
-    def __init__(self, data: dict) -> None:
-        self.data = data
-
-    @property
-    def end_offset(self) -> int:
-        return self.data["endOffset"]
-
-    @property
-    def groups(self) -> List[List[List[int]]]:
-        return self.data["groups"]
-
-    def save(self, partition_dir: str) -> None:
-        text = json.dumps(self.data, sort_keys=True, separators=(",", ":")) + "\n"
-        fileops.atomic_write(intent_path(partition_dir), text.encode())
-
-    @classmethod
-    def load(cls, partition_dir: str) -> "Optional[PassIntent]":
-        """The intent in the directory; None when there is none; an unreadable one raises ValueError."""
-        path = intent_path(partition_dir)
-        try:
-            with open(path, "rb") as f:
-                raw = f.read()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise FileUnreadableError(f"cannot be read: {exc.strerror or exc}", path=path) from None
-        data = json.loads(raw)
-        if not isinstance(data, dict) or data.get("version") != _INTENT_VERSION or not _INTENT_KEYS <= set(data):
-            raise ValueError("not a kstore compact intent of a known version")
-        return cls(data)
-
-    def swap_completed(self, partition_dir: str) -> bool:
-        """Whether the current group's swap took effect (after resolve_leftovers): its new files are
-        there under their final names with the recorded bytes. (New bytes equal to the old ones
-        count as done: once :meth:`swap_leftovers` are gone the two states are the same.)"""
-        group = self.groups[self.data["current"]]
-        prefix = os.path.join(partition_dir, names.filename_prefix(group[0][0]))
-        for ext, identity in self.data["newFiles"].items():
-            path = prefix + ext
-            if not os.path.isfile(path) or _identity(path) != identity:
-                return False
-        return True
-
-    def swap_leftovers(self, partition_dir: str) -> Tuple[List[str], Optional[str]]:
-        """The files of the current group's old segments that its (completed) swap left behind, and
-        why the intent no longer fits the directory (None when it does).
-
-        LogLoader completes an interrupted swap by deleting the segments based in [new base, new
-        segment's next offset): when cleaning emptied the group's tail (the new segment ends before
-        a later old segment's base), the later old segments stay, and a crash in the middle of the
-        renames leaves an old segment's indexes without their ``.log``. Such files belong to the
-        replaced segments; removing them finishes the replacement the intent names, as the
-        uninterrupted run did. An old segment still there with another size is not ours: stale."""
-        group = self.groups[self.data["current"]]
-        leftovers: List[str] = []
-        prefix = os.path.join(partition_dir, names.filename_prefix(group[0][0]))
-        for ext in (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX):
-            if ext not in self.data["newFiles"] and os.path.isfile(prefix + ext):
-                leftovers.append(prefix + ext)
-        for base, size in group[1:]:
-            prefix = os.path.join(partition_dir, names.filename_prefix(base))
-            log = prefix + names.LOG_SUFFIX
-            if os.path.exists(log) and os.path.getsize(log) != size:
-                return [], f"segment {base} changed since"
-            # The .log first: without it the rest is an orphan a broker deletes anyway.
-            for ext in (names.LOG_SUFFIX, names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX,
-                        names.SNAPSHOT_SUFFIX):
-                if os.path.isfile(prefix + ext):
-                    leftovers.append(prefix + ext)
-        return leftovers, None
 
 
 def _drop_intent(partition: Partition) -> None:
@@ -1410,7 +1070,7 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
     groups = group_segments_by_size(view.log_segments(0, end_offset), config.get("segment.bytes"),
                                     config.get("segment.index.bytes"), plan.first_uncleanable_offset)
     intent = PassIntent({
-        "version": _INTENT_VERSION, "topic": partition.topic, "partition": partition.partition,
+        "version": INTENT_VERSION, "topic": partition.topic, "partition": partition.partition,
         "checkpointed": checkpointed, "firstDirtyOffset": plan.first_dirty_offset,
         "firstUncleanableOffset": plan.first_uncleanable_offset, "endOffset": end_offset, "mapStopOffset": map_stop,
         "legacyHorizon": legacy_horizon, "now": now,
@@ -1469,7 +1129,7 @@ def _clean_groups(partition: Partition, view: LogView, groups: List[List[Segment
                 swap.stage_extra(kept, extra)
             intent.data.update(current=number, txnBefore=txn_before, txnAfter=txns.to_json(), newFiles={
                 os.path.basename(p)[len(names.filename_prefix(new.base_offset)):-len(names.CLEANED_SUFFIX)]:
-                    _identity(p) for p in new.files})
+                    file_identity(p) for p in new.files})
             intent.save(partition.path)
             swap.replace_segments(partition.path, [new.base_offset], [s.segment for s in group], extra=extra)
         except KstoreError:

@@ -184,7 +184,7 @@ def test_a_completed_swap_leaves_only_the_old_segments_the_intent_names(tmp_path
     """After a crash mid-swap, LogLoader keeps a group's later old segments when the new segment
     ends before them (and orphans their indexes when the renames stopped midway): those, unchanged
     in size, are the swap's leftovers; one of another size is not ours and makes the intent stale."""
-    from kstore_cli.segment.cleaner import PassIntent, _identity
+    from kstore_cli.segment.compact_intent import PassIntent, file_identity
 
     part = tmp_path / "orders-0"
     part.mkdir()
@@ -197,7 +197,7 @@ def test_a_completed_swap_leaves_only_the_old_segments_the_intent_names(tmp_path
     (part / "00000000000000000024.snapshot").write_bytes(b"s")
     (part / "00000000000000000036.log").write_bytes(b"z" * 70)  # the next group: not this swap's
     intent = PassIntent({"groups": [[[0, 100], [12, 50], [24, 60]], [[36, 70]]], "current": 0,
-                         "newFiles": {".log": _identity(str(new_log))}})
+                         "newFiles": {".log": file_identity(str(new_log))}})
     assert intent.swap_completed(str(part))
     leftovers, stale = intent.swap_leftovers(str(part))
     assert stale is None
