@@ -40,6 +40,7 @@ from kstore_cli.errors import (
     KstoreError,
     UsageError,
 )
+from kstore_cli.java import java_long
 from kstore_cli.parsers import RAW, DecoderMessageParser, decode_control, make_parser, render_control
 from kstore_cli.parsers.decoders import decoder_for
 from kstore_cli.segment.text import ScalaHashMapOrder, java_utf8
@@ -152,11 +153,6 @@ def java_bool(value: bool) -> str:
 def optional_long(value: Optional[int]) -> str:
     """``OptionalLong.toString()``: ``OptionalLong.empty`` or ``OptionalLong[n]``."""
     return "OptionalLong.empty" if value is None else f"OptionalLong[{value}]"
-
-
-def java_long(value: int) -> int:
-    """Wrap to a signed 64-bit value, as Java's long arithmetic does."""
-    return ((value + (1 << 63)) & 0xFFFFFFFFFFFFFFFF) - (1 << 63)
 
 
 _LONG_MIN = -(1 << 63)

@@ -13,6 +13,14 @@ from typing import Tuple
 from kstore_cli.java import MAX_INT32  # noqa: F401 - re-exported to the twins
 
 
+def write_uvarint(u: int, out: bytearray) -> None:
+    """Append the unsigned varint of u (ByteUtils.writeUnsignedVarint's bytes; callers zigzag first)."""
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+
+
 class Underflow(Exception):
     """A varint ran past the end of the buffer (callers turn it into Kafka's message for the spot)."""
 

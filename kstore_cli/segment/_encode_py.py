@@ -23,7 +23,8 @@ from array import array
 from typing import List, Optional, Sequence, Tuple
 
 from kstore_cli.errors import InvalidRecordError
-from kstore_cli.segment._decode_common import LOG_OVERHEAD, RECORD_OVERHEAD_V0, V2Record
+from kstore_cli.java import java_long
+from kstore_cli.segment._decode_common import LOG_OVERHEAD, RECORD_OVERHEAD_V0, V2Record, write_uvarint
 from kstore_cli.segment._decode_py import decode_legacy_message
 from kstore_cli.segment.crc import crc32
 
@@ -34,11 +35,6 @@ LEGACY_RECORD_OVERHEAD = 34
 V2_HEADER_OVERHEAD = 10
 
 RecordTable = Tuple[int, object, object, object, object, object, object]
-
-
-def _long(value: int) -> int:
-    """Java long arithmetic: wrap to a signed 64-bit value."""
-    return ((value + 0x8000000000000000) & 0xFFFFFFFFFFFFFFFF) - 0x8000000000000000
 
 
 def legacy_table(data: "bytes | memoryview", wrapper_magic: int, wrapper_offset: int,
@@ -78,8 +74,8 @@ def legacy_table(data: "bytes | memoryview", wrapper_magic: int, wrapper_offset:
                     "Found invalid wrapper offset in compressed v1 message set, wrapper offset "
                     f"'{wrapper_offset}' is less than the last inner message offset '{last_inner}' and it is not zero."
                 )
-            base = _long(wrapper_offset - last_inner)
-            offsets = array("q", (_long(base + o) for o in offsets))
+            base = java_long(wrapper_offset - last_inner)
+            offsets = array("q", (java_long(base + o) for o in offsets))
     return len(offsets), data, offsets, timestamps, spans, array("q"), array("q")
 
 
@@ -103,8 +99,8 @@ def v2_table(data: "bytes | memoryview", records: Sequence[V2Record], base_offse
     header_spans = array("q")
     headers_seen = 0
     for offset_delta, ts_delta, _size, kp, kl, vp, vl, headers in records:
-        offsets.append(_long(base_offset + offset_delta))
-        timestamps.append(log_append_time if log_append_time is not None else _long(base_timestamp + ts_delta))
+        offsets.append(java_long(base_offset + offset_delta))
+        timestamps.append(log_append_time if log_append_time is not None else java_long(base_timestamp + ts_delta))
         spans.extend((kp, kl, vp, vl))
         for hkp, hkl, hvp, hvl in headers:
             if _strict_utf8_chars(data[hkp : hkp + hkl]) < 0:
@@ -176,10 +172,7 @@ def _q(buf) -> "array | memoryview":
 
 def _uvarint_slow(u: int) -> bytes:
     out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
+    write_uvarint(u, out)
     return bytes(out)
 
 
@@ -196,7 +189,7 @@ def _varint(n: int) -> bytes:
 
 def _varlong(n: int) -> bytes:
     if not -0x8000000000000000 <= n <= 0x7FFFFFFFFFFFFFFF:
-        n = _long(n)
+        n = java_long(n)
     u = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
     return _VARINTS[u] if u < 16384 else _uvarint_slow(u)
 
@@ -264,7 +257,7 @@ def encode_legacy(out: bytearray, table: RecordTable, start: int, stop: int, mag
             msg += struct.pack(">i", -1 if ln < 0 else ln)
             if ln >= 0:
                 msg += mv[p : p + ln]
-        out += struct.pack(">qiI", _long(offsets[i] - offset_base), len(msg) + 4, crc32(msg))
+        out += struct.pack(">qiI", java_long(offsets[i] - offset_base), len(msg) + 4, crc32(msg))
         out += msg
     return max_ts
 

@@ -684,6 +684,12 @@ class LegacyBatch(Batch):
             raise self._fail(exc) from None
 
     def _deep_records(self, codec_id: int, wrapper_magic: int, vp: int, vl: int) -> List[Record]:
+        data, log_append = self._inner_messages(codec_id, wrapper_magic, vp, vl)
+        return decode.build_legacy_records(Record, self, data, wrapper_magic, self.offset, log_append)
+
+    def _inner_messages(self, codec_id: int, wrapper_magic: int, vp: int, vl: int) -> Tuple[bytes, Optional[int]]:
+        """The wrapper's decompressed inner message set and the LogAppendTime its messages take (None
+        under CreateTime), with the deep iterator's checks of the wrapper."""
         if codec_id == 4:
             raise InvalidRecordError(f"Invalid wrapper compressionType found in legacy deep record iterator {wrapper_magic}")
         if wrapper_magic not in (0, 1):
@@ -692,7 +698,7 @@ class LegacyBatch(Batch):
             raise InvalidRecordError(f"Found invalid compressed record set with null value (magic = {wrapper_magic})")
         data = get_codec(codec_id).decompress(self._buf[vp : vp + vl], wrapper_magic)
         log_append = self.timestamp if wrapper_magic > 0 and self.attributes & TIMESTAMP_TYPE_MASK else None
-        return decode.build_legacy_records(Record, self, data, wrapper_magic, self.offset, log_append)
+        return data, log_append
 
     def record_table(self) -> tuple:
         """The records as an :mod:`.encode` record table (what convert-format writes from, no object
@@ -702,14 +708,7 @@ class LegacyBatch(Batch):
         if codec_id == 0:
             return encode.single_table(self._buf, offset, timestamp, kp, kl, vp, vl)
         try:
-            if codec_id == 4:
-                raise InvalidRecordError(f"Invalid wrapper compressionType found in legacy deep record iterator {magic}")
-            if magic not in (0, 1):
-                raise InvalidRecordError(f"Invalid wrapper magic found in legacy deep record iterator {magic}")
-            if vl < 0:
-                raise InvalidRecordError(f"Found invalid compressed record set with null value (magic = {magic})")
-            data = get_codec(codec_id).decompress(self._buf[vp : vp + vl], magic)
-            log_append = self.timestamp if magic > 0 and self.attributes & TIMESTAMP_TYPE_MASK else None
+            data, log_append = self._inner_messages(codec_id, magic, vp, vl)
             return encode.legacy_table(data, magic, self.offset, log_append)
         except KstoreError as exc:
             raise self._fail(exc) from None

@@ -12,6 +12,7 @@ from typing import Optional, Sequence, Tuple
 
 from kstore_cli.codecs import get_codec
 from kstore_cli.errors import UsageError
+from kstore_cli.java import java_long
 from kstore_cli.segment.batch import (
     CONTROL_FLAG,
     CREATE_TIME,
@@ -23,6 +24,7 @@ from kstore_cli.segment.batch import (
     TRANSACTIONAL_FLAG,
     V2_HEADER,
 )
+from kstore_cli.segment._decode_common import write_uvarint
 from kstore_cli.segment.crc import crc32, crc32c
 
 #: A header: its key (text, or raw bytes written as they are) and its nullable value.
@@ -55,25 +57,18 @@ def _zigzag32(n: int) -> int:
 
 def _zigzag64(n: int) -> int:
     # Java's long arithmetic first: a timestamp delta past int64 wraps (and reads back as the timestamp).
-    n = ((n + 0x8000000000000000) & 0xFFFFFFFFFFFFFFFF) - 0x8000000000000000
+    n = java_long(n)
     return ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
-
-
-def _uvarint(u: int, out: bytearray) -> None:
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
 
 
 def write_varint(n: int, out: bytearray) -> None:
     """Append n as a zigzag varint (minimal encoding)."""
-    _uvarint(_zigzag32(n), out)
+    write_uvarint(_zigzag32(n), out)
 
 
 def write_varlong(n: int, out: bytearray) -> None:
     """Append n as a zigzag varlong (minimal encoding)."""
-    _uvarint(_zigzag64(n), out)
+    write_uvarint(_zigzag64(n), out)
 
 
 def _write_nullable(data: Optional[bytes], out: bytearray) -> None:
