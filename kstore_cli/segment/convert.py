@@ -725,7 +725,10 @@ class _SegmentCopier:
             seg_next = seg.base_offset
             reported = 0
             writer.set_mtime(self.mtime)
-            for batch in read_batches(seg.log):
+            for batch in read_batches(seg.log, check_crc=True):
+                # A batch whose CRC fails is refused, as Kafka's LogValidator refuses it: rewriting it would
+                # give damaged bytes a fresh, valid CRC (or copy the bad one into the output).
+                batch.ensure_valid()
                 seg_next = batch.last_offset + 1
                 self.emit(self.converter.feed(batch))
                 if progress is not None and batch.position + batch.size - reported >= (4 << 20):

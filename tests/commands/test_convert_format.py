@@ -196,3 +196,23 @@ def test_sigkill_at_every_file_operation_then_rerun(tmp_path: Path) -> None:
     # one more step than there are operations: the run completes
     n, work, proc = crash_at(steps + 1)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_batch_whose_crc_fails_is_refused_not_rewritten(tmp_path: Path) -> None:
+    """A batch that still decodes but fails its CRC is refused (file and byte named, exit 1): converting it
+    would give damaged bytes a fresh, valid CRC. Nothing is written; the input is unchanged."""
+    part = make_v2_partition(tmp_path / "data" / "gen-v2-0")
+    log = sorted(part.glob("*.log"))[0]
+    raw = bytearray(log.read_bytes())
+    at = raw.index(b"value-1")  # inside the first (uncompressed) batch's record values: still decodes
+    raw[at] ^= 0x01
+    log.write_bytes(bytes(raw))
+    before = dir_hash(part)
+    for args in (["--dry-run"], ["--output-dir", str(tmp_path / "out")]):
+        result = run(str(part), "--to-magic", "2", "--compression", "zstd", *args)
+        assert status(result) == 1, text(result)
+        message = str(result.exception)
+        assert "\n" not in message and "Record is corrupt" in message
+        assert f"{log}" in message and "at byte 0" in message
+        assert dir_hash(part) == before
+    assert not list((tmp_path / "out").rglob("*.log"))
