@@ -7,25 +7,10 @@ import os
 
 import click
 
+from kstore_cli.commands._console import is_tty
 from kstore_cli.commands._options import json_option
-
-from kstore_cli.commands._console import is_tty as _is_tty
-from kstore_cli.errors import ExitStatus, UsageError
-from kstore_cli.segment import startup
-from kstore_cli.segment.verify import ERROR, NOTE, Finding, verify_partition
-
-
-#: Startup findings that say nothing about the files' consistency: notes here, errors in doctor (a KRaft
-#: broker treats a log without partition.metadata as stray; partitions built by tools often have none).
-_NOTES_HERE = frozenset({"partition-metadata-missing"})
-
-
-def _as_finding(issue: "startup.Issue") -> Finding:
-    """A data-dir check's issue in verify-index's terms: errors stay errors, what Kafka fixes itself is a note."""
-    where = issue.partition or issue.data_dir or ""
-    error = issue.severity == startup.ERROR and issue.check not in _NOTES_HERE
-    return Finding(os.path.basename(where), None, issue.file or where, ERROR if error else NOTE, issue.check,
-                   issue.message + (f" (at byte {issue.position})" if issue.position is not None else ""))
+from kstore_cli.errors import ExitStatus
+from kstore_cli.segment.verify import ERROR, Finding, PartitionVerdict, VerifyRun
 
 
 @click.command(name="verify-index")
@@ -57,69 +42,69 @@ def command(ctx: click.Context, paths, as_json: bool, quiet: bool) -> None:
       kstore verify-index /var/lib/kafka/data
       kstore verify-index --json /var/lib/kafka/data/orders-0 | jq 'select(.severity=="error")'
     """
-    found = startup.survey(paths)
-    # The same data-dir checks as doctor (meta.properties, checkpoints, stray dirs, topic IDs), except the
-    # lock: a live broker holding it is what a monitoring run expects.
-    layout = [_as_finding(i) for i in startup.layout_issues(found, check_lock=False)]
-    if not found.targets and not layout:
-        raise UsageError("no partitions found in " + ", ".join(paths))
-    tty = _is_tty() and not as_json
-    console = None
-    if tty:
-        from rich.console import Console
-
-        console = Console()
-    unhealthy = any(f.severity == ERROR for f in layout)
-    for f in layout:
-        if as_json:
-            obj = f.to_dict()
-            obj["type"] = "finding"
-            click.echo(json.dumps(obj, sort_keys=True))
-        else:
-            click.echo(f"{f.file}: {f.severity}: {f.check}: {f.message}")
-    for partition, only in found.targets:
-        target = _Target(partition, only)
-        findings, plan = verify_partition(partition, only=only)
-        findings += [_as_finding(i) for i in startup.partition_issues(found, partition, plan, whole_partition=only is None)
-                     if not i.check.startswith("leftover-")]  # verify_partition lists leftovers itself
-        errors = sum(1 for f in findings if f.severity == ERROR)
-        notes = len(findings) - errors
-        unhealthy = unhealthy or errors > 0
-        checked = len(plan.segments)
-        if as_json:
-            for f in findings:
-                obj = f.to_dict()
-                obj["type"] = "finding"
-                click.echo(json.dumps(obj, sort_keys=True))
-            click.echo(json.dumps({"type": "partition", "partition": target.partition.path, "segments": checked,
-                                   "errors": errors, "notes": notes, "healthy": errors == 0}, sort_keys=True))
-        elif console is not None:
-            from rich.table import Table
-
-            status = "[green]healthy[/]" if errors == 0 else f"[red]{errors} problem(s)[/]"
-            table = Table(title=f"{target.partition.path}: {checked} segment(s), {status}", title_justify="left")
-            for col in ("segment", "file", "severity", "check", "message"):
-                table.add_column(col, overflow="fold")
-            for f in findings:
-                sev = "[red]error[/]" if f.severity == ERROR else "[yellow]note[/]"
-                table.add_row("" if f.segment is None else str(f.segment),
-                              os.path.basename(f.file) if f.file else "", sev, f.check, f.message)
-            if findings or not quiet:
-                console.print(table)
-        else:
-            for f in findings:
-                click.echo(f"{f.file or target.partition.path}: {f.severity}: {f.check}: {f.message}")
-            if not quiet:
-                click.echo(f"{target.partition.path}: {checked} segment(s), "
-                           + ("healthy" if errors == 0 else f"{errors} problem(s)")
-                           + (f", {notes} note(s)" if notes else ""))
+    run = VerifyRun(paths)
+    render = _json if as_json else (_Table() if is_tty() else _text)
+    unhealthy = False
+    for f in run.layout:
+        unhealthy = unhealthy or f.severity == ERROR
+        render(f, quiet)
+    for verdict in run.partitions():
+        unhealthy = unhealthy or not verdict.healthy
+        render(verdict, quiet)
     if unhealthy:
         ctx.exit(int(ExitStatus.PROBLEMS))
 
 
-class _Target:
-    __slots__ = ("partition", "only")
+def _finding_dict(f: Finding) -> dict:
+    obj = f.to_dict()
+    obj["type"] = "finding"
+    return obj
 
-    def __init__(self, partition, only) -> None:
-        self.partition = partition
-        self.only = only
+
+def _json(item, quiet: bool) -> None:
+    if isinstance(item, Finding):
+        click.echo(json.dumps(_finding_dict(item), sort_keys=True))
+        return
+    for f in item.findings:
+        click.echo(json.dumps(_finding_dict(f), sort_keys=True))
+    click.echo(json.dumps(item.to_dict(), sort_keys=True))
+
+
+def _text(item, quiet: bool) -> None:
+    if isinstance(item, Finding):
+        click.echo(f"{item.file}: {item.severity}: {item.check}: {item.message}")
+        return
+    for f in item.findings:
+        click.echo(f"{f.file or item.partition}: {f.severity}: {f.check}: {f.message}")
+    if not quiet:
+        click.echo(f"{item.partition}: {item.segments} segment(s), "
+                   + ("healthy" if item.healthy else f"{item.errors} problem(s)")
+                   + (f", {item.notes} note(s)" if item.notes else ""))
+
+
+class _Table:
+    """A rich table per partition on a terminal (data-dir findings as plain lines)."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+
+        self.console = Console()
+
+    def __call__(self, item, quiet: bool) -> None:
+        if isinstance(item, Finding):
+            _text(item, quiet)
+            return
+        if not item.findings and quiet:
+            return
+        from rich.table import Table
+
+        verdict: PartitionVerdict = item
+        status = "[green]healthy[/]" if verdict.healthy else f"[red]{verdict.errors} problem(s)[/]"
+        table = Table(title=f"{verdict.partition}: {verdict.segments} segment(s), {status}", title_justify="left")
+        for col in ("segment", "file", "severity", "check", "message"):
+            table.add_column(col, overflow="fold")
+        for f in verdict.findings:
+            sev = "[red]error[/]" if f.severity == ERROR else "[yellow]note[/]"
+            table.add_row("" if f.segment is None else str(f.segment),
+                          os.path.basename(f.file) if f.file else "", sev, f.check, f.message)
+        self.console.print(table)

@@ -890,12 +890,12 @@ def test_deeply_nested_clean_shutdown_marker_is_a_checkpoint_error(tmp_path: Pat
 def test_harness_catches_a_command_that_leaks_or_misreports(tmp_path: Path, monkeypatch) -> None:
     """The CLI stage can fail too: a command leaking a non-kstore exception, or exiting 2/3 on a
     readable file, is reported with the input named."""
-    from kstore_cli.commands import verify_index
+    from kstore_cli.segment import verify
 
     def leaky(*args, **kwargs):
         raise IndexError("list index out of range")
 
-    monkeypatch.setattr(verify_index, "verify_partition", leaky)
+    monkeypatch.setattr(verify, "verify_partition", leaky)
     report = fuzz("index", rng_seed=5, n=2 * CLI_EVERY, workdir=tmp_path, check_memory=False)
     assert any("verify-index: IndexError" in f.problem for f in report.failures), report.failures
     monkeypatch.undo()
