@@ -10,8 +10,8 @@ import click
 from kstore_cli.commands._options import ExistingPath, TIME, json_option
 
 from kstore_cli.dumplog import format_batch_line, format_record_line, record_json
-from kstore_cli.errors import ExitStatus, UsageError
-from kstore_cli.segment.logdir import LookupStats, Partition, find_offset, find_timestamp, is_partition_dir
+from kstore_cli.errors import ExitStatus
+from kstore_cli.segment.logdir import Lookup
 
 
 @click.command(name="find")
@@ -44,29 +44,14 @@ def command(ctx: click.Context, partition_dir: str, offset: Optional[int], times
       kstore find /var/lib/kafka/data/orders-0 --offset 123456
       kstore find /var/lib/kafka/data/orders-0 --timestamp 1700000000000 --count 5 --json
     """
-    if (offset is None) == (timestamp is None):
-        raise UsageError("give exactly one of --offset and --timestamp")
-    if not is_partition_dir(partition_dir):
-        raise UsageError("not a partition directory (it holds no segments)", path=partition_dir)
-    partition = Partition(partition_dir)
-    stats = LookupStats()
-    if offset is not None:
-        found = find_offset(partition, offset, stats)
-        target = f"offset {offset}"
-    else:
-        found = find_timestamp(partition, timestamp, stats)
-        target = f"timestamp {timestamp}"
+    lookup = Lookup(partition_dir, offset=offset, timestamp=timestamp, count=count)
     parser = None
     if not no_data and not as_json:
         from kstore_cli.parsers import make_parser
 
         parser = make_parser()
-    printed = 0
-    first = None
     last_batch = None
-    for segment, batch, record in found:
-        if first is None:
-            first = (segment.base_offset, batch.position, record.offset, stats.to_dict())
+    for segment, batch, record in lookup.records():
         if as_json:
             obj = record_json(batch, record, print_data=not no_data)
             obj["segment"] = segment.base_offset
@@ -77,27 +62,22 @@ def command(ctx: click.Context, partition_dir: str, offset: Optional[int], times
                 click.echo(format_batch_line(batch))
                 last_batch = batch
             click.echo(format_record_line(batch, record, parser=parser))
-        printed += 1
-        if printed >= count:
-            break
-    summary = {"type": "lookup", "target": target, "found": first is not None, "records": printed}
-    if first is not None:
-        summary.update(segment=first[0], batchPosition=first[1], offset=first[2])
-        summary.update(first[3])
-    else:
-        summary.update(stats.to_dict())
     if as_json:
-        click.echo(json.dumps(summary, sort_keys=True))
+        click.echo(json.dumps(lookup.summary(), sort_keys=True))
     else:
-        if first is None:
-            msg = f"nothing at or after {target} in {partition.path}"
-        else:
-            msg = (f"{target}: segment {first[0]}, batch at byte {first[1]}; read {summary['bytesRead']} bytes "
-                   f"({summary['indexBytesRead']} of index, {summary['logBytesRead']} of log, "
-                   f"{summary['batchesScanned']} batches)")
-            if summary["scannedSegments"]:
-                msg += "; no usable index for segment(s) " + ", ".join(map(str, summary["scannedSegments"])) + \
-                       ": scanned them instead"
-        click.echo(msg, err=True)
-    if first is None:
+        click.echo(_summary_line(lookup), err=True)
+    if lookup.first is None:
         ctx.exit(int(ExitStatus.PROBLEMS))
+
+
+def _summary_line(lookup: Lookup) -> str:
+    if lookup.first is None:
+        return f"nothing at or after {lookup.target} in {lookup.partition.path}"
+    segment, position, _ = lookup.first
+    stats = lookup.first_stats
+    msg = (f"{lookup.target}: segment {segment}, batch at byte {position}; read {stats.bytes_read} bytes "
+           f"({stats.index_bytes} of index, {stats.log_bytes} of log, {stats.batches_scanned} batches)")
+    if stats.segments_scanned:
+        msg += ("; no usable index for segment(s) " + ", ".join(map(str, stats.segments_scanned))
+                + ": scanned them instead")
+    return msg

@@ -341,6 +341,12 @@ class LookupStats:
     def bytes_read(self) -> int:
         return self.index_bytes + self.log_bytes
 
+    def copy(self) -> "LookupStats":
+        other = LookupStats()
+        other.index_bytes, other.log_bytes, other.batches_scanned = self.index_bytes, self.log_bytes, self.batches_scanned
+        other.segments_scanned, other.notes = list(self.segments_scanned), list(self.notes)
+        return other
+
     def to_dict(self) -> dict:
         return {
             "bytesRead": self.bytes_read,
@@ -471,6 +477,49 @@ def find_timestamp(partition: Partition, timestamp: int, stats: Optional[LookupS
         return _records_from(partition, i, position, stats,
                              lambda b: b.max_timestamp >= timestamp, lambda r: r.timestamp >= timestamp)
     return iter(())
+
+
+class Lookup:
+    """``kstore find``: the records from an offset or a timestamp on, found as the broker finds them,
+    and what the lookup read to get to the first one."""
+
+    def __init__(self, partition_dir: str, *, offset: Optional[int] = None, timestamp: Optional[int] = None,
+                 count: int = 1) -> None:
+        if (offset is None) == (timestamp is None):
+            raise UsageError("give exactly one of --offset and --timestamp")
+        if not is_partition_dir(partition_dir):
+            raise UsageError("not a partition directory (it holds no segments)", path=partition_dir)
+        self.partition = Partition(partition_dir)
+        self.target = f"offset {offset}" if offset is not None else f"timestamp {timestamp}"
+        self.count = count
+        self.stats = LookupStats()
+        self._found = (find_offset(self.partition, offset, self.stats) if offset is not None
+                       else find_timestamp(self.partition, timestamp, self.stats))
+        #: (segment base offset, batch position, offset) of the first record found, and the lookup's cost then.
+        self.first: Optional[Tuple[int, int, int]] = None
+        self.first_stats: Optional[LookupStats] = None
+        self.printed = 0
+
+    def records(self):
+        """Up to ``count`` (segment, batch, record) from the target on."""
+        for segment, batch, record in self._found:
+            if self.first is None:
+                self.first = (segment.base_offset, batch.position, record.offset)
+                self.first_stats = self.stats.copy()
+            yield segment, batch, record
+            self.printed += 1
+            if self.printed >= self.count:
+                return
+
+    def summary(self) -> dict:
+        """The lookup line (JSON's last object): found or not, where, bytes read to get there."""
+        out = {"type": "lookup", "target": self.target, "found": self.first is not None, "records": self.printed}
+        if self.first is not None:
+            out.update(segment=self.first[0], batchPosition=self.first[1], offset=self.first[2])
+            out.update(self.first_stats.to_dict())
+        else:
+            out.update(self.stats.to_dict())
+        return out
 
 
 def partitions_of(targets: Iterable[Target]) -> List[Partition]:
