@@ -14,7 +14,7 @@ snappy-java's SnappyInputStream does.
 from __future__ import annotations
 
 import struct
-from typing import Optional
+from typing import Iterator, Optional, Tuple
 
 from kstore_cli import codecs
 from kstore_cli.errors import CodecError
@@ -38,8 +38,19 @@ def decompress(data: "bytes | memoryview", limit: Optional[int] = None) -> Optio
         return _inflate(buf, "data", declared)
     out = []
     total = 0
-    pos = HEADER.size
-    end = len(buf)
+    for block, _at in _framed_blocks(buf):
+        declared = _raw_length(block)
+        total += declared
+        if limit is not None and total > limit:
+            return None
+        out.append(_inflate(block, "block", declared))
+    return b"".join(out)
+
+
+def _framed_blocks(buf: memoryview) -> Iterator[Tuple[memoryview, int]]:
+    """The raw blocks of a xerial-framed stream (after its header) and each one's length field's byte;
+    a repeated header (concatenated streams) is skipped, as SnappyInputStream does."""
+    pos, end = HEADER.size, len(buf)
     while pos < end:
         if end - pos < 4:
             raise CodecError(f"snappy stream ended inside a block length at byte {pos}")
@@ -51,17 +62,9 @@ def decompress(data: "bytes | memoryview", limit: Optional[int] = None) -> Optio
         if length < 0:
             raise CodecError(f"snappy block at byte {pos - 4} has a negative length {length}")
         if pos + length > end:
-            raise CodecError(
-                f"snappy block at byte {pos - 4} needs {length} bytes but only {end - pos} remain"
-            )
-        block = buf[pos : pos + length]
-        declared = _raw_length(block)
-        total += declared
-        if limit is not None and total > limit:
-            return None
-        out.append(_inflate(block, "block", declared))
+            raise CodecError(f"snappy block at byte {pos - 4} needs {length} bytes but only {end - pos} remain")
+        yield buf[pos : pos + length], pos - 4
         pos += length
-    return b"".join(out)
 
 
 def _raw_length(block: "bytes | memoryview") -> int:
@@ -97,43 +100,27 @@ class SnappyStream:
     """xerial-framed snappy, decompressed block by block; a raw snappy input is inflated whole, after its
     declared length is checked against the bound."""
 
-    __slots__ = ("_buf", "_pos", "_end", "_out", "_out_pos", "_raw")
+    __slots__ = ("_buf", "_blocks", "_out", "_out_pos", "_raw")
 
     def __init__(self, data: "bytes | memoryview") -> None:
         import snappy  # noqa: F401 - fail early (ImportError) when python-snappy is missing
 
         buf = memoryview(data)
         self._buf = buf
-        self._end = len(buf)
         self._out = b""
         self._out_pos = 0
         self._raw = len(buf) < HEADER.size or bytes(buf[:8]) != MAGIC
-        self._pos = 0 if self._raw else HEADER.size
+        #: The framed blocks still to inflate (for a raw input: a marker that it has not been inflated yet).
+        self._blocks = iter(()) if self._raw else _framed_blocks(buf)
 
     def _next_block(self) -> Optional[bytes]:
-        buf, pos, end = self._buf, self._pos, self._end
         if self._raw:
-            if pos:
+            if self._blocks is None:
                 return None
-            self._pos = end
-            return _inflate(buf, "data")
-        while pos < end:
-            if end - pos < 4:
-                raise CodecError(f"snappy stream ended inside a block length at byte {pos}")
-            (length,) = BLOCK_LENGTH.unpack_from(buf, pos)
-            if length & 0xFFFFFFFF == _MAGIC_AS_LENGTH:
-                pos += HEADER.size
-                continue
-            pos += 4
-            if length < 0:
-                raise CodecError(f"snappy block at byte {pos - 4} has a negative length {length}")
-            if pos + length > end:
-                raise CodecError(
-                    f"snappy block at byte {pos - 4} needs {length} bytes but only {end - pos} remain"
-                )
-            self._pos = pos + length
-            return _inflate(buf[pos : pos + length], f"block at byte {pos - 4}")
-        self._pos = pos
+            self._blocks = None
+            return _inflate(self._buf, "data")
+        for block, at in self._blocks:
+            return _inflate(block, f"block at byte {at}")
         return None
 
     def read(self, n: int) -> bytes:
