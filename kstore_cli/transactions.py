@@ -22,7 +22,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from kstore_cli.errors import KstoreError, RecordParseError
 from kstore_cli.parsers.txnlog import STATES, read_transaction_record
-from kstore_cli.segment.logdir import Partition, coordinator_partitions
+from kstore_cli.segment.logdir import Partition, coordinator_partitions, topic_matcher
 from kstore_cli.segment.producer_state import ProducerStateManager
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.segment.text import java_string_hash
@@ -194,8 +194,10 @@ def _judge(txn: OpenTransaction, by_producer: Dict[int, TransactionMetadata], mi
 def load_transactions(paths: Iterable[str], *, now: int, num_partitions: int = DEFAULT_TRANSACTION_PARTITIONS,
                       max_timeout_ms: int = DEFAULT_MAX_TRANSACTION_TIMEOUT_MINUTES * 60_000,
                       transactional_ids: Optional[List[str]] = None,
-                      topics: Optional[List[str]] = None) -> TransactionsReport:
-    """The coordinator's transactional ids and every data partition's open transactions under `paths`."""
+                      topics: Optional[str] = None) -> TransactionsReport:
+    """The coordinator's transactional ids and every data partition's open transactions under `paths` (with
+    `topics`, comma-separated globs, only partitions of matching topics)."""
+    wanted = topic_matcher(topics)
     partitions, coordinator, found = coordinator_partitions(
         paths, TRANSACTION_TOPIC, num_partitions, "--transaction-partitions to transaction.state.log.num.partitions")
     skipped: List[Tuple[str, int, str]] = []
@@ -205,7 +207,7 @@ def load_transactions(paths: Iterable[str], *, now: int, num_partitions: int = D
     states: Dict[str, DataDirState] = {}
     opened: List[OpenTransaction] = []
     data = [p for p in partitions if p.topic not in _INTERNAL and p.partition >= 0
-            and not p.name.endswith(("-delete", "-future", "-stray")) and (not topics or p.topic in topics)]
+            and not p.name.endswith(("-delete", "-future", "-stray")) and wanted(p.topic)]
     for partition in data:
         if partition.data_dir not in states:
             states[partition.data_dir] = DataDirState(partition.data_dir, tolerant=True)

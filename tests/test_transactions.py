@@ -157,3 +157,13 @@ def test_text_and_exit_status(written) -> None:
     calm = CliRunner().invoke(cli, ["transactions", "--now", str(T + 100), "--transaction-partitions", str(PARTS),
                                     str(data)])
     assert calm.exit_code == 0, calm.output
+
+
+def test_topics_globs_select_the_data_partitions(written) -> None:
+    data, _summary, _dumped = written
+    for globs, producers in (("ord*", {3000, 4000, 5000, 7000}), ("payments,x*", set())):
+        report = load_transactions([str(data)], now=NOW, num_partitions=PARTS, topics=globs)
+        assert {t.producer_id for t in report.open_transactions} == producers
+    result = CliRunner().invoke(cli, ["transactions", "--now", str(NOW), "--transaction-partitions", str(PARTS),
+                                      "--topics", "payments", str(data)])
+    assert result.exit_code == 0 and "HANGING" not in result.output, result.output

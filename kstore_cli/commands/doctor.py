@@ -10,6 +10,7 @@ import click
 
 from kstore_cli.commands._console import byte_progress
 from kstore_cli.commands._console import is_tty as _is_tty
+from kstore_cli.commands._options import json_option, no_partitions, topics_option
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import recovery, verify
 from kstore_cli.segment.fileops import is_locked
@@ -92,11 +93,10 @@ def _segment_issue(partition, data_dir: str, finding, plan) -> "Issue | None":
 
 @click.command(name="doctor")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--json", "as_json", is_flag=True,
-              help="JSON Lines: one object per broker, data dir, finding and partition, then a summary; "
-                   "each has a `type`.")
+@json_option("JSON Lines: one object per broker, data dir, finding and partition, then a summary; each has a `type`.")
+@topics_option
 @click.pass_context
-def command(ctx: click.Context, paths, as_json: bool) -> None:
+def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str]) -> None:
     """Why would my broker not start on these data dirs, and what do I run (read-only).
 
     PATH is a data dir, a folder holding several brokers' data dirs (searched two levels down),
@@ -116,9 +116,11 @@ def command(ctx: click.Context, paths, as_json: bool) -> None:
       kstore doctor /var/lib/kafka/data
       kstore doctor --json /backups/brokers | jq 'select(.type=="finding")'
     """
-    found = survey(paths, replicas=True)
+    found = survey(paths, replicas=True, topics=topics)
     if not found.data_dirs:
         raise UsageError("no data directories or partitions found in " + ", ".join(paths))
+    if topics and not found.targets:
+        raise UsageError(no_partitions(paths, topics))
     tty = _is_tty() and not as_json
     out = _Output(as_json, tty)
     for broker in found.brokers:

@@ -9,7 +9,7 @@ from typing import Optional, Tuple
 
 import click
 
-from kstore_cli.commands._options import ExistingPath, format_time_ms, json_option, now_option
+from kstore_cli.commands._options import ExistingPath, format_time_ms, json_option, now_option, topics_option
 from kstore_cli.errors import ExitStatus
 from kstore_cli.transactions import (
     DEFAULT_MAX_TRANSACTION_TIMEOUT_MINUTES,
@@ -58,7 +58,7 @@ def _text(report: TransactionsReport, clock: str) -> None:
 @click.command(name="transactions")
 @click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @click.option("--transactional-id", "transactional_ids", multiple=True, help="Only this transactional id (repeatable).")
-@click.option("--topic", "topics", multiple=True, help="Only open transactions in partitions of this topic (repeatable).")
+@topics_option
 @click.option("--transaction-partitions", type=int, default=DEFAULT_TRANSACTION_PARTITIONS, show_default=True,
               help=f"Partitions of {TRANSACTION_TOPIC} (the cluster's transaction.state.log.num.partitions).")
 @click.option("--max-transaction-timeout", type=click.IntRange(min=0), default=DEFAULT_MAX_TRANSACTION_TIMEOUT_MINUTES,
@@ -67,7 +67,7 @@ def _text(report: TransactionsReport, clock: str) -> None:
 @now_option
 @json_option("JSON Lines: one line per transactional id and per open transaction, then a summary.")
 @click.pass_context
-def command(ctx: click.Context, paths: Tuple[str, ...], transactional_ids: Tuple[str, ...], topics: Tuple[str, ...],
+def command(ctx: click.Context, paths: Tuple[str, ...], transactional_ids: Tuple[str, ...], topics: Optional[str],
             transaction_partitions: int, max_transaction_timeout: int, now: Optional[int], as_json: bool) -> None:
     """Transactional ids from the __transaction_state partitions in PATHS and the transactions still open in
     each data partition, hanging ones marked as kafka-transactions.sh find-hanging defines them.
@@ -93,7 +93,7 @@ def command(ctx: click.Context, paths: Tuple[str, ...], transactional_ids: Tuple
     now = int(time.time() * 1000) if now is None else now
     report = load_transactions(paths, now=now, num_partitions=transaction_partitions,
                                max_timeout_ms=max_transaction_timeout * 60_000,
-                               transactional_ids=list(transactional_ids) or None, topics=list(topics) or None)
+                               transactional_ids=list(transactional_ids) or None, topics=topics)
     warnings = _warnings(report, transactional_ids)
     if as_json:
         for m in sorted(report.transactions.values(), key=lambda m: m.transactional_id):

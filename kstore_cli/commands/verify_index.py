@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Optional
 
 import click
 
 from kstore_cli.commands._console import is_tty
-from kstore_cli.commands._options import json_option
+from kstore_cli.commands._options import json_option, topics_option
 from kstore_cli.errors import ExitStatus
 from kstore_cli.segment.verify import ERROR, Finding, PartitionVerdict, VerifyRun
 
@@ -17,8 +18,9 @@ from kstore_cli.segment.verify import ERROR, Finding, PartitionVerdict, VerifyRu
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @json_option("One JSON object per finding, and one summary per partition.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only problems (and notes), no per-partition summary.")
+@topics_option
 @click.pass_context
-def command(ctx: click.Context, paths, as_json: bool, quiet: bool) -> None:
+def command(ctx: click.Context, paths, as_json: bool, quiet: bool, topics: Optional[str]) -> None:
     """Check every .index, .timeindex and .txnindex against its .log (read-only).
 
     PATH is a .log file, a partition directory or a data directory. Checks: Kafka's
@@ -42,7 +44,7 @@ def command(ctx: click.Context, paths, as_json: bool, quiet: bool) -> None:
       kstore verify-index /var/lib/kafka/data
       kstore verify-index --json /var/lib/kafka/data/orders-0 | jq 'select(.severity=="error")'
     """
-    run = VerifyRun(paths)
+    run = VerifyRun(paths, topics)
     render = _json if as_json else (_Table() if is_tty() else _text)
     unhealthy = False
     for f in run.layout:

@@ -53,6 +53,7 @@ from kstore_cli.segment.logdir import (
     holds_data_dir_files,
     is_partition_dir,
     lock_path,
+    topic_matcher,
 )
 
 if TYPE_CHECKING:  # recovery imports logdir too; only the annotations need it here
@@ -211,6 +212,14 @@ class Survey:
         self.brokers: List[Broker] = []
         #: (partition, only): ``only`` is the base offset of a single named segment.
         self.targets: List[Tuple[Partition, Optional[int]]] = []
+        #: --topics: which topics' partitions are checked (data-dir checks still read the whole dir).
+        self.wanted: Callable[[str], bool] = topic_matcher(None)
+
+    def in_scope(self, issue: "Issue") -> bool:
+        """Whether a finding concerns a selected topic, or no one topic (a broker, a data dir, a dir no broker
+        can parse: those stop the whole broker, whatever --topics says)."""
+        parsed = names.parse_partition_dir(issue.partition) if issue.partition else None
+        return parsed is None or self.wanted(parsed[0])
 
     def data_dir_of(self, partition: Partition) -> DataDirInfo:
         return self.data_dirs[data_dir_key(partition)]
@@ -224,12 +233,14 @@ def data_dir_key(partition: Partition) -> str:
 # --------------------------------------------------------------------------- discovery
 
 
-def survey(paths: Iterable[str], *, replicas: bool = False) -> Survey:
+def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str] = None) -> Survey:
     """Find every data dir and partition the PATHs name (.log file, partition dir, data dir, or a
     folder of data dirs up to two levels down) and read each data dir's meta.properties and checkpoints.
     With `replicas`, ``-future`` replica dirs are partitions to check too (LogManager loads them through the
-    same LogLoader, and serves them once the move completes); ``-stray`` and ``-delete`` dirs are never served."""
+    same LogLoader, and serves them once the move completes); ``-stray`` and ``-delete`` dirs are never served.
+    With `topics` (comma-separated globs) only partitions of matching topics are targets."""
     out = Survey()
+    out.wanted = topic_matcher(topics)
     seen: set = set()
 
     def data_dir(path: str, whole: bool) -> DataDirInfo:
@@ -283,6 +294,7 @@ def survey(paths: Iterable[str], *, replicas: bool = False) -> Survey:
     for info in out.data_dirs.values():
         _read_data_dir_files(info)
     out.brokers = _group_brokers(list(out.data_dirs.values()))
+    out.targets = [(p, only) for p, only in out.targets if out.wanted(p.topic)]
     return out
 
 
@@ -364,7 +376,7 @@ def layout_issues(found: Survey, *, check_lock: bool = True) -> List[Issue]:
         if info.whole:
             issues.extend(_directory_issues(info))
     issues.extend(_topic_id_issues(found))
-    return issues
+    return [i for i in issues if found.in_scope(i)]
 
 
 # struct flock on Linux: l_type, l_whence (short), l_start, l_len (off_t), l_pid (pid_t), padded to 32 bytes.

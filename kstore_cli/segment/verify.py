@@ -97,16 +97,17 @@ class VerifyRun:
     """verify-index over paths: the data dirs' own findings first, then one verdict per partition, lazily
     (each partition is checked when its verdict is asked for, so output streams)."""
 
-    def __init__(self, paths: Sequence[str]) -> None:
+    def __init__(self, paths: Sequence[str], topics: Optional[str] = None) -> None:
         from kstore_cli.segment import startup
 
         self._startup = startup
-        self._found = startup.survey(paths)
+        self._found = startup.survey(paths, topics=topics)
         # doctor's data-dir checks (meta.properties, checkpoints, stray dirs, topic IDs) except the lock:
         # a live broker holding it is what a monitoring run expects.
         self.layout: List[Finding] = [self._finding(i) for i in startup.layout_issues(self._found, check_lock=False)]
         if not self._found.targets and not self.layout:
-            raise UsageError("no partitions found in " + ", ".join(paths))
+            raise UsageError("no partitions found in " + ", ".join(paths)
+                             + (f" matching --topics {topics!r}" if topics else ""))
 
     def _finding(self, issue) -> Finding:
         """A data-dir issue in verify-index's terms: errors stay errors, what Kafka fixes itself is a note."""

@@ -483,3 +483,29 @@ def test_partitions_assigned_to_this_node_without_a_dir(tmp_path):
     code, records = doctor(data)
     got = {f["message"].split(" assigns ")[1].split(" ")[0] for f in findings(records, "assigned-partition-missing")}
     assert got == {"orders-2"}
+
+
+def test_topics_limits_doctor_and_verify_index_to_matching_partitions(tmp_path):
+    """--topics checks only the selected topics' partitions; their findings (and a stray dir that stops the
+    whole broker) are reported, another topic's damage is not; a glob matching nothing is a usage error."""
+    data = make_data_dir(tmp_path)
+    index = data / "transactional-0" / "00000000000000000000.index"
+    index.write_bytes(index.read_bytes()[:-3])  # a torn entry: an error in transactional-0 only
+    code, records = doctor("--topics", "v2-*", data)
+    assert code == 0, records
+    assert [r["partition"] for r in records if r["type"] == "partition"] == [str(data / "v2-none-0")]
+    code, records = doctor("--topics", "trans*", data)
+    assert code == 1 and findings(records)
+    assert {os.path.basename(r["partition"]) for r in records if r["type"] == "partition"} == {"transactional-0"}
+    code, rows = verify("--topics", "v2-none", data)
+    assert code == 0 and [r["partition"] for r in rows if r["type"] == "partition"] == [str(data / "v2-none-0")]
+    code, rows = verify("--topics", "transactional", data)
+    assert code == 1 and any(r["type"] == "finding" and r["severity"] == "error" for r in rows)
+    for command in ("verify-index", "doctor"):
+        out = subprocess.run([sys.executable, "-m", "kstore_cli", command, "--topics", "nothing*", str(data)],
+                             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        assert out.returncode == 2 and out.stderr.startswith("kstore: error:"), out.stderr
+        assert "matching --topics 'nothing*'" in out.stderr
+    (data / "not a partition").mkdir()
+    code, records = doctor("--topics", "v2-*", data)
+    assert code == 1 and findings(records, "stray-directory"), records
