@@ -39,7 +39,7 @@ def command(quarantine_dir: str, dry_run: bool, force: bool, as_json: bool) -> N
     """
     plan = plan_restore(quarantine_dir)
     if not dry_run and not plan.nothing_to_do:
-        with fileops.LogDirLock(plan.data_dir, force=force, partitions=[plan.partition]):
+        with fileops.lock_data_dirs({plan.data_dir: [plan.partition]}, force=force):
             plan = plan_restore(quarantine_dir)  # again under the lock: nothing may change in between
             apply_restore(plan)
     if as_json:
