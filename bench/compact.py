@@ -17,7 +17,7 @@ byte for byte. Python modules are byte-compiled once (a warm-up run) before the 
 installed kstore is, even where ``PYTHONDONTWRITEBYTECODE`` is set (the cache then goes to the work dir).
 
     python3 bench/compact.py [--records 1000000] [--codec none,zstd] [--dedupe-buffer-bytes 134217728]
-                             [--workdir DIR] [--no-oracle]
+                             [--workdir DIR] [--no-oracle] [--transactional]
 
 ``run(size_records, workdir, codec=...) -> dict`` is what bench/run.py calls.
 """
@@ -39,7 +39,7 @@ from typing import Dict, Optional, Tuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kstore_cli.segment.builder import RecordSpec, build_v2_batch  # noqa: E402
+from kstore_cli.segment.builder import RecordSpec, build_control_batch, build_v2_batch  # noqa: E402
 from kstore_cli.segment.names import filename_prefix  # noqa: E402
 from kstore_cli.segment.reader import read_batches  # noqa: E402
 
@@ -67,8 +67,13 @@ def offset_commit_value(offset: int, timestamp: int) -> bytes:
     return struct.pack(">hqi", 3, offset, 7) + _string("") + struct.pack(">q", timestamp)
 
 
-def generate(part: Path, records: int, codec: int = 0) -> Dict[bytes, Tuple[int, bytes]]:
-    """Write the partition; returns key -> (offset, value) of each key's latest commit."""
+PRODUCERS = 4  # --transactional: transactional producers taking turns, each batch its own committed transaction
+
+
+def generate(part: Path, records: int, codec: int = 0, transactional: bool = False) -> Dict[bytes, Tuple[int, bytes]]:
+    """Write the partition; returns key -> (offset, value) of each key's latest commit. `transactional`: every
+    batch is a transaction of one of PRODUCERS producers, followed by its COMMIT marker (what a consumer
+    group's transactional offset commits, or an exactly-once producer, leave)."""
     part.mkdir(parents=True)
     keys = [offset_commit_key(f"group-{g}", f"topic-{t}", p)
             for g in range(GROUPS) for t in range(TOPICS) for p in range(PARTITIONS)]
@@ -78,15 +83,27 @@ def generate(part: Path, records: int, codec: int = 0) -> Dict[bytes, Tuple[int,
     out = open(part / f"{filename_prefix(base)}.log", "wb")
     size = 0
     step = 7919  # a prime: every key is committed in turn, in a shuffled order
-    while offset < records:
+    written = 0
+    sequences = [0] * PRODUCERS
+    while written < records:
         specs = []
-        for _ in range(min(BATCH, records - offset)):
-            key = keys[(offset * step) % len(keys)]
-            value = offset_commit_value(offset * 3, T0 + offset)
-            specs.append(RecordSpec(offset, T0 + offset, key, value))
+        for _ in range(min(BATCH, records - written)):
+            key = keys[(written * step) % len(keys)]
+            value = offset_commit_value(written * 3, T0 + written)
+            specs.append(RecordSpec(offset, T0 + written, key, value))
             latest[key] = (offset, value)
             offset += 1
-        data = build_v2_batch(specs, partition_leader_epoch=0, codec=codec)
+            written += 1
+        if transactional:
+            pid = (written // BATCH) % PRODUCERS
+            data = build_v2_batch(specs, partition_leader_epoch=0, codec=codec, producer_id=1000 + pid,
+                                  producer_epoch=0, base_sequence=sequences[pid], is_transactional=True)
+            sequences[pid] += len(specs)
+            data += build_control_batch(offset, T0 + written, commit=True, coordinator_epoch=0,
+                                        producer_id=1000 + pid, producer_epoch=0, partition_leader_epoch=0)
+            offset += 1
+        else:
+            data = build_v2_batch(specs, partition_leader_epoch=0, codec=codec)
         if size and size + len(data) > SEGMENT_BYTES:
             out.close()
             base = specs[0].offset
@@ -171,6 +188,8 @@ def _verify(part: Path, latest: Dict[bytes, Tuple[int, bytes]]) -> int:
     kept = 0
     for log in sorted(part.glob("*.log")):
         for batch in read_batches(str(log)):
+            if batch.is_control:
+                continue
             for r in batch.records():
                 kept += 1
                 if r.key in seen:
@@ -188,7 +207,7 @@ def _same_logs(a: Path, b: Path) -> bool:
 
 
 def run(size_records: int, workdir, dedupe_buffer_bytes: int = DEFAULT_DEDUPE, max_passes: int = 100,
-        codec: str = "none", oracle: bool = True) -> dict:
+        codec: str = "none", oracle: bool = True, transactional: bool = False) -> dict:
     """Generate, compact in a child, verify, and clean a copy with Kafka's Cleaner; the figures as a
     dict (for bench/run.py)."""
     work = Path(workdir)
@@ -197,7 +216,7 @@ def run(size_records: int, workdir, dedupe_buffer_bytes: int = DEFAULT_DEDUPE, m
             shutil.rmtree(work / sub)
     part = work / "data" / "__consumer_offsets-0"
     t0 = time.perf_counter()
-    latest = generate(part, size_records, CODECS[codec])
+    latest = generate(part, size_records, CODECS[codec], transactional)
     gen_s = time.perf_counter() - t0
     bytes_in = sum(p.stat().st_size for p in part.glob("*.log"))
     kafka_part = work / "kafka" / part.name
@@ -206,7 +225,7 @@ def run(size_records: int, workdir, dedupe_buffer_bytes: int = DEFAULT_DEDUPE, m
     k = _compact(part, size_records, dedupe_buffer_bytes, max_passes, _child_env(work))
     kept = _verify(part, latest)
     result = {
-        "records": size_records, "codec": codec, "keys": len(latest), "records_kept": kept,
+        "records": size_records, "codec": codec, "transactional": transactional, "keys": len(latest), "records_kept": kept,
         "seconds": k["seconds"], "records_per_s": size_records / k["seconds"],
         "mb_per_s": bytes_in / k["seconds"] / 1e6, "bytes_in": bytes_in,
         "bytes_out": sum(p.stat().st_size for p in part.glob("*.log")), "peak_rss_mb": k["peak_rss_mb"],
@@ -235,11 +254,14 @@ def main() -> int:
     parser.add_argument("--dedupe-buffer-bytes", type=int, default=DEFAULT_DEDUPE)
     parser.add_argument("--workdir")
     parser.add_argument("--no-oracle", action="store_true", help="do not run Kafka's Cleaner beside it")
+    parser.add_argument("--transactional", action="store_true",
+                        help="every batch a committed transaction (4 producers) followed by its COMMIT marker")
     args = parser.parse_args()
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="kstore-compact-bench-"))
     try:
         for codec in args.codec.split(","):
-            r = run(args.records, work, args.dedupe_buffer_bytes, codec=codec, oracle=not args.no_oracle)
+            r = run(args.records, work, args.dedupe_buffer_bytes, codec=codec, oracle=not args.no_oracle,
+                    transactional=args.transactional)
             print(f"[{codec}] compacted {r['records']:,} offset commits over {r['keys']:,} keys in "
                   f"{r['seconds']:.2f} s: {r['records_per_s']:,.0f} records/s, {r['mb_per_s']:.1f} MB/s; "
                   f"{r['bytes_in']:,} -> {r['bytes_out']:,} bytes; kept {r['records_kept']:,} (the latest per key)")

@@ -567,6 +567,11 @@ typedef struct {
     uint8_t *body; /* a rebuilt batch's records */
     Py_ssize_t body_len, body_cap;
     PyObject *decompress, *compress, *data; /* data: the decompressed records of the current batch */
+    /* CleanedTransactionMetadata's view (transaction_view()), or NULL: transactional batches go to Python.
+     * committed: set of producer ids; aborted: dict keyed by producer id (ongoing aborted transactions);
+     * next_abort: the first offset of the next aborted transaction not yet ongoing. */
+    PyObject *committed, *aborted;
+    int64_t next_abort;
 } run_t;
 
 static void read_head(const uint8_t *p, head_t *h) {
@@ -650,19 +655,37 @@ static int decode_records(run_t *r, const uint8_t *b, Py_ssize_t pos, Py_ssize_t
 }
 
 /*
+ * CleanedTransactionMetadata.onBatchRead for a transactional data batch, when the run may decide it: no
+ * aborted transaction starts at or below its last offset (consumeAbortedTxnsUpTo would move one on) and
+ * its producer has no ongoing aborted one. Then the batch is a committed transaction's: its producer joins
+ * the committed set and its records are filtered as any data batch's. 0 taken, 1 for Python, -1 error.
+ */
+static int committed_txn_batch(run_t *r, const head_t *h) {
+    if (r->committed == NULL || h->last_offset >= r->next_abort) return 1;
+    PyObject *pid = PyLong_FromLongLong(h->producer_id);
+    if (pid == NULL) return -1;
+    int rc = PyDict_Contains(r->aborted, pid);
+    if (rc == 0) rc = PySet_Add(r->committed, pid) < 0 ? -1 : 0;
+    Py_DECREF(pid);
+    return rc;
+}
+
+/*
  * The batch at b[pos:] when a run may take it: 0 with *h filled and the records decoded (from
  * r->b or, compressed, from r->data), 1 when it is for the per-batch Python path, -1 on error.
  */
 static int take_batch(run_t *r, Py_ssize_t pos, Py_ssize_t stop, head_t *h, const uint8_t **data) {
     const uint8_t *p = r->b + pos;
+    int rc;
     Py_CLEAR(r->data);
     if (stop - pos < V2_HEADER_SIZE) return 1;
     read_head(p, h);
     Py_ssize_t size = LOG_OVERHEAD + (Py_ssize_t)h->length;
     if (h->length < MIN_ENTRY_SIZE || size > stop - pos || size < V2_HEADER_SIZE || h->magic != 2) return 1;
-    /* control and transactional batches, codec ids 5-7 and empty batches: Python */
-    if ((h->attributes & 0x30) || (h->attributes & 0x07) > 4 || h->count <= 0) return 1;
+    /* control batches, codec ids 5-7 and empty batches: Python */
+    if ((h->attributes & 0x20) || (h->attributes & 0x07) > 4 || h->count <= 0) return 1;
     if (__builtin_add_overflow(h->base_offset, (int64_t)h->last_offset_delta, &h->last_offset)) return 1;
+    if ((h->attributes & 0x10) && (rc = committed_txn_batch(r, h)) != 0) return rc;
     const uint8_t *recs = p;
     Py_ssize_t start = V2_HEADER_SIZE, end = size;
     if (h->attributes & 0x07) {
@@ -754,7 +777,17 @@ static int map_batch(run_t *r, const head_t *h, const uint8_t *data, int64_t sta
     return RUN_DONE;
 }
 
-/* map_batches(offset_map, buf, pos, stop, start, limit, state, decompress) -> (pos, status) */
+/* The optional last argument of a run: None, or CleanedTransactionMetadata.transaction_view()'s
+ * (committed set, aborted dict, next aborted first offset). */
+static int get_txn_view(run_t *r, PyObject *view) {
+    long long next;
+    if (view == NULL || view == Py_None) return 0;
+    if (!PyArg_ParseTuple(view, "O!O!L", &PySet_Type, &r->committed, &PyDict_Type, &r->aborted, &next)) return -1;
+    r->next_abort = next;
+    return 0;
+}
+
+/* map_batches(offset_map, buf, pos, stop, start, limit, state, decompress[, txn_view]) -> (pos, status) */
 static PyObject *py_map_batches(PyObject *self, PyObject *args) {
     run_t r;
     memset(&r, 0, sizeof r);
@@ -762,8 +795,9 @@ static PyObject *py_map_batches(PyObject *self, PyObject *args) {
     Py_ssize_t pos, stop;
     long long start, limit;
     Py_buffer v, sv;
-    if (!PyArg_ParseTuple(args, "O!OnnLLOO", &OffsetMapType, &r.map, &buf, &pos, &stop, &start, &limit, &state,
-                          &r.decompress))
+    PyObject *view = NULL;
+    if (!PyArg_ParseTuple(args, "O!OnnLLOO|O", &OffsetMapType, &r.map, &buf, &pos, &stop, &start, &limit, &state,
+                          &r.decompress, &view) || get_txn_view(&r, view) < 0)
         return NULL;
     if (get_span(buf, &v, pos, stop) < 0) return NULL;
     if (get_state(state, &sv, M_SLOTS) < 0) { PyBuffer_Release(&v); return NULL; }
@@ -961,7 +995,7 @@ static int write_rebuilt(run_t *r, const head_t *h, const uint8_t *data, const f
     uint8_t *o = body_len <= INT32_MAX - V2_HEADER_SIZE ? out_extend(a->out, V2_HEADER_SIZE + body_len) : NULL;
     if (o) {
         memcpy(o + V2_HEADER_SIZE, body, (size_t)body_len);
-        uint16_t attributes = (uint16_t)(codec | (h->attributes & 0x08) | (has_horizon ? 0x40 : 0));
+        uint16_t attributes = (uint16_t)(codec | (h->attributes & 0x18) | (has_horizon ? 0x40 : 0));
         write_header(o, h, body_len, o + V2_HEADER_SIZE, attributes, base_ts, *max_ts, (int32_t)kept);
     }
     Py_XDECREF(packed);
@@ -1034,7 +1068,7 @@ static int filter_run(run_t *r, Py_ssize_t *pos, Py_ssize_t stop, const filter_a
 }
 
 /* filter_batches(offset_map, buf, pos, stop, capacity, out, state, now, new_horizon, specials,
- *                decompress, compress) -> (pos, status) */
+ *                decompress, compress[, txn_view]) -> (pos, status) */
 static PyObject *py_filter_batches(PyObject *self, PyObject *args) {
     run_t r;
     filter_args a;
@@ -1044,8 +1078,10 @@ static PyObject *py_filter_batches(PyObject *self, PyObject *args) {
     Py_ssize_t pos, stop;
     long long now;
     Py_buffer v, sv, spv;
-    if (!PyArg_ParseTuple(args, "O!OnnnO!OLOOOO", &OffsetMapType, &r.map, &buf, &pos, &stop, &a.capacity,
-                          &PyByteArray_Type, &a.out, &state, &now, &horizon, &specials, &r.decompress, &r.compress))
+    PyObject *view = NULL;
+    if (!PyArg_ParseTuple(args, "O!OnnnO!OLOOOO|O", &OffsetMapType, &r.map, &buf, &pos, &stop, &a.capacity,
+                          &PyByteArray_Type, &a.out, &state, &now, &horizon, &specials, &r.decompress, &r.compress,
+                          &view) || get_txn_view(&r, view) < 0)
         return NULL;
     a.now = now;
     if (horizon != Py_None) {

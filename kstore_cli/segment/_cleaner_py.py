@@ -81,12 +81,12 @@ def skip_anonymous(buf: "bytes | memoryview", pos: int, end: int) -> int:
 
 
 def map_batches(offset_map: OffsetMap, buf, pos: int, stop: int, start: int, limit: int, state,
-                decompress) -> Tuple[int, int]:
+                decompress, txn_view=None) -> Tuple[int, int]:
     """Takes no batch: every one goes to the cleaner's per-batch path."""
     return pos, RUN_DONE if pos >= stop else RUN_PYTHON
 
 
 def filter_batches(offset_map: OffsetMap, buf, pos: int, stop: int, capacity: int, out: bytearray, state, now: int,
-                   new_horizon, specials, decompress, compress) -> Tuple[int, int]:
+                   new_horizon, specials, decompress, compress, txn_view=None) -> Tuple[int, int]:
     """Takes no batch: every one goes to the cleaner's per-batch path."""
     return pos, RUN_DONE if pos >= stop else RUN_PYTHON

@@ -38,6 +38,12 @@ class CleanedTransactionMetadata:
             txn = heapq.heappop(heap)[2]
             self._aborted.setdefault(txn.producer_id, [txn, None])  # getOrElseUpdate: the first one stays
 
+    def transaction_view(self) -> Tuple[set, Dict[int, list], int]:
+        """What a native run needs to decide transactional data batches itself (record_filter's runs): the
+        committed producers (it adds to them), the ongoing aborted ones, and the first offset of the next
+        aborted transaction (a batch reaching it goes to :meth:`on_batch_read`)."""
+        return self._committed, self._aborted, self._heap[0][0] if self._heap else (1 << 63) - 1
+
     def on_control_batch_read(self, batch: Batch) -> bool:
         """True when the control batch may be discarded."""
         self.consume_up_to(batch.last_offset)

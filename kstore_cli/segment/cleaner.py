@@ -422,11 +422,11 @@ def _map_chunk(buf: memoryview, position: int, stop: int, path: str, offset_map:
     while pos < stop:
         if native:
             pos, status = record_filter.map_batches(offset_map, buf, pos, stop, start, limit, state,
-                                                    record_filter.decompress)
+                                                    record_filter.decompress, txns.transaction_view())
             stats.map_messages_read += state[record_filter.M_MESSAGES_READ]
             state[record_filter.M_MESSAGES_READ] = 0
             if state[record_filter.M_LAST_OFFSET] != record_filter.NO_OFFSET:
-                # The batches taken were no transaction's: reading them only moves the aborted ones on.
+                # The batches taken were plain or committed transactions': reading them moves the aborted ones on.
                 txns.consume_up_to(state[record_filter.M_LAST_OFFSET])
                 state[record_filter.M_LAST_OFFSET] = record_filter.NO_OFFSET
             if status == record_filter.RUN_MAP_FULL:
@@ -517,7 +517,8 @@ class _ChunkResult:
 
     def take_counts(self, stats: CleanerStats, txns: CleanedTransactionMetadata, bytes_before: int) -> None:
         """Move what a native run counted into the stats, and move the transaction state past the
-        batches it took (none of them transactional: reading them only consumes aborted ones)."""
+        batches it took (plain ones, or committed transactions' that it entered itself: reading them only consumes
+        aborted ones)."""
         state = self.state
         stats.bytes_read += state[record_filter.F_BYTES_READ] - bytes_before
         for slot, name in _RUN_COUNTS:
@@ -590,7 +591,7 @@ class SegmentCleaner:
                 pos, status = record_filter.filter_batches(
                     self.map, buf, pos, stop, capacity, result.out, result.state, self.now,
                     self.now + self.delete_retention_ms, self._specials, record_filter.decompress,
-                    record_filter.compress)
+                    record_filter.compress, self.txns.transaction_view())
                 result.take_counts(self.stats, self.txns, bytes_before)
                 if status == record_filter.RUN_OUTPUT_FULL or pos >= stop:
                     break

@@ -26,6 +26,8 @@ from kstore_cli.segment import cleaner, record_filter
 from kstore_cli.segment.builder import RecordSpec, build_control_batch, build_legacy_batch, build_v2_batch
 from kstore_cli.segment.cleaner import CleanedTransactionMetadata, CleanerStats, SegmentCleaner
 from kstore_cli.segment.config import CleanerSettings, ConfigResolver
+from kstore_cli.segment.index import AbortedTxn
+from kstore_cli.segment.reader import iterate_source
 
 try:
     from kstore_cli.segment import _cleaner_c as native
@@ -121,17 +123,21 @@ record_st = st.tuples(st.sampled_from(KEYS), st.one_of(st.none(), st.binary(max_
 
 @st.composite
 def batch_specs(draw) -> dict:
-    kind = draw(st.sampled_from(["data"] * 6 + ["zstd", "gzip", "txn", "control", "legacy", "horizon", "horizon"]))
+    kind = draw(st.sampled_from(["data"] * 6 + ["zstd", "gzip", "txn", "txn", "txn-zstd", "control", "abort",
+                                                 "legacy", "horizon", "horizon"]))
     return {"kind": kind, "records": draw(st.lists(record_st, min_size=1, max_size=6)),
             "gap": draw(st.integers(0, 2)), "log_append": draw(st.booleans()) and kind in ("data", "zstd"),
-            "pid": draw(st.sampled_from([-1, -1, 7, 8])), "horizon": draw(st.integers(-2, 2))}
+            "pid": draw(st.sampled_from([-1, -1, 7, 8])), "horizon": draw(st.integers(-2, 2)),
+            "txn_pid": draw(st.sampled_from([9, 10]))}
 
 
-def build_log(specs: List[dict]) -> "tuple[bytes, List[int]]":
-    """The batches' bytes and each batch's last offset."""
+def build_log(specs: List[dict], aborted: "List[AbortedTxn] | None" = None) -> "tuple[bytes, List[int]]":
+    """The batches' bytes and each batch's last offset; `aborted` gets the .txnindex entries the ABORT
+    markers make (two transactional producers, 9 and 10, commit or abort in turn)."""
     out = bytearray()
     lasts = []
     offset = 0
+    open_first = {}
     for spec in specs:
         offset += spec["gap"]
         recs = []
@@ -139,26 +145,32 @@ def build_log(specs: List[dict]) -> "tuple[bytes, List[int]]":
             recs.append(RecordSpec(offset, T + ts, key, value, headers))
             offset += 1
         kind = spec["kind"]
-        pid = spec["pid"] if kind != "txn" else 9
-        if kind == "control":
-            out += build_control_batch(recs[0].offset, T, commit=True, coordinator_epoch=1, producer_id=9,
-                                       producer_epoch=0)
+        pid = spec["txn_pid"] if kind.startswith("txn") else spec["pid"]
+        if kind in ("control", "abort"):
+            pid = spec["txn_pid"]
+            out += build_control_batch(recs[0].offset, T, commit=kind == "control", coordinator_epoch=1,
+                                       producer_id=pid, producer_epoch=0)
+            first = open_first.pop(pid, None)
+            if kind == "abort" and first is not None and aborted is not None:
+                aborted.append(AbortedTxn(0, pid, first, recs[0].offset, first))
             offset = recs[0].offset + 1
         elif kind == "legacy":
             out += build_legacy_batch([RecordSpec(r.offset, r.timestamp, r.key, r.value) for r in recs], magic=1)
         else:
+            if kind.startswith("txn"):
+                open_first.setdefault(pid, recs[0].offset)
             out += build_v2_batch(
-                recs, codec={"zstd": 4, "gzip": 1}.get(kind, 0), timestamp_type=1 if spec["log_append"] else 0,
+                recs, codec={"zstd": 4, "gzip": 1, "txn-zstd": 4}.get(kind, 0), timestamp_type=1 if spec["log_append"] else 0,
                 log_append_time=T + 99 if spec["log_append"] else None, producer_id=pid,
                 producer_epoch=0 if pid >= 0 else -1, base_sequence=0 if pid >= 0 else -1,
-                is_transactional=kind == "txn",
+                is_transactional=kind.startswith("txn"),
                 delete_horizon_ms=T + spec["horizon"] if kind == "horizon" else None)
         lasts.append(offset - 1)
     return bytes(out), lasts
 
 
 def clean(impl, data: bytes, *, memory: int, capacity: int, now: int, last_records: dict, upper_bound: int,
-          io_buffer: int) -> tuple:
+          io_buffer: int, aborted: "List[AbortedTxn] | None" = None) -> tuple:
     """Map then filter `data` as one segment with one twin; everything observable, or the error."""
     config = ConfigResolver(flags={"delete.retention.ms": (1000, "test")}).for_topic("t")
     stats = CleanerStats()
@@ -167,6 +179,7 @@ def clean(impl, data: bytes, *, memory: int, capacity: int, now: int, last_recor
             offset_map = impl.OffsetMap(memory)
             buf = memoryview(data)
             map_txns = CleanedTransactionMetadata()
+            map_txns.add_aborted_transactions(list(aborted or []))
             stops = []
             settings = CleanerSettings(io_buffer_bytes=io_buffer)
             for position, stop, _cap in _walk(buf, settings):
@@ -175,6 +188,10 @@ def clean(impl, data: bytes, *, memory: int, capacity: int, now: int, last_recor
                 if full is not None:
                     break
             txns = CleanedTransactionMetadata()
+            txns.add_aborted_transactions(list(aborted or []))
+            cleaned_index = []
+            txns.cleaned_index = lambda txn: cleaned_index.append(
+                (txn.producer_id, txn.first_offset, txn.last_offset))
             sc = SegmentCleaner(offset_map, config, now, txns, last_records, upper_bound, stats, settings)
             chunks = []
             position = 0
@@ -188,7 +205,7 @@ def clean(impl, data: bytes, *, memory: int, capacity: int, now: int, last_recor
                 position += r.bytes_read
             keys = [offset_map.get(k) for k in KEYS if k is not None]
             return ("ok", stops, chunks, stats.to_dict(), keys, offset_map.size, offset_map.latest_offset,
-                    map_txns.to_json(), txns.to_json())
+                    map_txns.to_json(), txns.to_json(), cleaned_index)
         except KstoreError as exc:
             return ("error", type(exc).__name__, str(exc))
 
@@ -209,12 +226,13 @@ def _walk(buf: memoryview, settings: CleanerSettings):
        st.sampled_from([64, 300, 1 << 20]), st.one_of(st.sampled_from([-1, 0, 1]), st.integers(-10, 2000)), st.data())
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_cleaning_twins_agree(specs, memory: int, capacity: int, now_delta: int, data) -> None:
-    log, lasts = build_log(specs)
+    aborted = []
+    log, lasts = build_log(specs, aborted)
     last_records = {7: (data.draw(st.sampled_from(lasts + [None])), 0), 8: (data.draw(st.sampled_from(lasts)), 0)}
     upper_bound = data.draw(st.sampled_from(lasts)) + 1
     io_buffer = data.draw(st.sampled_from([100, 700, 1 << 16]))
     args = dict(memory=memory, capacity=capacity, now=T + now_delta, last_records=last_records,
-                upper_bound=upper_bound, io_buffer=io_buffer)
+                upper_bound=upper_bound, io_buffer=io_buffer, aborted=aborted)
     assert clean(native, log, **args) == clean(py, log, **args)
 
 
@@ -296,3 +314,29 @@ def test_producer_state_replay_sees_the_same_batches(specs, cut) -> None:
             assert got == expected
     finally:
         os.unlink(path)
+
+
+@needs_native
+def test_native_runs_take_committed_transactions_and_leave_aborted_ones() -> None:
+    """With the transaction view, a transactional data batch no aborted transaction reaches is the run's (its
+    producer joins the committed set); one an aborted transaction starts in, or whose producer has an ongoing
+    aborted one, is CleanedTransactionMetadata.onBatchRead's (Python); without the view none is taken."""
+    txn = build_v2_batch([RecordSpec(0, T, b"k", b"v"), RecordSpec(1, T, b"k", b"w")], producer_id=9,
+                         producer_epoch=0, base_sequence=0, is_transactional=True)
+    m = native.OffsetMap(1 << 20)
+    state = record_filter.map_state()
+    assert native.map_batches(m, txn, 0, len(txn), 0, LONG_MAX, state, None) == (0, py.RUN_PYTHON)
+    committed: set = set()
+    view = (committed, {}, LONG_MAX)
+    assert native.map_batches(m, txn, 0, len(txn), 0, LONG_MAX, state, None, view) == (len(txn), py.RUN_DONE)
+    assert committed == {9} and m.get(b"k") == 1
+    for blocked in ((set(), {}, 1), (set(), {9: [None, None]}, LONG_MAX)):
+        assert native.map_batches(m, txn, 0, len(txn), 0, LONG_MAX, state, None, blocked) == (0, py.RUN_PYTHON)
+        assert not blocked[0]
+    out = bytearray()
+    fstate = record_filter.filter_state()
+    pos, status = native.filter_batches(m, txn, 0, len(txn), 1 << 20, out, fstate, T, T + 1, b"",
+                                        record_filter.decompress, record_filter.compress, (set(), {}, LONG_MAX))
+    assert (pos, status) == (len(txn), py.RUN_DONE) and fstate[py.F_BATCHES_REBUILT] == 1
+    rebuilt = next(iterate_source(memoryview(bytes(out)), 0, len(out), None, check_crc=True))
+    assert rebuilt.is_transactional and rebuilt.producer_id == 9 and [r.value for r in rebuilt.records()] == [b"w"]
