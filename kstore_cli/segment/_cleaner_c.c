@@ -57,7 +57,7 @@ enum { M_MESSAGES_READ, M_LAST_OFFSET, M_STOP_OFFSET, M_SLOTS };
 enum {
     F_HAS_FIRST, F_FIRST_OFFSET, F_MAX_OFFSET, F_MAX_TIMESTAMP, F_OFFSET_OF_MAX_TIMESTAMP, F_BYTES_READ,
     F_LAST_OFFSET, F_MESSAGES_READ, F_INVALID_MESSAGES, F_TOMBSTONES_REMOVED, F_BATCHES_READ,
-    F_BATCHES_WRITTEN, F_BATCHES_REBUILT, F_MESSAGES_WRITTEN, F_SLOTS
+    F_BATCHES_WRITTEN, F_BATCHES_REBUILT, F_MESSAGES_WRITTEN, F_MARKERS_REMOVED, F_SLOTS
 };
 
 /* ------------------------------------------------------------------ wire helpers */
@@ -572,6 +572,9 @@ typedef struct {
      * next_abort: the first offset of the next aborted transaction not yet ongoing. */
     PyObject *committed, *aborted;
     int64_t next_abort;
+    /* filter_batches: producers whose last entry is a marker (isBatchLastRecordOfProducer keeps their
+     * markers' place): their control batches go to Python. NULL in map runs. */
+    PyObject *marker_last;
 } run_t;
 
 static void read_head(const uint8_t *p, head_t *h) {
@@ -671,6 +674,37 @@ static int committed_txn_batch(run_t *r, const head_t *h) {
 }
 
 /*
+ * CleanedTransactionMetadata.onControlBatchRead for a taken control batch, when the run may decide it: one
+ * record whose key is a COMMIT (version 0, type 1) with a value, no aborted transaction reaching it, its
+ * producer's last entry not a marker (filter runs). 0 with *in_committed (whether the producer is in the
+ * committed set: then the marker stays; see leave_committed), 1 for Python, -1 on error. Changes nothing.
+ */
+static int commit_marker(run_t *r, const head_t *h, const uint8_t *data, int *in_committed) {
+    if (h->last_offset >= r->next_abort || r->nrecs != 1 || r->recs[0].key_len != 4 || r->recs[0].value_len < 0)
+        return 1;
+    const uint8_t *k = data + r->recs[0].key_pos;
+    if (k[0] != 0 || k[1] != 0 || k[2] != 0 || k[3] != 1) return 1;
+    PyObject *pid = PyLong_FromLongLong(h->producer_id);
+    if (pid == NULL) return -1;
+    int rc = r->marker_last != NULL ? PySet_Contains(r->marker_last, pid) : 0;
+    if (rc == 0) {
+        rc = PySet_Contains(r->committed, pid);
+        if (rc >= 0) { *in_committed = rc; rc = 0; }
+    }
+    Py_DECREF(pid);
+    return rc;
+}
+
+/* The COMMIT marker's transaction ends: its producer leaves the committed set (once nothing can fail). */
+static int leave_committed(run_t *r, const head_t *h) {
+    PyObject *pid = PyLong_FromLongLong(h->producer_id);
+    if (pid == NULL) return -1;
+    int rc = PySet_Discard(r->committed, pid);
+    Py_DECREF(pid);
+    return rc < 0 ? -1 : 0;
+}
+
+/*
  * The batch at b[pos:] when a run may take it: 0 with *h filled and the records decoded (from
  * r->b or, compressed, from r->data), 1 when it is for the per-batch Python path, -1 on error.
  */
@@ -682,10 +716,10 @@ static int take_batch(run_t *r, Py_ssize_t pos, Py_ssize_t stop, head_t *h, cons
     read_head(p, h);
     Py_ssize_t size = LOG_OVERHEAD + (Py_ssize_t)h->length;
     if (h->length < MIN_ENTRY_SIZE || size > stop - pos || size < V2_HEADER_SIZE || h->magic != 2) return 1;
-    /* control batches, codec ids 5-7 and empty batches: Python */
-    if ((h->attributes & 0x20) || (h->attributes & 0x07) > 4 || h->count <= 0) return 1;
+    /* codec ids 5-7 and empty batches: Python; control batches too, without the transaction view */
+    if (((h->attributes & 0x20) && r->committed == NULL) || (h->attributes & 0x07) > 4 || h->count <= 0) return 1;
     if (__builtin_add_overflow(h->base_offset, (int64_t)h->last_offset_delta, &h->last_offset)) return 1;
-    if ((h->attributes & 0x10) && (rc = committed_txn_batch(r, h)) != 0) return rc;
+    if ((h->attributes & 0x30) == 0x10 && (rc = committed_txn_batch(r, h)) != 0) return rc;
     const uint8_t *recs = p;
     Py_ssize_t start = V2_HEADER_SIZE, end = size;
     if (h->attributes & 0x07) {
@@ -760,6 +794,14 @@ static int get_span(PyObject *obj, Py_buffer *v, Py_ssize_t pos, Py_ssize_t stop
 static int map_batch(run_t *r, const head_t *h, const uint8_t *data, int64_t start, int64_t limit) {
     OffsetMapObject *m = r->map;
     uint8_t d[HASH_SIZE];
+    if (h->attributes & 0x20) { /* a COMMIT marker: no key enters the map */
+        int in_committed, rc = commit_marker(r, h, data, &in_committed);
+        if (rc != 0) return rc > 0 ? RUN_PYTHON : -1;
+        if (in_committed && leave_committed(r, h) < 0) return -1;
+        r->state[M_MESSAGES_READ]++;
+        if (h->last_offset >= start) m->latest_offset = h->last_offset;
+        return RUN_DONE;
+    }
     for (Py_ssize_t i = 0; i < r->nrecs; i++) {
         rec_t *rec = &r->recs[i];
         if (rec->key_len >= 0 && start <= rec->offset && rec->offset < limit) {
@@ -779,11 +821,16 @@ static int map_batch(run_t *r, const head_t *h, const uint8_t *data, int64_t sta
 
 /* The optional last argument of a run: None, or CleanedTransactionMetadata.transaction_view()'s
  * (committed set, aborted dict, next aborted first offset). */
-static int get_txn_view(run_t *r, PyObject *view) {
+static int get_txn_view(run_t *r, PyObject *view, PyObject *marker_last) {
     long long next;
     if (view == NULL || view == Py_None) return 0;
     if (!PyArg_ParseTuple(view, "O!O!L", &PySet_Type, &r->committed, &PyDict_Type, &r->aborted, &next)) return -1;
     r->next_abort = next;
+    if (marker_last != NULL && !PyAnySet_Check(marker_last)) {
+        PyErr_SetString(PyExc_TypeError, "marker_last must be a set or frozenset of producer ids");
+        return -1;
+    }
+    r->marker_last = marker_last;
     return 0;
 }
 
@@ -797,7 +844,7 @@ static PyObject *py_map_batches(PyObject *self, PyObject *args) {
     Py_buffer v, sv;
     PyObject *view = NULL;
     if (!PyArg_ParseTuple(args, "O!OnnLLOO|O", &OffsetMapType, &r.map, &buf, &pos, &stop, &start, &limit, &state,
-                          &r.decompress, &view) || get_txn_view(&r, view) < 0)
+                          &r.decompress, &view) || get_txn_view(&r, view, NULL) < 0)
         return NULL;
     if (get_span(buf, &v, pos, stop) < 0) return NULL;
     if (get_state(state, &sv, M_SLOTS) < 0) { PyBuffer_Release(&v); return NULL; }
@@ -995,7 +1042,7 @@ static int write_rebuilt(run_t *r, const head_t *h, const uint8_t *data, const f
     uint8_t *o = body_len <= INT32_MAX - V2_HEADER_SIZE ? out_extend(a->out, V2_HEADER_SIZE + body_len) : NULL;
     if (o) {
         memcpy(o + V2_HEADER_SIZE, body, (size_t)body_len);
-        uint16_t attributes = (uint16_t)(codec | (h->attributes & 0x18) | (has_horizon ? 0x40 : 0));
+        uint16_t attributes = (uint16_t)(codec | (h->attributes & 0x38) | (has_horizon ? 0x40 : 0));
         write_header(o, h, body_len, o + V2_HEADER_SIZE, attributes, base_ts, *max_ts, (int32_t)kept);
     }
     Py_XDECREF(packed);
@@ -1014,6 +1061,48 @@ static void retained(int64_t *s, int64_t first_offset, int64_t max_ts, int64_t s
         s[F_OFFSET_OF_MAX_TIMESTAMP] = shallow;
     }
     if (max_offset > s[F_MAX_OFFSET]) s[F_MAX_OFFSET] = max_offset;
+}
+
+static void add_counts(run_t *r, const head_t *h, const int64_t *c) {
+    for (int i = F_BYTES_READ; i < F_SLOTS; i++)
+        if (i != F_LAST_OFFSET) r->state[i] += c[i];
+    if (h->last_offset > r->state[F_LAST_OFFSET]) r->state[F_LAST_OFFSET] = h->last_offset;
+}
+
+/* SegmentCleaner._filter_batch for a taken COMMIT marker (not its producer's last entry, not the round's last
+ * batch): removed once its delete horizon has passed when no batch of its transaction was met (the
+ * producer was not in the committed set), else kept, given a delete horizon when it may go later. */
+static int filter_marker(run_t *r, Py_ssize_t pos, const head_t *h, const uint8_t *data, const filter_args *a) {
+    int64_t c[F_SLOTS] = {0};
+    if (r->marker_last == NULL) return RUN_PYTHON;
+    int in_committed, rc = commit_marker(r, h, data, &in_committed);
+    if (rc != 0) return rc > 0 ? RUN_PYTHON : -1;
+    int has_horizon = h->attributes & 0x40;
+    Py_ssize_t size = LOG_OVERHEAD + (Py_ssize_t)h->length;
+    if (!in_committed && has_horizon && h->base_ts <= a->now) {
+        c[F_MARKERS_REMOVED] = 1;
+    } else {
+        int need_horizon = !in_committed && !has_horizon;
+        if (need_horizon && !a->has_new_horizon) return RUN_PYTHON;
+        if (!need_horizon) {
+            uint8_t *o = out_extend(a->out, size);
+            if (!o) return -1;
+            memcpy(o, r->b + pos, (size_t)size);
+            retained(r->state, h->base_offset, h->max_ts, h->last_offset, h->last_offset);
+        } else {
+            int64_t max_ts;
+            r->recs[0].keep = 1;
+            if ((rc = write_rebuilt(r, h, data, a, 1, 1, &max_ts)) != 0) return rc > 0 ? RUN_PYTHON : -1;
+            retained(r->state, h->base_offset, max_ts, h->last_offset, r->recs[0].offset);
+            c[F_BATCHES_REBUILT] = 1;
+        }
+        c[F_MESSAGES_READ] = c[F_MESSAGES_WRITTEN] = c[F_BATCHES_WRITTEN] = 1;
+    }
+    if (in_committed && leave_committed(r, h) < 0) return -1;
+    c[F_BYTES_READ] = size;
+    c[F_BATCHES_READ] = 1;
+    add_counts(r, h, c);
+    return RUN_DONE;
 }
 
 /* SegmentCleaner._filter_batch for a taken batch (a data batch, not discarded, DELETE_EMPTY). */
@@ -1041,9 +1130,7 @@ static int filter_batch(run_t *r, Py_ssize_t pos, const head_t *h, const uint8_t
     }
     c[F_BYTES_READ] = size;
     c[F_BATCHES_READ] = 1;
-    for (int i = F_BYTES_READ; i < F_SLOTS; i++)
-        if (i != F_LAST_OFFSET) r->state[i] += c[i];
-    if (h->last_offset > r->state[F_LAST_OFFSET]) r->state[F_LAST_OFFSET] = h->last_offset;
+    add_counts(r, h, c);
     return RUN_DONE;
 }
 
@@ -1060,7 +1147,8 @@ static int filter_run(run_t *r, Py_ssize_t *pos, Py_ssize_t stop, const filter_a
         const uint8_t *data;
         int rc = take_batch(r, *pos, stop, &h, &data);
         if (rc != 0) return rc > 0 ? RUN_PYTHON : -1;
-        if ((rc = filter_batch(r, *pos, &h, data, a)) != RUN_DONE) return rc;
+        rc = (h.attributes & 0x20) ? filter_marker(r, *pos, &h, data, a) : filter_batch(r, *pos, &h, data, a);
+        if (rc != RUN_DONE) return rc;
         *pos += LOG_OVERHEAD + (Py_ssize_t)h.length;
         if (PyByteArray_GET_SIZE(a->out) > a->capacity) return RUN_OUTPUT_FULL;
     }
@@ -1068,7 +1156,8 @@ static int filter_run(run_t *r, Py_ssize_t *pos, Py_ssize_t stop, const filter_a
 }
 
 /* filter_batches(offset_map, buf, pos, stop, capacity, out, state, now, new_horizon, specials,
- *                decompress, compress[, txn_view]) -> (pos, status) */
+ *                decompress, compress[, txn_view, marker_last]) -> (pos, status); without marker_last
+ *                (a set of producer ids) no control batch is taken */
 static PyObject *py_filter_batches(PyObject *self, PyObject *args) {
     run_t r;
     filter_args a;
@@ -1078,10 +1167,10 @@ static PyObject *py_filter_batches(PyObject *self, PyObject *args) {
     Py_ssize_t pos, stop;
     long long now;
     Py_buffer v, sv, spv;
-    PyObject *view = NULL;
-    if (!PyArg_ParseTuple(args, "O!OnnnO!OLOOOO|O", &OffsetMapType, &r.map, &buf, &pos, &stop, &a.capacity,
+    PyObject *view = NULL, *marker_last = NULL;
+    if (!PyArg_ParseTuple(args, "O!OnnnO!OLOOOO|OO", &OffsetMapType, &r.map, &buf, &pos, &stop, &a.capacity,
                           &PyByteArray_Type, &a.out, &state, &now, &horizon, &specials, &r.decompress, &r.compress,
-                          &view) || get_txn_view(&r, view) < 0)
+                          &view, &marker_last) || get_txn_view(&r, view, marker_last) < 0)
         return NULL;
     a.now = now;
     if (horizon != Py_None) {

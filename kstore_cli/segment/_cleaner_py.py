@@ -13,9 +13,12 @@ The interface (what the native twin does with it is in ``_cleaner_c.c``'s commen
   FileLogInputStream frames them, and the position of an entry whose size field is below 14 (-1);
 * ``skip_anonymous(buf, pos, end) -> pos``: past the complete v2 batches without a producer id (at
   least 61 bytes each) from pos, what the producer-state replay can skip;
-* ``map_batches(offset_map, buf, pos, stop, start, limit, state, decompress) -> (pos, status)``;
+* ``map_batches(offset_map, buf, pos, stop, start, limit, state, decompress[, txn_view]) -> (pos, status)``;
 * ``filter_batches(offset_map, buf, pos, stop, capacity, out, state, now, new_horizon, specials,
-  decompress, compress) -> (pos, status)``;
+  decompress, compress[, txn_view, marker_last]) -> (pos, status)``: with ``txn_view``
+  (CleanedTransactionMetadata.transaction_view()) the native twin also takes committed transactions'
+  batches and their COMMIT markers (``marker_last``: the producers whose last entry is a marker, whose
+  markers keep their place: those stay with Python);
 
 ``state`` is an ``array('q')`` of :data:`MAP_SLOTS` / :data:`FILTER_SLOTS` slots (the ``M_*`` and
 ``F_*`` indexes below); ``status`` one of the ``RUN_*`` values.
@@ -45,8 +48,8 @@ MAP_SLOTS = 3
 # timestamp and its shallow offset, bytes read), the highest last offset taken, then CleanerStats counts.
 (F_HAS_FIRST, F_FIRST_OFFSET, F_MAX_OFFSET, F_MAX_TIMESTAMP, F_OFFSET_OF_MAX_TIMESTAMP, F_BYTES_READ,
  F_LAST_OFFSET, F_MESSAGES_READ, F_INVALID_MESSAGES, F_TOMBSTONES_REMOVED, F_BATCHES_READ, F_BATCHES_WRITTEN,
- F_BATCHES_REBUILT, F_MESSAGES_WRITTEN) = range(14)
-FILTER_SLOTS = 14
+ F_BATCHES_REBUILT, F_MESSAGES_WRITTEN, F_MARKERS_REMOVED) = range(15)
+FILTER_SLOTS = 15
 
 _SIZE = struct.Struct(">i")
 _MIN_ENTRY_SIZE = 14  # LegacyRecord.RECORD_OVERHEAD_V0
@@ -87,6 +90,6 @@ def map_batches(offset_map: OffsetMap, buf, pos: int, stop: int, start: int, lim
 
 
 def filter_batches(offset_map: OffsetMap, buf, pos: int, stop: int, capacity: int, out: bytearray, state, now: int,
-                   new_horizon, specials, decompress, compress, txn_view=None) -> Tuple[int, int]:
+                   new_horizon, specials, decompress, compress, txn_view=None, marker_last=None) -> Tuple[int, int]:
     """Takes no batch: every one goes to the cleaner's per-batch path."""
     return pos, RUN_DONE if pos >= stop else RUN_PYTHON

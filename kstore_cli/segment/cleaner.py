@@ -536,7 +536,8 @@ _RUN_COUNTS = ((record_filter.F_MESSAGES_READ, "messages_read"),
                (record_filter.F_BATCHES_READ, "batches_read"),
                (record_filter.F_BATCHES_WRITTEN, "batches_written"),
                (record_filter.F_BATCHES_REBUILT, "batches_rebuilt"),
-               (record_filter.F_MESSAGES_WRITTEN, "messages_written"))
+               (record_filter.F_MESSAGES_WRITTEN, "messages_written"),
+               (record_filter.F_MARKERS_REMOVED, "markers_removed"))
 
 
 class SegmentCleaner:
@@ -559,6 +560,8 @@ class SegmentCleaner:
         # emptied: each active producer's last data batch, and the round's last batch.
         self._specials = record_filter.specials([last for last, _epoch in last_records.values()]
                                                 + [upper_bound - 1])
+        #: Producers whose last entry is a marker: isBatchLastRecordOfProducer keeps their markers' place.
+        self._marker_last = frozenset(pid for pid, (last, _epoch) in last_records.items() if last is None)
         self._native = record_filter.fits_int64(now)
 
     def clean_into(self, seg: SegmentInfo, writer: PartitionWriter, retain_legacy_deletes: bool) -> None:
@@ -591,7 +594,7 @@ class SegmentCleaner:
                 pos, status = record_filter.filter_batches(
                     self.map, buf, pos, stop, capacity, result.out, result.state, self.now,
                     self.now + self.delete_retention_ms, self._specials, record_filter.decompress,
-                    record_filter.compress, self.txns.transaction_view())
+                    record_filter.compress, self.txns.transaction_view(), self._marker_last)
                 result.take_counts(self.stats, self.txns, bytes_before)
                 if status == record_filter.RUN_OUTPUT_FULL or pos >= stop:
                     break

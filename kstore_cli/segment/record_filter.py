@@ -29,6 +29,7 @@ from kstore_cli.segment._cleaner_py import (  # noqa: F401 - the run interface's
     F_HAS_FIRST,
     F_INVALID_MESSAGES,
     F_LAST_OFFSET,
+    F_MARKERS_REMOVED,
     F_MAX_OFFSET,
     F_MAX_TIMESTAMP,
     F_MESSAGES_READ,

@@ -12,6 +12,7 @@ up, an output that outgrows the buffer) and on damaged ones.
 from __future__ import annotations
 
 import hashlib
+import struct
 from array import array
 from contextlib import contextmanager
 from typing import Iterator, List
@@ -148,8 +149,14 @@ def build_log(specs: List[dict], aborted: "List[AbortedTxn] | None" = None) -> "
         pid = spec["txn_pid"] if kind.startswith("txn") else spec["pid"]
         if kind in ("control", "abort"):
             pid = spec["txn_pid"]
-            out += build_control_batch(recs[0].offset, T, commit=kind == "control", coordinator_epoch=1,
-                                       producer_id=pid, producer_epoch=0)
+            if spec["horizon"] > 0:  # a marker a previous pass kept and gave a delete horizon (T-2 .. T+2)
+                out += build_v2_batch(
+                    [RecordSpec(recs[0].offset, T, struct.pack(">hh", 0, kind == "control"), struct.pack(">hi", 0, 1))],
+                    producer_id=pid, producer_epoch=0, is_transactional=True, is_control=True,
+                    delete_horizon_ms=T + spec["horizon"] - 1)
+            else:
+                out += build_control_batch(recs[0].offset, T, commit=kind == "control", coordinator_epoch=1,
+                                           producer_id=pid, producer_epoch=0)
             first = open_first.pop(pid, None)
             if kind == "abort" and first is not None and aborted is not None:
                 aborted.append(AbortedTxn(0, pid, first, recs[0].offset, first))
@@ -229,6 +236,8 @@ def test_cleaning_twins_agree(specs, memory: int, capacity: int, now_delta: int,
     aborted = []
     log, lasts = build_log(specs, aborted)
     last_records = {7: (data.draw(st.sampled_from(lasts + [None])), 0), 8: (data.draw(st.sampled_from(lasts)), 0)}
+    if data.draw(st.booleans()):  # a transactional producer whose last entry is a marker (or a batch)
+        last_records[data.draw(st.sampled_from([9, 10]))] = (data.draw(st.sampled_from(lasts + [None, None])), 0)
     upper_bound = data.draw(st.sampled_from(lasts)) + 1
     io_buffer = data.draw(st.sampled_from([100, 700, 1 << 16]))
     args = dict(memory=memory, capacity=capacity, now=T + now_delta, last_records=last_records,
@@ -340,3 +349,21 @@ def test_native_runs_take_committed_transactions_and_leave_aborted_ones() -> Non
     assert (pos, status) == (len(txn), py.RUN_DONE) and fstate[py.F_BATCHES_REBUILT] == 1
     rebuilt = next(iterate_source(memoryview(bytes(out)), 0, len(out), None, check_crc=True))
     assert rebuilt.is_transactional and rebuilt.producer_id == 9 and [r.value for r in rebuilt.records()] == [b"w"]
+
+
+@needs_native
+@pytest.mark.parametrize("last_records, empty, removed", [({9: (None, 0)}, 1, 0), ({}, 0, 1), ({9: (None, 1)}, 0, 1)])
+def test_an_expired_commit_marker_goes_unless_it_is_its_producers_last(last_records, empty, removed) -> None:
+    """A COMMIT marker past its delete horizon whose transaction left no batch is removed, natively as in
+    Python; when it is its producer's last entry (isBatchLastRecordOfProducer: the producer's last entry is
+    a marker of the same epoch) it stays as an empty batch."""
+    def spec(kind, horizon):
+        return {"kind": kind, "records": [(b"a", b"1", [], 0)], "gap": 0, "log_append": False, "pid": -1,
+                "horizon": horizon, "txn_pid": 9}
+
+    log, lasts = build_log([spec("data", 0), spec("control", 1), spec("data", 0)])
+    args = dict(memory=1 << 20, capacity=1 << 20, now=T + 5, last_records=last_records, upper_bound=lasts[-1] + 1,
+                io_buffer=1 << 16)
+    got = clean(native, log, **args)
+    assert got == clean(py, log, **args)
+    assert (got[3]["emptyBatchesWritten"], got[3]["markersRemoved"]) == (empty, removed)
