@@ -5,7 +5,7 @@
     python bench/child.py crc FILE
     python bench/child.py spark MASTER DATA_DIR OUT_DIR [spark|arrow]
     python bench/child.py spark-core DATA_DIR OUT_FILE
-    python bench/child.py compact RECORDS WORKDIR [CODEC]
+    python bench/child.py compact RECORDS WORKDIR [CODEC [transactional]]
     python bench/child.py convert-codec SOURCE_DIR WORKDIR
 
 Each runs in a fresh interpreter started by run.py, so the record decoder is chosen by that
@@ -353,12 +353,12 @@ def task_spark_core(data_dir: str, out: str) -> dict:
 
 
 # ----------------------------------------------------------------------------- compact
-def task_compact(records: str, workdir: str, codec: str = "none") -> dict:
+def task_compact(records: str, workdir: str, codec: str = "none", transactional: str = "") -> dict:
     """bench/compact.py's run(size_records, workdir, codec=...) (owned by kstore compact's author)."""
     import compact  # bench/compact.py: this script's directory is on sys.path
 
     t0 = time.perf_counter()
-    result = compact.run(int(records), workdir, codec=codec)
+    result = compact.run(int(records), workdir, codec=codec, transactional=transactional == "transactional")
     elapsed = time.perf_counter() - t0
     out = dict(result) if isinstance(result, dict) else {"result": repr(result)}
     out.setdefault("wall_seconds", elapsed)

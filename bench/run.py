@@ -27,8 +27,9 @@ is the one KSTORE_DECODER selects there, and peak RSS is that child's own, from 
 * dump-segment:<values>  `kstore dump-segment --deep-iteration --print-data-log > /dev/null`, lines/s,
                   on ASCII text, random binary (not UTF-8) and mixed values; against Kafka's
                   `kafka-dump-log` on the same segment, whose output kstore's is checked identical to;
-* compact         `kstore compact` through bench/compact.py's run(), uncompressed and zstd (compact:none,
-                  compact:zstd), with Kafka's Cleaner.clean on the same input in the same run (ratio);
+* compact         `kstore compact` through bench/compact.py's run(), uncompressed, zstd and transactional (compact:none,
+                  compact:zstd, compact:txn: each batch a committed transaction and its COMMIT marker), with
+                  Kafka's Cleaner.clean on the same input in the same run (ratio);
 * convert-format  `kstore convert-format` v1 gzip -> v2 zstd, MiB/s of input and records/s, 1 KiB values
                   (convert-format:100B: 100 B values); then in one child, alternately, the conversion
                   and the codec work alone (every wrapper gunzipped and every output batch
@@ -615,18 +616,20 @@ class Suite:
             self.add("compact", decoder=None, figure=None, unit="records/s",
                      note="not available: bench/compact.py (kstore compact) does not exist yet")
             return
-        for codec in ("none", "zstd"):
+        for codec, txn in (("none", False), ("zstd", False), ("none", True)):
             for dec in self.decoders:
-                self._bench_compact_one(codec, dec)
+                self._bench_compact_one(codec, dec, txn)
 
-    def _bench_compact_one(self, codec: str, dec: dict) -> None:
+    def _bench_compact_one(self, codec: str, dec: dict, txn: bool = False) -> None:
         """One compact row: kstore compact's records/s (whole process) and, in the same run, Kafka's
-        Cleaner.clean on the same input (bench/compact.py runs the oracle's clean-log)."""
-        row = f"compact:{codec}"
+        Cleaner.clean on the same input (bench/compact.py runs the oracle's clean-log). compact:txn: every
+        batch a committed transaction followed by its COMMIT marker (exactly-once offset commits)."""
+        row = "compact:txn" if txn else f"compact:{codec}"
         workdir = self.work / "compact"
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
-        res = self.run_task(dec["env"], "compact", str(self.args.records), str(workdir), codec, timeout=3600)
+        res = self.run_task(dec["env"], "compact", str(self.args.records), str(workdir), codec,
+                            *(["transactional"] if txn else []), timeout=3600)
         shutil.rmtree(workdir, ignore_errors=True)
         if not res.ok or not res.result:
             self.add(row, decoder=dec["label"], figure=None, unit="records/s", rss_mb=res.rss_mb,
@@ -641,7 +644,9 @@ class Suite:
         met = None
         if ratios:
             met = ratios["Kafka Cleaner.clean"] >= 2.0 and bool(r.get("rss_within_target"))
-        note = (f"{codec} batches of 50 __consumer_offsets commits, {r.get('records', 0):,} records over "
+        note = (f"{codec} batches of 50 __consumer_offsets commits"
+                + (", each a transaction of one of 4 producers followed by its COMMIT marker" if txn else "")
+                + f", {r.get('records', 0):,} records over "
                 f"{r.get('keys', 0):,} keys; whole `kstore compact` process vs time inside Kafka's Cleaner.clean "
                 f"(oracle clean-log, same input, same run)")
         if kafka:
