@@ -23,9 +23,9 @@ from kstore_cli.parsers.metadata import METADATA_RECORD_TYPES
 from kstore_cli.parsers.schema import read_message
 from kstore_cli.parsers.wire import JavaError, WireReader
 from kstore_cli.segment.batch import parse_control_key
+from kstore_cli.segment.names import METADATA_PARTITION_DIR
 from kstore_cli.segment.reader import read_batches
 
-METADATA_DIR_NAME = "__cluster_metadata-0"
 BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
@@ -545,24 +545,24 @@ def find_metadata(paths: List[str]) -> MetadataSource:
         if not os.path.exists(p):
             raise FileUnreadableError("no such file or directory", path=p)
         if not os.path.isdir(p):
-            raise UsageError(f"expected a data dir, a {METADATA_DIR_NAME} dir or a .checkpoint file", path=p)
-        if os.path.basename(os.path.normpath(p)) == METADATA_DIR_NAME:
+            raise UsageError(f"expected a data dir, a {METADATA_PARTITION_DIR} dir or a .checkpoint file", path=p)
+        if os.path.basename(os.path.normpath(p)) == METADATA_PARTITION_DIR:
             found.append(p)
             data_dir = os.path.dirname(os.path.abspath(p))
         else:
             data_dir = p
-            if os.path.isdir(os.path.join(p, METADATA_DIR_NAME)):
-                found.append(os.path.join(p, METADATA_DIR_NAME))
-        for where in (data_dir, os.path.join(data_dir, METADATA_DIR_NAME)):
+            if os.path.isdir(os.path.join(p, METADATA_PARTITION_DIR)):
+                found.append(os.path.join(p, METADATA_PARTITION_DIR))
+        for where in (data_dir, os.path.join(data_dir, METADATA_PARTITION_DIR)):
             if bootstrap is None and os.path.isfile(os.path.join(where, BOOTSTRAP_CHECKPOINT)):
                 bootstrap = os.path.join(where, BOOTSTRAP_CHECKPOINT)
         meta = os.path.join(data_dir, "meta.properties")
         if os.path.isfile(meta):
             props = props or _read_properties(meta)
     if len(found) > 1:
-        raise UsageError(f"more than one {METADATA_DIR_NAME} ({', '.join(found)}): name one")
+        raise UsageError(f"more than one {METADATA_PARTITION_DIR} ({', '.join(found)}): name one")
     if not found and checkpoint is None and bootstrap is None:
-        raise UsageError(f"no {METADATA_DIR_NAME} in {', '.join(paths)} (a KRaft node's metadata log dir holds it)")
+        raise UsageError(f"no {METADATA_PARTITION_DIR} in {', '.join(paths)} (a KRaft node's metadata log dir holds it)")
     if found and checkpoint is not None:
         raise UsageError("give either a metadata dir or a .checkpoint file, not both")
     return MetadataSource(found[0] if found else None, checkpoint, props, bootstrap)

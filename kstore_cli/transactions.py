@@ -22,6 +22,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from kstore_cli.errors import KstoreError, RecordParseError
 from kstore_cli.parsers.txnlog import STATES, read_transaction_record
+from kstore_cli.segment.names import METADATA_LOG_TOPIC
 from kstore_cli.segment.logdir import Partition, coordinator_partitions, topic_matcher
 from kstore_cli.segment.producer_state import ProducerStateManager
 from kstore_cli.segment.reader import read_batches
@@ -33,7 +34,7 @@ TRANSACTION_TOPIC = "__transaction_state"
 DEFAULT_TRANSACTION_PARTITIONS = 50
 #: kafka-transactions.sh find-hanging --max-transaction-timeout default, in minutes.
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MINUTES = 15
-_INTERNAL = ("__consumer_offsets", TRANSACTION_TOPIC, "__cluster_metadata")
+_INTERNAL = ("__consumer_offsets", TRANSACTION_TOPIC, METADATA_LOG_TOPIC)
 
 HANGING = "hanging"
 NOT_HANGING = "not hanging"

@@ -30,6 +30,7 @@ from array import array
 from typing import List, Optional, Tuple
 
 from kstore_cli.errors import InvalidRecordError
+from kstore_cli.java import MAX_INT32, MAX_INT64, MIN_INT64
 from kstore_cli.segment.crc import crc32c
 from kstore_cli.segment._decode_common import (
     HEADER_SIZE_UP_TO_MAGIC,
@@ -437,7 +438,7 @@ def pack_validity(valid: "bytes | memoryview") -> Tuple[bytes, int]:
 
 
 
-_INT64_MIN, _INT64_MAX, _INT32_MAX = -(2**63), 2**63 - 1, 0x7FFFFFFF
+_INT64_MIN, _INT64_MAX, _INT32_MAX = MIN_INT64, MAX_INT64, MAX_INT32
 _OVERFLOW = object()  # _stage_batch: an int32 end would pass 2**31 - 1
 
 

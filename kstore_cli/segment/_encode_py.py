@@ -23,12 +23,11 @@ from array import array
 from typing import List, Optional, Sequence, Tuple
 
 from kstore_cli.errors import InvalidRecordError
-from kstore_cli.java import java_long
+from kstore_cli.java import MAX_INT32, java_long
 from kstore_cli.segment._decode_common import LOG_OVERHEAD, RECORD_OVERHEAD_V0, V2Record, write_uvarint
 from kstore_cli.segment._decode_py import decode_legacy_message
 from kstore_cli.segment.crc import crc32
 
-MAX_INT32 = 0x7FFFFFFF
 #: Size estimates for grouping (DefaultRecord.MAX_RECORD_OVERHEAD; log overhead + RECORD_OVERHEAD_V1).
 V2_RECORD_OVERHEAD = 21
 LEGACY_RECORD_OVERHEAD = 34

@@ -49,6 +49,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from kstore_cli.errors import FileUnreadableError, UsageError
 from kstore_cli.segment.checkpoint import read_properties
+from kstore_cli.segment.names import METADATA_PARTITION_DIR
 
 MS_PER_MINUTE = 60 * 1000
 MS_PER_HOUR = 60 * MS_PER_MINUTE
@@ -415,7 +416,6 @@ def load_cluster_configs(metadata_dir: str) -> ClusterConfigs:
     return ClusterConfigs(metadata_dir, configs.resource_data, configs.set_at, loaded.source["end_offset"])
 
 
-METADATA_DIR_NAME = "__cluster_metadata-0"
 
 
 def _node_id(data_dir: str) -> Optional[str]:
@@ -433,10 +433,10 @@ def cluster_configs_for(data_dirs: List[str], static_props: Optional[Mapping[str
     ``metadata.log.dir`` (default: the first of ``log.dirs``), else another node's replica (every
     replica holds the whole cluster's configs). Nothing found: an empty mapping (no cluster layer)."""
     props = static_props or {}
-    candidates: List[str] = [os.path.join(d, METADATA_DIR_NAME) for d in data_dirs]
+    candidates: List[str] = [os.path.join(d, METADATA_PARTITION_DIR) for d in data_dirs]
     configured = props.get("metadata.log.dir") or (props.get("log.dirs") or props.get("log.dir") or "").split(",")[0]
     if configured.strip():
-        candidates.append(os.path.join(configured.strip(), METADATA_DIR_NAME))
+        candidates.append(os.path.join(configured.strip(), METADATA_PARTITION_DIR))
     by_node: Dict[Optional[str], str] = {}
     for path in candidates:
         if os.path.isdir(path):

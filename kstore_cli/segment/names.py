@@ -16,6 +16,12 @@ DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
+#: KRaft's metadata log (its partition dir is __cluster_metadata-0); not a topic the broker's log manager cleans or
+#: deletes by retention (the controller snapshots and trims it).
+METADATA_LOG_TOPIC = "__cluster_metadata"
+#: Its one partition's dir, in the node's metadata.log.dir.
+METADATA_PARTITION_DIR = METADATA_LOG_TOPIC + "-0"
+
 #: LocalLog.parseTopicPartitionName: the text after the last '-' is an Integer.parseInt (a sign allowed).
 _TOPIC_PARTITION = re.compile(r"^(.+)-([+-]?[0-9]+)$")
 

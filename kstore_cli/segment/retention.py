@@ -59,7 +59,6 @@ RULE_RETENTION_BYTES = "retention.bytes"
 RULE_RETENTION_MS = "retention.ms"
 
 #: Partitions retention never touches, and why.
-METADATA_LOG_TOPIC = "__cluster_metadata"
 
 _SEGMENT_SUFFIXES = (names.LOG_SUFFIX, names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX)
 _DELETED_LOG = names.LOG_SUFFIX + names.DELETED_SUFFIX
@@ -266,7 +265,7 @@ def _marker_offset(path: str) -> Optional[int]:
 
 def _not_retainable(partition: Partition, config: TopicConfig) -> Tuple[Optional[str], Optional[str]]:
     """(skipped, problem): why retention leaves this directory alone, if it does."""
-    if partition.topic == METADATA_LOG_TOPIC:
+    if partition.topic == names.METADATA_LOG_TOPIC:
         return "the KRaft metadata log is trimmed by the controller through snapshots, not by retention", None
     if partition.name.endswith(("-delete", "-future", "-stray")):
         return "not a live replica (a -delete, -future or -stray directory)", None

@@ -69,7 +69,6 @@ NOTE = "note"
 
 #: Not partitions, and not parsed as such by LogManager.loadLogs (RemoteIndexCache.DIR_NAME).
 REMOTE_INDEX_CACHE = "remote-log-index-cache"
-METADATA_PARTITION = "__cluster_metadata-0"
 _REPLICA_SUFFIXES = ("-delete", "-future", "-stray")
 _OFFSET_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
                        CLEANER_OFFSET_CHECKPOINT)
@@ -480,10 +479,10 @@ def _broker_issues(broker: Broker) -> List[Issue]:
     for info in broker.data_dirs:
         if not info.whole:
             continue
-        if os.path.isdir(os.path.join(info.path, METADATA_PARTITION)):
+        if os.path.isdir(os.path.join(info.path, names.METADATA_PARTITION_DIR)):
             metadata_dirs.append(info.path)
         for partition in info.partitions:
-            if partition.name == METADATA_PARTITION:
+            if partition.name == names.METADATA_PARTITION_DIR:
                 continue
             other = homes.setdefault(partition.name, partition.path)
             if other != partition.path:
@@ -496,9 +495,9 @@ def _broker_issues(broker: Broker) -> List[Issue]:
                            "and leader epoch: compare with `kstore inspect`)"))
     if len(metadata_dirs) > 1:
         issues.append(Issue(
-            ERROR, "duplicate-metadata-log", f"{METADATA_PARTITION} is in {len(metadata_dirs)} data dirs of node "
+            ERROR, "duplicate-metadata-log", f"{names.METADATA_PARTITION_DIR} is in {len(metadata_dirs)} data dirs of node "
             f"{broker.node_id}: {', '.join(metadata_dirs)}", data_dir=metadata_dirs[1],
-            partition=os.path.join(metadata_dirs[1], METADATA_PARTITION),
+            partition=os.path.join(metadata_dirs[1], names.METADATA_PARTITION_DIR),
             kafka="fail: 'Found unexpected metadata location in data directory' (KafkaRaftServer.initializeLogDirs)",
             repair="keep the copy in metadata.log.dir (or the first log.dirs entry) and move the other away"))
     return issues
@@ -587,7 +586,7 @@ def _topic_id_issues(found: Survey) -> List[Issue]:
     incomplete: List[str] = []
     for info in found.data_dirs.values():
         for partition in info.partitions:
-            if partition.name == METADATA_PARTITION:
+            if partition.name == names.METADATA_PARTITION_DIR:
                 image = metadata_image_of(partition)
                 if image is None:
                     incomplete.append(partition.path)
@@ -734,7 +733,7 @@ def partition_issues(found: Survey, partition: Partition, plan: "PartitionPlan",
     first_base = partition.segments[0].base_offset if partition.segments else None
     key = (partition.topic, partition.partition)
     entries = {name: (cp or {}).get(key) for name, cp in info.checkpoints.items()}
-    is_metadata = partition.name == METADATA_PARTITION
+    is_metadata = partition.name == names.METADATA_PARTITION_DIR
 
     if not is_metadata:
         _partition_metadata_issues(p, partition, add)
