@@ -62,7 +62,6 @@ segment: LogLoader, completing an interrupted swap, deletes every file in the sw
 
 from __future__ import annotations
 
-import bisect
 import os
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -78,12 +77,11 @@ from kstore_cli.segment.batch import (
 )
 from kstore_cli.segment.builder import RecordSpec, build_legacy_batch, build_v2_batch
 from kstore_cli.segment.config import CleanerSettings, TopicConfig
-from kstore_cli.segment.index import AbortedTxn, OffsetIndex, TransactionIndex
-from kstore_cli.segment.logdir import Partition, Segment
+from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.record_filter import OffsetMap
 from kstore_cli.segment.reader import iterate_source, release_pages, map_file
-from kstore_cli.segment.log_segment import mtime_ms, read_next_offset
-from kstore_cli.segment.unified_log import DataDirState, log_offsets
+from kstore_cli.segment.log_segment import LogSegment
+from kstore_cli.segment.unified_log import DataDirState, UnifiedLog
 from kstore_cli.segment.snapshot import read_snapshot
 from kstore_cli.segment.writer import PartitionWriter
 from kstore_cli.segment.cleaned_transaction_metadata import CleanedTransactionMetadata
@@ -129,103 +127,6 @@ def _producer_batches(path: str) -> Iterator[Batch]:
             return
 
 
-class SegmentInfo:
-    """One segment: base offset, ``.log`` size, mtime (ms), index sizes, next offset (lazy)."""
-
-    __slots__ = ("segment", "base_offset", "size", "mtime_ms", "index_bytes", "timeindex_bytes", "_next", "_txns")
-
-    def __init__(self, segment: Segment) -> None:
-        self.segment = segment
-        self.base_offset = segment.base_offset
-        self.size = os.path.getsize(segment.log)
-        #: LogSegment.lastModified (File.lastModified of the .log: whole milliseconds).
-        self.mtime_ms = mtime_ms(segment.log)
-        self.index_bytes = os.path.getsize(segment.index) if segment.index else 0
-        self.timeindex_bytes = os.path.getsize(segment.timeindex) if segment.timeindex else 0
-        self._next: Optional[int] = None
-        self._txns: Optional[List[AbortedTxn]] = None
-
-    @property
-    def log(self) -> str:
-        return self.segment.log
-
-    @property
-    def next_offset(self) -> int:
-        """LogSegment.readNextOffset: the last complete batch's next offset, else the base offset."""
-        if self._next is None:
-            self._next = read_next_offset(self.segment.log, self.base_offset)
-        return self._next
-
-    def aborted_txns(self) -> List[AbortedTxn]:
-        """The segment's ``.txnindex`` entries (none when it has no such file)."""
-        if self._txns is None:
-            self._txns = TransactionIndex(self.segment.txnindex).entries() if self.segment.txnindex else []
-        return self._txns
-
-    def start_position(self, offset: int) -> int:
-        """OffsetIndex.lookup(offset).position, or 0 without a usable index."""
-        if self.segment.index is None or offset <= self.base_offset:
-            return 0
-        try:
-            index = OffsetIndex(self.segment.index, self.base_offset)
-            index.sanity_check()
-            return index.lookup(offset)[1]
-        except KstoreError:
-            return 0
-
-    def __repr__(self) -> str:
-        return f"SegmentInfo({self.base_offset}, size={self.size})"
-
-
-class LogView:
-    """A partition's segments with the offsets a loaded UnifiedLog would report."""
-
-    def __init__(self, partition: Partition, state: DataDirState) -> None:
-        self.partition = partition
-        self.segments = [SegmentInfo(s) for s in partition.segments]
-        self._bases = [s.base_offset for s in self.segments]
-        offsets = log_offsets(partition, state,
-                              log_end_offset=self.segments[-1].next_offset if self.segments else 0)
-        self.log_start_offset = offsets.log_start_offset
-        self.log_end_offset = offsets.log_end_offset
-        self.high_watermark = offsets.high_watermark
-        self.high_watermark_source = offsets.high_watermark_source
-
-    @property
-    def active(self) -> SegmentInfo:
-        return self.segments[-1]
-
-    def log_segments(self, start: int, end: int) -> List[SegmentInfo]:
-        """LogSegments.values(from, to): the floor segment of `start` through those based below `end`."""
-        if start >= end:
-            return []
-        lo = bisect.bisect_right(self._bases, start) - 1
-        hi = bisect.bisect_left(self._bases, end)
-        return self.segments[max(lo, 0):hi]
-
-    def non_active_from(self, start: int) -> List[SegmentInfo]:
-        """UnifiedLog.nonActiveLogSegmentsFrom."""
-        if not self.segments or start > self.active.base_offset:
-            return []
-        return self.log_segments(start, self.active.base_offset)
-
-    def collect_aborted_transactions(self, base_offset: int, upper_bound: int) -> List[AbortedTxn]:
-        """UnifiedLog.collectAbortedTransactions: ``.txnindex`` entries overlapping
-        [log start offset, upper_bound), from the floor segment of `base_offset` onward, until an
-        entry's last stable offset reaches `upper_bound` (TransactionIndex.collectAbortedTxns)."""
-        i = bisect.bisect_right(self._bases, base_offset) - 1
-        if i < 0:
-            return []
-        out: List[AbortedTxn] = []
-        for seg in self.segments[i:]:
-            for txn in seg.aborted_txns():
-                if txn.last_offset >= self.log_start_offset and txn.first_offset < upper_bound:
-                    out.append(txn)
-                if txn.last_stable_offset >= upper_bound:
-                    return out
-        return out
-
-
 # --------------------------------------------------------------------------- producer state
 
 
@@ -248,7 +149,7 @@ class ProducerState:
         self.source = "empty"
 
     @classmethod
-    def load(cls, view: LogView, *, now: int, expiration_ms: int) -> "ProducerState":
+    def load(cls, view: UnifiedLog, *, now: int, expiration_ms: int) -> "ProducerState":
         """The latest readable snapshot at or below the log end, then every later batch replayed;
         producers past ``producer.id.expiration.ms`` with no open transaction are dropped (as a
         broker's load and its periodic expiry do)."""
@@ -372,7 +273,7 @@ def _grow(buf: memoryview, position: int, capacity: int, settings: CleanerSettin
 # --------------------------------------------------------------------------- the offset map
 
 
-def build_offset_map(view: LogView, start: int, end: int, offset_map: OffsetMap, stats: CleanerStats,
+def build_offset_map(view: UnifiedLog, start: int, end: int, offset_map: OffsetMap, stats: CleanerStats,
                      settings: CleanerSettings, max_message_bytes: int, *, limit: int = LONG_MAX) -> Optional[int]:
     """Cleaner.buildOffsetMap over the dirty segments in [start, end); only records below `limit`
     are entered (a resumed pass, see :func:`_resume_pass`). Returns the offset of the first record
@@ -390,7 +291,7 @@ def build_offset_map(view: LogView, start: int, end: int, offset_map: OffsetMap,
     return None
 
 
-def _map_segment(seg: SegmentInfo, offset_map: OffsetMap, start: int, next_start: int,
+def _map_segment(seg: LogSegment, offset_map: OffsetMap, start: int, next_start: int,
                  txns: CleanedTransactionMetadata, stats: CleanerStats, settings: CleanerSettings,
                  max_message_bytes: int, limit: int = LONG_MAX) -> Optional[int]:
     """Cleaner.buildOffsetMapForSegment; the offset of the record that did not fit when the map
@@ -564,7 +465,7 @@ class SegmentCleaner:
         self._marker_last = frozenset(pid for pid, (last, _epoch) in last_records.items() if last is None)
         self._native = record_filter.fits_int64(now)
 
-    def clean_into(self, seg: SegmentInfo, writer: PartitionWriter, retain_legacy_deletes: bool) -> None:
+    def clean_into(self, seg: LogSegment, writer: PartitionWriter, retain_legacy_deletes: bool) -> None:
         """Filter one source segment chunk by chunk into the writer's current segment."""
         buf = map_file(seg.log)
         chunks = _chunks(buf, 0, self.settings, self.max_message_bytes, seg.log)
@@ -773,10 +674,10 @@ def _rebuild(batch: Batch, retained: list, horizon: Optional[int]) -> Tuple[byte
 # --------------------------------------------------------------------------- grouping
 
 
-def group_segments_by_size(segments: List[SegmentInfo], max_size: int, max_index_size: int,
-                           first_uncleanable_offset: int) -> List[List[SegmentInfo]]:
+def group_segments_by_size(segments: List[LogSegment], max_size: int, max_index_size: int,
+                           first_uncleanable_offset: int) -> List[List[LogSegment]]:
     """Cleaner.groupSegmentsBySize."""
-    groups: List[List[SegmentInfo]] = []
+    groups: List[List[LogSegment]] = []
     i = 0
     n = len(segments)
     while i < n:
@@ -943,7 +844,7 @@ def _resume_pass(partition: Partition, state: DataDirState, intent: PassIntent, 
     plan.uncleanable_offset = plan.first_uncleanable_offset = data["firstUncleanableOffset"]
     plan.eligible = True
     plan.reason = f"resuming a pass interrupted after {done} of {len(intent.groups)} groups"
-    view = LogView(partition, state)
+    view = UnifiedLog(partition, state)
     result.bytes_before = result.bytes_after = sum(s.size for s in view.segments)
     stats = result.stats
     offset_map = OffsetMap(settings.dedupe_buffer_bytes, settings.load_factor)
@@ -1031,7 +932,7 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
     if not partition.segments:
         result.notes.append("no segments")
         return result
-    view = LogView(partition, state)
+    view = UnifiedLog(partition, state)
     result.bytes_before = result.bytes_after = sum(s.size for s in view.segments)
     producers = ProducerState.load(view, now=now, expiration_ms=settings.producer_id_expiration_ms)
     key = (partition.topic, partition.partition)
@@ -1086,7 +987,7 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
     return result
 
 
-def _clean_groups(partition: Partition, view: LogView, groups: List[List[SegmentInfo]], first: int,
+def _clean_groups(partition: Partition, view: UnifiedLog, groups: List[List[LogSegment]], first: int,
                   cleaner: SegmentCleaner, txns: CleanedTransactionMetadata, intent: PassIntent, result: PassResult,
                   *, config: TopicConfig, legacy_horizon: int, dry_run: bool,
                   progress: Optional[Callable[[int], None]]) -> None:

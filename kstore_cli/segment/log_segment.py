@@ -13,10 +13,10 @@ Lookups pass a ``LookupStats`` (kstore_cli.segment.logdir) to count what they re
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from kstore_cli.errors import KstoreError
-from kstore_cli.segment.index import TimeIndex
+from kstore_cli.segment.index import AbortedTxn, OffsetIndex, TimeIndex, TransactionIndex
 from kstore_cli.segment.reader import read_batches
 
 if TYPE_CHECKING:
@@ -100,3 +100,52 @@ def largest_timestamp(segment: "Segment", stats: "Optional[LookupStats]" = None)
     if ts >= 0:
         return ts, source
     return mtime_ms(segment.log), TS_MTIME
+
+
+class LogSegment:
+    """Kafka's LogSegment over one segment's files: base offset, ``.log`` size, mtime (ms), index sizes, next
+    offset (lazy), aborted transactions, offset lookups."""
+
+    __slots__ = ("segment", "base_offset", "size", "mtime_ms", "index_bytes", "timeindex_bytes", "_next", "_txns")
+
+    def __init__(self, segment: "Segment") -> None:
+        self.segment = segment
+        self.base_offset = segment.base_offset
+        self.size = os.path.getsize(segment.log)
+        #: LogSegment.lastModified (File.lastModified of the .log: whole milliseconds).
+        self.mtime_ms = mtime_ms(segment.log)
+        self.index_bytes = os.path.getsize(segment.index) if segment.index else 0
+        self.timeindex_bytes = os.path.getsize(segment.timeindex) if segment.timeindex else 0
+        self._next: Optional[int] = None
+        self._txns: Optional[List[AbortedTxn]] = None
+
+    @property
+    def log(self) -> str:
+        return self.segment.log
+
+    @property
+    def next_offset(self) -> int:
+        """LogSegment.readNextOffset: the last complete batch's next offset, else the base offset."""
+        if self._next is None:
+            self._next = read_next_offset(self.segment.log, self.base_offset)
+        return self._next
+
+    def aborted_txns(self) -> List[AbortedTxn]:
+        """The segment's ``.txnindex`` entries (none when it has no such file)."""
+        if self._txns is None:
+            self._txns = TransactionIndex(self.segment.txnindex).entries() if self.segment.txnindex else []
+        return self._txns
+
+    def start_position(self, offset: int) -> int:
+        """OffsetIndex.lookup(offset).position, or 0 without a usable index."""
+        if self.segment.index is None or offset <= self.base_offset:
+            return 0
+        try:
+            index = OffsetIndex(self.segment.index, self.base_offset)
+            index.sanity_check()
+            return index.lookup(offset)[1]
+        except KstoreError:
+            return 0
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.base_offset}, size={self.size})"

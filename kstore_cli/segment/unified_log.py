@@ -13,9 +13,10 @@ Every value carries its source, as the commands print it.
 
 from __future__ import annotations
 
+import bisect
 import os
 from dataclasses import asdict, dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from kstore_cli.errors import KstoreError
 from kstore_cli.segment.checkpoint import (
@@ -23,7 +24,8 @@ from kstore_cli.segment.checkpoint import (
     REPLICATION_OFFSET_CHECKPOINT,
     read_offset_checkpoint,
 )
-from kstore_cli.segment.log_segment import read_next_offset
+from kstore_cli.segment.index import AbortedTxn
+from kstore_cli.segment.log_segment import LogSegment, read_next_offset
 from kstore_cli.segment.logdir import Partition
 
 LSO_CHECKPOINT = "log-start-offset-checkpoint"
@@ -99,3 +101,53 @@ def log_offsets(partition: Partition, state: DataDirState, *, log_end_offset: Op
         hw_source = HW_CHECKPOINT if raw is not None else HW_NOT_LISTED
         hw = min(max(raw or 0, lso), log_end_offset)
     return LogOffsets(lso, lso_source, log_end_offset, hw, hw_source)
+
+
+class UnifiedLog:
+    """A loaded partition: its LogSegments and the offsets a broker's UnifiedLog reports (log start, log end,
+    high watermark and their sources)."""
+
+    def __init__(self, partition: Partition, state: DataDirState) -> None:
+        self.partition = partition
+        self.segments = [LogSegment(s) for s in partition.segments]
+        self._bases = [s.base_offset for s in self.segments]
+        offsets = log_offsets(partition, state,
+                              log_end_offset=self.segments[-1].next_offset if self.segments else 0)
+        self.log_start_offset = offsets.log_start_offset
+        self.log_end_offset = offsets.log_end_offset
+        self.high_watermark = offsets.high_watermark
+        self.high_watermark_source = offsets.high_watermark_source
+
+    @property
+    def active(self) -> LogSegment:
+        return self.segments[-1]
+
+    def log_segments(self, start: int, end: int) -> List[LogSegment]:
+        """LogSegments.values(from, to): the floor segment of `start` through those based below `end`."""
+        if start >= end:
+            return []
+        lo = bisect.bisect_right(self._bases, start) - 1
+        hi = bisect.bisect_left(self._bases, end)
+        return self.segments[max(lo, 0):hi]
+
+    def non_active_from(self, start: int) -> List[LogSegment]:
+        """UnifiedLog.nonActiveLogSegmentsFrom."""
+        if not self.segments or start > self.active.base_offset:
+            return []
+        return self.log_segments(start, self.active.base_offset)
+
+    def collect_aborted_transactions(self, base_offset: int, upper_bound: int) -> List[AbortedTxn]:
+        """UnifiedLog.collectAbortedTransactions: ``.txnindex`` entries overlapping
+        [log start offset, upper_bound), from the floor segment of `base_offset` onward, until an
+        entry's last stable offset reaches `upper_bound` (TransactionIndex.collectAbortedTxns)."""
+        i = bisect.bisect_right(self._bases, base_offset) - 1
+        if i < 0:
+            return []
+        out: List[AbortedTxn] = []
+        for seg in self.segments[i:]:
+            for txn in seg.aborted_txns():
+                if txn.last_offset >= self.log_start_offset and txn.first_offset < upper_bound:
+                    out.append(txn)
+                if txn.last_stable_offset >= upper_bound:
+                    return out
+        return out

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from kafka.record import MemoryRecords
 
 from kstore_cli.segment.builder import RecordSpec, build_v2_batch
-from kstore_cli.segment.cleaner import SegmentInfo, compact_partition, group_segments_by_size
+from kstore_cli.segment.cleaner import compact_partition, group_segments_by_size
+from kstore_cli.segment.log_segment import LogSegment
 from kstore_cli.segment.config import CleanerSettings, ConfigResolver
 from kstore_cli.segment.logdir import Partition, Segment
 from kstore_cli.segment.names import filename_prefix
@@ -67,7 +68,7 @@ def test_offset_map_capacity_is_kafkas_and_memory_stays_within_the_buffer() -> N
 # --------------------------------------------------------------------------- grouping
 
 
-class _Seg(SegmentInfo):
+class _Seg(LogSegment):
     def __init__(self, base: int, size: int, index: int = 0) -> None:  # no files needed
         self.base_offset, self.size, self.index_bytes, self.timeindex_bytes = base, size, index, index
 
