@@ -66,13 +66,12 @@ import os
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from kstore_cli.java import MAX_INT64
-from kstore_cli.errors import CorruptRecordError, CorruptSnapshotError, KstoreError, UsageError
+from kstore_cli.errors import CorruptRecordError, KstoreError, UsageError
 from kstore_cli.segment import fileops, names, record_filter
 from kstore_cli.segment.batch import (
     CREATE_TIME,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
-    RECORD_BATCH_OVERHEAD,
     Batch,
 )
 from kstore_cli.segment.builder import RecordSpec, build_legacy_batch, build_v2_batch
@@ -81,8 +80,8 @@ from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.record_filter import OffsetMap
 from kstore_cli.segment.reader import iterate_source, release_pages, map_file
 from kstore_cli.segment.log_segment import LogSegment
+from kstore_cli.segment.producer_state import ProducerStateManager
 from kstore_cli.segment.unified_log import DataDirState, UnifiedLog
-from kstore_cli.segment.snapshot import read_snapshot
 from kstore_cli.segment.writer import PartitionWriter
 from kstore_cli.segment.cleaned_transaction_metadata import CleanedTransactionMetadata
 from kstore_cli.segment.cleaner_stats import CleanerStats
@@ -100,114 +99,6 @@ RELEASE_EVERY = 8 * 1024 * 1024  # drop read pages of the mapped segment this of
 
 
 # --------------------------------------------------------------------------- the log as the cleaner sees it
-
-
-def _producer_batches(path: str) -> Iterator[Batch]:
-    """The batches of a ``.log`` that can carry producer state, pages released as the scan passes
-    them: runs of v2 batches without a producer id are skipped natively (record_filter.skip_anonymous),
-    everything else is framed as :func:`_scan` frames it."""
-    buf = map_file(path)
-    end = len(buf)
-    pos = released = 0
-    while True:
-        # A window at a time, so that the pages skipped are released as often as the scan's.
-        pos = record_filter.skip_anonymous(buf, pos, min(end, pos + RELEASE_EVERY))
-        if pos - released >= RELEASE_EVERY:
-            release_pages(buf, released, pos)
-            released = pos
-        for batch in iterate_source(buf, pos, end, path):
-            pos = batch.position + batch.size
-            if pos - released >= RELEASE_EVERY:
-                release_pages(buf, released, pos)
-                released = pos
-            if batch.magic >= 2 and batch.producer_id < 0 and batch.size >= RECORD_BATCH_OVERHEAD:
-                break  # an anonymous one: the native skip goes on from the next
-            yield batch
-        else:
-            return
-
-
-# --------------------------------------------------------------------------- producer state
-
-
-class _Producer:
-    __slots__ = ("epoch", "last_data_offset", "last_timestamp", "txn_first_offset")
-
-    def __init__(self, epoch: int, last_data_offset: int, last_timestamp: int, txn_first_offset: int) -> None:
-        self.epoch = epoch
-        self.last_data_offset = last_data_offset  # -1: no batch metadata
-        self.last_timestamp = last_timestamp
-        self.txn_first_offset = txn_first_offset  # -1: no open transaction
-
-
-class ProducerState:
-    """What the cleaner needs of ProducerStateManager at the log end: each active producer's last
-    data offset and epoch (``lastRecordsOfActiveProducers``) and the first unstable offset."""
-
-    def __init__(self) -> None:
-        self.producers: Dict[int, _Producer] = {}
-        self.source = "empty"
-
-    @classmethod
-    def load(cls, view: UnifiedLog, *, now: int, expiration_ms: int) -> "ProducerState":
-        """The latest readable snapshot at or below the log end, then every later batch replayed;
-        producers past ``producer.id.expiration.ms`` with no open transaction are dropped (as a
-        broker's load and its periodic expiry do)."""
-        state = cls()
-        start = view.log_start_offset
-        snaps = sorted((o, p) for o, p in view.partition.snapshots.items() if o <= view.log_end_offset)
-        for offset, path in reversed(snaps):
-            try:
-                snapshot = read_snapshot(path)
-            except (CorruptSnapshotError, KstoreError):
-                continue
-            for e in snapshot.producers:
-                state.producers[e.producer_id] = _Producer(e.producer_epoch, e.last_offset, e.timestamp,
-                                                           e.current_txn_first_offset)
-            start = max(offset, view.log_start_offset)
-            state.source = f"snapshot {os.path.basename(path)}"
-            break
-        for seg in view.log_segments(start, LONG_MAX):
-            try:
-                for batch in _producer_batches(seg.log):
-                    if batch.last_offset >= start and batch.magic >= 2 and batch.producer_id >= 0:
-                        state.update(batch)
-            except KstoreError:
-                break
-        for pid in [p for p, e in state.producers.items()
-                    if e.txn_first_offset < 0 and now - e.last_timestamp >= expiration_ms]:
-            del state.producers[pid]
-        return state
-
-    def update(self, batch: Batch) -> None:
-        """ProducerAppendInfo for one replicated batch (no validation)."""
-        entry = self.producers.get(batch.producer_id)
-        if entry is None:
-            entry = self.producers[batch.producer_id] = _Producer(batch.producer_epoch, -1, -1, -1)
-        if batch.producer_epoch != entry.epoch:
-            entry.epoch = batch.producer_epoch  # maybeUpdateProducerEpoch clears the batch metadata
-            entry.last_data_offset = -1
-        entry.last_timestamp = batch.max_timestamp
-        if batch.is_control:
-            entry.txn_first_offset = -1  # appendEndTxnMarker
-        else:
-            entry.last_data_offset = batch.last_offset
-            if batch.is_transactional and entry.txn_first_offset < 0:
-                entry.txn_first_offset = batch.base_offset
-
-    def first_unstable_offset(self) -> Optional[int]:
-        first = self.first_open_transaction()
-        return None if first is None else first[0]
-
-    def first_open_transaction(self) -> Optional[Tuple[int, int]]:
-        """(first offset, producer id) of the open transaction that starts first, or None."""
-        opens = [(e.txn_first_offset, pid) for pid, e in self.producers.items() if e.txn_first_offset >= 0]
-        return min(opens) if opens else None
-
-    def last_records(self) -> Dict[int, Tuple[Optional[int], int]]:
-        """UnifiedLog.lastRecordsOfActiveProducers: pid -> (last data offset or None, epoch)."""
-        return {pid: (e.last_data_offset if e.last_data_offset >= 0 else None, e.epoch)
-                for pid, e in self.producers.items()}
 
 
 # --------------------------------------------------------------------------- which range to clean
@@ -934,7 +825,9 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
         return result
     view = UnifiedLog(partition, state)
     result.bytes_before = result.bytes_after = sum(s.size for s in view.segments)
-    producers = ProducerState.load(view, now=now, expiration_ms=settings.producer_id_expiration_ms)
+    producers = ProducerStateManager.load(partition, log_start_offset=view.log_start_offset,
+                                          log_end_offset=view.log_end_offset)
+    producers.remove_expired_producers(now, settings.producer_id_expiration_ms)
     key = (partition.topic, partition.partition)
     checkpointed = read_cleaner_checkpoint(partition.data_dir).get(key)
     plan = plan_cleaning(view, config, producers, now=now, checkpointed=checkpointed)

@@ -15,7 +15,7 @@ from kstore_cli.segment.reader import read_batches
 from kstore_cli.segment.log_segment import largest_timestamp
 
 if TYPE_CHECKING:  # the pass's own classes (cleaner.py imports this module)
-    from kstore_cli.segment.cleaner import ProducerState
+    from kstore_cli.segment.producer_state import ProducerStateManager
     from kstore_cli.segment.unified_log import UnifiedLog
 
 class CleaningPlan:
@@ -55,7 +55,7 @@ class CleaningPlan:
                 "eligible": self.eligible, "reason": self.reason}
 
 
-def plan_cleaning(view: UnifiedLog, config: TopicConfig, producers: ProducerState, *, now: int,
+def plan_cleaning(view: UnifiedLog, config: TopicConfig, producers: ProducerStateManager, *, now: int,
                   checkpointed: Optional[int]) -> CleaningPlan:
     """LogCleanerManager.cleanableOffsets, calculateCleanableBytes, maxCompactionDelay and the
     eligibility test of grabFilthiestCompactedLog, for one log."""

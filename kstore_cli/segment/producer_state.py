@@ -14,15 +14,43 @@ Producers are kept as snapshot entries (:class:`~kstore_cli.segment.snapshot.Pro
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from kstore_cli.errors import CorruptSnapshotError, InvalidRecordError, KstoreError
-from kstore_cli.segment.batch import parse_control_key, parse_end_txn_marker
+from kstore_cli.segment.batch import RECORD_BATCH_OVERHEAD, Batch, parse_control_key, parse_end_txn_marker
 from kstore_cli.segment.index import AbortedTxn
 from kstore_cli.segment.logdir import Partition, Segment
-from kstore_cli.segment.reader import read_batches
-from kstore_cli.segment import fileops, names
+from kstore_cli.segment.reader import iterate_source, map_file, read_batches, release_pages
+from kstore_cli.segment import fileops, names, record_filter
 from kstore_cli.segment.snapshot import ProducerEntry, build_snapshot, read_snapshot
+
+
+RELEASE_EVERY = 8 * 1024 * 1024  # drop read pages of a mapped segment this often
+
+
+def producer_batches(path: str) -> Iterator[Batch]:
+    """The batches of a ``.log`` that can carry producer state, pages released as the scan passes
+    them: runs of v2 batches without a producer id are skipped natively (record_filter.skip_anonymous),
+    everything else is framed as the reader frames it (a damaged entry raises)."""
+    buf = map_file(path)
+    end = len(buf)
+    pos = released = 0
+    while True:
+        # A window at a time, so that the pages skipped are released as often as the scan's.
+        pos = record_filter.skip_anonymous(buf, pos, min(end, pos + RELEASE_EVERY))
+        if pos - released >= RELEASE_EVERY:
+            release_pages(buf, released, pos)
+            released = pos
+        for batch in iterate_source(buf, pos, end, path):
+            pos = batch.position + batch.size
+            if pos - released >= RELEASE_EVERY:
+                release_pages(buf, released, pos)
+                released = pos
+            if batch.magic >= 2 and batch.producer_id < 0 and batch.size >= RECORD_BATCH_OVERHEAD:
+                break  # an anonymous one: the native skip goes on from the next
+            yield batch
+        else:
+            return
 
 
 class ProducerStateManager:
@@ -38,21 +66,27 @@ class ProducerStateManager:
         self.corrupt_snapshots: List[str] = []
 
     @classmethod
-    def load(cls, partition: Partition) -> "ProducerStateManager":
-        """The state after the whole log: the newest readable snapshot, then the batches after it. A
-        damaged batch ends the replay there, where Kafka's recovery would cut the log."""
+    def load(cls, partition: Partition, *, log_start_offset: Optional[int] = None,
+             log_end_offset: Optional[int] = None) -> "ProducerStateManager":
+        """The state after the whole log: the newest readable snapshot (at or below `log_end_offset` when
+        given: Kafka deletes later ones as it loads), then the batches with a producer id from there, or from
+        `log_start_offset` when that is later. A damaged batch ends the replay there, where Kafka's recovery
+        would cut the log; an unreadable snapshot is passed over (Kafka deletes it and rebuilds)."""
         state = cls()
-        start = partition.segments[0].base_offset if partition.segments else 0
+        first = partition.segments[0].base_offset if partition.segments else 0
+        start = first if log_start_offset is None else max(first, log_start_offset)
         for offset in sorted(partition.snapshots, reverse=True):
+            if log_end_offset is not None and offset > log_end_offset:
+                continue
             path = partition.snapshots[offset]
             try:
                 snapshot = read_snapshot(path)
-            except CorruptSnapshotError:
+            except KstoreError:
                 state.corrupt_snapshots.append(path)
                 continue
             state.producers = {e.producer_id: e for e in snapshot.producers}
-            start = offset
-            state.source = f"snapshot {os.path.basename(path)}, then the log from offset {offset}"
+            start = offset if log_start_offset is None else max(offset, log_start_offset)
+            state.source = f"snapshot {os.path.basename(path)}, then the log from offset {start}"
             break
         else:
             state.source = f"the log from offset {start}"
@@ -62,10 +96,9 @@ class ProducerStateManager:
             if i + 1 < len(segments) and segments[i + 1].base_offset <= start:
                 continue  # wholly below the snapshot
             try:
-                for batch in read_batches(segment.log):
-                    if batch.last_offset < start:
-                        continue
-                    state.update(batch)
+                for batch in producer_batches(segment.log):
+                    if batch.last_offset >= start:
+                        state.update(batch)
             except KstoreError:
                 break
         return state
@@ -124,10 +157,30 @@ class ProducerStateManager:
         if entry is None:
             entry = ProducerEntry(pid, batch.producer_epoch, -1, -1, 0, -1, -1, -1)
             self.producers[pid] = entry
+        elif entry.producer_epoch != batch.producer_epoch:
+            # maybeUpdateProducerEpoch: a marker of a newer epoch clears the producer's batch metadata
+            entry.last_sequence, entry.last_offset, entry.offset_delta = -1, -1, 0
         entry.producer_epoch = batch.producer_epoch
         entry.coordinator_epoch = coordinator_epoch
         entry.current_txn_first_offset = -1
         entry.timestamp = batch.max_timestamp
+
+    def remove_expired_producers(self, now: int, expiration_ms: int) -> None:
+        """ProducerStateManager.removeExpiredProducers: producers with no open transaction whose last write is
+        ``producer.id.expiration.ms`` or more before `now` (a broker's load and its periodic expiry)."""
+        for pid in [pid for pid, e in self.producers.items()
+                    if e.current_txn_first_offset < 0 and now - e.timestamp >= expiration_ms]:
+            del self.producers[pid]
+
+    def last_records(self) -> Dict[int, Tuple[Optional[int], int]]:
+        """UnifiedLog.lastRecordsOfActiveProducers: producer id -> (last data offset or None, epoch)."""
+        return {pid: (e.last_offset if e.last_offset >= 0 else None, e.producer_epoch)
+                for pid, e in self.producers.items()}
+
+    def first_open_transaction(self) -> Optional[Tuple[int, int]]:
+        """(first offset, producer id) of the open transaction that starts first, or None."""
+        opens = self.open_transactions()
+        return (opens[0].current_txn_first_offset, opens[0].producer_id) if opens else None
 
     def open_transactions(self) -> List[ProducerEntry]:
         """Producers with an open transaction, by its first offset."""

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from kstore_cli.errors import KstoreError
 from kstore_cli.segment import _cleaner_py as py
-from kstore_cli.segment import cleaner, record_filter
+from kstore_cli.segment import cleaner, producer_state, record_filter
 from kstore_cli.segment.builder import RecordSpec, build_control_batch, build_legacy_batch, build_v2_batch
 from kstore_cli.segment.cleaner import CleanedTransactionMetadata, CleanerStats, SegmentCleaner
 from kstore_cli.segment.config import CleanerSettings, ConfigResolver
@@ -304,7 +304,7 @@ def test_a_zstd_batch_of_two_frames_is_read_across_them() -> None:
 @given(st.lists(batch_specs(), min_size=1, max_size=12), st.integers(0, 3))
 @settings(max_examples=100, deadline=None)
 def test_producer_state_replay_sees_the_same_batches(specs, cut) -> None:
-    # ProducerState.load replays the batches with a producer id; the native twin skips the others in bulk.
+    # ProducerStateManager.load replays the batches with a producer id; the native twin skips the others in bulk.
     import os
     import tempfile
 
@@ -319,7 +319,7 @@ def test_producer_state_replay_sees_the_same_batches(specs, cut) -> None:
         expected = [b.position for b in read_batches(path) if b.magic >= 2 and b.producer_id >= 0]
         for impl in (native, py):
             with backend(impl):
-                got = [b.position for b in cleaner._producer_batches(path) if b.magic >= 2 and b.producer_id >= 0]
+                got = [b.position for b in producer_state.producer_batches(path) if b.magic >= 2 and b.producer_id >= 0]
             assert got == expected
     finally:
         os.unlink(path)
