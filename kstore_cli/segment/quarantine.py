@@ -7,9 +7,10 @@ that ``kstore restore`` can put it back. Shared by recovery's cut (``rebuild-ind
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
-from typing import Optional
+from typing import List, Optional
 
 from kstore_cli.segment import fileops
 from kstore_cli.segment.logdir import Partition
@@ -25,6 +26,40 @@ def default_quarantine_root(partition: Partition) -> str:
 
 def utc_stamp() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+
+
+def owner_tag(partition: Partition) -> str:
+    """8 hex digits naming a partition dir by its real path: the quarantine dirs of same-named partitions of
+    different data dirs that share a quarantine root (data dirs side by side, copies of several brokers)
+    stay apart, so that one run never tidies, resumes or finishes another's."""
+    return hashlib.sha1(os.path.realpath(partition.path).encode()).hexdigest()[:8]
+
+
+def new_quarantine_dir(partition_root: str, partition: Partition, kind: str = "") -> str:
+    """``<partition root>/<UTC time>-<owner tag>[-<kind>]`` (not created)."""
+    return os.path.join(partition_root, f"{utc_stamp()}-{owner_tag(partition)}" + (f"-{kind}" if kind else ""))
+
+
+def quarantine_dirs_of(partition_root: str, partition: Partition) -> List[str]:
+    """The quarantine dirs under `partition_root` that this partition dir's runs made, oldest first: named
+    with its owner tag, or (made before tags) whose manifest names it."""
+    if not os.path.isdir(partition_root):
+        return []
+    tag, real = owner_tag(partition), os.path.realpath(partition.path)
+    out = []
+    for name in sorted(os.listdir(partition_root)):
+        qdir = os.path.join(partition_root, name)
+        if not os.path.isdir(qdir) or os.path.islink(qdir):
+            continue
+        parts = name.split("-")
+        if len(parts) >= 2 and len(parts[1]) == 8 and parts[1] != "salvage":
+            mine = parts[1] == tag
+        else:
+            manifest = read_manifest(qdir)
+            mine = manifest is not None and os.path.realpath(str(manifest.get("partition"))) == real
+        if mine:
+            out.append(qdir)
+    return out
 
 
 def same_bytes(a: str, b: str, a_start: int = 0, a_end: Optional[int] = None) -> bool:
@@ -65,15 +100,11 @@ def read_manifest(qdir: str) -> Optional[dict]:
     return manifest if isinstance(manifest, dict) else None
 
 
-def tidy_quarantine(partition_root: str) -> None:
-    """Remove what a killed run left half-done in earlier quarantine dirs of a partition: kstore's
-    own temporary files and empty dirs. Quarantined data is never touched."""
-    if not os.path.isdir(partition_root):
-        return
-    for stamp in sorted(os.listdir(partition_root)):
-        qdir = os.path.join(partition_root, stamp)
-        if not os.path.isdir(qdir) or os.path.islink(qdir):
-            continue
+def tidy_quarantine(partition_root: str, partition: Partition) -> None:
+    """Remove what a killed run left half-done in earlier quarantine dirs of this partition dir: kstore's
+    own temporary files and empty dirs. Quarantined data is never touched, nor another partition's dirs
+    (a run on a same-named partition of another data dir may be writing there now)."""
+    for qdir in quarantine_dirs_of(partition_root, partition):
         for name in sorted(os.listdir(qdir)):
             if name.endswith(fileops.TMP_SUFFIX):
                 fileops.unlink(os.path.join(qdir, name))

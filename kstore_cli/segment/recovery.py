@@ -66,8 +66,9 @@ from kstore_cli.segment.quarantine import (
     default_quarantine_root,
     read_manifest,
     same_bytes,
+    new_quarantine_dir,
+    quarantine_dirs_of,
     tidy_quarantine,
-    utc_stamp,
 )
 from kstore_cli.segment.reader import RELEASE_EVERY, release_pages, map_file, read_batches
 
@@ -577,7 +578,7 @@ def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Option
     partition = plan.partition
     root = quarantine_root or default_quarantine_root(partition)
     partition_root = os.path.join(os.path.abspath(root), partition.name)
-    tidy_quarantine(partition_root)
+    tidy_quarantine(partition_root, partition)
     log = damaged.segment.log
     # Every file to be written here is checked first: none may be a link (or a FIFO...).
     fileops.refuse_links(fileops.partition_files(partition.path, partition.data_dir))
@@ -586,7 +587,7 @@ def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Option
     if resumed is not None:
         qdir, manifest = resumed
     else:
-        qdir, manifest = os.path.join(partition_root, utc_stamp()), None
+        qdir, manifest = new_quarantine_dir(partition_root, partition), None
         fileops.make_dirs(qdir, like=partition.path)
     report.quarantine_dir = qdir
     moves = [(path, os.path.join(qdir, os.path.basename(path))) for path in sorted(plan.dropped_files, key=_move_order)]
@@ -679,10 +680,7 @@ def _resumable_quarantine(partition_root: str, partition: Partition, log: str,
     """The quarantine dir of a killed run of this very cut (same partition, segment, sizes, and a
     tail, if it was copied, with the bytes still beyond the cut), to finish it there: the cut
     bytes must be quarantined once, not once per run."""
-    if not os.path.isdir(partition_root):
-        return None
-    for stamp in sorted(os.listdir(partition_root), reverse=True):
-        qdir = os.path.join(partition_root, stamp)
+    for qdir in reversed(quarantine_dirs_of(partition_root, partition)):
         manifest = read_manifest(qdir)
         if manifest is None or manifest.get("restored"):
             continue

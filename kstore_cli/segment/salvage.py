@@ -35,7 +35,13 @@ from kstore_cli.segment.checkpoint import (
 from kstore_cli.segment.logdir import Partition, Segment
 from kstore_cli.segment.producer_state import ProducerStateManager
 from kstore_cli.segment.reader import iterate_source, map_file
-from kstore_cli.segment.quarantine import MANIFEST, default_quarantine_root, tidy_quarantine, utc_stamp
+from kstore_cli.segment.quarantine import (
+    MANIFEST,
+    default_quarantine_root,
+    new_quarantine_dir,
+    quarantine_dirs_of,
+    tidy_quarantine,
+)
 from kstore_cli.segment.recovery import apply_plan, checkpoint_changes, is_zero, plan_partition
 
 _PREFIX = struct.Struct(">qiib")  # base offset, length, leader epoch, magic
@@ -295,16 +301,15 @@ def salvage_to(plan: SalvagePlan, output_root: str) -> SalvageReport:
     return report
 
 
-def _unfinished(partition_root: str) -> List[str]:
+def _unfinished(partition_root: str, partition: Partition) -> List[str]:
     """Salvage quarantine dirs of the partition whose run was killed before its last step."""
     out = []
-    if os.path.isdir(partition_root):
-        for name in sorted(os.listdir(partition_root)):
-            manifest = os.path.join(partition_root, name, MANIFEST)
-            if name.endswith("-salvage") and os.path.isfile(manifest):
-                with open(manifest, encoding="utf-8") as f:
-                    if not json.load(f).get("finished"):
-                        out.append(os.path.join(partition_root, name))
+    for qdir in quarantine_dirs_of(partition_root, partition):
+        manifest = os.path.join(qdir, MANIFEST)
+        if qdir.endswith("-salvage") and os.path.isfile(manifest):
+            with open(manifest, encoding="utf-8") as f:
+                if not json.load(f).get("finished"):
+                    out.append(qdir)
     return out
 
 
@@ -326,11 +331,11 @@ def salvage_in_place(plan: SalvagePlan, quarantine_root: Optional[str] = None) -
     src = plan.partition
     report = SalvageReport(src.path)
     partition_root = os.path.join(os.path.abspath(quarantine_root or default_quarantine_root(src)), src.name)
-    tidy_quarantine(partition_root)  # a killed run's half-written files
-    pending = _unfinished(partition_root)
+    tidy_quarantine(partition_root, src)  # a killed run's half-written files
+    pending = _unfinished(partition_root, src)
     changed = [s for s in plan.segments if s.changed]
     if changed:
-        qdir = os.path.join(partition_root, utc_stamp() + "-salvage")
+        qdir = new_quarantine_dir(partition_root, src, "salvage")
         fileops.make_dirs(qdir, like=src.data_dir)
         report.quarantine_dir = qdir
         pending.append(qdir)
