@@ -167,3 +167,22 @@ def test_topics_globs_select_the_data_partitions(written) -> None:
     result = CliRunner().invoke(cli, ["transactions", "--now", str(NOW), "--transaction-partitions", str(PARTS),
                                       "--topics", "payments", str(data)])
     assert result.exit_code == 0 and "HANGING" not in result.output, result.output
+
+
+def test_a_marker_of_a_newer_epoch_clears_the_batch_metadata_as_kafka_does(oracle, tmp_path) -> None:
+    """A coordinator that bumped the producer's epoch (fencing) writes the marker with the new epoch: Kafka's
+    appendEndTxnMarker then clears the producer's batch metadata (maybeUpdateProducerEpoch: last sequence -1);
+    the replay (no snapshot after it) must give what Kafka's own producer state holds."""
+    ops = [_txn(8000, T), {"op": "marker", "producerId": 8000, "producerEpoch": 1, "coordinatorEpoch": 2,
+                           "type": "abort", "leaderEpoch": 0, "timestamp": T + 10},
+           _txn(8100, T + 20), {"op": "marker", "producerId": 8100, "producerEpoch": 0, "coordinatorEpoch": 2,
+                                "type": "commit", "leaderEpoch": 0, "timestamp": T + 30}]
+    summary = oracle.append_log(tmp_path / "data" / "t-0", ops, "--clock", str(T + 100))
+    assert summary.rc == 0, summary.stderr[-2000:]
+    kafka = {p["producerId"]: (p["producerEpoch"], p["coordinatorEpoch"], p["currentTxnFirstOffset"], p["lastSequence"])
+             for p in json.loads(summary.lines[-1])["producer_ids"]}
+    state = ProducerStateManager.load(Partition(str(tmp_path / "data" / "t-0")))
+    ours = {e.producer_id: (e.producer_epoch, e.coordinator_epoch,
+                            e.current_txn_first_offset if e.current_txn_first_offset >= 0 else None, e.last_sequence)
+            for e in state.producers.values()}
+    assert ours == kafka and kafka[8000][3] == -1 and kafka[8100][3] == 1
