@@ -4,115 +4,81 @@ from __future__ import annotations
 
 import json
 import os
-from typing import List, Optional
+from typing import Optional
 
 import click
 
+from kstore_cli.commands._console import byte_progress, human_bytes, is_tty
 from kstore_cli.commands._options import (
-    json_option,
     SizeType,
     cluster_metadata_option,
     force_option,
-    no_partitions,
+    json_option,
     now_option,
     topics_option,
 )
-
-from kstore_cli.commands._console import byte_progress, exit_with_problems, human_bytes, is_tty
-from kstore_cli.errors import ExitStatus, KstoreError, UsageError
-from kstore_cli.segment import fileops
-from kstore_cli.segment.cleaner import PassResult, compact_partition
-from kstore_cli.segment.config import DEFAULT_SOURCE, CleanerSettings, ConfigResolver, TopicConfig, compaction_flags
-from kstore_cli.segment.logdir import Partition, group_by_data_dir, partitions_of, resolve
-from kstore_cli.segment.retention import DataDirState, apply_retention, now_ms, plan_partition
-
-METADATA_LOG_TOPIC = "__cluster_metadata"
+from kstore_cli.segment.config import compaction_flags
+from kstore_cli.segment.log_cleaner import CompactRequest, CompactRun, LogCleaner, PartitionCompaction
 
 
-def _row(result: PassResult, policy: str, dry_run: bool, retention: Optional[dict]) -> dict:
-    row = result.to_dict()
-    row["policy"] = policy
-    row["dryRun"] = dry_run
-    row["retention"] = retention
-    return row
-
-
-def _status(row: dict, dry_run: bool) -> str:
-    if row.get("problem"):
-        return f"not handled: {row['problem']}"
-    if row.get("skipped"):
-        return f"skipped: {row['skipped']}"
-    if not row["cleaned"]:
-        why = row.get("reason") or "; ".join(row["notes"]) or "nothing to clean"
+def _status(p: PartitionCompaction, dry_run: bool) -> str:
+    if p.problem is not None:
+        return f"not handled: {p.problem}"
+    if p.skipped is not None:
+        return f"skipped: {p.skipped}"
+    r = p.result
+    if not r.cleaned:
+        why = (r.plan.reason if r.plan is not None else "") or "; ".join(r.notes) or "nothing to clean"
         return f"not cleaned ({why})"
-    s = row["stats"]
+    s = r.stats
     verb = "would remove" if dry_run else "removed"
-    return (f"{'would clean' if dry_run else 'cleaned'} [{row['firstDirtyOffset']}, {row['endOffset']}): {verb} "
-            f"{row['recordsRemoved']} record(s) ({s['tombstonesRemoved']} tombstones, {s['markersRemoved']} markers), "
-            f"{row['bytesBefore']} -> {row['bytesAfter']} bytes, dirty ratio {row['dirtyRatio']:.3f}")
-
-
-#: The topic-level settings a pass depends on, printed with where each came from.
-SETTINGS = ("cleanup.policy", "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms",
-            "min.cleanable.dirty.ratio", "segment.bytes", "segment.index.bytes")
-
-
-def settings_of(config: TopicConfig, cleaner: CleanerSettings) -> dict:
-    """{setting: {"value", "source"}}: the topic's cleaning settings and the dedupe buffer."""
-    out = {k: {"value": config.to_dict([k])[k], "source": config.source(k)} for k in SETTINGS}
-    out["log.cleaner.dedupe.buffer.size"] = {
-        "value": cleaner.dedupe_buffer_bytes,
-        "source": cleaner.sources.get("log.cleaner.dedupe.buffer.size", DEFAULT_SOURCE)}
-    return out
+    return (f"{'would clean' if dry_run else 'cleaned'} [{r.plan.first_dirty_offset}, {r.end_offset}): {verb} "
+            f"{s.records_removed} record(s) ({s.tombstones_removed} tombstones, {s.markers_removed} markers), "
+            f"{r.bytes_before} -> {r.bytes_after} bytes, dirty ratio {r.plan.dirty_ratio:.3f}")
 
 
 def settings_line(settings: dict) -> str:
     return "  settings: " + ", ".join(f"{k}={v['value']} ({v['source']})" for k, v in settings.items())
 
 
-def _render_text(rows: List[dict], dry_run: bool) -> None:
-    for row in rows:
-        click.echo(f"{row['partition']}: {_status(row, dry_run)}")
-        if row.get("settings"):
-            click.echo(settings_line(row["settings"]))
-        for note in row.get("notes", []):
+def _render_text(run: CompactRun) -> None:
+    for p in run.partitions:
+        click.echo(f"{p.partition.path}: {_status(p, run.dry_run)}")
+        if p.settings:
+            click.echo(settings_line(p.settings))
+        for note in p.result.notes if p.result is not None else []:
             click.echo(f"  note: {note}")
-        retention = row.get("retention")
-        if retention and retention.get("segmentsDeleted"):
-            click.echo(f"  retention: {'would delete' if dry_run else 'deleted'} {retention['segmentsDeleted']} "
+        if p.retention is not None and p.retention.segments_deleted:
+            click.echo(f"  retention: {'would delete' if run.dry_run else 'deleted'} {p.retention.segments_deleted} "
                        f"segment(s)")
 
 
-def _render_table(rows: List[dict], dry_run: bool) -> None:
+def _render_table(run: CompactRun) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="kstore compact" + (" (dry run: nothing changed)" if dry_run else ""), title_justify="left")
+    table = Table(title="kstore compact" + (" (dry run: nothing changed)" if run.dry_run else ""),
+                  title_justify="left")
     for col in ("partition", "dirty range", "ratio", "records removed", "tombstones", "markers", "bytes before",
                 "bytes after", "note"):
         table.add_column(col, overflow="fold")
-    for row in rows:
-        name = os.path.basename(row["partition"])
-        if row.get("problem") or row.get("skipped") or not row["cleaned"]:
-            note = row.get("problem") or row.get("skipped") or row.get("reason") or "; ".join(row.get("notes", []))
-            ratio = f"{row['dirtyRatio']:.3f}" if "dirtyRatio" in row else "-"
+    for p in run.partitions:
+        name = os.path.basename(p.partition.path)
+        r = p.result
+        if r is None or not r.cleaned:
+            note = p.problem or p.skipped or (r.plan.reason if r.plan is not None else "") or "; ".join(r.notes)
+            ratio = f"{r.plan.dirty_ratio:.3f}" if r is not None and r.plan is not None else "-"
             table.add_row(name, "-", ratio, "-", "-", "-", "-", "-", note)
             continue
-        s = row["stats"]
-        table.add_row(name, f"[{row['firstDirtyOffset']}, {row['endOffset']})", f"{row['dirtyRatio']:.3f}",
-                      str(row["recordsRemoved"]), str(s["tombstonesRemoved"]), str(s["markersRemoved"]),
-                      human_bytes(row["bytesBefore"]), human_bytes(row["bytesAfter"]), "; ".join(row["notes"]))
+        s = r.stats
+        table.add_row(name, f"[{r.plan.first_dirty_offset}, {r.end_offset})", f"{r.plan.dirty_ratio:.3f}",
+                      str(s.records_removed), str(s.tombstones_removed), str(s.markers_removed),
+                      human_bytes(r.bytes_before), human_bytes(r.bytes_after), "; ".join(r.notes))
     Console().print(table)
-    for row in rows:
-        if row.get("settings"):
-            click.echo(f"{os.path.basename(row['partition'])}:")
-            click.echo(settings_line(row["settings"]))
-
-
-def _skip_row(partition: Partition, why: str, policy: str, dry_run: bool, problem: bool = False) -> dict:
-    return {"partition": partition.path, "topic": partition.topic, "partitionId": partition.partition,
-            "cleaned": False, "policy": policy, "dryRun": dry_run, "notes": [],
-            ("problem" if problem else "skipped"): why}
+    for p in run.partitions:
+        if p.settings:
+            click.echo(f"{os.path.basename(p.partition.path)}:")
+            click.echo(settings_line(p.settings))
 
 
 @click.command(name="compact")
@@ -199,107 +165,23 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
                              max_index_bytes=max_index_bytes)
     if policy is not None:
         flags["cleanup.policy"] = ((policy,), "--policy")
-    settings = CleanerSettings.from_files(config_file, dedupe_buffer_bytes=dedupe_buffer_bytes)
-    explicit = set()
-    for raw in paths:
-        path = os.path.abspath(raw)
-        if os.path.isfile(path):
-            raise UsageError("compact works on whole partitions: give a partition or data directory, not a file",
-                             path=raw)
-    targets = resolve(paths, topics)
-    for raw in paths:
-        explicit.add(os.path.abspath(raw))
-    if not targets:
-        raise UsageError(no_partitions(paths, topics))
-    resolver = ConfigResolver.from_files(config_file, topic_config, flags, data_dirs=list(group_by_data_dir(targets)),
-                                         cluster_metadata=not no_cluster_metadata)
-    for target in targets:
-        # A partition named on the command line is compacted whatever a data dir scan would skip,
-        # but never on Kafka's default (delete) or another non-compact policy without --policy:
-        # compaction keeps only the latest record per key, irreversibly.
-        part = target.partition
-        config = resolver.for_topic(part.topic, part.data_dir)
-        if (part.path in explicit and not config.compact and part.topic != METADATA_LOG_TOPIC
-                and part.partition >= 0):
-            raise UsageError(
-                f"cleanup.policy={','.join(config.cleanup_policy)} ({config.source('cleanup.policy')}): compacting "
-                "would keep only the latest record per key of a topic that keeps every record; give --policy "
-                "compact to compact it anyway, or set cleanup.policy in --topic-config or --config",
-                path=part.path)
-    now = now_ms() if now is None else now
-    groups = group_by_data_dir(targets)
-    rows: List[dict] = []
-    tty = is_tty() and not as_json and not quiet
-    progress_cm, advance = byte_progress(tty, "compacting",
-                                         lambda: sum(s.log_size for t in targets for s in t.partition.segments))
-    worst = ExitStatus.PROBLEMS  # raised to the worst status of an error that stopped a partition
+    cleaner = LogCleaner(CompactRequest(
+        paths, topics=topics, flags=flags, config_file=config_file, topic_config=topic_config,
+        cluster_metadata=not no_cluster_metadata, dedupe_buffer_bytes=dedupe_buffer_bytes, now=now,
+        force_clean=force_clean, dry_run=dry_run, force=force))
+    bar, advance = byte_progress(is_tty() and not as_json and not quiet, "compacting", cleaner.total_bytes)
     try:
-        with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
-                                    force=force, enabled=not dry_run):
-            for data_dir in sorted(groups):
-                state = DataDirState(data_dir)
-                in_use = dry_run and not force and fileops.is_locked(data_dir)
-                for partition in partitions_of(groups[data_dir]):
-                    config = resolver.for_topic(partition.topic, data_dir)
-                    policy = ",".join(config.cleanup_policy)
-                    if partition.topic == METADATA_LOG_TOPIC:
-                        rows.append(_skip_row(partition, "the KRaft metadata log is not compacted by the log cleaner",
-                                              policy, dry_run))
-                        continue
-                    if partition.partition < 0:
-                        rows.append(_skip_row(partition, "not a <topic>-<partition> directory", policy, dry_run,
-                                              problem=True))
-                        continue
-                    if not config.compact and partition.path not in explicit:
-                        rows.append(_skip_row(partition, f"cleanup.policy={policy} ({config.source('cleanup.policy')})",
-                                              policy, dry_run))
-                        continue
-                    try:
-                        result = compact_partition(partition, config, state, now=now, settings=settings,
-                                                   force_clean=force_clean, dry_run=dry_run, progress=advance)
-                    except UsageError:
-                        raise
-                    except KstoreError as exc:
-                        rows.append(_skip_row(partition, str(exc), policy, dry_run, problem=True))
-                        worst = max(worst, exc.exit_status)
-                        continue
-                    if in_use:
-                        result.notes.append("the data dir is locked by a running process: a real run would refuse")
-                    retention = None
-                    if config.compact and not dry_run:
-                        # The cleaner thread's deleteOldSegments after cleaning (compact,delete: all rules;
-                        # compact: the log start offset rule only).
-                        rplan = plan_partition(Partition(partition.path), config, state, now=now)
-                        if rplan.active and (rplan.deletions or rplan.checkpoint_offset is not None):
-                            apply_retention(state, [rplan])
-                            retention = {"segmentsDeleted": len(rplan.deletions),
-                                         "logStartOffset": rplan.new_log_start_offset}
-                    row = _row(result, policy, dry_run, retention)
-                    row["settings"] = settings_of(config, settings)
-                    rows.append(row)
+        run = cleaner.run(progress=advance)
     finally:
-        if progress_cm is not None:
-            progress_cm.stop()
-    problems = [r for r in rows if r.get("problem")]
+        if bar is not None:
+            bar.stop()
     if as_json:
-        cleaned = [r for r in rows if r.get("cleaned")]
-        for row in rows:  # JSON Lines: a line per partition, then the summary
-            click.echo(json.dumps({"type": "partition", **row}, sort_keys=True))
-        click.echo(json.dumps({
-            "type": "summary",
-            "dryRun": dry_run,
-            "now": now,
-            "partitions": len(rows),
-            "partitionsCleaned": len(cleaned),
-            "recordsRemoved": sum(r["recordsRemoved"] for r in cleaned),
-            "bytesBefore": sum(r["bytesBefore"] for r in cleaned),
-            "bytesAfter": sum(r["bytesAfter"] for r in cleaned),
-            "problems": len(problems),
-        }, sort_keys=True))
+        for p in run.partitions:  # JSON Lines: a line per partition, then the summary
+            click.echo(json.dumps({"type": "partition", **p.to_dict()}, sort_keys=True))
+        click.echo(json.dumps(run.summary(), sort_keys=True))
     elif not quiet:
-        if tty:
-            _render_table(rows, dry_run)
-        else:
-            _render_text(rows, dry_run)
-    if problems:
-        exit_with_problems(ctx, problems, worst)
+        (_render_table if is_tty() else _render_text)(run)
+    for p in run.problems:
+        click.echo(f"kstore: {p.partition.path}: {p.problem}", err=True)
+    if run.problems:
+        ctx.exit(int(run.worst_status))
