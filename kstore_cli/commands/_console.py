@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import click
 
@@ -28,11 +28,13 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def exit_with_problems(ctx: click.Context, problems: List[dict], status: int = ExitStatus.PROBLEMS) -> None:
-    """One "kstore: <partition>: <problem>" line per partition a command could not handle, then exit."""
-    for row in problems:
-        click.echo(f"kstore: {row['partition']}: {row['problem']}", err=True)
-    ctx.exit(int(status))
+def exit_with_problems(ctx: click.Context, problems: List[Tuple[str, str]], status: int = ExitStatus.PROBLEMS) -> None:
+    """One "kstore: <partition>: <problem>" line per (partition, problem) a command could not handle, then exit
+    with `status`; nothing when there is none."""
+    for partition, problem in problems:
+        click.echo(f"kstore: {partition}: {problem}", err=True)
+    if problems:
+        ctx.exit(int(status))
 
 
 

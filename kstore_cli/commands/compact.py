@@ -8,7 +8,7 @@ from typing import Optional
 
 import click
 
-from kstore_cli.commands._console import byte_progress, human_bytes, is_tty
+from kstore_cli.commands._console import byte_progress, exit_with_problems, human_bytes, is_tty
 from kstore_cli.commands._options import (
     SizeType,
     cluster_metadata_option,
@@ -181,7 +181,4 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
         click.echo(json.dumps(run.summary(), sort_keys=True))
     elif not quiet:
         (_render_table if is_tty() else _render_text)(run)
-    for p in run.problems:
-        click.echo(f"kstore: {p.partition.path}: {p.problem}", err=True)
-    if run.problems:
-        ctx.exit(int(run.worst_status))
+    exit_with_problems(ctx, [(p.partition.path, p.problem) for p in run.problems], run.worst_status)

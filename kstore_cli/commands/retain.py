@@ -8,14 +8,18 @@ from typing import List, Optional
 
 import click
 
-from kstore_cli.commands._options import SizeType, cluster_metadata_option, force_option, json_option, now_option
-
 from kstore_cli.commands._console import exit_with_problems
 from kstore_cli.commands._console import is_tty as _is_tty
-from kstore_cli.errors import UsageError
-from kstore_cli.segment.config import ConfigResolver, retention_flags
-from kstore_cli.segment.logdir import group_by_data_dir, resolve
-from kstore_cli.segment.retention import PartitionRetention, RetentionPlan, cleanup_logs, now_ms
+from kstore_cli.commands._options import (
+    SizeType,
+    cluster_metadata_option,
+    force_option,
+    json_option,
+    now_option,
+    topics_option,
+)
+from kstore_cli.segment.config import retention_flags
+from kstore_cli.segment.retention import PartitionRetention, RetainRequest, RetentionPlan, retain
 
 
 def _status(result: PartitionRetention, dry_run: bool) -> str:
@@ -94,20 +98,6 @@ def _render_table(results: List[PartitionRetention], dry_run: bool) -> None:
             click.echo(_settings_line(result.plan))
 
 
-def _summary(results: List[PartitionRetention], dry_run: bool, now: int) -> dict:
-    active = [r for r in results if not r.plan.problem and not r.plan.skipped]
-    return {
-        "type": "summary",
-        "dryRun": dry_run,
-        "now": now,
-        "partitions": len(results),
-        "segmentsDeleted": sum(len(r.plan.deletions) for r in active),
-        "bytesFreed": sum(r.bytes_freed for r in active),
-        "bytesDeferred": sum(r.bytes_deferred for r in active),
-        "problems": sum(1 for r in results if r.plan.problem),
-    }
-
-
 @click.command(name="retain")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--retention-ms", type=int, help="retention.ms for every topic (-1: unlimited).")
@@ -131,12 +121,14 @@ def _summary(results: List[PartitionRetention], dry_run: bool, now: int) -> dict
 @json_option("JSON Lines: a line per partition (what was deleted and why), then a summary.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing on success (for cron); problems still go to stderr.")
 @force_option
+@topics_option
 @cluster_metadata_option
 @click.pass_context
 def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_minutes: Optional[int],
             retention_hours: Optional[int], retention_bytes: Optional[int], log_start_offset: Optional[int],
             config_file: Optional[str], topic_config: Optional[str], now: Optional[int], delete_delay_ms: int,
-            dry_run: bool, as_json: bool, quiet: bool, force: bool, no_cluster_metadata: bool) -> None:
+            dry_run: bool, as_json: bool, quiet: bool, force: bool, topics: Optional[str],
+            no_cluster_metadata: bool) -> None:
     """Delete old segments exactly as Kafka's retention does (UnifiedLog.deleteOldSegments).
 
     PATH is a partition directory or a data directory (every partition in it; -delete, -future
@@ -172,31 +164,13 @@ def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_mi
     """
     flags = retention_flags(ms=retention_ms, minutes=retention_minutes, hours=retention_hours,
                             retention_bytes=retention_bytes)
-    targets = resolve(paths)
-    if not targets:
-        raise UsageError("no partitions found in " + ", ".join(paths))
-    if any(t.only is not None for t in targets):
-        raise UsageError("retain works on whole partitions: give a partition or data directory, not a .log file")
-    resolver = ConfigResolver.from_files(config_file, topic_config, flags, data_dirs=list(group_by_data_dir(targets)),
-                                         cluster_metadata=not no_cluster_metadata)
-    if not flags and config_file is None and topic_config is None and not resolver.cluster:
-        # Kafka's defaults (retention.ms 7 days) are a broker's, not a standby copy's: a cron line
-        # that lost its options must not delete a week-old copy.
-        raise UsageError("no retention policy given: give --retention-ms (or --retention-minutes/--retention-hours), "
-                         "--retention-bytes, --config server.properties or --topic-config FILE (or data dirs holding "
-                         "the cluster metadata log); Kafka's default (retention.ms 7 days) is not applied without one")
-    now = now_ms() if now is None else now
-    results = cleanup_logs(group_by_data_dir(targets), resolver, now=now, log_start_offset=log_start_offset,
-                           delete_delay_ms=delete_delay_ms, dry_run=dry_run, force=force)
+    run = retain(RetainRequest(paths, topics=topics, flags=flags, config_file=config_file, topic_config=topic_config,
+                               cluster_metadata=not no_cluster_metadata, now=now, log_start_offset=log_start_offset,
+                               delete_delay_ms=delete_delay_ms, dry_run=dry_run, force=force))
     if as_json:
-        for result in results:  # JSON Lines: a line per partition, then the summary
+        for result in run.partitions:  # JSON Lines: a line per partition, then the summary
             click.echo(json.dumps({"type": "partition", **result.to_dict()}, sort_keys=True))
-        click.echo(json.dumps(_summary(results, dry_run, now), sort_keys=True))
+        click.echo(json.dumps(run.summary(), sort_keys=True))
     elif not quiet:
-        if _is_tty():
-            _render_table(results, dry_run)
-        else:
-            _render_text(results, dry_run)
-    problems = [r.to_dict() for r in results if r.plan.problem]
-    if problems:
-        exit_with_problems(ctx, problems)
+        (_render_table if _is_tty() else _render_text)(run.partitions, dry_run)
+    exit_with_problems(ctx, [(r.plan.partition.path, r.plan.problem) for r in run.problems])

@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from kstore_cli.errors import UsageError
 from kstore_cli.segment import fileops, names
@@ -51,7 +51,7 @@ from kstore_cli.segment.checkpoint import (
 )
 from kstore_cli.segment.config import ConfigResolver, TopicConfig
 from kstore_cli.segment.log_segment import TS_NEW_SEGMENT, largest_timestamp
-from kstore_cli.segment.logdir import Partition, Segment, Target, partitions_of
+from kstore_cli.segment.logdir import Partition, Segment, Target, group_by_data_dir, partitions_of, resolve
 from kstore_cli.segment.unified_log import DataDirState, log_offsets  # noqa: F401 - DataDirState: the commands' handle
 
 RULE_LOG_START_OFFSET = "log-start-offset"
@@ -536,3 +536,64 @@ def cleanup_logs(groups: Dict[str, List[Target]], resolver: ConfigResolver, *, n
                 p, bytes_freed(p, delete_delay_ms) if p.active else 0,
                 p.bytes_deleted if p.active and delete_delay_ms > 0 else 0, dry_run) for p in plans)
     return results
+
+
+@dataclass
+class RetainRequest:
+    """What ``kstore retain`` is asked: the paths (partition or data dirs), topic globs, the retention flags
+    (``config.retention_flags``) and config files, the clock and the run's mode."""
+
+    paths: Sequence[str]
+    topics: Optional[str] = None
+    flags: Dict[str, Tuple[Any, str]] = field(default_factory=dict)
+    config_file: Optional[str] = None
+    topic_config: Optional[str] = None
+    cluster_metadata: bool = True
+    now: Optional[int] = None
+    log_start_offset: Optional[int] = None
+    delete_delay_ms: int = 0
+    dry_run: bool = False
+    force: bool = False
+
+
+@dataclass
+class RetainRun:
+    """Every partition's retention pass, in order, and the run's summary."""
+
+    now: int
+    dry_run: bool
+    partitions: List[PartitionRetention]
+
+    @property
+    def problems(self) -> List[PartitionRetention]:
+        return [r for r in self.partitions if r.plan.problem]
+
+    def summary(self) -> dict:
+        active = [r for r in self.partitions if not r.plan.problem and not r.plan.skipped]
+        return {"type": "summary", "dryRun": self.dry_run, "now": self.now, "partitions": len(self.partitions),
+                "segmentsDeleted": sum(len(r.plan.deletions) for r in active),
+                "bytesFreed": sum(r.bytes_freed for r in active),
+                "bytesDeferred": sum(r.bytes_deferred for r in active), "problems": len(self.problems)}
+
+
+def retain(request: RetainRequest) -> RetainRun:
+    """``kstore retain``: the partitions resolved, a retention policy required (Kafka's 7-day default is a
+    broker's, not a standby copy's: a cron line that lost its options must not delete a week-old copy),
+    then :func:`cleanup_logs`."""
+    targets = resolve(request.paths, request.topics)
+    if not targets:
+        raise UsageError("no partitions found in " + ", ".join(request.paths)
+                         + (f" matching --topics {request.topics!r}" if request.topics else ""))
+    if any(t.only is not None for t in targets):
+        raise UsageError("retain works on whole partitions: give a partition or data directory, not a .log file")
+    groups = group_by_data_dir(targets)
+    resolver = ConfigResolver.from_files(request.config_file, request.topic_config, request.flags,
+                                         data_dirs=list(groups), cluster_metadata=request.cluster_metadata)
+    if not request.flags and request.config_file is None and request.topic_config is None and not resolver.cluster:
+        raise UsageError("no retention policy given: give --retention-ms (or --retention-minutes/--retention-hours), "
+                         "--retention-bytes, --config server.properties or --topic-config FILE (or data dirs holding "
+                         "the cluster metadata log); Kafka's default (retention.ms 7 days) is not applied without one")
+    now = now_ms() if request.now is None else request.now
+    results = cleanup_logs(groups, resolver, now=now, log_start_offset=request.log_start_offset,
+                           delete_delay_ms=request.delete_delay_ms, dry_run=request.dry_run, force=request.force)
+    return RetainRun(now, request.dry_run, results)

@@ -93,6 +93,21 @@ def test_summary_quiet_and_nothing_to_do(tmp_path: Path) -> None:
     assert tree_state(tmp_path) == state
 
 
+def test_topics_selects_the_partitions_of_a_data_dir(tmp_path: Path) -> None:
+    """--topics: only clicks-0's segments go; orders-0 is not even planned; a glob matching nothing is a usage
+    error (exit 2, one line)."""
+    two_partitions(tmp_path / "data")
+    orders = {p.name for p in (tmp_path / "data" / "orders-0").iterdir()}
+    result = run("--json", "--topics", "click*", *POLICY, str(tmp_path / "data"))
+    assert result.exit_code == 0, result.output
+    summary = json_lines_summary(result.output)
+    assert [os.path.basename(p["partition"]) for p in summary["partitions"]] == ["clicks-0"]
+    assert summary["segmentsDeleted"] == 3
+    assert {p.name for p in (tmp_path / "data" / "orders-0").iterdir()} == orders
+    none = kstore("retain", "--topics", "nothing*", *POLICY, str(tmp_path / "data"))
+    assert none.returncode == 2 and none.stderr.startswith("kstore: error:") and "matching --topics" in none.stderr
+
+
 def test_checkpoints_and_verify_index_after_a_data_dir_run(tmp_path: Path) -> None:
     data = tmp_path / "data"
     two_partitions(data)
