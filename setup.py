@@ -58,10 +58,10 @@ setup(
             extra_link_args=_LDFLAGS,
             optional=True,
         ),
-        # dump-segment's native text formatter (kstore_cli/dumplog.py falls back to Python without it).
+        # dump-segment's native text formatter (kstore_cli/segment/dumplog.py falls back to Python without it).
         Extension(
-            "kstore_cli._dumptext_c",
-            sources=["kstore_cli/_dumptext_c.c"],
+            "kstore_cli.segment._dumptext_c",
+            sources=["kstore_cli/segment/_dumptext_c.c"],
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,

@@ -350,7 +350,7 @@ def test_kafka_reads_legacy_sizes_lazily(dumped) -> None:
 @pytest.mark.xfail(strict=True, reason="kstore_cli/segment/batch.py LegacyBatch._outer_entry and "
                    "the legacy decoders (_decode_py.py, _decode_c.c build_legacy_records; owner: memory) reject a "
                    "message whose key/value sizes overrun it ('Found invalid record structure') before "
-                   "kstore_cli/dumplog.py (owner: meta) prints anything, and keep a negative size other than -1 as "
+                   "kstore_cli/segment/dumplog.py (owner: meta) prints anything, and keep a negative size other than -1 as "
                    "-1; Kafka's LegacyRecord reads keySize/valueSize/timestamp lazily and raw, and only fails "
                    "slicing the key or value")
 @pytest.mark.parametrize("name", LEGACY_BAD_SIZE)

@@ -1,4 +1,4 @@
-"""``kstore dump-segment``: a drop-in for Kafka's ``kafka-dump-log.sh`` (the work is in kstore_cli.dumplog)."""
+"""``kstore dump-segment``: a drop-in for Kafka's ``kafka-dump-log.sh`` (the work is in kstore_cli.segment.dumplog)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def _release(stream: TextIO, wrapped: bool) -> None:
 
 
 def _files(files_opts: Tuple[str, ...], paths: Tuple[str, ...]) -> List[str]:
-    from kstore_cli.dumplog import split_files_option
+    from kstore_cli.segment.dumplog import split_files_option
 
     files: List[str] = []
     for value in files_opts:
@@ -148,7 +148,7 @@ def command(
         | jq -c 'select(.key.data.group? == "X") | [.key.data.topic, .key.data.partition, .value.data.offset]'
 
     """
-    from kstore_cli.dumplog import DumpOptions, deprecated_decoder_notice, dump_files
+    from kstore_cli.segment.dumplog import DumpOptions, deprecated_decoder_notice, dump_files
     from kstore_cli.parsers import make_parser
 
     files = _files(files_opts, paths)

@@ -157,7 +157,7 @@ def test_cluster_metadata_json_is_the_text_payload_parsed(tmp_path: Path) -> Non
     code, lines = run_json(["--cluster-metadata-decoder", str(path)])
     parser = make_parser(cluster_metadata=True)
     from kstore_cli.segment.reader import read_batches
-    from kstore_cli.dumplog import records_as_iterated
+    from kstore_cli.segment.dumplog import records_as_iterated
 
     data = path.read_bytes()
     expected = []

@@ -88,7 +88,7 @@ DEPRECATED_DECODERS = {
 
 
 def _load_native_formatter() -> Optional[Callable[..., Any]]:
-    """The native record-line formatter (``kstore_cli._dumptext_c``), or None.
+    """The native record-line formatter (``kstore_cli.segment._dumptext_c``), or None.
 
     It follows the record decoder's backend switch: with ``KSTORE_DECODER=python`` (or without the
     native decoder) every line is formatted in Python; a missing extension means the same.
@@ -96,7 +96,7 @@ def _load_native_formatter() -> Optional[Callable[..., Any]]:
     if _decode.BACKEND != "native":
         return None
     try:
-        from kstore_cli import _dumptext_c
+        from kstore_cli.segment import _dumptext_c
     except ImportError:
         return None
     return _dumptext_c.format_v2_records

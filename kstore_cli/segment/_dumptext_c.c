@@ -1,5 +1,5 @@
 /*
- * The native text formatter of `kstore dump-segment` (kstore_cli/dumplog.py): the record lines
+ * The native text formatter of `kstore dump-segment` (kstore_cli/segment/dumplog.py): the record lines
  * kafka-dump-log.sh prints for one magic v2 batch, all of them in one str.
  *
  *     format_v2_records(data, pos, end, count, base_offset, base_timestamp, log_append_time,

@@ -1,4 +1,4 @@
-"""kstore_cli.dumplog: JSON Lines against Kafka's corpus, line formatting, and Kafka's iteration rules."""
+"""kstore_cli.segment.dumplog: JSON Lines against Kafka's corpus, line formatting, and Kafka's iteration rules."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from kstore_cli.dumplog import (
+from kstore_cli.segment.dumplog import (
     DumpOptions,
     dump_files,
     file_suffix,
@@ -374,7 +374,7 @@ def test_library_does_not_import_click() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, kstore_cli.dumplog\n"
+    code = ("import sys, kstore_cli.segment.dumplog\n"
             "print(','.join(m for m in sys.modules if m.split('.')[0] in ('click', 'rich')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

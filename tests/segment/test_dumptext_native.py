@@ -1,4 +1,4 @@
-"""dump-segment's native record-line formatter (``kstore_cli._dumptext_c``) prints exactly what the
+"""dump-segment's native record-line formatter (``kstore_cli.segment._dumptext_c``) prints exactly what the
 Python formatter prints: same stdout, stderr, exit status and error, on random v2 batches (keys,
 values and header keys with invalid UTF-8, encoded surrogates, empty and null; CreateTime and
 LogAppendTime; base sequences near the wrap; offsets and timestamps near and past int64; gaps;
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kstore_cli import dumplog
+from kstore_cli.segment import dumplog
 from kstore_cli.codecs import GZIP, LZ4, NONE, ZSTD
 from kstore_cli.errors import KstoreError
 from kstore_cli.parsers import make_parser
@@ -25,7 +25,7 @@ from kstore_cli.segment.builder import RecordSpec, build_v2_batch
 from kstore_cli.segment.text import java_utf8, java_utf8_reference
 
 try:
-    from kstore_cli import _dumptext_c as native
+    from kstore_cli.segment import _dumptext_c as native
 except ImportError:  # pragma: no cover - only when the extension is not built
     native = None
 
@@ -199,7 +199,7 @@ def test_backend_switch_turns_the_native_formatter_off() -> None:
 
     from tests.conftest import ROOT
 
-    code = "from kstore_cli import dumplog; print(dumplog._native_format_v2 is None)"
+    code = "from kstore_cli.segment import dumplog; print(dumplog._native_format_v2 is None)"
     env = dict(os.environ, KSTORE_DECODER="python")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "True"
