@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import io
 import sys
-from typing import List, Optional, TextIO, Tuple
+from typing import Optional, TextIO, Tuple
 
 import click
 
 from kstore_cli import __version__
-from kstore_cli.errors import UsageError
 from kstore_cli.java import MAX_INT32
 
 DEFAULT_DECODER_CLASS = "org.apache.kafka.tools.api.StringDecoder"
@@ -41,22 +40,6 @@ def _release(stream: TextIO, wrapped: bool) -> None:
     stream.flush()
     if wrapped:
         stream.detach()  # type: ignore[attr-defined]  # leave sys.stdout's buffer open
-
-
-def _files(files_opts: Tuple[str, ...], paths: Tuple[str, ...]) -> List[str]:
-    from kstore_cli.segment.dumplog import split_files_option
-
-    files: List[str] = []
-    for value in files_opts:
-        files.extend(split_files_option(value))
-    files.extend(paths)
-    return files
-
-
-def _decoder(class_name: Optional[str], friendly: Optional[str], which: str) -> Optional[str]:
-    if class_name is not None and friendly is not None:
-        raise UsageError(f"give either --{which}-decoder-class or --{which}-decoder, not both")
-    return friendly if friendly is not None else class_name
 
 
 @click.command(
@@ -148,51 +131,21 @@ def command(
         | jq -c 'select(.key.data.group? == "X") | [.key.data.topic, .key.data.partition, .value.data.offset]'
 
     """
-    from kstore_cli.segment.dumplog import DumpOptions, deprecated_decoder_notice, dump_files
-    from kstore_cli.parsers import make_parser
+    from kstore_cli.segment.dumplog import DumpOptions, dump_files, files_to_dump
 
-    files = _files(files_opts, paths)
+    files = files_to_dump(files_opts, paths)
     if not files:
         raise click.UsageError('Missing required argument "[files]"')
-    key_name = _decoder(key_decoder_class, key_decoder, "key")
-    value_name = _decoder(value_decoder_class, value_decoder, "value")
-    decoder_flags = (offsets_decoder, transaction_log_decoder, cluster_metadata_decoder,
-                     remote_log_metadata_decoder, share_group_state_decoder)
-    print_data = print_data_log or any(decoder_flags) or key_name is not None or value_name is not None
-    parser = make_parser(
-        offsets=offsets_decoder,
-        transaction_log=transaction_log_decoder,
-        cluster_metadata=cluster_metadata_decoder,
-        remote_log_metadata=remote_log_metadata_decoder,
-        share_group_state=share_group_state_decoder,
-        key_decoder=key_name,
-        value_decoder=value_name,
-    )
-    json_decoder = next((name for name, given in zip(
-        ("offsets", "transaction-log", "cluster-metadata", "remote-log-metadata", "share-group-state"),
-        decoder_flags) if given), None)
-    if json_decoder is None and (key_name is not None or value_name is not None):
-        json_decoder = f"key={key_name or 'string'},value={value_name or 'string'}"
-    notices: List[str] = []
-    if not any(decoder_flags) and not json_lines:
-        # Kafka builds its value decoder, then its key decoder, for every .log/.checkpoint file.
-        for name in (value_decoder_class, key_decoder_class):
-            notice = deprecated_decoder_notice(name)
-            if notice:
-                notices.append(notice)
-    options = DumpOptions(
-        deep_iteration=deep_iteration,
-        print_data=print_data,
-        skip_record_metadata=skip_record_metadata,
-        verify_index_only=verify_index_only,
-        index_sanity_check=index_sanity_check,
-        max_message_size=max_message_size,
-        max_bytes=max_bytes,
-        parser=parser,
-        json_lines=json_lines,
-        decoder_notices=notices,
-        json_decoder=json_decoder,
-    )
+    options = DumpOptions.from_command_line(
+        message_decoders={"offsets": offsets_decoder, "transaction-log": transaction_log_decoder,
+                          "cluster-metadata": cluster_metadata_decoder,
+                          "remote-log-metadata": remote_log_metadata_decoder,
+                          "share-group-state": share_group_state_decoder},
+        key_decoder_class=key_decoder_class, key_decoder=key_decoder, value_decoder_class=value_decoder_class,
+        value_decoder=value_decoder, print_data_log=print_data_log, json_lines=json_lines,
+        deep_iteration=deep_iteration, skip_record_metadata=skip_record_metadata,
+        verify_index_only=verify_index_only, index_sanity_check=index_sanity_check,
+        max_message_size=max_message_size, max_bytes=max_bytes)
     out, out_wrapped = _open_utf8(sys.stdout)
     try:
         err, err_wrapped = _open_utf8(sys.stderr)

@@ -508,6 +508,51 @@ class DumpOptions:
         #: with --json: the name of the decoder the user gave (keys/values then come out decoded), or None
         self.json_decoder = json_decoder
 
+    @classmethod
+    def from_command_line(cls, *, message_decoders: Dict[str, bool], key_decoder_class: Optional[str] = None,
+                          key_decoder: Optional[str] = None, value_decoder_class: Optional[str] = None,
+                          value_decoder: Optional[str] = None, print_data_log: bool = False,
+                          json_lines: bool = False, **rest: Any) -> "DumpOptions":
+        """DumpLogSegmentsOptions from kafka-dump-log's flags: `message_decoders` maps each of
+        :data:`MESSAGE_DECODERS` to its flag; any decoder implies --print-data-log; a class and a friendly
+        decoder for the same side is a usage error; Kafka's deprecation lines for the decoder classes
+        (value first, then key, as Kafka builds them) go with text output; `rest` are the plain options."""
+        key_name = _one_decoder(key_decoder_class, key_decoder, "key")
+        value_name = _one_decoder(value_decoder_class, value_decoder, "value")
+        unknown = set(message_decoders) - set(MESSAGE_DECODERS)
+        if unknown:
+            raise ValueError(f"unknown message decoders: {sorted(unknown)}")
+        given = [name for name in MESSAGE_DECODERS if message_decoders.get(name)]
+        flags = {name.replace("-", "_"): bool(message_decoders.get(name)) for name in MESSAGE_DECODERS}
+        parser = make_parser(**flags, key_decoder=key_name, value_decoder=value_name)
+        json_decoder = given[0] if given else None
+        if json_decoder is None and (key_name is not None or value_name is not None):
+            json_decoder = f"key={key_name or 'string'},value={value_name or 'string'}"
+        notices = []
+        if not given and not json_lines:
+            notices = [n for n in map(deprecated_decoder_notice, (value_decoder_class, key_decoder_class)) if n]
+        print_data = print_data_log or bool(given) or key_name is not None or value_name is not None
+        return cls(print_data=print_data, parser=parser, json_lines=json_lines, decoder_notices=notices,
+                   json_decoder=json_decoder, **rest)
+
+
+#: kafka-dump-log's record decoders of internal topics, in its options' order (--offsets-decoder, ...).
+MESSAGE_DECODERS = ("offsets", "transaction-log", "cluster-metadata", "remote-log-metadata", "share-group-state")
+
+
+def _one_decoder(class_name: Optional[str], friendly: Optional[str], which: str) -> Optional[str]:
+    if class_name is not None and friendly is not None:
+        raise UsageError(f"give either --{which}-decoder-class or --{which}-decoder, not both")
+    return friendly if friendly is not None else class_name
+
+
+def files_to_dump(files_options: Sequence[str], paths: Sequence[str]) -> List[str]:
+    """The files of every ``--files a,b`` (Kafka's split) in order, then the positional paths."""
+    files: List[str] = []
+    for value in files_options:
+        files.extend(split_files_option(value))
+    return files + list(paths)
+
 
 def dump_files(files: Sequence[str], out: TextIO, err: TextIO, options: DumpOptions) -> int:
     """Dump each file in order, as ``kafka-dump-log --files`` does; return the exit status.
