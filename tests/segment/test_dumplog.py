@@ -378,3 +378,28 @@ def test_library_does_not_import_click() -> None:
             "print(','.join(m for m in sys.modules if m.split('.')[0] in ('click', 'rich')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_options_from_kafkas_flags() -> None:
+    """kafka-dump-log's flag rules: any decoder implies --print-data-log (and deep iteration); --json names the
+    decoder given; a class and a friendly decoder for one side is a usage error; the decoder-class deprecation
+    lines are for text output only."""
+    from kstore_cli.errors import UsageError
+    from kstore_cli.segment.dumplog import MESSAGE_DECODERS, DumpOptions
+
+    none = {name: False for name in MESSAGE_DECODERS}
+    plain = DumpOptions.from_command_line(message_decoders=none)
+    assert not plain.print_data and not plain.deep_iteration and plain.json_decoder is None
+    offsets = DumpOptions.from_command_line(message_decoders={**none, "offsets": True}, json_lines=True)
+    assert offsets.print_data and offsets.deep_iteration and offsets.json_decoder == "offsets"
+    keys = DumpOptions.from_command_line(message_decoders=none, key_decoder="long", json_lines=True)
+    assert keys.print_data and keys.json_decoder == "key=long,value=string"
+    with pytest.raises(UsageError, match="not both"):
+        DumpOptions.from_command_line(message_decoders=none, value_decoder="hex",
+                                      value_decoder_class="org.apache.kafka.tools.api.StringDecoder")
+    cls = "kafka.serializer.StringDecoder"
+    text = DumpOptions.from_command_line(message_decoders=none, value_decoder_class=cls)
+    assert len(text.decoder_notices) == 1 and "deprecated" in text.decoder_notices[0]
+    both = DumpOptions.from_command_line(message_decoders=none, value_decoder_class=cls, key_decoder_class=cls)
+    assert both.decoder_notices == text.decoder_notices * 2  # Kafka builds both decoders, value first
+    assert DumpOptions.from_command_line(message_decoders=none, value_decoder_class=cls, json_lines=True).decoder_notices == ()
