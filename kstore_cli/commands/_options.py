@@ -129,12 +129,6 @@ def topics_option(f: F) -> F:
                         help="Only partitions of topics matching these globs (comma-separated, e.g. 'orders*,payments').")(f)
 
 
-def no_partitions(paths, topics: Optional[str]) -> str:
-    """The usage error's text when PATHS (and --topics) leave nothing to do."""
-    where = ", ".join(paths)
-    return f"no partitions found in {where}" + (f" matching --topics {topics!r}" if topics else "")
-
-
 def cluster_metadata_option(f: F) -> F:
     """--no-cluster-metadata: leave out the topic configs of the KRaft metadata log in the data dirs."""
     return click.option("--no-cluster-metadata", is_flag=True,

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-from typing import List, Optional
+from typing import Optional
 
 import click
 
@@ -14,7 +13,6 @@ from kstore_cli.commands._options import (
     dry_run_option,
     force_option,
     json_option,
-    no_partitions,
     topics_option,
 )
 
@@ -22,18 +20,8 @@ from kstore_cli.commands._console import byte_progress
 from kstore_cli.commands._console import human_bytes as _human
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.codecs import CODEC_IDS
-from kstore_cli.errors import UsageError
-from kstore_cli.segment import fileops
-from kstore_cli.segment.convert import (
-    LOSS_DESCRIPTIONS,
-    ConvertOptions,
-    ConvertStats,
-    PartitionResult,
-    convert_partition,
-    copy_data_dir_files,
-)
+from kstore_cli.segment.convert import LOSS_DESCRIPTIONS, ConvertOptions, ConvertRun, ConvertStats, FormatConversion
 from kstore_cli.segment.index import DEFAULT_INDEX_INTERVAL_BYTES
-from kstore_cli.segment.logdir import group_by_data_dir, is_partition_dir, resolve
 
 
 def _summary_line(stats: ConvertStats) -> str:
@@ -96,85 +84,51 @@ def command(ctx: click.Context, paths, topics: Optional[str], to_magic: str, com
       kstore convert-format --to-magic 2 --in-place /var/lib/kafka/data/orders-0
       kstore convert-format --to-magic 1 --compression gzip --strict --dry-run /var/lib/kafka/data/orders-0
     """
-    if in_place and output_dir:
-        raise UsageError("choose one of --in-place and --output-dir")
-    if not in_place and not output_dir and not dry_run:
-        raise UsageError("say where the result goes: --output-dir DIR or --in-place (or use --dry-run)")
     opts = ConvertOptions(
         int(to_magic), None if compression is None else CODEC_IDS[compression], compression_level,
         batch_bytes=batch_bytes, strict=strict, segment_bytes=segment_bytes,
         index_interval_bytes=index_interval_bytes,
     )
-    targets = resolve(paths, topics)
-    if not targets:
-        raise UsageError(no_partitions(paths, topics))
-    if output_dir:
-        # Real paths: an alias (symlink) of the input is the input. The output must not be, or lie
-        # inside, an input's data dir (where it would write into the live partition, or leave a stray
-        # directory the broker refuses to start with), nor any input path.
-        out_real = os.path.realpath(output_dir)
-        inputs = {os.path.realpath(raw) for raw in paths} | {t.partition.data_dir for t in targets}
-        for inp in sorted(inputs):
-            if out_real == inp or out_real.startswith(inp.rstrip(os.sep) + os.sep):
-                raise UsageError(f"the output dir is or lies inside the input {inp}; choose a directory "
-                                 "outside the data dir", path=output_dir)
-        names_seen = {}
-        for t in targets:
-            other = names_seen.setdefault(t.partition.name, t.partition.path)
-            if other != t.partition.path:
-                raise UsageError(f"two inputs named {t.partition.name} would go to the same output directory")
+    conversion = FormatConversion(paths, opts, topics=topics, output_dir=output_dir, in_place=in_place,
+                                  dry_run=dry_run, force=force)
     tty = _is_tty() and not as_json
-    total = ConvertStats()
-    results: List[PartitionResult] = []
-    progress_cm, advance = byte_progress(tty, "converting",
-                                         lambda: sum(os.path.getsize(s.log) for t in targets for s in t.segments))
+    bar, advance = byte_progress(tty, "converting", conversion.total_bytes)
     try:
-        if output_dir and not dry_run:
-            for raw in paths:
-                path = os.path.abspath(raw)
-                if os.path.isdir(path) and not is_partition_dir(path):
-                    copy_data_dir_files(path, output_dir)
-        groups = group_by_data_dir(targets)
-        with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
-                                    force=force, enabled=in_place and not dry_run):
-            for data_dir, dir_targets in groups.items():
-                for target in dir_targets:
-                    result = convert_partition(target, opts, output_root=None if in_place else output_dir,
-                                               dry_run=dry_run, progress=advance)
-                    results.append(result)
-                    total.add(result.stats)
-                    if as_json:
-                        click.echo(json.dumps(result.to_dict(), sort_keys=True))
+        run = conversion.run(progress=advance, on_result=(
+            lambda r: click.echo(json.dumps(r.to_dict(), sort_keys=True))) if as_json else None)
     finally:
-        if progress_cm is not None:
-            progress_cm.stop()
+        if bar is not None:
+            bar.stop()
     if as_json:
-        summary = {"type": "summary", "partitions": len(results), "dryRun": dry_run,
-                   "toMagic": opts.to_magic, "compression": compression}
-        summary.update(total.to_dict())
-        click.echo(json.dumps(summary, sort_keys=True))
+        click.echo(json.dumps(run.summary(), sort_keys=True))
         return
-    if tty:
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title="convert-format" + (" (dry run)" if dry_run else ""), title_justify="left")
-        for col in ("partition", "status", "segments", "batches", "records", "bytes in", "bytes out", "losses"):
-            table.add_column(col, overflow="fold")
-        for r in results:
-            s = r.stats
-            losses = ", ".join(f"{v} {k}" for k, v in sorted(s.losses.items()) if v) or "-"
-            table.add_row(r.partition.name, r.status, f"{s.segments_in}->{s.segments_out}",
-                          f"{s.batches_in}->{s.batches_out}", f"{s.records_in}->{s.records_out}",
-                          _human(s.bytes_in), _human(s.bytes_out), losses)
-        console = Console()
-        console.print(table)
-        console.print("total: " + _summary_line(total))
-    else:
-        for r in results:
-            where = "" if r.destination in (None, r.partition.path) else f" -> {r.destination}"
-            click.echo(f"{r.partition.path}{where}: {r.status}: {_summary_line(r.stats)}")
-        click.echo(f"total ({len(results)} partition(s)){' (dry run)' if dry_run else ''}: {_summary_line(total)}")
-    if total.lossy:
-        click.echo("lost: " + "; ".join(f"{v} {LOSS_DESCRIPTIONS[k]}" for k, v in sorted(total.losses.items()) if v),
+    (_render_table if tty else _render_text)(run)
+    if run.total.lossy:
+        click.echo("lost: " + "; ".join(f"{v} {LOSS_DESCRIPTIONS[k]}" for k, v in sorted(run.total.losses.items()) if v),
                    err=True)
+
+
+def _render_table(run: ConvertRun) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="convert-format" + (" (dry run)" if run.dry_run else ""), title_justify="left")
+    for col in ("partition", "status", "segments", "batches", "records", "bytes in", "bytes out", "losses"):
+        table.add_column(col, overflow="fold")
+    for r in run.results:
+        s = r.stats
+        losses = ", ".join(f"{v} {k}" for k, v in sorted(s.losses.items()) if v) or "-"
+        table.add_row(r.partition.name, r.status, f"{s.segments_in}->{s.segments_out}",
+                      f"{s.batches_in}->{s.batches_out}", f"{s.records_in}->{s.records_out}",
+                      _human(s.bytes_in), _human(s.bytes_out), losses)
+    console = Console()
+    console.print(table)
+    console.print("total: " + _summary_line(run.total))
+
+
+def _render_text(run: ConvertRun) -> None:
+    for r in run.results:
+        where = "" if r.destination in (None, r.partition.path) else f" -> {r.destination}"
+        click.echo(f"{r.partition.path}{where}: {r.status}: {_summary_line(r.stats)}")
+    click.echo(f"total ({len(run.results)} partition(s)){' (dry run)' if run.dry_run else ''}: "
+               f"{_summary_line(run.total)}")

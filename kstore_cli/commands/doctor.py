@@ -10,10 +10,11 @@ import click
 
 from kstore_cli.commands._console import byte_progress
 from kstore_cli.commands._console import is_tty as _is_tty
-from kstore_cli.commands._options import json_option, no_partitions, topics_option
+from kstore_cli.commands._options import json_option, topics_option
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import recovery, verify
 from kstore_cli.segment.fileops import is_locked
+from kstore_cli.segment.logdir import nothing_found
 from kstore_cli.segment.verify import verify_partition
 from kstore_cli.segment.startup import (
     ERROR,
@@ -120,7 +121,7 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str]) -> 
     if not found.data_dirs:
         raise UsageError("no data directories or partitions found in " + ", ".join(paths))
     if topics and not found.targets:
-        raise UsageError(no_partitions(paths, topics))
+        raise nothing_found(paths, topics)
     tty = _is_tty() and not as_json
     out = _Output(as_json, tty)
     for broker in found.brokers:

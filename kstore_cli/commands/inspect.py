@@ -10,9 +10,8 @@ import click
 
 from kstore_cli.commands._console import human_bytes
 from kstore_cli.commands._console import is_tty as _is_tty
-from kstore_cli.commands._options import ExistingPath, format_time_ms, json_option, no_partitions, topics_option
-from kstore_cli.errors import UsageError
-from kstore_cli.segment.logdir import DataDir, find_data_dirs, is_partition_dir, partitions_of, resolve
+from kstore_cli.commands._options import ExistingPath, format_time_ms, json_option, topics_option
+from kstore_cli.segment.logdir import DataDir, find_data_dirs, is_partition_dir, nothing_found, partitions_of, resolve
 from kstore_cli.segment.summary import DataDirStates, PartitionSummary, summarize_partition
 
 
@@ -102,7 +101,7 @@ def command(ctx: click.Context, paths, topics: Optional[str], as_json: bool) -> 
     """
     targets = resolve(paths, topics)
     if not targets:
-        raise UsageError(no_partitions(paths, topics))
+        raise nothing_found(paths, topics)
     partitions = partitions_of(targets)
     skipped = []
     for raw in paths:

@@ -14,15 +14,14 @@ from kstore_cli.commands._options import (
     dry_run_option,
     force_option,
     json_option,
-    no_partitions,
     topics_option,
 )
 
 from kstore_cli.commands._console import is_tty as _is_tty
-from kstore_cli.errors import ExitStatus, UsageError
+from kstore_cli.errors import ExitStatus
 from kstore_cli.segment import fileops
 from kstore_cli.segment.config import ConfigResolver
-from kstore_cli.segment.logdir import group_by_data_dir, resolve
+from kstore_cli.segment.logdir import group_by_data_dir, nothing_found, resolve
 from kstore_cli.segment.rebuild import PartitionRebuild, rebuild_partition
 
 
@@ -127,7 +126,7 @@ def command(ctx: click.Context, paths, index_interval_bytes: Optional[int], conf
     """
     targets = resolve(paths, topics)
     if not targets:
-        raise UsageError(no_partitions(paths, topics))
+        raise nothing_found(paths, topics)
     tty = _is_tty() and not as_json
     flags = {} if index_interval_bytes is None else {"index.interval.bytes": (index_interval_bytes, "--index-interval-bytes")}
     groups = group_by_data_dir(targets)

@@ -9,11 +9,11 @@ from typing import List, Optional
 
 import click
 
-from kstore_cli.commands._options import ExistingPath, dry_run_option, force_option, json_option, no_partitions, topics_option
+from kstore_cli.commands._options import ExistingPath, dry_run_option, force_option, json_option, topics_option
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import fileops
 from kstore_cli.segment.loader import RecoverResult, advance_recovery_points, recover_partition
-from kstore_cli.segment.logdir import group_by_data_dir, resolve
+from kstore_cli.segment.logdir import group_by_data_dir, nothing_found, resolve
 
 
 @click.command(name="recover")
@@ -54,7 +54,7 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
     """
     targets = resolve(paths, topics)
     if not targets:
-        raise UsageError(no_partitions(paths, topics))
+        raise nothing_found(paths, topics)
     if any(t.only is not None for t in targets):
         raise UsageError("recover works on whole partitions: give a partition or data directory, not a .log file")
     groups = group_by_data_dir(targets)

@@ -54,7 +54,7 @@ from kstore_cli.segment.batch import (
     RecordBatch,
 )
 from kstore_cli.segment.builder import build_legacy_entry
-from kstore_cli.segment.logdir import Partition, Segment, Target
+from kstore_cli.segment.logdir import Partition, Segment, Target, group_by_data_dir, is_partition_dir, resolve_some
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.segment.snapshot import build_snapshot, read_snapshot
 from kstore_cli.segment.writer import PartitionWriter
@@ -819,3 +819,81 @@ def copy_data_dir_files(data_dir: str, output_root: str) -> List[str]:
         fileops.copy_file(src, dst)
         copied.append(dst)
     return copied
+
+
+class ConvertRun:
+    """Every partition's conversion, in order, and their total."""
+
+    def __init__(self, dry_run: bool, opts: ConvertOptions) -> None:
+        self.dry_run = dry_run
+        self.opts = opts
+        self.results: List[PartitionResult] = []
+        self.total = ConvertStats()
+
+    def summary(self) -> dict:
+        out = {"type": "summary", "partitions": len(self.results), "dryRun": self.dry_run,
+               "toMagic": self.opts.to_magic,
+               "compression": None if self.opts.codec is None else CODEC_NAMES[self.opts.codec]}
+        out.update(self.total.to_dict())
+        return out
+
+
+class FormatConversion:
+    """A convert-format run, checked before anything is written: where the result goes (in place, or an
+    output dir that is no input, lies in no input's data dir and gets no two partitions of one name), and
+    the partitions to convert. Usage errors are raised by the constructor."""
+
+    def __init__(self, paths: Sequence[str], opts: ConvertOptions, *, topics: Optional[str] = None,
+                 output_dir: Optional[str] = None, in_place: bool = False, dry_run: bool = False,
+                 force: bool = False) -> None:
+        if in_place and output_dir:
+            raise UsageError("choose one of --in-place and --output-dir")
+        if not in_place and not output_dir and not dry_run:
+            raise UsageError("say where the result goes: --output-dir DIR or --in-place (or use --dry-run)")
+        self.paths, self.opts, self.output_dir = list(paths), opts, output_dir
+        self.in_place, self.dry_run, self.force = in_place, dry_run, force
+        self.targets = resolve_some(paths, topics)
+        if output_dir:
+            self._check_output_dir(output_dir)
+
+    def _check_output_dir(self, output_dir: str) -> None:
+        # Real paths: an alias (symlink) of the input is the input. The output must not be, or lie inside, an
+        # input's data dir (where it would write into the live partition, or leave a stray directory the broker
+        # refuses to start with), nor any input path.
+        out_real = os.path.realpath(output_dir)
+        inputs = {os.path.realpath(raw) for raw in self.paths} | {t.partition.data_dir for t in self.targets}
+        for inp in sorted(inputs):
+            if out_real == inp or out_real.startswith(inp.rstrip(os.sep) + os.sep):
+                raise UsageError(f"the output dir is or lies inside the input {inp}; choose a directory "
+                                 "outside the data dir", path=output_dir)
+        seen = {}
+        for t in self.targets:
+            if seen.setdefault(t.partition.name, t.partition.path) != t.partition.path:
+                raise UsageError(f"two inputs named {t.partition.name} would go to the same output directory")
+
+    def total_bytes(self) -> int:
+        """The bytes of every segment to read (a progress bar's total)."""
+        return sum(os.path.getsize(s.log) for t in self.targets for s in t.segments)
+
+    def run(self, progress: Optional[Callable[[int], None]] = None,
+            on_result: Optional[Callable[[PartitionResult], None]] = None) -> ConvertRun:
+        """Each partition converted in turn (`on_result` sees each as it is done); with --in-place every data
+        dir's lock is taken first; with --output-dir the data dirs' own files are copied there first."""
+        run = ConvertRun(self.dry_run, self.opts)
+        if self.output_dir and not self.dry_run:
+            for raw in self.paths:
+                path = os.path.abspath(raw)
+                if os.path.isdir(path) and not is_partition_dir(path):
+                    copy_data_dir_files(path, self.output_dir)
+        groups = group_by_data_dir(self.targets)
+        with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
+                                    force=self.force, enabled=self.in_place and not self.dry_run):
+            for dir_targets in groups.values():
+                for target in dir_targets:
+                    result = convert_partition(target, self.opts, dry_run=self.dry_run, progress=progress,
+                                               output_root=None if self.in_place else self.output_dir)
+                    run.results.append(result)
+                    run.total.add(result.stats)
+                    if on_result is not None:
+                        on_result(result)
+        return run

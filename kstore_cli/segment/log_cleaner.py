@@ -18,7 +18,7 @@ from kstore_cli.errors import ExitStatus, KstoreError, UsageError
 from kstore_cli.segment import fileops, names
 from kstore_cli.segment.cleaner import PassResult, compact_partition
 from kstore_cli.segment.config import DEFAULT_SOURCE, CleanerSettings, ConfigResolver, TopicConfig
-from kstore_cli.segment.logdir import Partition, group_by_data_dir, partitions_of, resolve
+from kstore_cli.segment.logdir import Partition, group_by_data_dir, partitions_of, resolve_some
 from kstore_cli.segment.retention import DataDirState, apply_retention, now_ms, plan_partition
 
 #: The topic-level settings a pass depends on, reported with where each came from.
@@ -129,11 +129,7 @@ class LogCleaner:
             if os.path.isfile(os.path.abspath(raw)):
                 raise UsageError("compact works on whole partitions: give a partition or data directory, not a file",
                                  path=raw)
-        self.targets = resolve(request.paths, request.topics)
-        if not self.targets:
-            where = ", ".join(request.paths)
-            raise UsageError(f"no partitions found in {where}"
-                             + (f" matching --topics {request.topics!r}" if request.topics else ""))
+        self.targets = resolve_some(request.paths, request.topics)
         self.explicit = {os.path.abspath(raw) for raw in request.paths}
         self.settings = CleanerSettings.from_files(request.config_file, dedupe_buffer_bytes=request.dedupe_buffer_bytes)
         self.resolver = ConfigResolver.from_files(request.config_file, request.topic_config, request.flags,

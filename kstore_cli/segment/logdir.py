@@ -290,6 +290,20 @@ def resolve(paths: Iterable[str], topics: Optional[str] = None) -> List[Target]:
     return targets
 
 
+def nothing_found(paths: Iterable[str], topics: Optional[str] = None) -> UsageError:
+    """The usage error of PATHS (and --topics) leaving no partition to work on."""
+    return UsageError("no partitions found in " + ", ".join(paths) + (f" matching --topics {topics!r}" if topics else ""))
+
+
+def resolve_some(paths: Iterable[str], topics: Optional[str] = None) -> List[Target]:
+    """:func:`resolve`, refusing (usage error) when nothing is found."""
+    paths = list(paths)
+    targets = resolve(paths, topics)
+    if not targets:
+        raise nothing_found(paths, topics)
+    return targets
+
+
 def coordinator_partitions(paths: Iterable[str], topic: str, num_partitions: int,
                            option: str) -> Tuple[List["Partition"], List["Partition"], List[int]]:
     """Every partition under `paths`, those of a coordinator's internal `topic` (by partition number), and

@@ -51,7 +51,7 @@ from kstore_cli.segment.checkpoint import (
 )
 from kstore_cli.segment.config import ConfigResolver, TopicConfig
 from kstore_cli.segment.log_segment import TS_NEW_SEGMENT, largest_timestamp
-from kstore_cli.segment.logdir import Partition, Segment, Target, group_by_data_dir, partitions_of, resolve
+from kstore_cli.segment.logdir import Partition, Segment, Target, group_by_data_dir, partitions_of, resolve_some
 from kstore_cli.segment.unified_log import DataDirState, log_offsets  # noqa: F401 - DataDirState: the commands' handle
 
 RULE_LOG_START_OFFSET = "log-start-offset"
@@ -580,10 +580,7 @@ def retain(request: RetainRequest) -> RetainRun:
     """``kstore retain``: the partitions resolved, a retention policy required (Kafka's 7-day default is a
     broker's, not a standby copy's: a cron line that lost its options must not delete a week-old copy),
     then :func:`cleanup_logs`."""
-    targets = resolve(request.paths, request.topics)
-    if not targets:
-        raise UsageError("no partitions found in " + ", ".join(request.paths)
-                         + (f" matching --topics {request.topics!r}" if request.topics else ""))
+    targets = resolve_some(request.paths, request.topics)
     if any(t.only is not None for t in targets):
         raise UsageError("retain works on whole partitions: give a partition or data directory, not a .log file")
     groups = group_by_data_dir(targets)

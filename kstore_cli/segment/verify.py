@@ -16,10 +16,10 @@ from bisect import bisect_left
 from itertools import islice
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
-from kstore_cli.errors import KstoreError, UsageError
+from kstore_cli.errors import KstoreError
 from kstore_cli.segment import names
 from kstore_cli.segment.index import DEFAULT_INDEX_INTERVAL_BYTES, AbortedTxn, OffsetIndex, TimeIndex, TransactionIndex
-from kstore_cli.segment.logdir import Partition, Segment
+from kstore_cli.segment.logdir import Partition, Segment, nothing_found
 from kstore_cli.segment.recovery import (
     ZERO_TAIL,
     BatchSink,
@@ -106,8 +106,7 @@ class VerifyRun:
         # a live broker holding it is what a monitoring run expects.
         self.layout: List[Finding] = [self._finding(i) for i in startup.layout_issues(self._found, check_lock=False)]
         if not self._found.targets and not self.layout:
-            raise UsageError("no partitions found in " + ", ".join(paths)
-                             + (f" matching --topics {topics!r}" if topics else ""))
+            raise nothing_found(paths, topics)
 
     def _finding(self, issue) -> Finding:
         """A data-dir issue in verify-index's terms: errors stay errors, what Kafka fixes itself is a note."""
