@@ -45,7 +45,8 @@ import configparser
 import fnmatch
 import json
 import os
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from kstore_cli.errors import FileUnreadableError, UsageError
 from kstore_cli.segment.checkpoint import read_properties
@@ -647,3 +648,25 @@ class CleanerSettings:
     def to_dict(self) -> Dict[str, Any]:
         return {"dedupeBufferBytes": self.dedupe_buffer_bytes, "loadFactor": self.load_factor,
                 "ioBufferBytes": self.io_buffer_bytes, "maxIoBufferBytes": self.max_io_buffer_bytes}
+
+
+@dataclass
+class PartitionsRequest:
+    """What a command that changes partitions by their topic configs is given: the paths (partition or data
+    dirs), topic globs, topic-level flags (``{key: (value, "--flag")}``), the config files, whether the KRaft
+    metadata log's configs count, the clock, and the run's mode."""
+
+    paths: Sequence[str]
+    topics: Optional[str] = None
+    flags: Dict[str, Tuple[Any, str]] = field(default_factory=dict)
+    config_file: Optional[str] = None
+    topic_config: Optional[str] = None
+    cluster_metadata: bool = True
+    now: Optional[int] = None
+    dry_run: bool = False
+    force: bool = False
+
+    def resolver(self, data_dirs: Sequence[str]) -> ConfigResolver:
+        """The topic configs for these data dirs, in Kafka's order (flags, --topic-config, the cluster's, --config)."""
+        return ConfigResolver.from_files(self.config_file, self.topic_config, self.flags, data_dirs=list(data_dirs),
+                                         cluster_metadata=self.cluster_metadata)

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional
 
 from kstore_cli.errors import ExitStatus, KstoreError, UsageError
 from kstore_cli.segment import fileops, names
 from kstore_cli.segment.cleaner import PassResult, compact_partition
-from kstore_cli.segment.config import DEFAULT_SOURCE, CleanerSettings, ConfigResolver, TopicConfig
+from kstore_cli.segment.config import DEFAULT_SOURCE, CleanerSettings, PartitionsRequest, TopicConfig
 from kstore_cli.segment.logdir import Partition, group_by_data_dir, partitions_of, resolve_some
 from kstore_cli.segment.retention import DataDirState, apply_retention, now_ms, plan_partition
 
@@ -102,21 +102,12 @@ class CompactRun:
 
 
 @dataclass
-class CompactRequest:
-    """What to compact and how: the paths (partition or data dirs), topic globs, topic-level flags
-    (``config.compaction_flags``; ``cleanup.policy`` there is the policy override), the config files."""
+class CompactRequest(PartitionsRequest):
+    """A compact run: the flags are ``config.compaction_flags`` (``cleanup.policy`` there is the policy
+    override); the dedupe buffer, and whether to clean whatever the dirty ratio says."""
 
-    paths: Sequence[str]
-    topics: Optional[str] = None
-    flags: Dict[str, Tuple[Any, str]] = field(default_factory=dict)
-    config_file: Optional[str] = None
-    topic_config: Optional[str] = None
-    cluster_metadata: bool = True
     dedupe_buffer_bytes: Optional[int] = None
-    now: Optional[int] = None
     force_clean: bool = False
-    dry_run: bool = False
-    force: bool = False
 
 
 class LogCleaner:
@@ -132,9 +123,7 @@ class LogCleaner:
         self.targets = resolve_some(request.paths, request.topics)
         self.explicit = {os.path.abspath(raw) for raw in request.paths}
         self.settings = CleanerSettings.from_files(request.config_file, dedupe_buffer_bytes=request.dedupe_buffer_bytes)
-        self.resolver = ConfigResolver.from_files(request.config_file, request.topic_config, request.flags,
-                                                  data_dirs=list(group_by_data_dir(self.targets)),
-                                                  cluster_metadata=request.cluster_metadata)
+        self.resolver = request.resolver(list(group_by_data_dir(self.targets)))
         for target in self.targets:
             self._refuse_keep_all_policy(target.partition)
 

@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
 
 from kstore_cli.errors import UsageError
 from kstore_cli.segment import fileops, names
@@ -49,7 +49,7 @@ from kstore_cli.segment.checkpoint import (
     format_offset_checkpoint,
     read_leader_epoch_checkpoint,
 )
-from kstore_cli.segment.config import ConfigResolver, TopicConfig
+from kstore_cli.segment.config import ConfigResolver, PartitionsRequest, TopicConfig
 from kstore_cli.segment.log_segment import TS_NEW_SEGMENT, largest_timestamp
 from kstore_cli.segment.logdir import Partition, Segment, Target, group_by_data_dir, partitions_of, resolve_some
 from kstore_cli.segment.unified_log import DataDirState, log_offsets  # noqa: F401 - DataDirState: the commands' handle
@@ -539,21 +539,12 @@ def cleanup_logs(groups: Dict[str, List[Target]], resolver: ConfigResolver, *, n
 
 
 @dataclass
-class RetainRequest:
-    """What ``kstore retain`` is asked: the paths (partition or data dirs), topic globs, the retention flags
-    (``config.retention_flags``) and config files, the clock and the run's mode."""
+class RetainRequest(PartitionsRequest):
+    """A retain run: the flags are ``config.retention_flags``; the log start offset to move to first (like
+    DeleteRecords) and how long the renamed ``.deleted`` files stay."""
 
-    paths: Sequence[str]
-    topics: Optional[str] = None
-    flags: Dict[str, Tuple[Any, str]] = field(default_factory=dict)
-    config_file: Optional[str] = None
-    topic_config: Optional[str] = None
-    cluster_metadata: bool = True
-    now: Optional[int] = None
     log_start_offset: Optional[int] = None
     delete_delay_ms: int = 0
-    dry_run: bool = False
-    force: bool = False
 
 
 @dataclass
@@ -584,8 +575,7 @@ def retain(request: RetainRequest) -> RetainRun:
     if any(t.only is not None for t in targets):
         raise UsageError("retain works on whole partitions: give a partition or data directory, not a .log file")
     groups = group_by_data_dir(targets)
-    resolver = ConfigResolver.from_files(request.config_file, request.topic_config, request.flags,
-                                         data_dirs=list(groups), cluster_metadata=request.cluster_metadata)
+    resolver = request.resolver(list(groups))
     if not request.flags and request.config_file is None and request.topic_config is None and not resolver.cluster:
         raise UsageError("no retention policy given: give --retention-ms (or --retention-minutes/--retention-hours), "
                          "--retention-bytes, --config server.properties or --topic-config FILE (or data dirs holding "
