@@ -197,6 +197,7 @@ typedef struct {
     int64_t timestamp_delta;
     Py_ssize_t size, key_pos, key_len, value_pos, value_len;
     Py_ssize_t header_start; /* index into the header span array */
+    Py_ssize_t header_pos;   /* where the first header starts in the buffer */
     int32_t header_count;
 } rec_t;
 
@@ -304,7 +305,7 @@ static int parse_v2(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t
                      (int)header_count);
             return set_invalid(msg);
         }
-        Py_ssize_t header_start = o->nhdrs;
+        Py_ssize_t header_start = o->nhdrs, header_pos = p;
         if (header_count) {
             if (o->caphdrs - o->nhdrs < header_count) {
                 Py_ssize_t cap = o->caphdrs * 2 + header_count + 8;
@@ -350,6 +351,7 @@ static int parse_v2(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t
         r->value_pos = value_pos;
         r->value_len = value_len;
         r->header_start = header_start;
+        r->header_pos = header_pos;
         r->header_count = header_count;
         pos = record_end;
         continue;
@@ -429,6 +431,10 @@ typedef struct {
     PyObject *batch, *buf, *key, *value, *headers, *offset, *timestamp, *hspans, *crc, *legacy_valid;
     long long sequence, magic, attributes;
     Py_ssize_t size, key_pos, key_len, value_pos, value_len;
+    /* Records built here leave hspans NULL: Record._headers is made from the buffer when read (most
+     * callers never read it, and a tuple of 4-tuples per header record cost a sixth of the build). */
+    Py_ssize_t hdr_pos;
+    int32_t hdr_count;
 } RecordObject;
 
 static PyTypeObject RecordBaseType;
@@ -489,7 +495,6 @@ static PyMemberDef rec_members[] = {
     {"_key_len", T_PYSSIZET, offsetof(RecordObject, key_len), 0, NULL},
     {"_value_pos", T_PYSSIZET, offsetof(RecordObject, value_pos), 0, NULL},
     {"_value_len", T_PYSSIZET, offsetof(RecordObject, value_len), 0, NULL},
-    OBJ_MEMBER("_headers", hspans),
     OBJ_MEMBER("crc", crc),
     {"magic", T_LONGLONG, offsetof(RecordObject, magic), 0, NULL},
     {"attributes", T_LONGLONG, offsetof(RecordObject, attributes), 0, NULL},
@@ -563,19 +568,6 @@ static PyObject *add_exact(int64_t a, int64_t b) {
 static PyObject *span_bytes(const uint8_t *b, Py_ssize_t pos, Py_ssize_t len) {
     if (len < 0) Py_RETURN_NONE;
     return PyBytes_FromStringAndSize((const char *)b + pos, len);
-}
-
-static PyObject *headers_tuple(parse_out *o, rec_t *r) {
-    if (!r->header_count) { Py_INCREF(EmptyTuple); return EmptyTuple; }
-    PyObject *headers = PyTuple_New(r->header_count);
-    if (!headers) return NULL;
-    for (int32_t h = 0; h < r->header_count; h++) {
-        hdr_t *hd = &o->hdrs[r->header_start + h];
-        PyObject *t = Py_BuildValue("(nnnn)", hd->key_pos, hd->key_len, hd->value_pos, hd->value_len);
-        if (!t) { Py_DECREF(headers); return NULL; }
-        PyTuple_SET_ITEM(headers, h, t);
-    }
-    return headers;
 }
 
 /* Java's new String(bytes, UTF_8): strict UTF-8 when it decodes, else text.java_utf8's rules. */
@@ -709,6 +701,52 @@ static int rec_init(RecordObject *self, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
+/* Record._headers: ((key_pos, key_len, value_pos, value_len), ...), as the pure twin stores them. A record
+ * built here reads its header spans again from the buffer, once (parse_v2 checked them; should the buffer
+ * have changed since, they are checked again: InvalidRecordError). */
+static PyObject *rec_get_hspans(RecordObject *r, void *closure) {
+    if (!r->hspans) {
+        if (r->hdr_count <= 0 || !r->buf) {
+            Py_INCREF(EmptyTuple);
+            return EmptyTuple;
+        }
+        Py_buffer v;
+        if (PyObject_GetBuffer(r->buf, &v, PyBUF_SIMPLE) < 0) return NULL;
+        const uint8_t *b = (const uint8_t *)v.buf;
+        Py_ssize_t p = r->hdr_pos, end = v.len;
+        PyObject *spans = PyTuple_New(r->hdr_count);
+        int32_t h = 0;
+        int rc = RD_OK;
+        for (; spans && p >= 0 && h < r->hdr_count; h++) {
+            int32_t kl, vl;
+            if ((rc = rd_varint(b, &p, end, &kl)) != RD_OK || kl < 0 || kl > end - p) break;
+            Py_ssize_t kp = p;
+            p += kl;
+            if ((rc = rd_varint(b, &p, end, &vl)) != RD_OK || (vl >= 0 && vl > end - p)) break;
+            Py_ssize_t vp = p;
+            if (vl < 0) vl = -1; else p += vl;
+            PyObject *t = Py_BuildValue("(nnnn)", kp, (Py_ssize_t)kl, vp, (Py_ssize_t)vl);
+            if (!t) { rc = RD_ERROR; break; }
+            PyTuple_SET_ITEM(spans, h, t);
+        }
+        PyBuffer_Release(&v);
+        if (!spans) return NULL;
+        if (h < r->hdr_count) { /* the buffer no longer holds what parse_v2 read */
+            Py_DECREF(spans);
+            if (rc != RD_ERROR) PyErr_SetString(InvalidRecordError, INVALID_STRUCTURE);
+            return NULL;
+        }
+        r->hspans = spans;
+    }
+    Py_INCREF(r->hspans);
+    return r->hspans;
+}
+
+static PyGetSetDef rec_getset[] = {
+    {"_headers", (getter)rec_get_hspans, NULL, "the header spans (key_pos, key_len, value_pos, value_len)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyTypeObject RecordBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "kstore_cli.segment._decode_c.RecordBase",
@@ -719,6 +757,7 @@ static PyTypeObject RecordBaseType = {
     .tp_traverse = (traverseproc)rec_traverse,
     .tp_clear = (inquiry)rec_clear,
     .tp_members = rec_members,
+    .tp_getset = rec_getset,
     .tp_init = (initproc)rec_init,
     .tp_new = PyType_GenericNew,
 };
@@ -763,7 +802,8 @@ static PyObject *build_v2(PyTypeObject *tp, PyObject *batch, PyObject *data, Py_
         rec->key_len = r->key_len;
         rec->value_pos = r->value_pos;
         rec->value_len = r->value_len;
-        rec->hspans = headers_tuple(&o, r);
+        rec->hdr_pos = r->header_pos;
+        rec->hdr_count = r->header_count;
         rec->key = span_bytes(b, r->key_pos, r->key_len);
         rec->value = span_bytes(b, r->value_pos, r->value_len);
         rec->headers = header_list(b, &o, r);
@@ -774,7 +814,7 @@ static PyObject *build_v2(PyTypeObject *tp, PyObject *batch, PyObject *data, Py_
         Py_INCREF(Py_None);
         rec->legacy_valid = Py_None;
         PyObject_GC_Track(rec);
-        if (!rec->offset || !rec->timestamp || !rec->hspans || !rec->key || !rec->value || !rec->headers) goto error;
+        if (!rec->offset || !rec->timestamp || !rec->key || !rec->value || !rec->headers) goto error;
     }
     PyBuffer_Release(&v);
     parse_out_free(&o);
