@@ -589,9 +589,30 @@ static PyObject *java_utf8(const uint8_t *p, Py_ssize_t n) {
     return s;
 }
 
+/* The last header key decoded in a batch and its text: a topic's headers carry a few keys over and over,
+ * so equal key bytes share one (immutable) str instead of decoding it again. */
+typedef struct { const uint8_t *p; Py_ssize_t n; PyObject *text; } key_cache;
+
+static PyObject *header_key(const uint8_t *p, Py_ssize_t n, key_cache *kc) {
+    if (!kc) return java_utf8(p, n);
+    if (kc->text && kc->n == n && memcmp(kc->p, p, (size_t)n) == 0) {
+        Py_INCREF(kc->text);
+        return kc->text;
+    }
+    PyObject *k = java_utf8(p, n);
+    if (k) {
+        Py_INCREF(k);
+        Py_XSETREF(kc->text, k);
+        kc->p = p;
+        kc->n = n;
+    }
+    return k;
+}
+
 /* One header_cls(key text, value bytes | None), its slots filled as Header.__init__ would. */
-static PyObject *make_header(const uint8_t *b, Py_ssize_t kp, Py_ssize_t kl, Py_ssize_t vp, Py_ssize_t vl) {
-    PyObject *k = java_utf8(b + kp, kl);
+static PyObject *make_header(const uint8_t *b, Py_ssize_t kp, Py_ssize_t kl, Py_ssize_t vp, Py_ssize_t vl,
+                             key_cache *kc) {
+    PyObject *k = header_key(b + kp, kl, kc);
     PyObject *v = k ? span_bytes(b, vp, vl) : NULL;
     PyObject *obj = v ? header_type->tp_alloc(header_type, 0) : NULL;
     if (!obj) {
@@ -605,12 +626,12 @@ static PyObject *make_header(const uint8_t *b, Py_ssize_t kp, Py_ssize_t kl, Py_
 }
 
 /* Record.headers: [header_cls(key text, value bytes | None), ...] */
-static PyObject *header_list(const uint8_t *b, parse_out *o, rec_t *r) {
+static PyObject *header_list(const uint8_t *b, parse_out *o, rec_t *r, key_cache *kc) {
     PyObject *list = PyList_New(r->header_count);
     if (!list) return NULL;
     for (int32_t h = 0; h < r->header_count; h++) {
         hdr_t *hd = &o->hdrs[r->header_start + h];
-        PyObject *obj = make_header(b, hd->key_pos, hd->key_len, hd->value_pos, hd->value_len);
+        PyObject *obj = make_header(b, hd->key_pos, hd->key_len, hd->value_pos, hd->value_len, kc);
         if (!obj) { Py_DECREF(list); return NULL; }
         PyList_SET_ITEM(list, h, obj);
     }
@@ -664,7 +685,7 @@ static int rec_init(RecordObject *self, PyObject *args, PyObject *kwds) {
                 if (PyArg_ParseTuple(item, "nnnn", &hkp, &hkl, &hvp, &hvl)) {
                     slice_bounds(v.len, hkp, hkl, &ka, &kz);
                     if (hvl >= 0) slice_bounds(v.len, hvp, hvl, &va, &vz);
-                    h = make_header(b, ka, kz - ka, va, hvl < 0 ? -1 : vz - va);
+                    h = make_header(b, ka, kz - ka, va, hvl < 0 ? -1 : vz - va, NULL);
                 }
                 if (!h) Py_CLEAR(headers);
                 else PyList_SET_ITEM(headers, i, h);
@@ -777,6 +798,7 @@ static PyObject *build_v2(PyTypeObject *tp, PyObject *batch, PyObject *data, Py_
     Py_buffer v;
     parse_out o;
     memset(&o, 0, sizeof o);
+    key_cache kc = {NULL, 0, NULL};
     PyObject *list = NULL;
     if (get_view(data, &v, pos, end) < 0) return NULL;
     const uint8_t *b = (const uint8_t *)v.buf;
@@ -806,7 +828,7 @@ static PyObject *build_v2(PyTypeObject *tp, PyObject *batch, PyObject *data, Py_
         rec->hdr_count = r->header_count;
         rec->key = span_bytes(b, r->key_pos, r->key_len);
         rec->value = span_bytes(b, r->value_pos, r->value_len);
-        rec->headers = header_list(b, &o, r);
+        rec->headers = header_list(b, &o, r, &kc);
         rec->magic = 2;
         rec->attributes = 0;
         Py_INCREF(Py_None);
@@ -816,10 +838,12 @@ static PyObject *build_v2(PyTypeObject *tp, PyObject *batch, PyObject *data, Py_
         PyObject_GC_Track(rec);
         if (!rec->offset || !rec->timestamp || !rec->key || !rec->value || !rec->headers) goto error;
     }
+    Py_XDECREF(kc.text);
     PyBuffer_Release(&v);
     parse_out_free(&o);
     return list;
 error:
+    Py_XDECREF(kc.text);
     Py_XDECREF(list);
     PyBuffer_Release(&v);
     parse_out_free(&o);
