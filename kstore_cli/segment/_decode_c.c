@@ -197,6 +197,7 @@ typedef struct {
     int64_t timestamp_delta;
     Py_ssize_t size, key_pos, key_len, value_pos, value_len;
     Py_ssize_t header_start; /* index into the header span array */
+    Py_ssize_t header_pos;   /* where the first header starts in the buffer */
     int32_t header_count;
 } rec_t;
 
@@ -304,7 +305,7 @@ static int parse_v2(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t
                      (int)header_count);
             return set_invalid(msg);
         }
-        Py_ssize_t header_start = o->nhdrs;
+        Py_ssize_t header_start = o->nhdrs, header_pos = p;
         if (header_count) {
             if (o->caphdrs - o->nhdrs < header_count) {
                 Py_ssize_t cap = o->caphdrs * 2 + header_count + 8;
@@ -350,6 +351,7 @@ static int parse_v2(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t
         r->value_pos = value_pos;
         r->value_len = value_len;
         r->header_start = header_start;
+        r->header_pos = header_pos;
         r->header_count = header_count;
         pos = record_end;
         continue;
@@ -429,6 +431,10 @@ typedef struct {
     PyObject *batch, *buf, *key, *value, *headers, *offset, *timestamp, *hspans, *crc, *legacy_valid;
     long long sequence, magic, attributes;
     Py_ssize_t size, key_pos, key_len, value_pos, value_len;
+    /* Records built here leave hspans NULL: Record._headers is made from the buffer when read (most
+     * callers never read it, and a tuple of 4-tuples per header record cost a sixth of the build). */
+    Py_ssize_t hdr_pos;
+    int32_t hdr_count;
 } RecordObject;
 
 static PyTypeObject RecordBaseType;
@@ -489,7 +495,6 @@ static PyMemberDef rec_members[] = {
     {"_key_len", T_PYSSIZET, offsetof(RecordObject, key_len), 0, NULL},
     {"_value_pos", T_PYSSIZET, offsetof(RecordObject, value_pos), 0, NULL},
     {"_value_len", T_PYSSIZET, offsetof(RecordObject, value_len), 0, NULL},
-    OBJ_MEMBER("_headers", hspans),
     OBJ_MEMBER("crc", crc),
     {"magic", T_LONGLONG, offsetof(RecordObject, magic), 0, NULL},
     {"attributes", T_LONGLONG, offsetof(RecordObject, attributes), 0, NULL},
@@ -565,19 +570,6 @@ static PyObject *span_bytes(const uint8_t *b, Py_ssize_t pos, Py_ssize_t len) {
     return PyBytes_FromStringAndSize((const char *)b + pos, len);
 }
 
-static PyObject *headers_tuple(parse_out *o, rec_t *r) {
-    if (!r->header_count) { Py_INCREF(EmptyTuple); return EmptyTuple; }
-    PyObject *headers = PyTuple_New(r->header_count);
-    if (!headers) return NULL;
-    for (int32_t h = 0; h < r->header_count; h++) {
-        hdr_t *hd = &o->hdrs[r->header_start + h];
-        PyObject *t = Py_BuildValue("(nnnn)", hd->key_pos, hd->key_len, hd->value_pos, hd->value_len);
-        if (!t) { Py_DECREF(headers); return NULL; }
-        PyTuple_SET_ITEM(headers, h, t);
-    }
-    return headers;
-}
-
 /* Java's new String(bytes, UTF_8): strict UTF-8 when it decodes, else text.java_utf8's rules. */
 static PyObject *java_utf8(const uint8_t *p, Py_ssize_t n) {
     PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, NULL);
@@ -597,9 +589,30 @@ static PyObject *java_utf8(const uint8_t *p, Py_ssize_t n) {
     return s;
 }
 
+/* The last header key decoded in a batch and its text: a topic's headers carry a few keys over and over,
+ * so equal key bytes share one (immutable) str instead of decoding it again. */
+typedef struct { const uint8_t *p; Py_ssize_t n; PyObject *text; } key_cache;
+
+static PyObject *header_key(const uint8_t *p, Py_ssize_t n, key_cache *kc) {
+    if (!kc) return java_utf8(p, n);
+    if (kc->text && kc->n == n && memcmp(kc->p, p, (size_t)n) == 0) {
+        Py_INCREF(kc->text);
+        return kc->text;
+    }
+    PyObject *k = java_utf8(p, n);
+    if (k) {
+        Py_INCREF(k);
+        Py_XSETREF(kc->text, k);
+        kc->p = p;
+        kc->n = n;
+    }
+    return k;
+}
+
 /* One header_cls(key text, value bytes | None), its slots filled as Header.__init__ would. */
-static PyObject *make_header(const uint8_t *b, Py_ssize_t kp, Py_ssize_t kl, Py_ssize_t vp, Py_ssize_t vl) {
-    PyObject *k = java_utf8(b + kp, kl);
+static PyObject *make_header(const uint8_t *b, Py_ssize_t kp, Py_ssize_t kl, Py_ssize_t vp, Py_ssize_t vl,
+                             key_cache *kc) {
+    PyObject *k = header_key(b + kp, kl, kc);
     PyObject *v = k ? span_bytes(b, vp, vl) : NULL;
     PyObject *obj = v ? header_type->tp_alloc(header_type, 0) : NULL;
     if (!obj) {
@@ -613,12 +626,12 @@ static PyObject *make_header(const uint8_t *b, Py_ssize_t kp, Py_ssize_t kl, Py_
 }
 
 /* Record.headers: [header_cls(key text, value bytes | None), ...] */
-static PyObject *header_list(const uint8_t *b, parse_out *o, rec_t *r) {
+static PyObject *header_list(const uint8_t *b, parse_out *o, rec_t *r, key_cache *kc) {
     PyObject *list = PyList_New(r->header_count);
     if (!list) return NULL;
     for (int32_t h = 0; h < r->header_count; h++) {
         hdr_t *hd = &o->hdrs[r->header_start + h];
-        PyObject *obj = make_header(b, hd->key_pos, hd->key_len, hd->value_pos, hd->value_len);
+        PyObject *obj = make_header(b, hd->key_pos, hd->key_len, hd->value_pos, hd->value_len, kc);
         if (!obj) { Py_DECREF(list); return NULL; }
         PyList_SET_ITEM(list, h, obj);
     }
@@ -672,7 +685,7 @@ static int rec_init(RecordObject *self, PyObject *args, PyObject *kwds) {
                 if (PyArg_ParseTuple(item, "nnnn", &hkp, &hkl, &hvp, &hvl)) {
                     slice_bounds(v.len, hkp, hkl, &ka, &kz);
                     if (hvl >= 0) slice_bounds(v.len, hvp, hvl, &va, &vz);
-                    h = make_header(b, ka, kz - ka, va, hvl < 0 ? -1 : vz - va);
+                    h = make_header(b, ka, kz - ka, va, hvl < 0 ? -1 : vz - va, NULL);
                 }
                 if (!h) Py_CLEAR(headers);
                 else PyList_SET_ITEM(headers, i, h);
@@ -709,6 +722,52 @@ static int rec_init(RecordObject *self, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
+/* Record._headers: ((key_pos, key_len, value_pos, value_len), ...), as the pure twin stores them. A record
+ * built here reads its header spans again from the buffer, once (parse_v2 checked them; should the buffer
+ * have changed since, they are checked again: InvalidRecordError). */
+static PyObject *rec_get_hspans(RecordObject *r, void *closure) {
+    if (!r->hspans) {
+        if (r->hdr_count <= 0 || !r->buf) {
+            Py_INCREF(EmptyTuple);
+            return EmptyTuple;
+        }
+        Py_buffer v;
+        if (PyObject_GetBuffer(r->buf, &v, PyBUF_SIMPLE) < 0) return NULL;
+        const uint8_t *b = (const uint8_t *)v.buf;
+        Py_ssize_t p = r->hdr_pos, end = v.len;
+        PyObject *spans = PyTuple_New(r->hdr_count);
+        int32_t h = 0;
+        int rc = RD_OK;
+        for (; spans && p >= 0 && h < r->hdr_count; h++) {
+            int32_t kl, vl;
+            if ((rc = rd_varint(b, &p, end, &kl)) != RD_OK || kl < 0 || kl > end - p) break;
+            Py_ssize_t kp = p;
+            p += kl;
+            if ((rc = rd_varint(b, &p, end, &vl)) != RD_OK || (vl >= 0 && vl > end - p)) break;
+            Py_ssize_t vp = p;
+            if (vl < 0) vl = -1; else p += vl;
+            PyObject *t = Py_BuildValue("(nnnn)", kp, (Py_ssize_t)kl, vp, (Py_ssize_t)vl);
+            if (!t) { rc = RD_ERROR; break; }
+            PyTuple_SET_ITEM(spans, h, t);
+        }
+        PyBuffer_Release(&v);
+        if (!spans) return NULL;
+        if (h < r->hdr_count) { /* the buffer no longer holds what parse_v2 read */
+            Py_DECREF(spans);
+            if (rc != RD_ERROR) PyErr_SetString(InvalidRecordError, INVALID_STRUCTURE);
+            return NULL;
+        }
+        r->hspans = spans;
+    }
+    Py_INCREF(r->hspans);
+    return r->hspans;
+}
+
+static PyGetSetDef rec_getset[] = {
+    {"_headers", (getter)rec_get_hspans, NULL, "the header spans (key_pos, key_len, value_pos, value_len)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyTypeObject RecordBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "kstore_cli.segment._decode_c.RecordBase",
@@ -719,6 +778,7 @@ static PyTypeObject RecordBaseType = {
     .tp_traverse = (traverseproc)rec_traverse,
     .tp_clear = (inquiry)rec_clear,
     .tp_members = rec_members,
+    .tp_getset = rec_getset,
     .tp_init = (initproc)rec_init,
     .tp_new = PyType_GenericNew,
 };
@@ -738,6 +798,7 @@ static PyObject *build_v2(PyTypeObject *tp, PyObject *batch, PyObject *data, Py_
     Py_buffer v;
     parse_out o;
     memset(&o, 0, sizeof o);
+    key_cache kc = {NULL, 0, NULL};
     PyObject *list = NULL;
     if (get_view(data, &v, pos, end) < 0) return NULL;
     const uint8_t *b = (const uint8_t *)v.buf;
@@ -763,10 +824,11 @@ static PyObject *build_v2(PyTypeObject *tp, PyObject *batch, PyObject *data, Py_
         rec->key_len = r->key_len;
         rec->value_pos = r->value_pos;
         rec->value_len = r->value_len;
-        rec->hspans = headers_tuple(&o, r);
+        rec->hdr_pos = r->header_pos;
+        rec->hdr_count = r->header_count;
         rec->key = span_bytes(b, r->key_pos, r->key_len);
         rec->value = span_bytes(b, r->value_pos, r->value_len);
-        rec->headers = header_list(b, &o, r);
+        rec->headers = header_list(b, &o, r, &kc);
         rec->magic = 2;
         rec->attributes = 0;
         Py_INCREF(Py_None);
@@ -774,12 +836,14 @@ static PyObject *build_v2(PyTypeObject *tp, PyObject *batch, PyObject *data, Py_
         Py_INCREF(Py_None);
         rec->legacy_valid = Py_None;
         PyObject_GC_Track(rec);
-        if (!rec->offset || !rec->timestamp || !rec->hspans || !rec->key || !rec->value || !rec->headers) goto error;
+        if (!rec->offset || !rec->timestamp || !rec->key || !rec->value || !rec->headers) goto error;
     }
+    Py_XDECREF(kc.text);
     PyBuffer_Release(&v);
     parse_out_free(&o);
     return list;
 error:
+    Py_XDECREF(kc.text);
     Py_XDECREF(list);
     PyBuffer_Release(&v);
     parse_out_free(&o);
