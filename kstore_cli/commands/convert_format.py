@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import List, Optional
+from typing import Optional
 
 import click
 
@@ -13,6 +13,7 @@ from kstore_cli.commands._options import (
     SizeType,
     dry_run_option,
     force_option,
+    jobs_option,
     json_option,
     no_partitions,
     topics_option,
@@ -23,17 +24,17 @@ from kstore_cli.commands._console import human_bytes as _human
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.codecs import CODEC_IDS
 from kstore_cli.errors import UsageError
-from kstore_cli.segment import fileops
 from kstore_cli.segment.convert import (
     LOSS_DESCRIPTIONS,
     ConvertOptions,
+    ConvertRun,
     ConvertStats,
-    PartitionResult,
-    convert_partition,
-    copy_data_dir_files,
+    check_destination,
+    check_output_dir,
+    convert_targets,
 )
 from kstore_cli.segment.index import DEFAULT_INDEX_INTERVAL_BYTES
-from kstore_cli.segment.logdir import group_by_data_dir, is_partition_dir, resolve
+from kstore_cli.segment.logdir import resolve
 
 
 def _summary_line(stats: ConvertStats) -> str:
@@ -64,13 +65,15 @@ def _summary_line(stats: ConvertStats) -> str:
               help="Roll segments at N bytes [default: keep the input's segment boundaries].")
 @click.option("--index-interval-bytes", type=SIZE, default=DEFAULT_INDEX_INTERVAL_BYTES,
               show_default=True, help="The topic's index.interval.bytes, for the new indexes.")
+@jobs_option("Batches (de)compressed at once, on threads [default: min(2, CPUs)]; 1: no threads.")
 @force_option
 @topics_option
 @json_option("One JSON object per partition, then a summary object.")
 @click.pass_context
 def command(ctx: click.Context, paths, topics: Optional[str], to_magic: str, compression: Optional[str], compression_level: Optional[int],
             output_dir: Optional[str], in_place: bool, dry_run: bool, strict: bool, batch_bytes: Optional[int],
-            segment_bytes: Optional[int], index_interval_bytes: int, force: bool, as_json: bool) -> None:
+            segment_bytes: Optional[int], index_interval_bytes: int, jobs: Optional[int], force: bool,
+            as_json: bool) -> None:
     """Rewrite partitions into another message format (magic) and/or compression codec.
 
     PATH is a .log file, a partition directory or a data directory. Offsets and timestamps are
@@ -96,64 +99,36 @@ def command(ctx: click.Context, paths, topics: Optional[str], to_magic: str, com
       kstore convert-format --to-magic 2 --in-place /var/lib/kafka/data/orders-0
       kstore convert-format --to-magic 1 --compression gzip --strict --dry-run /var/lib/kafka/data/orders-0
     """
-    if in_place and output_dir:
-        raise UsageError("choose one of --in-place and --output-dir")
-    if not in_place and not output_dir and not dry_run:
-        raise UsageError("say where the result goes: --output-dir DIR or --in-place (or use --dry-run)")
+    check_destination(in_place, output_dir, dry_run)
     opts = ConvertOptions(
         int(to_magic), None if compression is None else CODEC_IDS[compression], compression_level,
         batch_bytes=batch_bytes, strict=strict, segment_bytes=segment_bytes,
-        index_interval_bytes=index_interval_bytes,
+        index_interval_bytes=index_interval_bytes, jobs=jobs,
     )
     targets = resolve(paths, topics)
     if not targets:
         raise UsageError(no_partitions(paths, topics))
     if output_dir:
-        # Real paths: an alias (symlink) of the input is the input. The output must not be, or lie
-        # inside, an input's data dir (where it would write into the live partition, or leave a stray
-        # directory the broker refuses to start with), nor any input path.
-        out_real = os.path.realpath(output_dir)
-        inputs = {os.path.realpath(raw) for raw in paths} | {t.partition.data_dir for t in targets}
-        for inp in sorted(inputs):
-            if out_real == inp or out_real.startswith(inp.rstrip(os.sep) + os.sep):
-                raise UsageError(f"the output dir is or lies inside the input {inp}; choose a directory "
-                                 "outside the data dir", path=output_dir)
-        names_seen = {}
-        for t in targets:
-            other = names_seen.setdefault(t.partition.name, t.partition.path)
-            if other != t.partition.path:
-                raise UsageError(f"two inputs named {t.partition.name} would go to the same output directory")
+        check_output_dir(output_dir, paths, targets)
     tty = _is_tty() and not as_json
-    total = ConvertStats()
-    results: List[PartitionResult] = []
     progress_cm, advance = byte_progress(tty, "converting",
                                          lambda: sum(os.path.getsize(s.log) for t in targets for s in t.segments))
     try:
-        if output_dir and not dry_run:
-            for raw in paths:
-                path = os.path.abspath(raw)
-                if os.path.isdir(path) and not is_partition_dir(path):
-                    copy_data_dir_files(path, output_dir)
-        groups = group_by_data_dir(targets)
-        with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
-                                    force=force, enabled=in_place and not dry_run):
-            for data_dir, dir_targets in groups.items():
-                for target in dir_targets:
-                    result = convert_partition(target, opts, output_root=None if in_place else output_dir,
-                                               dry_run=dry_run, progress=advance)
-                    results.append(result)
-                    total.add(result.stats)
-                    if as_json:
-                        click.echo(json.dumps(result.to_dict(), sort_keys=True))
+        run = convert_targets(paths, targets, opts, output_dir=None if in_place else output_dir, dry_run=dry_run,
+                              force=force, progress=advance,
+                              on_result=(lambda r: click.echo(json.dumps(r.to_dict(), sort_keys=True))) if as_json else None)
     finally:
         if progress_cm is not None:
             progress_cm.stop()
     if as_json:
-        summary = {"type": "summary", "partitions": len(results), "dryRun": dry_run,
-                   "toMagic": opts.to_magic, "compression": compression}
-        summary.update(total.to_dict())
-        click.echo(json.dumps(summary, sort_keys=True))
-        return
+        click.echo(json.dumps(run.to_dict(), sort_keys=True))
+    else:
+        _report(run, tty)
+
+
+def _report(run: ConvertRun, tty: bool) -> None:
+    """Text output: a table on a terminal, else a line per partition; then the total, and losses on stderr."""
+    total, dry_run = run.total, run.dry_run
     if tty:
         from rich.console import Console
         from rich.table import Table
@@ -161,7 +136,7 @@ def command(ctx: click.Context, paths, topics: Optional[str], to_magic: str, com
         table = Table(title="convert-format" + (" (dry run)" if dry_run else ""), title_justify="left")
         for col in ("partition", "status", "segments", "batches", "records", "bytes in", "bytes out", "losses"):
             table.add_column(col, overflow="fold")
-        for r in results:
+        for r in run.results:
             s = r.stats
             losses = ", ".join(f"{v} {k}" for k, v in sorted(s.losses.items()) if v) or "-"
             table.add_row(r.partition.name, r.status, f"{s.segments_in}->{s.segments_out}",
@@ -171,10 +146,10 @@ def command(ctx: click.Context, paths, topics: Optional[str], to_magic: str, com
         console.print(table)
         console.print("total: " + _summary_line(total))
     else:
-        for r in results:
+        for r in run.results:
             where = "" if r.destination in (None, r.partition.path) else f" -> {r.destination}"
             click.echo(f"{r.partition.path}{where}: {r.status}: {_summary_line(r.stats)}")
-        click.echo(f"total ({len(results)} partition(s)){' (dry run)' if dry_run else ''}: {_summary_line(total)}")
+        click.echo(f"total ({len(run.results)} partition(s)){' (dry run)' if dry_run else ''}: {_summary_line(total)}")
     if total.lossy:
         click.echo("lost: " + "; ".join(f"{v} {LOSS_DESCRIPTIONS[k]}" for k, v in sorted(total.losses.items()) if v),
                    err=True)

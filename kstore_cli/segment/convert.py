@@ -55,7 +55,7 @@ from kstore_cli.segment.batch import (
     RecordBatch,
 )
 from kstore_cli.segment.builder import build_legacy_entry
-from kstore_cli.segment.logdir import Partition, Segment, Target
+from kstore_cli.segment.logdir import Partition, Segment, Target, group_by_data_dir, is_partition_dir
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.segment.snapshot import build_snapshot, read_snapshot
 from kstore_cli.segment.writer import PartitionWriter
@@ -778,8 +778,8 @@ class _SegmentCopier:
         self.pending_start: Optional[int] = None
         self.mtime: Optional[float] = None
         pooled = converter.executor is not None
-        self.read_ahead = 2 * opts.jobs if pooled else 0
-        self.write_behind = 8 * opts.jobs if pooled else 0
+        self.read_ahead = 16 * opts.jobs if pooled else 0
+        self.write_behind = 32 * opts.jobs if pooled else 0
         self.outputs: Deque[Output] = deque()
 
     def run(self, segments: Sequence[Segment]) -> Optional[int]:
@@ -915,3 +915,85 @@ def copy_data_dir_files(data_dir: str, output_root: str) -> List[str]:
         fileops.copy_file(src, dst)
         copied.append(dst)
     return copied
+
+
+# --------------------------------------------------------------------------- a run over many partitions
+
+
+def check_destination(in_place: bool, output_dir: Optional[str], dry_run: bool) -> None:
+    """Exactly one place for the result (--in-place or an output dir), unless a dry run."""
+    if in_place and output_dir:
+        raise UsageError("choose one of --in-place and --output-dir")
+    if not in_place and not output_dir and not dry_run:
+        raise UsageError("say where the result goes: --output-dir DIR or --in-place (or use --dry-run)")
+
+
+def check_output_dir(output_dir: str, paths: Sequence[str], targets: Sequence[Target]) -> None:
+    """The output dir must not be, or lie inside, an input's data dir (where it would write into the live
+    partition, or leave a stray directory the broker refuses to start with), nor any input path; and two
+    inputs must not share a partition name. Real paths: an alias (symlink) of the input is the input."""
+    out_real = os.path.realpath(output_dir)
+    inputs = {os.path.realpath(raw) for raw in paths} | {t.partition.data_dir for t in targets}
+    for inp in sorted(inputs):
+        if out_real == inp or out_real.startswith(inp.rstrip(os.sep) + os.sep):
+            raise UsageError(f"the output dir is or lies inside the input {inp}; choose a directory "
+                             "outside the data dir", path=output_dir)
+    names_seen: dict = {}
+    for t in targets:
+        other = names_seen.setdefault(t.partition.name, t.partition.path)
+        if other != t.partition.path:
+            raise UsageError(f"two inputs named {t.partition.name} would go to the same output directory")
+
+
+class ConvertRun:
+    """What one convert-format run did: each partition's result and their total."""
+
+    def __init__(self, opts: ConvertOptions, dry_run: bool) -> None:
+        self.opts = opts
+        self.dry_run = dry_run
+        self.results: List[PartitionResult] = []
+        self.total = ConvertStats()
+
+    def add(self, result: PartitionResult) -> None:
+        self.results.append(result)
+        self.total.add(result.stats)
+
+    def to_dict(self) -> dict:
+        """The summary (one JSON line after the partitions' own)."""
+        out = {"type": "summary", "partitions": len(self.results), "dryRun": self.dry_run,
+               "toMagic": self.opts.to_magic, "compression": None if self.opts.codec is None else CODEC_NAMES[self.opts.codec]}
+        out.update(self.total.to_dict())
+        return out
+
+
+def convert_targets(
+    paths: Sequence[str],
+    targets: Sequence[Target],
+    opts: ConvertOptions,
+    *,
+    output_dir: Optional[str] = None,
+    dry_run: bool = False,
+    force: bool = False,
+    progress: Optional[Callable[[int], None]] = None,
+    on_result: Optional[Callable[[PartitionResult], None]] = None,
+) -> ConvertRun:
+    """Convert every target: into `output_dir` (the data dirs' own files copied there too), else in place
+    under the data dirs' locks (`force`: even when a running process holds one). `on_result` is told each
+    partition's result as it is done."""
+    run = ConvertRun(opts, dry_run)
+    in_place = output_dir is None
+    if output_dir and not dry_run:
+        for raw in paths:
+            path = os.path.abspath(raw)
+            if os.path.isdir(path) and not is_partition_dir(path):
+                copy_data_dir_files(path, output_dir)
+    groups = group_by_data_dir(targets)
+    with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
+                                force=force, enabled=in_place and not dry_run):
+        for dir_targets in groups.values():
+            for target in dir_targets:
+                result = convert_partition(target, opts, output_root=output_dir, dry_run=dry_run, progress=progress)
+                run.add(result)
+                if on_result is not None:
+                    on_result(result)
+    return run
