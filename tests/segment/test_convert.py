@@ -13,8 +13,14 @@ from typing import List, Optional, Tuple
 import pytest
 
 from kstore_cli.codecs import GZIP, LZ4, NONE, SNAPPY, ZSTD
-from kstore_cli.errors import UsageError
-from kstore_cli.segment.builder import RecordSpec, build_control_batch, build_legacy_batch, build_v2_batch
+from kstore_cli.errors import KstoreError, UsageError
+from kstore_cli.segment.builder import (
+    RecordSpec,
+    build_control_batch,
+    build_legacy_batch,
+    build_legacy_entry,
+    build_v2_batch,
+)
 from kstore_cli.segment.checkpoint import format_leader_epoch_checkpoint, read_leader_epoch_checkpoint
 from kstore_cli.segment.convert import (
     ConvertOptions,
@@ -430,3 +436,57 @@ def test_one_segment_path_converts_only_that_segment(tmp_path: Path) -> None:
     assert {s.log: Path(s.log).read_bytes() for s in p.segments[1:]} == other
     plan = plan_partition(p, only=p.segments[0].base_offset, index_interval_bytes=700)
     assert not plan.has_problems and all(c.action == "unchanged" for c in plan.segments[0].changes)
+
+
+# --------------------------------------------------------------------------- the codec thread pool
+
+
+def _many_wrappers(directory: Path, n: int = 60, bad: Tuple[int, ...] = ()) -> Path:
+    """v1 gzip wrappers of 40 records each over two segments (enough to fill the pool's queues several
+    times over); the wrappers at the indexes in `bad` hold garbage in place of gzip, under a valid CRC."""
+    def wrapper(i: int) -> bytes:
+        recs = [RecordSpec(40 * i + j, TS + j, b"k%d" % j, os.urandom(8).hex().encode() * (j % 7)) for j in range(40)]
+        if i in bad:
+            return build_legacy_entry(40 * i + 39, 1, GZIP, TS, None, b"\x1f\x8b not gzip %d" % i)
+        return build_legacy_batch(recs, magic=1, codec=GZIP)
+    half = n // 2
+    _write(directory, [(0, [wrapper(i) for i in range(half)]), (40 * half, [wrapper(i) for i in range(half, n)])])
+    return directory
+
+
+@pytest.mark.parametrize("magic, codec", [(2, ZSTD), (2, GZIP), (2, NONE), (1, LZ4), (0, GZIP)])
+def test_codec_threads_change_no_byte(magic: int, codec: int, tmp_path: Path) -> None:
+    """jobs > 1 (tables decompressed and batches compressed on a pool) writes exactly jobs=1's bytes and
+    counts the same, whatever the target."""
+    src = Partition(str(_many_wrappers(tmp_path / "src" / "p-0")))
+    outputs = {}
+    for jobs in (1, 2, 3):
+        out = tmp_path / f"out{jobs}"
+        result = convert_partition(Target(src, None), ConvertOptions(magic, codec=codec, jobs=jobs, batch_bytes=1000),
+                                   output_root=str(out))
+        files = sorted((out / "p-0").iterdir())
+        outputs[jobs] = ({f.name: f.read_bytes() for f in files}, result.stats.to_dict())
+    assert outputs[1][1]["batchesOut"] > 60
+    assert outputs[2] == outputs[1] and outputs[3] == outputs[1]
+
+
+def test_with_codec_threads_the_first_bad_batch_in_file_order_is_reported(tmp_path: Path) -> None:
+    """A wrapper that fails to decompress while later ones are being decompressed ahead: the error is the
+    one a single thread reports (the first bad wrapper, by file and byte), and nothing is left behind."""
+    src = Partition(str(_many_wrappers(tmp_path / "src" / "p-0", bad=(7, 9, 45))))
+    first_bad = [b.position for b in read_batches(src.segments[0].log)][7]
+    messages = []
+    for jobs in (1, 2):
+        out = tmp_path / f"out{jobs}"
+        with pytest.raises(KstoreError) as info:
+            convert_partition(Target(src, None), ConvertOptions(2, codec=ZSTD, jobs=jobs), output_root=str(out))
+        assert info.value.position == first_bad and info.value.path == src.segments[0].log
+        messages.append(str(info.value))
+        assert not [f for f in (out / "p-0").iterdir() if f.suffix in (".log", ".index", ".timeindex", ".cleaned")]
+    assert messages[0] == messages[1] and "\n" not in messages[0]
+
+
+def test_jobs_must_be_positive() -> None:
+    with pytest.raises(UsageError):
+        ConvertOptions(2, jobs=0)
+    assert ConvertOptions(2).jobs == max(1, min(2, os.cpu_count() or 1))
