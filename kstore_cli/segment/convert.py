@@ -766,7 +766,9 @@ class _SegmentCopier:
     batches are decompressed on the pool while this thread converts, and output batches are
     compressed there while earlier ones are written. Everything is consumed in file order (a
     batch's error surfaces where it would without the pool, and the writer sees the same
-    sequence), and at most ``2 * jobs`` source batches and ``8 * jobs`` output batches are in flight.
+    sequence). In flight at most: ``16 * jobs`` source batches of up to ``jobs`` MiB in all (beyond
+    the next one), and ``32 * jobs`` output batches. The queues are that deep because a pool thread
+    waits up to the interpreter's switch interval (5 ms) for the GIL to hand its result back.
     """
 
     def __init__(self, writer: PartitionWriter, converter: BatchConverter, opts: ConvertOptions,
@@ -779,6 +781,7 @@ class _SegmentCopier:
         self.mtime: Optional[float] = None
         pooled = converter.executor is not None
         self.read_ahead = 16 * opts.jobs if pooled else 0
+        self.read_ahead_bytes = opts.jobs << 20
         self.write_behind = 32 * opts.jobs if pooled else 0
         self.outputs: Deque[Output] = deque()
 
@@ -823,9 +826,12 @@ class _SegmentCopier:
         converter = self.converter
         submit = converter.executor.submit
         ahead: Deque[Tuple[Batch, Optional[Future]]] = deque()
+        size = 0  # source bytes in `ahead`
         for batch in batches:
             ahead.append((batch, submit(batch.record_table) if converter.wants_table(batch) else None))
-            if len(ahead) > self.read_ahead:
+            size += batch.size
+            while len(ahead) > self.read_ahead or (size > self.read_ahead_bytes and len(ahead) > 1):
+                size -= ahead[0][0].size
                 yield ahead.popleft()
         while ahead:
             yield ahead.popleft()
