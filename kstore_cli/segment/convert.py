@@ -56,7 +56,7 @@ from kstore_cli.segment.batch import (
 )
 from kstore_cli.segment.builder import build_legacy_entry
 from kstore_cli.segment.logdir import Partition, Segment, Target, group_by_data_dir, is_partition_dir
-from kstore_cli.segment.reader import read_batches
+from kstore_cli.segment.reader import RELEASE_EVERY, iterate_source, open_source, read_batches, release_pages
 from kstore_cli.segment.snapshot import build_snapshot, read_snapshot
 from kstore_cli.segment.writer import PartitionWriter
 
@@ -798,7 +798,16 @@ class _SegmentCopier:
             seg_next = seg.base_offset
             reported = 0
             writer.set_mtime(self.mtime)
-            for batch, table in self._read_ahead(read_batches(seg.log, check_crc=True)):
+            buf, path = open_source(seg.log)
+            released = 0
+            # With read-ahead, pages are released here, behind the batch being converted: the framing
+            # would drop pages of batches still queued, and the pool threads would fault them back in
+            # for good (the resident set would grow with the segment).
+            source = iterate_source(buf, 0, len(buf), path, check_crc=True, release=not self.read_ahead)
+            for batch, table in self._read_ahead(source):
+                if self.read_ahead and batch.position - released >= RELEASE_EVERY:
+                    release_pages(buf, released, batch.position)
+                    released = batch.position
                 # A batch whose CRC fails is refused, as Kafka's LogValidator refuses it: rewriting it would
                 # give damaged bytes a fresh, valid CRC (or copy the bad one into the output).
                 batch.ensure_valid()
@@ -842,6 +851,8 @@ class _SegmentCopier:
             queue.append(out)
             if len(queue) > self.write_behind:
                 self.drain(self.write_behind)
+            elif isinstance(out[2], Batch):
+                self.drain(0)  # a source batch copied is written now: its pages are released behind it
 
     def drain(self, keep: int) -> None:
         """Write queued outputs, oldest first, until `keep` remain (waiting for their compression)."""

@@ -30,7 +30,7 @@ from kstore_cli.segment.convert import (
     convert_partition,
 )
 from kstore_cli.segment.logdir import Partition, Target
-from kstore_cli.segment.reader import read_batches
+from kstore_cli.segment.reader import RELEASE_EVERY, read_batches
 from kstore_cli.segment.recovery import plan_partition
 from kstore_cli.segment.verify import ERROR, verify_partition
 from kstore_cli.segment.snapshot import read_snapshot
@@ -490,3 +490,36 @@ def test_jobs_must_be_positive() -> None:
     with pytest.raises(UsageError):
         ConvertOptions(2, jobs=0)
     assert ConvertOptions(2).jobs == max(1, min(2, os.cpu_count() or 1))
+
+
+def test_with_codec_threads_pages_are_released_only_behind_the_batch_converted(tmp_path: Path, monkeypatch) -> None:
+    """Read-ahead keeps the framing from dropping pages of queued batches (a pool thread would fault them
+    back in for good, the resident set growing with the segment): pages are released here, behind the
+    batch being converted, and all the way through the segment."""
+    from kstore_cli.segment import convert as convert_mod
+
+    wrappers = [build_legacy_batch([RecordSpec(10 * i + j, TS, None, os.urandom(12000)) for j in range(10)],
+                                   magic=1, codec=GZIP) for i in range(120)]
+    src = tmp_path / "src" / "p-0"
+    _write(src, [(0, wrappers)])
+    calls: List[Tuple[int, int, int]] = []  # (start, end, source bytes converted by then)
+    fed = [0]
+    real_feed, real_release = convert_mod.BatchConverter.feed, convert_mod.release_pages
+
+    def feed(self, batch, table=None):
+        fed[0] = batch.position + batch.size  # converted up to here
+        return real_feed(self, batch, table)
+
+    def release(buf, start, end):
+        calls.append((start, end, fed[0]))
+        real_release(buf, start, end)
+
+    monkeypatch.setattr(convert_mod.BatchConverter, "feed", feed)
+    monkeypatch.setattr(convert_mod, "release_pages", release)
+    part = Partition(str(src))
+    convert_partition(Target(part, None), ConvertOptions(2, codec=ZSTD, jobs=2), output_root=str(tmp_path / "out"))
+    size = os.path.getsize(part.segments[0].log)
+    assert size > 3 * RELEASE_EVERY
+    assert calls and all(end <= done for _start, end, done in calls)
+    assert calls[0][0] == 0 and all(a[1] == b[0] for a, b in zip(calls, calls[1:]))
+    assert calls[-1][1] >= size - 2 * RELEASE_EVERY
