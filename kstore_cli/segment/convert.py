@@ -83,8 +83,13 @@ _CODEC_LEVELS = {GZIP: (1, 9, (-1,)), LZ4: (1, 17, ()), ZSTD: (-131072, 22, ())}
 
 
 def default_jobs() -> int:
-    """Codec threads by default: one per core, at most 2 (past that the Python half of the work is the bound)."""
-    return max(1, min(2, os.cpu_count() or 1))
+    """Codec threads by default: one per core this process may run on, at most 2 (past that the Python
+    half of the work is the bound)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(2, cores))
 
 
 class LossyConversionError(KstoreError):

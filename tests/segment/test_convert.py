@@ -489,7 +489,7 @@ def test_with_codec_threads_the_first_bad_batch_in_file_order_is_reported(tmp_pa
 def test_jobs_must_be_positive() -> None:
     with pytest.raises(UsageError):
         ConvertOptions(2, jobs=0)
-    assert ConvertOptions(2).jobs == max(1, min(2, os.cpu_count() or 1))
+    assert ConvertOptions(2).jobs == max(1, min(2, len(os.sched_getaffinity(0))))
 
 
 def test_with_codec_threads_pages_are_released_only_behind_the_batch_converted(tmp_path: Path, monkeypatch) -> None:
