@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+import threading
+from typing import Optional
 
-_compressors: Dict[int, object] = {}
-_decompressor = None
+# Per thread: a zstandard (de)compressor object must not be used by two threads at once, and
+# convert-format compresses batches on a small thread pool.
+_local = threading.local()
+
+
+def _decompressor() -> object:
+    d = getattr(_local, "decompressor", None)
+    if d is None:
+        import zstandard
+
+        d = _local.decompressor = zstandard.ZstdDecompressor()
+    return d
 
 
 def decompress(data: "bytes | memoryview", limit: Optional[int] = None) -> Optional[bytes]:
     """Decompress one or more zstd frames (frames need not carry their content size); None as soon as
     the output passes `limit` bytes."""
-    global _decompressor
-    if _decompressor is None:
-        import zstandard
-
-        _decompressor = zstandard.ZstdDecompressor()
-    reader = _decompressor.stream_reader(bytes(data), read_across_frames=True)
+    reader = _decompressor().stream_reader(bytes(data), read_across_frames=True)
     chunks = []
     total = 0
     while True:
@@ -31,21 +37,19 @@ def decompress(data: "bytes | memoryview", limit: Optional[int] = None) -> Optio
 
 def open_stream(data: "bytes | memoryview") -> object:
     """A reader of the decompressed bytes of one or more zstd frames (zstd's own streaming window)."""
-    global _decompressor
-    if _decompressor is None:
-        import zstandard
-
-        _decompressor = zstandard.ZstdDecompressor()
-    return _decompressor.stream_reader(data, read_across_frames=True)
+    return _decompressor().stream_reader(data, read_across_frames=True)
 
 
 def compress(data: "bytes | memoryview", level: Optional[int] = None) -> bytes:
     """One zstd frame at Kafka's default level 3 unless told otherwise."""
     level = 3 if level is None else level
-    compressor = _compressors.get(level)
+    compressors = getattr(_local, "compressors", None)
+    if compressors is None:
+        compressors = _local.compressors = {}
+    compressor = compressors.get(level)
     if compressor is None:
         import zstandard
 
-        # Built once per level: making a compressor per batch dominated conversion time.
-        compressor = _compressors[level] = zstandard.ZstdCompressor(level=level)
+        # Built once per level (and thread): making a compressor per batch dominated conversion time.
+        compressor = compressors[level] = zstandard.ZstdCompressor(level=level)
     return compressor.compress(bytes(data))

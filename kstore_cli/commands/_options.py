@@ -112,6 +112,11 @@ def dry_run_option(help: str) -> Callable[[F], F]:  # noqa: A002 - click's own p
     return click.option("--dry-run", is_flag=True, help=help)
 
 
+def jobs_option(help: str) -> Callable[[F], F]:  # noqa: A002
+    """--jobs/-j N (at least 1; None when not given: the command's own default); `help` says what runs at once."""
+    return click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help=help)
+
+
 def json_option(help: str) -> Callable[[F], F]:  # noqa: A002
     """--json: JSON Lines on stdout (each line an object with a `type`); `help` says which lines."""
     return click.option("--json", "as_json", is_flag=True, help=help)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Optional
 
 import click
@@ -12,6 +13,7 @@ from kstore_cli.commands._options import (
     SizeType,
     dry_run_option,
     force_option,
+    jobs_option,
     json_option,
     topics_option,
 )
@@ -20,8 +22,17 @@ from kstore_cli.commands._console import byte_progress
 from kstore_cli.commands._console import human_bytes as _human
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.codecs import CODEC_IDS
-from kstore_cli.segment.convert import LOSS_DESCRIPTIONS, ConvertOptions, ConvertRun, ConvertStats, FormatConversion
+from kstore_cli.segment.convert import (
+    LOSS_DESCRIPTIONS,
+    ConvertOptions,
+    ConvertRun,
+    ConvertStats,
+    check_destination,
+    check_output_dir,
+    convert_targets,
+)
 from kstore_cli.segment.index import DEFAULT_INDEX_INTERVAL_BYTES
+from kstore_cli.segment.logdir import resolve_some
 
 
 def _summary_line(stats: ConvertStats) -> str:
@@ -52,13 +63,15 @@ def _summary_line(stats: ConvertStats) -> str:
               help="Roll segments at N bytes [default: keep the input's segment boundaries].")
 @click.option("--index-interval-bytes", type=SIZE, default=DEFAULT_INDEX_INTERVAL_BYTES,
               show_default=True, help="The topic's index.interval.bytes, for the new indexes.")
+@jobs_option("Batches (de)compressed at once, on threads [default: min(2, CPUs)]; 1: no threads.")
 @force_option
 @topics_option
 @json_option("One JSON object per partition, then a summary object.")
 @click.pass_context
 def command(ctx: click.Context, paths, topics: Optional[str], to_magic: str, compression: Optional[str], compression_level: Optional[int],
             output_dir: Optional[str], in_place: bool, dry_run: bool, strict: bool, batch_bytes: Optional[int],
-            segment_bytes: Optional[int], index_interval_bytes: int, force: bool, as_json: bool) -> None:
+            segment_bytes: Optional[int], index_interval_bytes: int, jobs: Optional[int], force: bool,
+            as_json: bool) -> None:
     """Rewrite partitions into another message format (magic) and/or compression codec.
 
     PATH is a .log file, a partition directory or a data directory. Offsets and timestamps are
@@ -84,51 +97,55 @@ def command(ctx: click.Context, paths, topics: Optional[str], to_magic: str, com
       kstore convert-format --to-magic 2 --in-place /var/lib/kafka/data/orders-0
       kstore convert-format --to-magic 1 --compression gzip --strict --dry-run /var/lib/kafka/data/orders-0
     """
+    check_destination(in_place, output_dir, dry_run)
     opts = ConvertOptions(
         int(to_magic), None if compression is None else CODEC_IDS[compression], compression_level,
         batch_bytes=batch_bytes, strict=strict, segment_bytes=segment_bytes,
-        index_interval_bytes=index_interval_bytes,
+        index_interval_bytes=index_interval_bytes, jobs=jobs,
     )
-    conversion = FormatConversion(paths, opts, topics=topics, output_dir=output_dir, in_place=in_place,
-                                  dry_run=dry_run, force=force)
+    targets = resolve_some(paths, topics)
+    if output_dir:
+        check_output_dir(output_dir, paths, targets)
     tty = _is_tty() and not as_json
-    bar, advance = byte_progress(tty, "converting", conversion.total_bytes)
+    progress_cm, advance = byte_progress(tty, "converting",
+                                         lambda: sum(os.path.getsize(s.log) for t in targets for s in t.segments))
     try:
-        run = conversion.run(progress=advance, on_result=(
-            lambda r: click.echo(json.dumps(r.to_dict(), sort_keys=True))) if as_json else None)
+        run = convert_targets(paths, targets, opts, output_dir=None if in_place else output_dir, dry_run=dry_run,
+                              force=force, progress=advance,
+                              on_result=(lambda r: click.echo(json.dumps(r.to_dict(), sort_keys=True))) if as_json else None)
     finally:
-        if bar is not None:
-            bar.stop()
+        if progress_cm is not None:
+            progress_cm.stop()
     if as_json:
-        click.echo(json.dumps(run.summary(), sort_keys=True))
-        return
-    (_render_table if tty else _render_text)(run)
-    if run.total.lossy:
-        click.echo("lost: " + "; ".join(f"{v} {LOSS_DESCRIPTIONS[k]}" for k, v in sorted(run.total.losses.items()) if v),
+        click.echo(json.dumps(run.to_dict(), sort_keys=True))
+    else:
+        _report(run, tty)
+
+
+def _report(run: ConvertRun, tty: bool) -> None:
+    """Text output: a table on a terminal, else a line per partition; then the total, and losses on stderr."""
+    total, dry_run = run.total, run.dry_run
+    if tty:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="convert-format" + (" (dry run)" if dry_run else ""), title_justify="left")
+        for col in ("partition", "status", "segments", "batches", "records", "bytes in", "bytes out", "losses"):
+            table.add_column(col, overflow="fold")
+        for r in run.results:
+            s = r.stats
+            losses = ", ".join(f"{v} {k}" for k, v in sorted(s.losses.items()) if v) or "-"
+            table.add_row(r.partition.name, r.status, f"{s.segments_in}->{s.segments_out}",
+                          f"{s.batches_in}->{s.batches_out}", f"{s.records_in}->{s.records_out}",
+                          _human(s.bytes_in), _human(s.bytes_out), losses)
+        console = Console()
+        console.print(table)
+        console.print("total: " + _summary_line(total))
+    else:
+        for r in run.results:
+            where = "" if r.destination in (None, r.partition.path) else f" -> {r.destination}"
+            click.echo(f"{r.partition.path}{where}: {r.status}: {_summary_line(r.stats)}")
+        click.echo(f"total ({len(run.results)} partition(s)){' (dry run)' if dry_run else ''}: {_summary_line(total)}")
+    if total.lossy:
+        click.echo("lost: " + "; ".join(f"{v} {LOSS_DESCRIPTIONS[k]}" for k, v in sorted(total.losses.items()) if v),
                    err=True)
-
-
-def _render_table(run: ConvertRun) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="convert-format" + (" (dry run)" if run.dry_run else ""), title_justify="left")
-    for col in ("partition", "status", "segments", "batches", "records", "bytes in", "bytes out", "losses"):
-        table.add_column(col, overflow="fold")
-    for r in run.results:
-        s = r.stats
-        losses = ", ".join(f"{v} {k}" for k, v in sorted(s.losses.items()) if v) or "-"
-        table.add_row(r.partition.name, r.status, f"{s.segments_in}->{s.segments_out}",
-                      f"{s.batches_in}->{s.batches_out}", f"{s.records_in}->{s.records_out}",
-                      _human(s.bytes_in), _human(s.bytes_out), losses)
-    console = Console()
-    console.print(table)
-    console.print("total: " + _summary_line(run.total))
-
-
-def _render_text(run: ConvertRun) -> None:
-    for r in run.results:
-        where = "" if r.destination in (None, r.partition.path) else f" -> {r.destination}"
-        click.echo(f"{r.partition.path}{where}: {r.status}: {_summary_line(r.stats)}")
-    click.echo(f"total ({len(run.results)} partition(s)){' (dry run)' if run.dry_run else ''}: "
-               f"{_summary_line(run.total)}")

@@ -37,8 +37,9 @@ log end offset back, an empty segment at the old log end offset keeps it (as aft
 from __future__ import annotations
 
 import os
-from collections import Counter
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+from collections import Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Deque, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from kstore_cli.codecs import CODEC_NAMES, GZIP, LZ4, NONE, ZSTD, get_codec
 from kstore_cli.errors import ExitStatus, KstoreError, UsageError
@@ -54,8 +55,8 @@ from kstore_cli.segment.batch import (
     RecordBatch,
 )
 from kstore_cli.segment.builder import build_legacy_entry
-from kstore_cli.segment.logdir import Partition, Segment, Target, group_by_data_dir, is_partition_dir, resolve_some
-from kstore_cli.segment.reader import read_batches
+from kstore_cli.segment.logdir import Partition, Segment, Target, group_by_data_dir, is_partition_dir
+from kstore_cli.segment.reader import RELEASE_EVERY, iterate_source, open_source, read_batches, release_pages
 from kstore_cli.segment.snapshot import build_snapshot, read_snapshot
 from kstore_cli.segment.writer import PartitionWriter
 
@@ -81,6 +82,16 @@ LOSS_DESCRIPTIONS = {
 _CODEC_LEVELS = {GZIP: (1, 9, (-1,)), LZ4: (1, 17, ()), ZSTD: (-131072, 22, ())}
 
 
+def default_jobs() -> int:
+    """Codec threads by default: one per core this process may run on, at most 2 (past that the Python
+    half of the work is the bound)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(2, cores))
+
+
 class LossyConversionError(KstoreError):
     """``--strict`` and the conversion would drop information."""
 
@@ -90,11 +101,12 @@ class LossyConversionError(KstoreError):
 class ConvertOptions:
     """What to convert to. `codec` None keeps each batch's codec."""
 
-    __slots__ = ("to_magic", "codec", "level", "batch_bytes", "strict", "segment_bytes", "index_interval_bytes")
+    __slots__ = ("to_magic", "codec", "level", "batch_bytes", "strict", "segment_bytes", "index_interval_bytes",
+                 "jobs")
 
     def __init__(self, to_magic: int, codec: Optional[int] = None, level: Optional[int] = None,
                  batch_bytes: Optional[int] = None, strict: bool = False, segment_bytes: Optional[int] = None,
-                 index_interval_bytes: int = 4096) -> None:
+                 index_interval_bytes: int = 4096, jobs: Optional[int] = None) -> None:
         if to_magic not in (0, 1, 2):
             raise UsageError(f"the target magic must be 0, 1 or 2, not {to_magic}")
         if codec is not None and codec not in CODEC_NAMES:
@@ -113,6 +125,8 @@ class ConvertOptions:
             raise UsageError(f"batch bytes must be positive, not {batch_bytes}")
         if segment_bytes is not None and segment_bytes < 1:
             raise UsageError(f"segment bytes must be positive, not {segment_bytes}")
+        if jobs is not None and jobs < 1:
+            raise UsageError(f"jobs must be positive, not {jobs}")
         self.to_magic = to_magic
         self.codec = codec
         self.level = level
@@ -120,6 +134,9 @@ class ConvertOptions:
         self.strict = strict
         self.segment_bytes = segment_bytes
         self.index_interval_bytes = index_interval_bytes
+        #: Batches (de)compressed at once: 1 converts in this thread alone; more runs the codec work of
+        #: neighbouring batches on a thread pool (zlib, zstandard and lz4 release the GIL).
+        self.jobs = default_jobs() if jobs is None else jobs
 
     @property
     def regroup(self) -> bool:
@@ -171,6 +188,7 @@ class ConvertStats:
 # --------------------------------------------------------------------------- batch conversion
 
 #: An output: (bytes of one or more batches or a source batch, first offset if known, source batch to copy).
+#: With an executor, the bytes or the batch may still be a Future of them (compression under way).
 Output = Tuple[Optional[bytes], Optional[int], Optional[Batch]]
 
 
@@ -215,10 +233,33 @@ class BatchConverter:
     into `stats`.
     """
 
-    def __init__(self, opts: ConvertOptions, stats: ConvertStats) -> None:
+    def __init__(self, opts: ConvertOptions, stats: ConvertStats, executor: Optional[ThreadPoolExecutor] = None) -> None:
         self.opts = opts
         self.stats = stats
         self._group: Optional[_Group] = None
+        #: Where output batches are compressed (None: here, at once).
+        self.executor = executor
+        self._table_future: Optional[Future] = None
+
+    def wants_table(self, batch: Batch) -> bool:
+        """Whether feeding `batch` decompresses it into a record table (worth starting ahead, on a thread)."""
+        codec = batch.compression
+        if codec == NONE:
+            return False
+        if batch.magic < 2:
+            return True
+        out_codec = codec if self.opts.codec is None else self.opts.codec
+        if batch.is_control or batch.count <= 0:
+            return False
+        if self.opts.to_magic < 2:
+            return out_codec != ZSTD
+        return out_codec != codec or (self.opts.regroup and _is_plain_v2(batch))
+
+    def _table(self, batch: Batch) -> tuple:
+        """The batch's record table: the one started ahead when there is one (its error, if any, raised
+        here, in file order)."""
+        fut, self._table_future = self._table_future, None
+        return batch.record_table() if fut is None else fut.result()
 
     # ---------------------------------------------------------------- losses
     def _lose(self, kind: str, n: int = 1, where: Optional[Batch] = None) -> None:
@@ -233,7 +274,9 @@ class BatchConverter:
             )
 
     # ---------------------------------------------------------------- feeding
-    def feed(self, batch: Batch) -> Iterator[Output]:
+    def feed(self, batch: Batch, table: Optional[Future] = None) -> Iterator[Output]:
+        """Convert one batch; `table`: its record table, started ahead (see :meth:`wants_table`)."""
+        self._table_future = table
         opts = self.opts
         stats = self.stats
         stats.batches_in += 1
@@ -245,11 +288,11 @@ class BatchConverter:
             return
         # legacy source
         if opts.to_magic == batch.magic and out_codec == codec and not opts.regroup:
-            records = 1 if codec == NONE else batch.record_table()[0]
+            records = 1 if codec == NONE else self._table(batch)[0]
             stats.records_in += records
             yield from self._copy(batch, records)
             return
-        table = batch.record_table()
+        table = self._table(batch)
         stats.records_in += table[0]
         yield from self._legacy_to(batch, table, out_codec)
 
@@ -289,7 +332,7 @@ class BatchConverter:
         yield None, None, batch
 
     def _v2_to_v2(self, batch: Batch, out_codec: int) -> Iterator[Output]:
-        table = batch.record_table()
+        table = self._table(batch)
         fields = dict(
             timestamp_type=batch.timestamp_type,
             log_append_time=batch.max_timestamp if batch.timestamp_type == LOG_APPEND_TIME else None,
@@ -310,7 +353,7 @@ class BatchConverter:
 
     def _v2_to_legacy(self, batch: Batch, out_codec: int) -> Iterator[Output]:
         t = self.opts.to_magic
-        table = batch.record_table()
+        table = self._table(batch)
         self._lose("headers", encode.records_with_headers(table), batch)
         if batch.producer_id >= 0 or batch.producer_epoch >= 0 or batch.base_sequence >= 0:
             self._lose("producerFields", 1, batch)
@@ -459,20 +502,19 @@ class BatchConverter:
             max_ts = lat
         else:
             max_ts = g.records_max_ts
-        body = get_codec(codec).compress(bytes(g.body), 2, self.opts.level) if codec else g.body
         attributes = (codec & 0x07) | (TIMESTAMP_TYPE_MASK if ts_type == LOG_APPEND_TIME else 0)
         attributes |= (TRANSACTIONAL_FLAG if f.get("is_transactional") else 0)
         attributes |= (DELETE_HORIZON_FLAG if f.get("delete_horizon_ms") is not None else 0)
-        data = encode.v2_batch(body, g.count, base_offset=g.base, last_offset_delta=g.last - g.base,
-                               attributes=attributes, base_timestamp=g.base_ts, max_timestamp=max_ts,
-                               partition_leader_epoch=f.get("partition_leader_epoch", -1),
-                               producer_id=f.get("producer_id", -1), producer_epoch=f.get("producer_epoch", -1),
-                               base_sequence=f.get("base_sequence", -1))
+        header = dict(base_offset=g.base, last_offset_delta=g.last - g.base,
+                      attributes=attributes, base_timestamp=g.base_ts, max_timestamp=max_ts,
+                      partition_leader_epoch=f.get("partition_leader_epoch", -1),
+                      producer_id=f.get("producer_id", -1), producer_epoch=f.get("producer_epoch", -1),
+                      base_sequence=f.get("base_sequence", -1))
         self.stats.batches_out += 1
         self.stats.records_out += g.count
-        # Handed to the writer framed (one native call), not as bytes it would frame again.
-        framed = decode.frame_batches(RecordBatch, data, 0, len(data), 1, False, None)[0]
-        return None, g.base, framed[0]
+        if codec and self.executor is not None:
+            return None, g.base, self.executor.submit(_finish_v2, bytes(g.body), g.count, codec, self.opts.level, header)
+        return None, g.base, _finish_v2(g.body, g.count, codec, self.opts.level, header)
 
     def _emit_legacy(self, g: _Group) -> Output:
         """Plain entries, or one wrapper of them (offset: its last record; timestamp: the largest, or
@@ -490,8 +532,25 @@ class BatchConverter:
             wrapper_ts = g.legacy_ts
         else:
             wrapper_ts = g.records_max_ts
-        compressed = get_codec(codec).compress(bytes(g.body), t, self.opts.level)
-        return build_legacy_entry(g.last, t, (codec & 0x07) | ts_attr, wrapper_ts, None, compressed), g.base, None
+        args = (bytes(g.body), codec, self.opts.level, g.last, t, (codec & 0x07) | ts_attr, wrapper_ts)
+        if self.executor is not None:
+            return self.executor.submit(_finish_legacy, *args), g.base, None
+        return _finish_legacy(*args), g.base, None
+
+
+def _finish_v2(body: "bytes | bytearray", count: int, codec: int, level: Optional[int], header: dict) -> Batch:
+    """The body compressed once, the header and its CRC-32C around it, framed (a pool thread may run this)."""
+    if codec:
+        body = get_codec(codec).compress(bytes(body), 2, level)
+    data = encode.v2_batch(body, count, **header)
+    # Handed to the writer framed (one native call), not as bytes it would frame again.
+    return decode.frame_batches(RecordBatch, data, 0, len(data), 1, False, None)[0][0]
+
+
+def _finish_legacy(body: bytes, codec: int, level: Optional[int], offset: int, magic: int, attributes: int,
+                   timestamp: Optional[int]) -> bytes:
+    """A legacy wrapper around the compressed entries (a pool thread may run this)."""
+    return build_legacy_entry(offset, magic, attributes, timestamp, None, get_codec(codec).compress(body, magic, level))
 
 def convert_batches(batches, opts: ConvertOptions, stats: Optional[ConvertStats] = None) -> Iterator[Output]:
     """Convert an iterable of batches (one segment's worth: the pending group is flushed at the end)."""
@@ -681,8 +740,10 @@ def _write_segments(result: PartitionResult, target: Target, opts: ConvertOption
         index_interval_bytes=opts.index_interval_bytes,
         txn_state=(lambda: state_at_segment(partition, segments[0])) if segments else None,
     )
+    executor = ThreadPoolExecutor(opts.jobs, thread_name_prefix="kstore-convert") if opts.jobs > 1 else None
     try:
-        old_next = _SegmentCopier(writer, BatchConverter(opts, result.stats), opts, progress).run(segments)
+        converter = BatchConverter(opts, result.stats, executor)
+        old_next = _SegmentCopier(writer, converter, opts, progress).run(segments)
         if segments and segments[-1] is partition.segments[-1] and old_next is not None:
             nxt = writer.next_offset
             if nxt is None or nxt < old_next:
@@ -694,6 +755,9 @@ def _write_segments(result: PartitionResult, target: Target, opts: ConvertOption
         if dest is not None:
             writer.abort()
         raise
+    finally:
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
     result.stats.segments_out = len(new)
     result.stats.bytes_out = writer.bytes_written
     result.new_segments = [s.base_offset for s in new]
@@ -701,7 +765,16 @@ def _write_segments(result: PartitionResult, target: Target, opts: ConvertOption
 
 
 class _SegmentCopier:
-    """Feeds each source segment's batches through the converter into the writer, segment by segment."""
+    """Feeds each source segment's batches through the converter into the writer, segment by segment.
+
+    With the converter's executor, a bounded pipeline: the record tables of the next few source
+    batches are decompressed on the pool while this thread converts, and output batches are
+    compressed there while earlier ones are written. Everything is consumed in file order (a
+    batch's error surfaces where it would without the pool, and the writer sees the same
+    sequence). In flight at most: ``16 * jobs`` source batches of up to ``jobs`` MiB in all (beyond
+    the next one), and ``32 * jobs`` output batches. The queues are that deep because a pool thread
+    waits up to the interpreter's switch interval (5 ms) for the GIL to hand its result back.
+    """
 
     def __init__(self, writer: PartitionWriter, converter: BatchConverter, opts: ConvertOptions,
                  progress: Optional[Callable[[int], None]]) -> None:
@@ -711,6 +784,11 @@ class _SegmentCopier:
         self.progress = progress
         self.pending_start: Optional[int] = None
         self.mtime: Optional[float] = None
+        pooled = converter.executor is not None
+        self.read_ahead = 16 * opts.jobs if pooled else 0
+        self.read_ahead_bytes = opts.jobs << 20
+        self.write_behind = 32 * opts.jobs if pooled else 0
+        self.outputs: Deque[Output] = deque()
 
     def run(self, segments: Sequence[Segment]) -> Optional[int]:
         """Returns the source's next offset after its last segment (None without segments)."""
@@ -725,16 +803,26 @@ class _SegmentCopier:
             seg_next = seg.base_offset
             reported = 0
             writer.set_mtime(self.mtime)
-            for batch in read_batches(seg.log, check_crc=True):
+            buf, path = open_source(seg.log)
+            released = 0
+            # With read-ahead, pages are released here, behind the batch being converted: the framing
+            # would drop pages of batches still queued, and the pool threads would fault them back in
+            # for good (the resident set would grow with the segment).
+            source = iterate_source(buf, 0, len(buf), path, check_crc=True, release=not self.read_ahead)
+            for batch, table in self._read_ahead(source):
+                if self.read_ahead and batch.position - released >= RELEASE_EVERY:
+                    release_pages(buf, released, batch.position)
+                    released = batch.position
                 # A batch whose CRC fails is refused, as Kafka's LogValidator refuses it: rewriting it would
                 # give damaged bytes a fresh, valid CRC (or copy the bad one into the output).
                 batch.ensure_valid()
                 seg_next = batch.last_offset + 1
-                self.emit(self.converter.feed(batch))
+                self.emit(self.converter.feed(batch, table))
                 if progress is not None and batch.position + batch.size - reported >= (4 << 20):
                     progress(batch.position + batch.size - reported)
                     reported = batch.position + batch.size
             self.emit(self.converter.flush())
+            self.drain(0)  # this segment's outputs all written before the next segment starts
             if self.pending_start is not None and i == len(segments) - 1:
                 writer.start_segment(self.pending_start, mtime=self.mtime)  # keep an empty last segment
                 self.pending_start = None
@@ -743,16 +831,46 @@ class _SegmentCopier:
                 progress(os.path.getsize(seg.log) - reported)
         return old_next
 
+    def _read_ahead(self, batches: Iterable[Batch]) -> Iterator[Tuple[Batch, Optional[Future]]]:
+        """(batch, its record table started on the pool or None), up to `read_ahead` batches ahead."""
+        if not self.read_ahead:
+            for batch in batches:
+                yield batch, None
+            return
+        converter = self.converter
+        submit = converter.executor.submit
+        ahead: Deque[Tuple[Batch, Optional[Future]]] = deque()
+        size = 0  # source bytes in `ahead`
+        for batch in batches:
+            ahead.append((batch, submit(batch.record_table) if converter.wants_table(batch) else None))
+            size += batch.size
+            while len(ahead) > self.read_ahead or (size > self.read_ahead_bytes and len(ahead) > 1):
+                size -= ahead[0][0].size
+                yield ahead.popleft()
+        while ahead:
+            yield ahead.popleft()
+
     def emit(self, outputs: Iterator[Output]) -> None:
-        writer = self.writer
-        for data, first, batch in outputs:
+        queue = self.outputs
+        for out in outputs:
+            queue.append(out)
+            if len(queue) > self.write_behind:
+                self.drain(self.write_behind)
+            elif isinstance(out[2], Batch):
+                self.drain(0)  # a source batch copied is written now: its pages are released behind it
+
+    def drain(self, keep: int) -> None:
+        """Write queued outputs, oldest first, until `keep` remain (waiting for their compression)."""
+        writer, queue = self.writer, self.outputs
+        while len(queue) > keep:
+            data, first, batch = queue.popleft()
             if self.pending_start is not None:
                 writer.start_segment(self.pending_start, mtime=self.mtime)
                 self.pending_start = None
             if batch is not None:
-                writer.append(batch, first)
+                writer.append(batch.result() if isinstance(batch, Future) else batch, first)
             else:
-                writer.append_bytes(data, first)
+                writer.append_bytes(data.result() if isinstance(data, Future) else data, first)
 
 
 def _install_in_place(result: PartitionResult, writer: PartitionWriter, new: list, segments: Sequence[Segment], snapshots: List[str],
@@ -821,79 +939,83 @@ def copy_data_dir_files(data_dir: str, output_root: str) -> List[str]:
     return copied
 
 
-class ConvertRun:
-    """Every partition's conversion, in order, and their total."""
+# --------------------------------------------------------------------------- a run over many partitions
 
-    def __init__(self, dry_run: bool, opts: ConvertOptions) -> None:
-        self.dry_run = dry_run
+
+def check_destination(in_place: bool, output_dir: Optional[str], dry_run: bool) -> None:
+    """Exactly one place for the result (--in-place or an output dir), unless a dry run."""
+    if in_place and output_dir:
+        raise UsageError("choose one of --in-place and --output-dir")
+    if not in_place and not output_dir and not dry_run:
+        raise UsageError("say where the result goes: --output-dir DIR or --in-place (or use --dry-run)")
+
+
+def check_output_dir(output_dir: str, paths: Sequence[str], targets: Sequence[Target]) -> None:
+    """The output dir must not be, or lie inside, an input's data dir (where it would write into the live
+    partition, or leave a stray directory the broker refuses to start with), nor any input path; and two
+    inputs must not share a partition name. Real paths: an alias (symlink) of the input is the input."""
+    out_real = os.path.realpath(output_dir)
+    inputs = {os.path.realpath(raw) for raw in paths} | {t.partition.data_dir for t in targets}
+    for inp in sorted(inputs):
+        if out_real == inp or out_real.startswith(inp.rstrip(os.sep) + os.sep):
+            raise UsageError(f"the output dir is or lies inside the input {inp}; choose a directory "
+                             "outside the data dir", path=output_dir)
+    names_seen: dict = {}
+    for t in targets:
+        other = names_seen.setdefault(t.partition.name, t.partition.path)
+        if other != t.partition.path:
+            raise UsageError(f"two inputs named {t.partition.name} would go to the same output directory")
+
+
+class ConvertRun:
+    """What one convert-format run did: each partition's result and their total."""
+
+    def __init__(self, opts: ConvertOptions, dry_run: bool) -> None:
         self.opts = opts
+        self.dry_run = dry_run
         self.results: List[PartitionResult] = []
         self.total = ConvertStats()
 
-    def summary(self) -> dict:
+    def add(self, result: PartitionResult) -> None:
+        self.results.append(result)
+        self.total.add(result.stats)
+
+    def to_dict(self) -> dict:
+        """The summary (one JSON line after the partitions' own)."""
         out = {"type": "summary", "partitions": len(self.results), "dryRun": self.dry_run,
-               "toMagic": self.opts.to_magic,
-               "compression": None if self.opts.codec is None else CODEC_NAMES[self.opts.codec]}
+               "toMagic": self.opts.to_magic, "compression": None if self.opts.codec is None else CODEC_NAMES[self.opts.codec]}
         out.update(self.total.to_dict())
         return out
 
 
-class FormatConversion:
-    """A convert-format run, checked before anything is written: where the result goes (in place, or an
-    output dir that is no input, lies in no input's data dir and gets no two partitions of one name), and
-    the partitions to convert. Usage errors are raised by the constructor."""
-
-    def __init__(self, paths: Sequence[str], opts: ConvertOptions, *, topics: Optional[str] = None,
-                 output_dir: Optional[str] = None, in_place: bool = False, dry_run: bool = False,
-                 force: bool = False) -> None:
-        if in_place and output_dir:
-            raise UsageError("choose one of --in-place and --output-dir")
-        if not in_place and not output_dir and not dry_run:
-            raise UsageError("say where the result goes: --output-dir DIR or --in-place (or use --dry-run)")
-        self.paths, self.opts, self.output_dir = list(paths), opts, output_dir
-        self.in_place, self.dry_run, self.force = in_place, dry_run, force
-        self.targets = resolve_some(paths, topics)
-        if output_dir:
-            self._check_output_dir(output_dir)
-
-    def _check_output_dir(self, output_dir: str) -> None:
-        # Real paths: an alias (symlink) of the input is the input. The output must not be, or lie inside, an
-        # input's data dir (where it would write into the live partition, or leave a stray directory the broker
-        # refuses to start with), nor any input path.
-        out_real = os.path.realpath(output_dir)
-        inputs = {os.path.realpath(raw) for raw in self.paths} | {t.partition.data_dir for t in self.targets}
-        for inp in sorted(inputs):
-            if out_real == inp or out_real.startswith(inp.rstrip(os.sep) + os.sep):
-                raise UsageError(f"the output dir is or lies inside the input {inp}; choose a directory "
-                                 "outside the data dir", path=output_dir)
-        seen = {}
-        for t in self.targets:
-            if seen.setdefault(t.partition.name, t.partition.path) != t.partition.path:
-                raise UsageError(f"two inputs named {t.partition.name} would go to the same output directory")
-
-    def total_bytes(self) -> int:
-        """The bytes of every segment to read (a progress bar's total)."""
-        return sum(os.path.getsize(s.log) for t in self.targets for s in t.segments)
-
-    def run(self, progress: Optional[Callable[[int], None]] = None,
-            on_result: Optional[Callable[[PartitionResult], None]] = None) -> ConvertRun:
-        """Each partition converted in turn (`on_result` sees each as it is done); with --in-place every data
-        dir's lock is taken first; with --output-dir the data dirs' own files are copied there first."""
-        run = ConvertRun(self.dry_run, self.opts)
-        if self.output_dir and not self.dry_run:
-            for raw in self.paths:
-                path = os.path.abspath(raw)
-                if os.path.isdir(path) and not is_partition_dir(path):
-                    copy_data_dir_files(path, self.output_dir)
-        groups = group_by_data_dir(self.targets)
-        with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
-                                    force=self.force, enabled=self.in_place and not self.dry_run):
-            for dir_targets in groups.values():
-                for target in dir_targets:
-                    result = convert_partition(target, self.opts, dry_run=self.dry_run, progress=progress,
-                                               output_root=None if self.in_place else self.output_dir)
-                    run.results.append(result)
-                    run.total.add(result.stats)
-                    if on_result is not None:
-                        on_result(result)
-        return run
+def convert_targets(
+    paths: Sequence[str],
+    targets: Sequence[Target],
+    opts: ConvertOptions,
+    *,
+    output_dir: Optional[str] = None,
+    dry_run: bool = False,
+    force: bool = False,
+    progress: Optional[Callable[[int], None]] = None,
+    on_result: Optional[Callable[[PartitionResult], None]] = None,
+) -> ConvertRun:
+    """Convert every target: into `output_dir` (the data dirs' own files copied there too), else in place
+    under the data dirs' locks (`force`: even when a running process holds one). `on_result` is told each
+    partition's result as it is done."""
+    run = ConvertRun(opts, dry_run)
+    in_place = output_dir is None
+    if output_dir and not dry_run:
+        for raw in paths:
+            path = os.path.abspath(raw)
+            if os.path.isdir(path) and not is_partition_dir(path):
+                copy_data_dir_files(path, output_dir)
+    groups = group_by_data_dir(targets)
+    with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
+                                force=force, enabled=in_place and not dry_run):
+        for dir_targets in groups.values():
+            for target in dir_targets:
+                result = convert_partition(target, opts, output_root=output_dir, dry_run=dry_run, progress=progress)
+                run.add(result)
+                if on_result is not None:
+                    on_result(result)
+    return run

@@ -125,7 +125,11 @@ def open_source(source: Source, path: Optional[str] = None) -> "tuple[memoryview
     return map_file(source), os.fspath(source) if path is None else path
 
 
-def iterate_source(buf: memoryview, pos: int, end: int, path: Optional[str], check_crc: bool = False) -> Iterator[Batch]:
+def iterate_source(buf: memoryview, pos: int, end: int, path: Optional[str], check_crc: bool = False,
+                   release: bool = True) -> Iterator[Batch]:
+    """The batches of buf[pos:end]. With `release`, pages behind the framing are dropped as it goes; a
+    consumer that holds batches (or reads them on other threads) past that passes False and releases
+    what it is done with itself."""
     released = pos
     limit = end - HEADER_SIZE_UP_TO_MAGIC
     unpack = _PREFIX.unpack_from
@@ -139,7 +143,7 @@ def iterate_source(buf: memoryview, pos: int, end: int, path: Optional[str], che
         chunk = min(chunk * 4, _SCAN_MAX)
         if batches:
             chunk = max(1, min(chunk, RELEASE_EVERY * len(batches) // (pos - start)))
-        if pos - released >= RELEASE_EVERY:
+        if release and pos - released >= RELEASE_EVERY:
             release_pages(buf, released, pos)
             released = pos
         if status != SCAN_OTHER:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import threading
 
 import pytest
 
@@ -32,8 +33,8 @@ def test_missing_library_fails_only_when_that_codec_is_met(monkeypatch, codec_id
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", fake_import)
-    # zstd keeps its decompressor once made: forget one an earlier test (in this process) made.
-    monkeypatch.setattr(zstd_codec, "_decompressor", None)
+    # zstd keeps its decompressor (per thread) once made: forget one an earlier test (in this process) made.
+    monkeypatch.setattr(zstd_codec, "_local", threading.local())
     compressed, plain = list(read_batches(data))  # shallow iteration never needs the codec
     assert plain.records()[0].value == b"v"
     with pytest.raises(CodecUnavailableError) as info:

@@ -216,3 +216,17 @@ def test_a_batch_whose_crc_fails_is_refused_not_rewritten(tmp_path: Path) -> Non
         assert f"{log}" in message and "at byte 0" in message
         assert dir_hash(part) == before
     assert not list((tmp_path / "out").rglob("*.log"))
+
+
+def test_jobs_option_changes_no_output_byte(tmp_path: Path) -> None:
+    """--jobs 1 (no threads) and -j 2 write the same files and say the same; --jobs 0 is a usage error."""
+    part = make_v2_partition(tmp_path / "data" / "gen-v2-0")
+    said = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"out{jobs}"
+        result = run(str(part), "--to-magic", "1", "--compression", "gzip", "--json", "-j", jobs, "--output-dir", str(out))
+        assert status(result) == 0, text(result)
+        said.append([{k: v for k, v in json.loads(line).items() if k != "destination"} for line in result.output.splitlines()])
+    assert dir_hash(tmp_path / "out1" / "gen-v2-0") == dir_hash(tmp_path / "out2" / "gen-v2-0")
+    assert said[0] == said[1] and said[0][-1]["type"] == "summary"
+    assert status(run(str(part), "--to-magic", "2", "--jobs", "0", "--dry-run")) == 2

@@ -13,8 +13,14 @@ from typing import List, Optional, Tuple
 import pytest
 
 from kstore_cli.codecs import GZIP, LZ4, NONE, SNAPPY, ZSTD
-from kstore_cli.errors import UsageError
-from kstore_cli.segment.builder import RecordSpec, build_control_batch, build_legacy_batch, build_v2_batch
+from kstore_cli.errors import KstoreError, UsageError
+from kstore_cli.segment.builder import (
+    RecordSpec,
+    build_control_batch,
+    build_legacy_batch,
+    build_legacy_entry,
+    build_v2_batch,
+)
 from kstore_cli.segment.checkpoint import format_leader_epoch_checkpoint, read_leader_epoch_checkpoint
 from kstore_cli.segment.convert import (
     ConvertOptions,
@@ -24,7 +30,7 @@ from kstore_cli.segment.convert import (
     convert_partition,
 )
 from kstore_cli.segment.logdir import Partition, Target
-from kstore_cli.segment.reader import read_batches
+from kstore_cli.segment.reader import RELEASE_EVERY, read_batches
 from kstore_cli.segment.recovery import plan_partition
 from kstore_cli.segment.verify import ERROR, verify_partition
 from kstore_cli.segment.snapshot import read_snapshot
@@ -430,3 +436,90 @@ def test_one_segment_path_converts_only_that_segment(tmp_path: Path) -> None:
     assert {s.log: Path(s.log).read_bytes() for s in p.segments[1:]} == other
     plan = plan_partition(p, only=p.segments[0].base_offset, index_interval_bytes=700)
     assert not plan.has_problems and all(c.action == "unchanged" for c in plan.segments[0].changes)
+
+
+# --------------------------------------------------------------------------- the codec thread pool
+
+
+def _many_wrappers(directory: Path, n: int = 60, bad: Tuple[int, ...] = ()) -> Path:
+    """v1 gzip wrappers of 40 records each over two segments (enough to fill the pool's queues several
+    times over); the wrappers at the indexes in `bad` hold garbage in place of gzip, under a valid CRC."""
+    def wrapper(i: int) -> bytes:
+        recs = [RecordSpec(40 * i + j, TS + j, b"k%d" % j, os.urandom(8).hex().encode() * (j % 7)) for j in range(40)]
+        if i in bad:
+            return build_legacy_entry(40 * i + 39, 1, GZIP, TS, None, b"\x1f\x8b not gzip %d" % i)
+        return build_legacy_batch(recs, magic=1, codec=GZIP)
+    half = n // 2
+    _write(directory, [(0, [wrapper(i) for i in range(half)]), (40 * half, [wrapper(i) for i in range(half, n)])])
+    return directory
+
+
+@pytest.mark.parametrize("magic, codec", [(2, ZSTD), (2, GZIP), (2, NONE), (1, LZ4), (0, GZIP)])
+def test_codec_threads_change_no_byte(magic: int, codec: int, tmp_path: Path) -> None:
+    """jobs > 1 (tables decompressed and batches compressed on a pool) writes exactly jobs=1's bytes and
+    counts the same, whatever the target."""
+    src = Partition(str(_many_wrappers(tmp_path / "src" / "p-0")))
+    outputs = {}
+    for jobs in (1, 2, 3):
+        out = tmp_path / f"out{jobs}"
+        result = convert_partition(Target(src, None), ConvertOptions(magic, codec=codec, jobs=jobs, batch_bytes=1000),
+                                   output_root=str(out))
+        files = sorted((out / "p-0").iterdir())
+        outputs[jobs] = ({f.name: f.read_bytes() for f in files}, result.stats.to_dict())
+    assert outputs[1][1]["batchesOut"] > 60
+    assert outputs[2] == outputs[1] and outputs[3] == outputs[1]
+
+
+def test_with_codec_threads_the_first_bad_batch_in_file_order_is_reported(tmp_path: Path) -> None:
+    """A wrapper that fails to decompress while later ones are being decompressed ahead: the error is the
+    one a single thread reports (the first bad wrapper, by file and byte), and nothing is left behind."""
+    src = Partition(str(_many_wrappers(tmp_path / "src" / "p-0", bad=(7, 9, 45))))
+    first_bad = [b.position for b in read_batches(src.segments[0].log)][7]
+    messages = []
+    for jobs in (1, 2):
+        out = tmp_path / f"out{jobs}"
+        with pytest.raises(KstoreError) as info:
+            convert_partition(Target(src, None), ConvertOptions(2, codec=ZSTD, jobs=jobs), output_root=str(out))
+        assert info.value.position == first_bad and info.value.path == src.segments[0].log
+        messages.append(str(info.value))
+        assert not [f for f in (out / "p-0").iterdir() if f.suffix in (".log", ".index", ".timeindex", ".cleaned")]
+    assert messages[0] == messages[1] and "\n" not in messages[0]
+
+
+def test_jobs_must_be_positive() -> None:
+    with pytest.raises(UsageError):
+        ConvertOptions(2, jobs=0)
+    assert ConvertOptions(2).jobs == max(1, min(2, len(os.sched_getaffinity(0))))
+
+
+def test_with_codec_threads_pages_are_released_only_behind_the_batch_converted(tmp_path: Path, monkeypatch) -> None:
+    """Read-ahead keeps the framing from dropping pages of queued batches (a pool thread would fault them
+    back in for good, the resident set growing with the segment): pages are released here, behind the
+    batch being converted, and all the way through the segment."""
+    from kstore_cli.segment import convert as convert_mod
+
+    wrappers = [build_legacy_batch([RecordSpec(10 * i + j, TS, None, os.urandom(12000)) for j in range(10)],
+                                   magic=1, codec=GZIP) for i in range(120)]
+    src = tmp_path / "src" / "p-0"
+    _write(src, [(0, wrappers)])
+    calls: List[Tuple[int, int, int]] = []  # (start, end, source bytes converted by then)
+    fed = [0]
+    real_feed, real_release = convert_mod.BatchConverter.feed, convert_mod.release_pages
+
+    def feed(self, batch, table=None):
+        fed[0] = batch.position + batch.size  # converted up to here
+        return real_feed(self, batch, table)
+
+    def release(buf, start, end):
+        calls.append((start, end, fed[0]))
+        real_release(buf, start, end)
+
+    monkeypatch.setattr(convert_mod.BatchConverter, "feed", feed)
+    monkeypatch.setattr(convert_mod, "release_pages", release)
+    part = Partition(str(src))
+    convert_partition(Target(part, None), ConvertOptions(2, codec=ZSTD, jobs=2), output_root=str(tmp_path / "out"))
+    size = os.path.getsize(part.segments[0].log)
+    assert size > 3 * RELEASE_EVERY
+    assert calls and all(end <= done for _start, end, done in calls)
+    assert calls[0][0] == 0 and all(a[1] == b[0] for a, b in zip(calls, calls[1:]))
+    assert calls[-1][1] >= size - 2 * RELEASE_EVERY
