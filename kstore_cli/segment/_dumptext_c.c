@@ -4,6 +4,11 @@
  *
  *     format_v2_records(data, pos, end, count, base_offset, base_timestamp, log_append_time,
  *                       base_sequence, last, flags) -> None | (text, last, gaps)
+ *     format_v2_run(data, pos, end, budget, last, flags) -> (text, stop, last, gaps)
+ *
+ * format_v2_run prints whole batches, batch line included, from data[pos:] (a segment) while they are
+ * plain (magic 2, uncompressed, not control, CRC-32C right, records well formed) and before `end`, up
+ * to `budget` bytes of input; `stop` is where it stopped (pos when the first batch is not plain).
  *
  * `data[pos:end]` holds the batch's (decompressed) records; `log_append_time` is the batch's max
  * timestamp under LogAppendTime, else None; `last` the previous record's offset (-1: none yet).

@@ -13,9 +13,10 @@ Record lines and batch lines are plain functions (:func:`format_batch_line`,
 :func:`format_record_line`, ...), so other commands can print records the way
 ``kafka-dump-log`` does.
 
-Everything streams: batches come one at a time from :func:`kstore_cli.segment.read_batches`
-(an mmap); only one batch's records are decoded at a time, and keys and values are copied
-only when printed.
+Everything streams from an mmap of the file: with the native formatter, runs of plain v2 batches
+(uncompressed, not control, CRC right) are printed a MiB of input per call, with no object per
+batch or record; other batches come one at a time from :func:`kstore_cli.segment.read_batches`,
+only one batch's records are decoded at a time, and keys and values are copied only when printed.
 
 Never imports click or rich.
 """
