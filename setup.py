@@ -62,6 +62,7 @@ setup(
         Extension(
             "kstore_cli.segment._dumptext_c",
             sources=["kstore_cli/segment/_dumptext_c.c"],
+            depends=["kstore_cli/segment/_crc.h"],
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,

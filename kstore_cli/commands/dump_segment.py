@@ -42,8 +42,49 @@ def _release(stream: TextIO, wrapped: bool) -> None:
         stream.detach()  # type: ignore[attr-defined]  # leave sys.stdout's buffer open
 
 
+HELP = """Dump log segments, indexes, snapshots and KRaft checkpoints exactly as Kafka's
+    kafka-dump-log.sh does (same options, same output byte for byte).
+
+    Files may be given with --files a,b,c (Kafka's way), as arguments, or both. Each file's
+    kind comes from its suffix: .log and .checkpoint (batches and records), .index,
+    .timeindex, .txnindex, .snapshot; other files are ignored with a note on stderr.
+
+    \b
+    Example:
+      kstore dump-segment --deep-iteration --print-data-log \\
+          /var/lib/kafka/orders-0/00000000000000000000.log
+      kstore dump-segment --files 00000000000000000000.index,00000000000000000000.timeindex
+      kstore dump-segment --json --deep-iteration 00000000000000000000.log | jq .
+
+    \b
+    Exit status:
+      0  nothing wrong found (gaps between offsets and ignored files are fine:
+         compacted topics have gaps)
+      1  the data has problems: a batch with isvalid false, index or time-index
+         mismatches or offsets not found, a corrupt snapshot, trailing invalid
+         bytes, a record the chosen decoder could not decode (Kafka prints
+         "skipping" for it), or a damaged file that stopped the dump (Kafka's tool would die
+         with a stack trace; kstore prints one "kstore: error:" line instead)
+      2  usage error (e.g. no files, or a file name without a '.')
+      3  a file is missing or cannot be read
+
+    Kafka's own usage text is not reproduced; this help replaces it. --json writes one
+    object per line (type batch, record, index, timeindex, txnindex, snapshot, file,
+    note, skipped, error) and goes on after problems where it can. Record keys and values
+    are base64; with a decoder option they are what the decoder decoded, as JSON values
+    ("decoder" names it; a record it cannot decode keeps its base64, gets "decodeError"
+    and makes the exit status 1), e.g. the offsets group X committed:
+
+    \b
+      kstore dump-segment --json --offsets-decoder __consumer_offsets-0/*.log \\
+        | jq -c 'select(.key.data.group? == "X") | [.key.data.topic, .key.data.partition, .value.data.offset]'
+
+    """
+
+
 @click.command(
     "dump-segment",
+    help=HELP,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.argument("paths", nargs=-1, metavar="[FILE]...")
@@ -93,44 +134,6 @@ def command(
     value_decoder: Optional[str],
     json_lines: bool,
 ) -> int:
-    """Dump log segments, indexes, snapshots and KRaft checkpoints exactly as Kafka's
-    kafka-dump-log.sh does (same options, same output byte for byte).
-
-    Files may be given with --files a,b,c (Kafka's way), as arguments, or both. Each file's
-    kind comes from its suffix: .log and .checkpoint (batches and records), .index,
-    .timeindex, .txnindex, .snapshot; other files are ignored with a note on stderr.
-
-    \b
-    Example:
-      kstore dump-segment --deep-iteration --print-data-log \\
-          /var/lib/kafka/orders-0/00000000000000000000.log
-      kstore dump-segment --files 00000000000000000000.index,00000000000000000000.timeindex
-      kstore dump-segment --json --deep-iteration 00000000000000000000.log | jq .
-
-    \b
-    Exit status:
-      0  nothing wrong found (gaps between offsets and ignored files are fine:
-         compacted topics have gaps)
-      1  the data has problems: a batch with isvalid false, index or time-index
-         mismatches or offsets not found, a corrupt snapshot, trailing invalid
-         bytes, a record the chosen decoder could not decode (Kafka prints
-         "skipping" for it), or a damaged file that stopped the dump (Kafka's tool would die
-         with a stack trace; kstore prints one "kstore: error:" line instead)
-      2  usage error (e.g. no files, or a file name without a '.')
-      3  a file is missing or cannot be read
-
-    Kafka's own usage text is not reproduced; this help replaces it. --json writes one
-    object per line (type batch, record, index, timeindex, txnindex, snapshot, file,
-    note, skipped, error) and goes on after problems where it can. Record keys and values
-    are base64; with a decoder option they are what the decoder decoded, as JSON values
-    ("decoder" names it; a record it cannot decode keeps its base64, gets "decodeError"
-    and makes the exit status 1), e.g. the offsets group X committed:
-
-    \b
-      kstore dump-segment --json --offsets-decoder __consumer_offsets-0/*.log \\
-        | jq -c 'select(.key.data.group? == "X") | [.key.data.topic, .key.data.partition, .value.data.offset]'
-
-    """
     from kstore_cli.segment.dumplog import DumpOptions, dump_files, files_to_dump
 
     files = files_to_dump(files_opts, paths)

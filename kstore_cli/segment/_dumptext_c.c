@@ -4,6 +4,11 @@
  *
  *     format_v2_records(data, pos, end, count, base_offset, base_timestamp, log_append_time,
  *                       base_sequence, last, flags) -> None | (text, last, gaps)
+ *     format_v2_run(data, pos, end, budget, last, flags) -> (text, stop, last, gaps)
+ *
+ * format_v2_run prints whole batches, batch line included, from data[pos:] (a segment) while they are
+ * plain (magic 2, uncompressed, not control, CRC-32C right, records well formed) and before `end`, up
+ * to `budget` bytes of input; `stop` is where it stopped (pos when the first batch is not plain).
  *
  * `data[pos:end]` holds the batch's (decompressed) records; `log_append_time` is the batch's max
  * timestamp under LogAppendTime, else None; `last` the previous record's offset (-1: none yet).
@@ -25,6 +30,11 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <nmmintrin.h>
+#define KSTORE_HW_CRC 1
+#endif
+#include "_crc.h"
 
 #define FLAG_METADATA 1
 #define FLAG_DATA 2
@@ -377,6 +387,83 @@ static int add_gap(PyObject **gaps, int64_t a, int64_t b) {
     return rc;
 }
 
+/* One batch's record lines into o, from data b[p:end]: 0 done, 1 when the batch is not plain and well formed
+ * (the caller falls back to Python; o and the gaps may hold part of it), -1 on a Python error. */
+static int format_records(Out *o, const uint8_t *b, Py_ssize_t p, Py_ssize_t end, Py_ssize_t count,
+                          int64_t base_offset, int64_t base_timestamp, int log_append, int64_t log_append_time,
+                          int32_t base_sequence, int64_t *lastp, PyObject **gaps, int flags) {
+    int64_t last = *lastp;
+    int meta = flags & FLAG_METADATA, data = flags & FLAG_DATA;
+    const char *ts_name = log_append ? " LogAppendTime: " : " CreateTime: ";
+    size_t ts_name_len = strlen(ts_name);
+    /* Every record takes at least one byte: a larger count cannot be right (Python reports it). */
+    if (count < 0 || count > end - p) return 1;
+    if (out_reserve(o, (size_t)(end - p) + (size_t)count * 160 + 64) < 0) return -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t ts_delta, offset, timestamp;
+        int32_t off_delta;
+        Spans sp;
+        if (parse_record(b, &p, end, &ts_delta, &off_delta, &sp) < 0) return 1;
+        /* Java long arithmetic: both sums wrap. */
+        offset = wrap64((uint64_t)base_offset + (uint64_t)(int64_t)off_delta);
+        timestamp = log_append ? log_append_time : wrap64((uint64_t)base_timestamp + (uint64_t)ts_delta);
+        /* Kafka's non-consecutive offsets check (dumplog._TextDumper.dump_records), in longs. */
+        if (last == -1)
+            last = offset;
+        else if (offset != wrap64((uint64_t)last + 1u)) {
+            if (add_gap(gaps, last, offset) < 0) return -1;
+        }
+        last = offset;
+        if (out_reserve(o, 200) < 0) return -1;
+        if (meta) {
+            int32_t seq = base_sequence >= 0 ? increment_sequence(base_sequence, off_delta) : -1;
+            PUT_LIT(o, "| offset: ");
+            put_i64(o, offset);
+            put(o, ts_name, ts_name_len);
+            put_i64(o, timestamp);
+            PUT_LIT(o, " keySize: ");
+            put_i64(o, sp.kl);
+            PUT_LIT(o, " valueSize: ");
+            put_i64(o, sp.vl);
+            PUT_LIT(o, " sequence: ");
+            put_i64(o, seq);
+            PUT_LIT(o, " headerKeys: ");
+            if (put_header_keys(o, b, sp.hstart, sp.hcount) < 0) return -1;
+        }
+        if (data) {
+            if (sp.kl >= 0) {
+                if (out_reserve(o, 8) < 0) return -1;
+                if (meta)
+                    PUT_LIT(o, " key: ");
+                else
+                    PUT_LIT(o, "| key: ");
+                if (put_java_utf8(o, b + sp.kp, sp.kl) < 0) return -1;
+            }
+            if (sp.vl >= 0) {
+                if (out_reserve(o, 10) < 0) return -1;
+                PUT_LIT(o, " payload: ");
+                if (put_java_utf8(o, b + sp.vp, sp.vl) < 0) return -1;
+            }
+        }
+        if (out_reserve(o, 1) < 0) return -1;
+        PUT_LIT(o, "\n");
+    }
+    if (p != end) return 1; /* leftover bytes: Kafka's "records still remaining" */
+    *lastp = last;
+    return 0;
+}
+
+/* The text as bytes (FLAG_BYTES) or str. */
+static PyObject *out_text(Out *o, int flags) {
+    if (flags & FLAG_BYTES) return PyBytes_FromStringAndSize(o->p ? o->p : "", (Py_ssize_t)o->len);
+    if (!o->high) {
+        PyObject *text = PyUnicode_New((Py_ssize_t)o->len, 127);
+        if (text && o->len) memcpy(PyUnicode_DATA(text), o->p, o->len);
+        return text;
+    }
+    return PyUnicode_DecodeUTF8(o->p ? o->p : "", (Py_ssize_t)o->len, "strict");
+}
+
 static PyObject *format_v2_records(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t pos, end, count;
@@ -390,94 +477,22 @@ static PyObject *format_v2_records(PyObject *self, PyObject *args) {
     Out o = {NULL, 0, 0, 0};
     int log_append = log_append_obj != Py_None;
     long long log_append_time = 0, last_ll;
-    /* Every record takes at least one byte: a larger count cannot be right (Python reports it). */
-    if (pos < 0 || end > view.len || pos > end || count < 0 || count > end - pos) goto fallback;
+    if (pos < 0 || end > view.len || pos > end) goto fallback;
     if (log_append) {
         log_append_time = PyLong_AsLongLong(log_append_obj);
         if (log_append_time == -1 && PyErr_Occurred()) goto fallback_clear;
     }
     last_ll = PyLong_AsLongLong(last_obj);
     if (last_ll == -1 && PyErr_Occurred()) goto fallback_clear;
-
     {
-        const uint8_t *b = (const uint8_t *)view.buf;
         int64_t last = last_ll;
-        int meta = flags & FLAG_METADATA, data = flags & FLAG_DATA;
-        const char *ts_name = log_append ? " LogAppendTime: " : " CreateTime: ";
-        size_t ts_name_len = strlen(ts_name);
-        Py_ssize_t p = pos;
-        if (out_reserve(&o, (size_t)(end - pos) + (size_t)count * 160 + 64) < 0) goto error;
-        for (Py_ssize_t i = 0; i < count; i++) {
-            int64_t ts_delta, offset, timestamp;
-            int32_t off_delta;
-            Spans sp;
-            if (parse_record(b, &p, end, &ts_delta, &off_delta, &sp) < 0) goto fallback;
-            /* Java long arithmetic: both sums wrap. */
-            offset = wrap64((uint64_t)(int64_t)base_offset + (uint64_t)(int64_t)off_delta);
-            timestamp = log_append ? (int64_t)log_append_time : wrap64((uint64_t)(int64_t)base_timestamp + (uint64_t)ts_delta);
-            /* Kafka's non-consecutive offsets check (dumplog._TextDumper.dump_records), in longs. */
-            if (last == -1)
-                last = offset;
-            else if (offset != wrap64((uint64_t)last + 1u)) {
-                if (add_gap(&gaps, last, offset) < 0) goto error;
-            }
-            last = offset;
-            if (out_reserve(&o, 200) < 0) goto error;
-            if (meta) {
-                int32_t seq = base_sequence >= 0 ? increment_sequence(base_sequence, off_delta) : -1;
-                PUT_LIT(&o, "| offset: ");
-                put_i64(&o, offset);
-                put(&o, ts_name, ts_name_len);
-                put_i64(&o, timestamp);
-                PUT_LIT(&o, " keySize: ");
-                put_i64(&o, sp.kl);
-                PUT_LIT(&o, " valueSize: ");
-                put_i64(&o, sp.vl);
-                PUT_LIT(&o, " sequence: ");
-                put_i64(&o, seq);
-                PUT_LIT(&o, " headerKeys: ");
-                if (put_header_keys(&o, b, sp.hstart, sp.hcount) < 0) goto error;
-            }
-            if (data) {
-                if (sp.kl >= 0) {
-                    if (out_reserve(&o, 8) < 0) goto error;
-                    if (meta)
-                        PUT_LIT(&o, " key: ");
-                    else
-                        PUT_LIT(&o, "| key: ");
-                    if (put_java_utf8(&o, b + sp.kp, sp.kl) < 0) goto error;
-                }
-                if (sp.vl >= 0) {
-                    if (out_reserve(&o, 10) < 0) goto error;
-                    PUT_LIT(&o, " payload: ");
-                    if (put_java_utf8(&o, b + sp.vp, sp.vl) < 0) goto error;
-                }
-            }
-            if (out_reserve(&o, 1) < 0) goto error;
-            PUT_LIT(&o, "\n");
-        }
-        if (p != end) goto fallback; /* leftover bytes: Kafka's "records still remaining" */
-
-        PyObject *text;
-        if (flags & FLAG_BYTES) {
-            text = PyBytes_FromStringAndSize(o.p ? o.p : "", (Py_ssize_t)o.len);
-            if (!text) goto error;
-        } else if (!o.high) {
-            text = PyUnicode_New((Py_ssize_t)o.len, 127);
-            if (!text) goto error;
-            if (o.len) memcpy(PyUnicode_DATA(text), o.p, o.len);
-        } else {
-            text = PyUnicode_DecodeUTF8(o.p, (Py_ssize_t)o.len, "strict");
-            if (!text) goto error;
-        }
-        PyObject *last_py = PyLong_FromLongLong(last);
-        if (!last_py) {
-            Py_DECREF(text);
-            goto error;
-        }
-        result = PyTuple_Pack(3, text, last_py, gaps ? gaps : Py_None);
-        Py_DECREF(text);
-        Py_DECREF(last_py);
+        int rc = format_records(&o, (const uint8_t *)view.buf, pos, end, count, base_offset, base_timestamp,
+                                log_append, log_append_time, base_sequence, &last, &gaps, flags);
+        if (rc < 0) goto error;
+        if (rc > 0) goto fallback;
+        PyObject *text = out_text(&o, flags);
+        if (!text) goto error;
+        result = Py_BuildValue("(NLO)", text, (long long)last, gaps ? gaps : Py_None);
         goto done;
     }
 
@@ -490,6 +505,134 @@ fallback:
     goto done;
 error:
     result = NULL;
+done:
+    Py_XDECREF(gaps);
+    PyMem_Free(o.p);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* ------------------------------------------------------------------ runs of batches */
+
+static inline int64_t be64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return wrap64(v);
+}
+static inline int32_t be32(const uint8_t *p) {
+    return wrap32((int64_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]));
+}
+static inline uint32_t be32u(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline int16_t be16(const uint8_t *p) { return (int16_t)(uint16_t)(((unsigned)p[0] << 8) | p[1]); }
+
+#define LOG_OVERHEAD 12
+#define V2_OVERHEAD 61
+
+/* One plain batch at b[pos:] (its line and its records' lines) into o: 0 done, 1 not plain (o, *lastp and
+ * the gaps as they were), -1 on a Python error. Plain: magic 2, the whole batch before `end`, its CRC right,
+ * uncompressed, not a control batch, at least one record, records that parse exactly. */
+static int format_batch(Out *o, const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t *sizep,
+                        int64_t *lastp, PyObject **gaps, int flags) {
+    if (end - pos < V2_OVERHEAD) return 1;
+    const uint8_t *h = b + pos;
+    int32_t length = be32(h + 8);
+    if (h[16] != 2 || length < V2_OVERHEAD - LOG_OVERHEAD || (Py_ssize_t)length > end - pos - LOG_OVERHEAD) return 1;
+    Py_ssize_t size = LOG_OVERHEAD + (Py_ssize_t)length;
+    int16_t attributes = be16(h + 21);
+    int32_t count = be32(h + 57);
+    if ((attributes & 0x27) != 0 || count <= 0) return 1; /* compressed, unknown codec, or control */
+    uint32_t crc = be32u(h + 17);
+    if (crc32c(h + 21, (size_t)(size - 21)) != crc) return 1;
+    int64_t base_offset = be64(h), base_timestamp = be64(h + 27), max_timestamp = be64(h + 35);
+    int32_t delta = be32(h + 23), base_sequence = be32(h + 53);
+    int log_append = (attributes & 0x08) != 0;
+    size_t len0 = o->len;
+    Py_ssize_t ngaps = *gaps ? PyList_GET_SIZE(*gaps) : 0;
+    int64_t last = *lastp;
+    /* The batch line, as dumplog._v2_batch_line writes it. */
+    if (out_reserve(o, 600) < 0) return -1;
+    PUT_LIT(o, "baseOffset: ");
+    put_i64(o, base_offset);
+    PUT_LIT(o, " lastOffset: ");
+    put_i64(o, wrap64((uint64_t)base_offset + (uint64_t)(int64_t)delta));
+    PUT_LIT(o, " count: ");
+    put_i64(o, count);
+    PUT_LIT(o, " baseSequence: ");
+    put_i64(o, base_sequence);
+    PUT_LIT(o, " lastSequence: ");
+    put_i64(o, base_sequence == -1 ? -1 : increment_sequence(base_sequence, delta));
+    PUT_LIT(o, " producerId: ");
+    put_i64(o, be64(h + 43));
+    PUT_LIT(o, " producerEpoch: ");
+    put_i64(o, be16(h + 51));
+    PUT_LIT(o, " partitionLeaderEpoch: ");
+    put_i64(o, be32(h + 12));
+    if (attributes & 0x10)
+        PUT_LIT(o, " isTransactional: true isControl: false deleteHorizonMs: ");
+    else
+        PUT_LIT(o, " isTransactional: false isControl: false deleteHorizonMs: ");
+    if (attributes & 0x40) {
+        PUT_LIT(o, "OptionalLong[");
+        put_i64(o, base_timestamp);
+        PUT_LIT(o, "]");
+    } else {
+        PUT_LIT(o, "OptionalLong.empty");
+    }
+    PUT_LIT(o, " position: ");
+    put_i64(o, pos);
+    if (log_append)
+        PUT_LIT(o, " LogAppendTime: ");
+    else
+        PUT_LIT(o, " CreateTime: ");
+    put_i64(o, max_timestamp);
+    PUT_LIT(o, " size: ");
+    put_i64(o, size);
+    PUT_LIT(o, " magic: 2 compresscodec: none crc: ");
+    put_i64(o, crc);
+    PUT_LIT(o, " isvalid: true\n");
+    int rc = format_records(o, b, pos + V2_OVERHEAD, pos + size, count, base_offset, base_timestamp, log_append,
+                            max_timestamp, base_sequence, &last, gaps, flags);
+    if (rc > 0) {
+        o->len = len0;
+        if (*gaps && PyList_SetSlice(*gaps, ngaps, PyList_GET_SIZE(*gaps), NULL) < 0) return -1;
+        return 1;
+    }
+    if (rc == 0) {
+        *lastp = last;
+        *sizep = size;
+    }
+    return rc;
+}
+
+static PyObject *format_v2_run(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, end, budget;
+    long long last_ll;
+    int flags;
+    if (!PyArg_ParseTuple(args, "y*nnnLi:format_v2_run", &view, &pos, &end, &budget, &last_ll, &flags)) return NULL;
+    PyObject *result = NULL, *gaps = NULL;
+    Out o = {NULL, 0, 0, 0};
+    if (pos < 0 || end > view.len || pos > end) {
+        PyErr_SetString(PyExc_ValueError, "format_v2_run: pos/end outside the buffer");
+        goto done;
+    }
+    {
+        const uint8_t *b = (const uint8_t *)view.buf;
+        int64_t last = last_ll;
+        Py_ssize_t start = pos;
+        while (pos - start < budget) {
+            Py_ssize_t size = 0;
+            int rc = format_batch(&o, b, pos, end, &size, &last, &gaps, flags);
+            if (rc < 0) goto done;
+            if (rc > 0) break;
+            pos += size;
+        }
+        PyObject *text = out_text(&o, flags);
+        if (!text) goto done;
+        result = Py_BuildValue("(NnLO)", text, pos, (long long)last, gaps ? gaps : Py_None);
+    }
 done:
     Py_XDECREF(gaps);
     PyMem_Free(o.p);
@@ -515,6 +658,10 @@ static PyMethodDef methods[] = {
      "format_v2_records(data, pos, end, count, base_offset, base_timestamp, log_append_time, base_sequence, last, "
      "flags) -> None | (text, last, gaps): kafka-dump-log's record lines for one v2 batch (text: str, or UTF-8 "
      "bytes with FLAG_BYTES)."},
+    {"format_v2_run", format_v2_run, METH_VARARGS,
+     "format_v2_run(data, pos, end, budget, last, flags) -> (text, pos, last, gaps): the batch lines and record "
+     "lines of the plain v2 batches from data[pos:], up to `end`, until one is not plain or `budget` bytes are "
+     "done; pos: where it stopped."},
     {"java_utf8", java_utf8, METH_O, "java_utf8(data) -> str: new String(data, UTF_8)."},
     {NULL, NULL, 0, NULL},
 };
@@ -526,6 +673,7 @@ static struct PyModuleDef moduledef = {
 
 PyMODINIT_FUNC PyInit__dumptext_c(void) {
     init_lone_tables();
+    kstore_crc_init();
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
     if (PyModule_AddIntConstant(m, "FLAG_METADATA", FLAG_METADATA) < 0 ||

@@ -13,9 +13,10 @@ Record lines and batch lines are plain functions (:func:`format_batch_line`,
 :func:`format_record_line`, ...), so other commands can print records the way
 ``kafka-dump-log`` does.
 
-Everything streams: batches come one at a time from :func:`kstore_cli.segment.read_batches`
-(an mmap); only one batch's records are decoded at a time, and keys and values are copied
-only when printed.
+Everything streams from an mmap of the file: with the native formatter, runs of plain v2 batches
+(uncompressed, not control, CRC right) are printed a MiB of input per call, with no object per
+batch or record; other batches come one at a time from :func:`kstore_cli.segment.read_batches`,
+only one batch's records are decoded at a time, and keys and values are copied only when printed.
 
 Never imports click or rich.
 """
@@ -66,7 +67,7 @@ from kstore_cli.segment.names import (
     TXN_INDEX_SUFFIX,
     base_offset_from_name,
 )
-from kstore_cli.segment.reader import map_file
+from kstore_cli.segment.reader import RELEASE_EVERY, map_file, release_pages
 from kstore_cli.segment.snapshot import ProducerEntry, parse_snapshot
 
 #: The default of --max-message-size (5 MiB).
@@ -87,7 +88,7 @@ DEPRECATED_DECODERS = {
 
 
 
-def _load_native_formatter() -> Optional[Callable[..., Any]]:
+def _load_native_formatter() -> Any:
     """The native record-line formatter (``kstore_cli.segment._dumptext_c``), or None.
 
     It follows the record decoder's backend switch: with ``KSTORE_DECODER=python`` (or without the
@@ -99,12 +100,16 @@ def _load_native_formatter() -> Optional[Callable[..., Any]]:
         from kstore_cli.segment import _dumptext_c
     except ImportError:
         return None
-    return _dumptext_c.format_v2_records
+    return _dumptext_c
 
 
 #: ``format_v2_records(data, pos, end, count, base_offset, base_timestamp, log_append_time,
 #: base_sequence, last, flags)``: one v2 batch's record lines as one str (None: let Python do it).
-_native_format_v2 = _load_native_formatter()
+_native_module = _load_native_formatter()
+_native_format_v2 = None if _native_module is None else _native_module.format_v2_records
+#: ``format_v2_run(data, pos, end, budget, last, flags)``: the lines of a run of plain v2 batches, as
+#: (text, where the run stopped, last offset, gaps or None).
+_native_format_run = None if _native_module is None else _native_module.format_v2_run
 _NATIVE_METADATA = 1  # _dumptext_c.FLAG_METADATA
 _NATIVE_DATA = 2  # _dumptext_c.FLAG_DATA
 _NATIVE_BYTES = 4  # _dumptext_c.FLAG_BYTES: the lines as UTF-8 bytes
@@ -698,32 +703,63 @@ class _TextDumper(_Dumper):
             write(f"Snapshot end offset: {offset}, epoch: {epoch}\n")
         buf = map_file(path)
         limit = min(o.max_bytes, len(buf))
-        valid = 0
-        deep = o.deep_iteration
         self._last_offset = -1  # Kafka tracks consecutive offsets per file
-        for batch in read_batches(buf, end=limit, path=path, check_crc=True):
+        valid = 0
+        run = self._native_flags is not None and o.deep_iteration and _native_format_run is not None
+        while True:
+            if run:
+                valid = self.dump_native_run(path, buf, valid, limit)
+            valid, more = self.dump_batches(path, buf, valid, limit, run)
+            if not more:
+                break
+        trailing = limit - valid
+        if trailing > 0 and o.max_bytes == MAX_INT32:
+            write(f"Found {trailing} invalid bytes at the end of {file_name(path)}\n")
+            self.problem()
+
+    def dump_native_run(self, path: str, buf: memoryview, position: int, limit: int) -> int:
+        """Print the plain v2 batches from `position` on natively, a few MiB per call; return where they end."""
+        while True:
+            text, end, self._last_offset, gaps = _native_format_run(
+                buf, position, limit, RELEASE_EVERY // 4, self._last_offset, self._native_flags)
+            if gaps:
+                self.non_consecutive_gaps(path, gaps)
+            if end == position:
+                return end
+            if self._native_flags & _NATIVE_BYTES:  # type: ignore[operator]
+                self.out.write_bytes(text)  # type: ignore[attr-defined]
+            else:
+                self.out.write(text)
+            release_pages(buf, position, end)
+            position = end
+
+    def dump_batches(self, path: str, buf: memoryview, valid: int, limit: int, run: bool) -> Tuple[int, bool]:
+        """Print batches from `valid` on, the general way; with `run`, stop before one the native run may take.
+        Returns where it stopped, and whether batches may follow."""
+        write = self.out.write
+        deep = self.o.deep_iteration
+        for batch in read_batches(buf, start=valid, end=limit, path=path, check_crc=True):
             if type(batch) is RecordBatch and batch.magic == 2 and batch.attributes & 0x07 in CODEC_NAMES:
                 write(_v2_batch_line(batch, valid))
                 if not batch.is_valid:
                     self.problem()
                 if deep:
                     self.dump_records(path, batch)
-                valid += batch.size
-                continue
-            head = format_batch_head(batch)
-            if batch.compression not in CODEC_NAMES:
-                write(head)  # Kafka prints the line up to the codec, then dies
-                check_codec(batch)
-            write(head + format_batch_tail(batch, valid) + "\n")
-            if not batch.is_valid:
-                self.problem()
-            if deep:
-                self.dump_records(path, batch)
+            else:
+                head = format_batch_head(batch)
+                if batch.compression not in CODEC_NAMES:
+                    write(head)  # Kafka prints the line up to the codec, then dies
+                    check_codec(batch)
+                write(head + format_batch_tail(batch, valid) + "\n")
+                if not batch.is_valid:
+                    self.problem()
+                if deep:
+                    self.dump_records(path, batch)
             valid += batch.size
-        trailing = limit - valid
-        if trailing > 0 and o.max_bytes == MAX_INT32:
-            write(f"Found {trailing} invalid bytes at the end of {file_name(path)}\n")
-            self.problem()
+            # magic 2, uncompressed, not control: the native run's kind of batch
+            if run and valid + RECORD_BATCH_OVERHEAD <= limit and buf[valid + 16] == 2 and not buf[valid + 22] & 0x27:
+                return valid, True
+        return valid, False
 
     def native_flags(self) -> Optional[int]:
         """The flags for the native formatter under these options, or None when it cannot print them."""
@@ -761,17 +797,21 @@ class _TextDumper(_Dumper):
             return False
         text, self._last_offset, gaps = out
         if gaps:
-            absolute = java_absolute_path(path)
-            seq = self.non_consecutive.get(absolute)
-            if seq is None:
-                seq = self.non_consecutive[absolute] = array("q")
-            seq.extend(gaps)
-            self.non_consecutive_order.put(absolute, len(gaps) // 2)
+            self.non_consecutive_gaps(path, gaps)
         if flags & _NATIVE_BYTES:
             self.out.write_bytes(text)  # type: ignore[attr-defined]
         else:
             self.out.write(text)
         return True
+
+    def non_consecutive_gaps(self, path: str, gaps: List[int]) -> None:
+        """Note non-consecutive offsets: `gaps` holds (last, offset) pairs, flat."""
+        absolute = java_absolute_path(path)
+        seq = self.non_consecutive.get(absolute)
+        if seq is None:
+            seq = self.non_consecutive[absolute] = array("q")
+        seq.extend(gaps)
+        self.non_consecutive_order.put(absolute, len(gaps) // 2)
 
     def dump_records(self, path: str, batch: Batch) -> None:
         o = self.o

@@ -108,11 +108,16 @@ def _counting(*args):
     return result
 
 
-def _dump(path: str, *, native_on: bool, skip: bool, print_data: bool, parser=None, utf8_stdout: bool = False):
+def _dump(path: str, *, native_on: bool, skip: bool, print_data: bool, parser=None, utf8_stdout: bool = False,
+          runs: bool = True):
     """stdout, stderr and status; `utf8_stdout`: stdout is a UTF-8 TextIOWrapper (as dump-segment's), so the
-    native lines go out as bytes (dumplog._Utf8Out), else a StringIO (str lines)."""
+    native lines go out as bytes (dumplog._Utf8Out), else a StringIO (str lines). `runs`: runs of plain
+    batches go through format_v2_run (else every batch through format_v2_records)."""
     saved = dumplog._native_format_v2
+    saved_run = dumplog._native_format_run
     dumplog._native_format_v2 = _counting if native_on else None
+    if not runs:
+        dumplog._native_format_run = None
     raw = io.BytesIO()
     out = io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace", newline="") if utf8_stdout \
         else io.StringIO()
@@ -128,6 +133,7 @@ def _dump(path: str, *, native_on: bool, skip: bool, print_data: bool, parser=No
         text = raw.getvalue().decode("utf-8") if utf8_stdout else out.getvalue()
     finally:
         dumplog._native_format_v2 = saved
+        dumplog._native_format_run = saved_run
     return text, err.getvalue(), status
 
 
@@ -138,6 +144,7 @@ def _both(segment: bytes, **kw) -> None:
             f.write(segment)
         python = _dump(path, native_on=False, **kw)
         assert _dump(path, native_on=True, **kw) == python
+        assert _dump(path, native_on=True, runs=False, **kw) == python
         assert _dump(path, native_on=True, utf8_stdout=True, **kw) == python
 
 
@@ -191,6 +198,23 @@ def test_native_path_is_taken_for_plain_batches() -> None:
     assert native.format_v2_records(batch, 61, len(batch), 4, 5, 0, None, -1, -1, 3) is None
     assert native.format_v2_records(batch, 61, len(batch), 3, 5, 0, None, -1, 2**64, 3) is None
     assert native.format_v2_records(batch, 61, len(batch) + 1, 3, 5, 0, None, -1, -1, 3) is None
+
+
+@needs_native
+def test_native_run_takes_plain_batches_and_stops_before_others() -> None:
+    plain = build_v2_batch([RecordSpec(7, 1_700_000_000_000, b"k", b"v", [])], base_offset=7)
+    bad_crc = bytearray(plain)
+    bad_crc[-1] ^= 1
+    data = plain + plain + bytes(bad_crc) + plain
+    text, end, last, gaps = native.format_v2_run(data, 0, len(data), 1 << 20, -1, native.FLAG_METADATA | native.FLAG_DATA)
+    lines = text.splitlines()
+    assert end == 2 * len(plain) and last == 7 and gaps == [7, 7]  # both batches hold offset 7
+    assert lines[0].startswith("baseOffset: 7 lastOffset: 7 count: 1 ") and " position: 0 " in lines[0]
+    assert " position: %d " % len(plain) in lines[2] and lines[1].endswith("key: k payload: v")
+    # Nothing taken at a batch it cannot print (the CRC fails), nor past `end`, nor past the budget.
+    assert native.format_v2_run(data, end, len(data), 1 << 20, last, 3)[1] == end
+    assert native.format_v2_run(data, 0, len(plain) - 1, 1 << 20, -1, 3)[:2] == ("", 0)
+    assert native.format_v2_run(data, 0, len(data), 1, -1, 3)[1] == len(plain)
 
 
 def test_backend_switch_turns_the_native_formatter_off() -> None:
