@@ -78,7 +78,7 @@ from kstore_cli.segment.builder import RecordSpec, build_legacy_batch, build_v2_
 from kstore_cli.segment.config import CleanerSettings, TopicConfig
 from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.record_filter import OffsetMap
-from kstore_cli.segment.reader import iterate_source, release_pages, map_file
+from kstore_cli.segment.reader import iterate_source, map_file, read_batches, release_pages
 from kstore_cli.segment.log_segment import LogSegment
 from kstore_cli.segment.producer_state import ProducerStateManager
 from kstore_cli.segment.unified_log import DataDirState, UnifiedLog
@@ -844,6 +844,7 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
     if plan.first_uncleanable_offset <= plan.first_dirty_offset or plan.cleanable_bytes == 0:
         result.notes.append("nothing to clean: the dirty range is empty")
         return result
+    refuse_damaged_batches(view.log_segments(0, plan.first_uncleanable_offset))
 
     stats = result.stats
     try:
@@ -878,6 +879,21 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
                   legacy_horizon=legacy_horizon, dry_run=dry_run, progress=progress)
     stats.buffer_utilization = offset_map.utilization
     return result
+
+
+def refuse_damaged_batches(segments: List[LogSegment]) -> None:
+    """Every batch a pass reads must pass Kafka's ensureValid (size, CRC), or the partition is not cleaned.
+    Kafka's Cleaner does not check: it would drop a damaged batch's unreadable records and give a rebuilt
+    batch a fresh, valid CRC, laundering the damage. Raises CorruptRecordError (file and byte)."""
+    for seg in segments:
+        for batch in read_batches(seg.log, check_crc=True):
+            try:
+                batch.ensure_valid()
+            except CorruptRecordError as exc:
+                raise CorruptRecordError(
+                    f"{exc.message}; not cleaned: a pass would rewrite this batch with a fresh CRC (Kafka's Cleaner "
+                    "does not check); repair the partition first (kstore salvage, or kstore recover)",
+                    path=exc.path, position=exc.position) from None
 
 
 def _clean_groups(partition: Partition, view: UnifiedLog, groups: List[List[LogSegment]], first: int,

@@ -463,3 +463,26 @@ def test_text_output_names_where_each_setting_came_from(tmp_path: Path) -> None:
         assert piece in settings, (piece, settings)
     quiet_json = json_lines_summary(run("--now", str(T + 10_000), "--policy", "compact", "--json", str(part)).output)
     assert quiet_json["partitions"][0]["settings"]["cleanup.policy"] == {"value": "compact", "source": "--policy"}
+
+
+def test_a_batch_whose_crc_fails_is_refused_not_laundered(tmp_path: Path) -> None:
+    """Kafka's Cleaner does not check CRCs: it would rewrite a damaged batch with a fresh, valid one. kstore
+    refuses the partition instead (one line naming file and byte, exit 1) and changes nothing, dry run or not."""
+    from tests.conftest import CORPUS, ROOT
+
+    part = tmp_path / "data" / "transactional-0"
+    shutil.copytree(CORPUS / "logs" / "transactional-0", part)
+    for p in part.iterdir():
+        p.chmod(0o644)
+    log = part / "00000000000000000000.log"
+    data = bytearray(log.read_bytes())
+    data[200:203] = b"\xff\xff\xff"  # inside the first batch's compressed records
+    log.write_bytes(bytes(data))
+    before = {p.name: p.read_bytes() for p in part.iterdir()}
+    for extra in ([], ["--dry-run"]):
+        out = subprocess.run([sys.executable, "-m", "kstore_cli", "compact", "--policy", "compact", "--force-clean",
+                              *extra, str(part)], capture_output=True, text=True, cwd=ROOT)
+        assert out.returncode == 1, out.stdout + out.stderr
+        lines = out.stderr.splitlines()
+        assert len(lines) == 1 and f"{log} at byte 0: Record is corrupt" in lines[0] and "not cleaned" in lines[0]
+        assert {p.name: p.read_bytes() for p in part.iterdir() if p.name != ".lock"} == before
