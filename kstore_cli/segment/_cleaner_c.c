@@ -575,6 +575,8 @@ typedef struct {
     /* filter_batches: producers whose last entry is a marker (isBatchLastRecordOfProducer keeps their
      * markers' place): their control batches go to Python. NULL in map runs. */
     PyObject *marker_last;
+    /* map runs: a batch whose CRC-32C fails is left to Python (which refuses it: ensureValid) */
+    int check_crc;
 } run_t;
 
 static void read_head(const uint8_t *p, head_t *h) {
@@ -716,6 +718,7 @@ static int take_batch(run_t *r, Py_ssize_t pos, Py_ssize_t stop, head_t *h, cons
     read_head(p, h);
     Py_ssize_t size = LOG_OVERHEAD + (Py_ssize_t)h->length;
     if (h->length < MIN_ENTRY_SIZE || size > stop - pos || size < V2_HEADER_SIZE || h->magic != 2) return 1;
+    if (r->check_crc && crc32c(p + V2_CRC_START, (size_t)(size - V2_CRC_START)) != be32(p + V2_CRC_POS)) return 1;
     /* codec ids 5-7 and empty batches: Python; control batches too, without the transaction view */
     if (((h->attributes & 0x20) && r->committed == NULL) || (h->attributes & 0x07) > 4 || h->count <= 0) return 1;
     if (__builtin_add_overflow(h->base_offset, (int64_t)h->last_offset_delta, &h->last_offset)) return 1;
@@ -846,6 +849,7 @@ static PyObject *py_map_batches(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!OnnLLOO|O", &OffsetMapType, &r.map, &buf, &pos, &stop, &start, &limit, &state,
                           &r.decompress, &view) || get_txn_view(&r, view, NULL) < 0)
         return NULL;
+    r.check_crc = 1;
     if (get_span(buf, &v, pos, stop) < 0) return NULL;
     if (get_state(state, &sv, M_SLOTS) < 0) { PyBuffer_Release(&v); return NULL; }
     r.b = v.buf;

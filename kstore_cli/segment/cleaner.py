@@ -225,7 +225,8 @@ def _map_chunk(buf: memoryview, position: int, stop: int, path: str, offset_map:
                 return state[record_filter.M_STOP_OFFSET]
             if pos >= stop:
                 break
-        batch = next(iterate_source(buf, pos, stop, path))
+        batch = next(iterate_source(buf, pos, stop, path, check_crc=True))
+        batch.ensure_valid()  # the native runs leave a batch whose CRC fails to this
         full = _map_batch(batch, offset_map, start, limit, txns, stats)
         if full is not None:
             return full
@@ -844,7 +845,6 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
     if plan.first_uncleanable_offset <= plan.first_dirty_offset or plan.cleanable_bytes == 0:
         result.notes.append("nothing to clean: the dirty range is empty")
         return result
-    refuse_damaged_batches(view.log_segments(0, plan.first_uncleanable_offset))
 
     stats = result.stats
     try:
@@ -852,9 +852,16 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     max_message_bytes = config.get("max.message.bytes")
-    map_stop = build_offset_map(view, plan.first_dirty_offset, plan.first_uncleanable_offset, offset_map, stats,
-                                settings, max_message_bytes)
-    end_offset = offset_map.latest_offset + 1
+    try:
+        # Every batch the pass reads passes ensureValid first: the map checks the dirty range as it reads it.
+        refuse_damaged_batches(view.log_segments(0, plan.first_dirty_offset))
+        map_stop = build_offset_map(view, plan.first_dirty_offset, plan.first_uncleanable_offset, offset_map, stats,
+                                    settings, max_message_bytes)
+        end_offset = offset_map.latest_offset + 1
+        if map_stop is not None:
+            refuse_damaged_batches(view.log_segments(map_stop, end_offset))  # the map's last segment, past its stop
+    except CorruptRecordError as exc:
+        raise _not_cleaned(exc) from None
     result.end_offset = end_offset
     if stats.map_full:
         result.notes.append(f"the offset map filled up ({offset_map.size} keys, dedupe buffer "
@@ -887,13 +894,13 @@ def refuse_damaged_batches(segments: List[LogSegment]) -> None:
     batch a fresh, valid CRC, laundering the damage. Raises CorruptRecordError (file and byte)."""
     for seg in segments:
         for batch in read_batches(seg.log, check_crc=True):
-            try:
-                batch.ensure_valid()
-            except CorruptRecordError as exc:
-                raise CorruptRecordError(
-                    f"{exc.message}; not cleaned: a pass would rewrite this batch with a fresh CRC (Kafka's Cleaner "
-                    "does not check); repair the partition first (kstore salvage, or kstore recover)",
-                    path=exc.path, position=exc.position) from None
+            batch.ensure_valid()
+
+
+def _not_cleaned(exc: CorruptRecordError) -> CorruptRecordError:
+    return CorruptRecordError(
+        f"{exc.message}; not cleaned: a pass would rewrite this batch with a fresh CRC (Kafka's Cleaner does not "
+        "check); repair the partition first (kstore salvage, or kstore recover)", path=exc.path, position=exc.position)
 
 
 def _clean_groups(partition: Partition, view: UnifiedLog, groups: List[List[LogSegment]], first: int,

@@ -293,7 +293,11 @@ def test_a_zstd_batch_of_two_frames_is_read_across_them() -> None:
     head = bytearray(build_v2_batch([RecordSpec(i, T, b"k", b"v") for i in range(4)])[:61])
     head[21:23] = (4).to_bytes(2, "big")  # zstd
     head[8:12] = (49 + len(body)).to_bytes(4, "big")
-    log = bytes(head) + body
+    from kstore_cli.segment.crc import crc32c
+
+    log = bytearray(head + body)
+    log[17:21] = crc32c(bytes(log[21:])).to_bytes(4, "big")  # a valid batch: the cleaner refuses a CRC that fails
+    log = bytes(log)
     args = dict(memory=1 << 20, capacity=1 << 20, now=T, last_records={}, upper_bound=1 << 40, io_buffer=1 << 16)
     got = clean(native, log, **args)
     assert got == clean(py, log, **args)
