@@ -983,6 +983,8 @@ def main(argv=None) -> int:
     info["kstore"] = where
     oracle = None if args.no_kafka else harness.find_kafka_oracle(args.kafka_oracle)
     info["kafka_oracle"] = f"{oracle} (Apache Kafka 4.0.0-SNAPSHOT at 1eb7644, its own classes)" if oracle else None
+    if args.dir:
+        os.makedirs(args.dir, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="kstore-bench-", dir=args.dir))
     suite = Suite(args, work, src)
     started = time.perf_counter()
