@@ -27,7 +27,7 @@ from __future__ import annotations
 import struct
 import zlib
 from array import array
-from typing import List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 from kstore_cli.errors import InvalidRecordError
 from kstore_cli.java import MAX_INT32, MAX_INT64, MIN_INT64
@@ -368,6 +368,8 @@ def register_classes(record_cls: type, header_cls: type) -> None:
 
 #: The native twin's C record type (batch.Record's base there); the pure-Python Record needs none.
 RecordBase = None
+#: The native twin's C header type (batch.Header's base there); likewise.
+HeaderBase = None
 
 
 def v2_batch_records(record_cls: type, header_cls: type, batch) -> Optional[list]:
@@ -381,6 +383,14 @@ def v2_batch_records(record_cls: type, header_cls: type, batch) -> Optional[list
     return build_v2_records(record_cls, header_cls, batch, data, V2_HEADER_SIZE, len(data), count, batch.base_offset,
                             batch.base_timestamp, batch.max_timestamp if attributes & 0x08 else None,
                             batch.base_sequence)
+
+
+def v2_batch_iter(record_cls: type, header_cls: type, batch) -> Optional[Iterator]:
+    """``iter(batch)`` (batch.RecordBatch) for a plain batch, or None, as :func:`v2_batch_records`: the
+    batch is decoded (and so checked) whole before the first record (natively its records are then
+    built one at a time, as they are iterated)."""
+    records = v2_batch_records(record_cls, header_cls, batch)
+    return None if records is None else iter(records)
 
 
 def decode_v2_columns(buf: "bytes | memoryview", pos: int, end: int, count: int, base_offset: int,

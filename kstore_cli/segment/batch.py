@@ -139,10 +139,11 @@ def parse_end_txn_marker(value: Optional[bytes]) -> int:
     return epoch
 
 
-class Header:
-    """A record header: a UTF-8 key and a nullable value."""
+class Header(decode.HeaderBase or object):  # type: ignore[misc]
+    """A record header: a UTF-8 key and a nullable value (natively, the fields of the C base
+    ``decode.HeaderBase``, which the decoder fills without calling ``__init__``)."""
 
-    __slots__ = ("key", "value")
+    __slots__ = () if decode.HeaderBase else ("key", "value")
 
     def __init__(self, key: str, value: Optional[bytes]) -> None:
         self.key = key
@@ -202,10 +203,10 @@ class _PyRecord:
         self._headers = headers
         self.key = None if key_len < 0 else bytes(buf[key_pos : key_pos + key_len])
         self.value = None if value_len < 0 else bytes(buf[value_pos : value_pos + value_len])
-        self.headers = [
+        self.headers = tuple(
             Header(java_utf8(buf[kp : kp + kl]), None if vl < 0 else bytes(buf[vp : vp + vl]))
             for kp, kl, vp, vl in headers
-        ] if headers else []
+        ) if headers else ()
         self.crc = crc
         self.magic = magic
         self.attributes = attributes
@@ -213,7 +214,7 @@ class _PyRecord:
 
 
 class Record(decode.RecordBase or _PyRecord):  # type: ignore[misc]
-    """One record: ``key`` and ``value`` are bytes (None when null) and ``headers`` a list of
+    """One record: ``key`` and ``value`` are bytes (None when null) and ``headers`` a tuple of
     :class:`Header`, as the decoder copied them out; ``key_view()``/``value_view()`` give views
     without a copy.
 
@@ -296,6 +297,7 @@ class Record(decode.RecordBase or _PyRecord):  # type: ignore[misc]
 
 decode.register_classes(Record, Header)
 _v2_batch_records = decode.v2_batch_records
+_v2_batch_iter = decode.v2_batch_iter
 
 
 class Batch:
@@ -471,11 +473,11 @@ class RecordBatch(Batch):
         """The records, streamed out of the decompression when the batch inflates past
         ``recstream.WHOLE_BATCH_BYTES``: only one record (at most the bound) is held at a time."""
         try:
-            fast = _v2_batch_records(Record, Header, self)
+            fast = _v2_batch_iter(Record, Header, self)  # a plain batch: checked whole, built as iterated
         except KstoreError as exc:
             raise self._fail(exc) from None
         if fast is not None:
-            return iter(fast)
+            return fast
         it = self._records()
         return iter(it) if isinstance(it, list) else self._failing(it)
 

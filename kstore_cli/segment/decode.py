@@ -79,9 +79,12 @@ frame_batches = _impl.frame_batches
 build_v2_records = _impl.build_v2_records
 build_legacy_records = _impl.build_legacy_records
 v2_batch_records = _impl.v2_batch_records
+v2_batch_iter = _impl.v2_batch_iter
 register_classes = _impl.register_classes
 #: batch.Record's base: the C type holding a record's fields (native), or None (pure Python).
 RecordBase = _impl.RecordBase
+#: batch.Header's base: the C type holding a header's key and value (native), or None (pure Python).
+HeaderBase = _impl.HeaderBase
 decode_v2_columns = _impl.decode_v2_columns
 decode_v2_run = _impl.decode_v2_run
 pack_validity = _impl.pack_validity
@@ -99,8 +102,10 @@ __all__ = [
     "build_v2_records",
     "build_legacy_records",
     "v2_batch_records",
+    "v2_batch_iter",
     "register_classes",
     "RecordBase",
+    "HeaderBase",
     "decode_v2_columns",
     "decode_v2_run",
     "pack_validity",

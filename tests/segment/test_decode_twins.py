@@ -293,7 +293,105 @@ def test_header_spans_of_a_changed_buffer_are_checked_again() -> None:
         record._headers
     buf[-4] = 0x02
     assert record._headers == ((len(buf) - 3, 1, len(buf) - 1, 1),)
-    assert record.headers == [Header("h", b"x")]
+    assert record.headers == (Header("h", b"x"),)
+
+
+def _batch_of(body: bytes, records) -> Any:
+    """A RecordBatch framing `body` (records, perhaps damaged) as its record area."""
+    from kstore_cli.segment.builder import RecordSpec, build_v2_batch
+
+    head = build_v2_batch([RecordSpec(i, ts, k, v, hs) for i, (k, v, hs, ts) in enumerate(records)])[:61]
+    buf = bytearray(head + body)
+    struct.pack_into(">i", buf, 8, len(buf) - 12)  # the batch length: the damaged body is framed whole
+    (batch,) = read_batches(bytes(buf))
+    return batch
+
+
+@needs_native
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(RECORDS, st.lists(DAMAGE, max_size=2))
+def test_iterating_a_batch_agrees_with_its_records(records, damages) -> None:
+    """v2_batch_iter (iter(batch)) builds a plain batch's records one at a time, from the batch parsed whole
+    first: the same records as v2_batch_records and as the pure twin, and a damaged batch fails when the
+    iterator is made, before its first record, with the same error."""
+    from kstore_cli.segment.batch import Header, _PyRecord
+
+    Record = _native_record_cls()
+    body, _n = _v2_body(records)
+    for kind, where, value in damages:
+        body = _damage(body, kind, where, value)
+    batch = _batch_of(body, records)
+    ours = _outcome(lambda: [_slots(r) for r in py.v2_batch_iter(_PyRecord, Header, batch)])
+    listed = _outcome(lambda: [_slots(r) for r in native.v2_batch_records(Record, Header, batch)])
+    made = _outcome(native.v2_batch_iter, Record, Header, batch)
+    if ours[0] != "ok":
+        assert made == listed == ours
+        return
+    it = made[1]
+    assert it.__length_hint__() == len(ours[1])
+    theirs = [_slots(r) for r in it]
+    assert theirs == listed[1] == ours[1]
+    assert it.__length_hint__() == 0 and list(it) == []
+
+
+@needs_native
+def test_register_classes_refuses_classes_its_own_dealloc_cannot_free() -> None:
+    """The registered Record and Header get the native dealloc (a free list, no generic subtype_dealloc):
+    a subclass with a finalizer or weak references would need the generic one, and is refused."""
+    from kstore_cli.segment.batch import Header
+
+    Record = _native_record_cls()
+    with_del = type("R", (native.RecordBase,), {"__slots__": (), "__del__": lambda self: None})
+    with pytest.raises(TypeError, match="no __del__"):
+        native.register_classes(with_del, Header)
+    weak = type("R", (native.RecordBase,), {"__slots__": ("__weakref__",)})
+    with pytest.raises(TypeError):
+        native.register_classes(weak, Header)
+    header_del = type("H", (native.HeaderBase,), {"__slots__": (), "__del__": lambda self: None})
+    with pytest.raises(TypeError, match="no __del__"):
+        native.register_classes(Record, header_del)
+    native.register_classes(Record, Header)  # what batch.py registered, again
+    body, n = _v2_body([(b"k", b"v", [("h", b"x")], 0)])
+    (record,) = native.build_v2_records(Record, Header, "batch", body, 0, len(body), n, 0, 0, None, -1)
+    assert record.headers == (Header("h", b"x"),) and type(record.headers[0]) is Header
+
+
+@needs_native
+def test_a_batch_iterator_dropped_half_way_frees_what_it_held() -> None:
+    """An iterator left half-way lets its batch buffer go (no export left behind: the buffer can be
+    resized again), and the records built keep the Record class's reference count balanced (the native
+    Record's own tp_dealloc gives back the reference each instance holds on its heap type)."""
+    from kstore_cli.segment.batch import Header
+
+    Record = _native_record_cls()
+    body, n = _v2_body([(b"k%d" % i, b"v" * i, [("h", b"x")] if i % 3 else [], i) for i in range(50)])
+    buf = bytearray(body)
+    tail = (Header, "batch", buf, 0, len(buf), n, 0, 0, None, -1)
+    before = sys.getrefcount(Record)
+    for _ in range(200):
+        records = native.build_v2_records(Record, *tail)
+        assert [r.offset for r in records] == list(range(50))
+        del records
+    assert sys.getrefcount(Record) == before
+    batch = _batch_of(body, [(b"k", b"v", [], 0)] * n)
+    before = sys.getrefcount(Record)
+    it = native.v2_batch_iter(Record, Header, batch)
+    first = next(it)
+    assert first.offset == 0 and first.headers == ()
+    del it, first
+    assert sys.getrefcount(Record) == before
+    raw = bytes(batch._buf)
+    for exhaust in (False, True):
+        view = batch._buf = memoryview(bytearray(raw))
+        it = native.v2_batch_iter(Record, Header, batch)
+        with pytest.raises(BufferError):
+            view.release()  # the iterator holds an export on the batch's buffer while it lives
+        assert next(it).offset == 0
+        if exhaust:
+            assert [r.offset for r in it] == list(range(1, n))
+        else:
+            del it
+        view.release()  # dropped half-way or exhausted: the export is given back
 
 
 @needs_native

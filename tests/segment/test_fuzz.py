@@ -459,6 +459,9 @@ def exercise_log(source) -> int:
                 records = b.records()
             except KstoreError:
                 continue
+            # iter(batch): natively a plain batch's records built one at a time; the same records
+            assert [(r.offset, r.key, r.value, r.headers) for r in b] == [(r.offset, r.key, r.value, r.headers)
+                                                                         for r in records]
             for r in records:
                 _ = (r.offset, r.timestamp, r.sequence, r.key, r.value, r.headers, r.header_keys, r.key_size,
                      r.value_size, r.has_key, r.has_value, r.is_valid, r.is_control, r.size_in_bytes, repr(r),
