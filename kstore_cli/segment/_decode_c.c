@@ -1035,10 +1035,19 @@ static int recit_clear(RecordIterObject *it) {
     return 0;
 }
 
+/* Iterators are made once per batch and are larger than pymalloc serves (parse_out's inline records):
+ * a few are kept for reuse, as small batches make and drop one per record. */
+#define RECIT_FREELIST_MAX 4
+static RecordIterObject *recit_freelist[RECIT_FREELIST_MAX];
+static int recit_free_n = 0;
+
 static void recit_dealloc(RecordIterObject *it) {
     PyObject_GC_UnTrack(it);
     recit_clear(it);
-    PyObject_GC_Del(it);
+    if (recit_free_n < RECIT_FREELIST_MAX)
+        recit_freelist[recit_free_n++] = it;
+    else
+        PyObject_GC_Del(it);
 }
 
 static PyObject *recit_next(RecordIterObject *it) {
@@ -1667,9 +1676,22 @@ static PyObject *py_v2_batch_iter(PyObject *self, PyObject *const *args, Py_ssiz
     int plain;
     if (plain_v2_batch(args, nargs, "v2_batch_iter", &pb, &plain) < 0) return NULL;
     if (!plain) Py_RETURN_NONE;
-    RecordIterObject *it = PyObject_GC_New(RecordIterObject, &RecordIterType);
-    if (!it) return NULL;
-    memset((char *)it + sizeof(PyObject), 0, sizeof(RecordIterObject) - sizeof(PyObject));
+    RecordIterObject *it;
+    if (recit_free_n) {
+        it = recit_freelist[--recit_free_n];
+        (void)PyObject_Init((PyObject *)it, &RecordIterType);
+    } else if (!(it = PyObject_GC_New(RecordIterObject, &RecordIterType))) {
+        return NULL;
+    }
+    /* every field but parse_out's inline record storage (filled before it is read): no 700-byte memset */
+    it->has_view = 0;
+    it->o.recs = NULL;
+    it->o.hdrs = NULL;
+    it->o.nrecs = it->o.caprecs = it->o.nhdrs = it->o.caphdrs = 0;
+    it->next = 0;
+    it->kc.p = NULL;
+    it->kc.n = 0;
+    it->kc.text = NULL;
     Py_INCREF(pb.tp); it->tp = pb.tp;
     Py_INCREF(pb.batch); it->batch = pb.batch;
     Py_INCREF(pb.data); it->data = pb.data;
