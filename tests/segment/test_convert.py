@@ -454,6 +454,64 @@ def _many_wrappers(directory: Path, n: int = 60, bad: Tuple[int, ...] = ()) -> P
     return directory
 
 
+@pytest.fixture
+def pool_every_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every codec job to the pool, however small (these tests' batches are far below POOL_MIN_BYTES)."""
+    from kstore_cli.segment import convert
+
+    monkeypatch.setattr(convert, "POOL_MIN_BYTES", 0)
+
+
+class _CountingPool:
+    """A ThreadPoolExecutor stand-in that runs jobs at once and counts them by function name."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.jobs: List[str] = []
+        _CountingPool.last = self
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+
+        self.jobs.append(getattr(fn, "__name__", "?"))
+        fut: Future = Future()
+        try:
+            fut.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed back through the future, as the pool does
+            fut.set_exception(exc)
+        return fut
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        pass
+
+
+def test_small_codec_jobs_stay_on_the_converting_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a source batch or an output body of POOL_MIN_BYTES or more goes to the pool: small wrappers and
+    small output batches are decompressed and compressed inline (a thread handoff would cost about what
+    the job does), large ones on the pool; the bytes are the same either way."""
+    from kstore_cli.segment import convert
+
+    monkeypatch.setattr(convert, "ThreadPoolExecutor", _CountingPool)
+    small = Partition(str(_many_wrappers(tmp_path / "small" / "p-0")))
+    out = {}
+    for jobs in (1, 2):
+        out[jobs] = tmp_path / f"small-out{jobs}"
+        convert_partition(Target(small, None), ConvertOptions(2, codec=ZSTD, jobs=jobs), output_root=str(out[jobs]))
+    assert _CountingPool.last.jobs == []
+    assert all((out[1] / "p-0" / f.name).read_bytes() == f.read_bytes() for f in (out[2] / "p-0").iterdir())
+
+    def big(i: int) -> bytes:  # ~40 KiB of gzip: random hex does not shrink much
+        recs = [RecordSpec(100 * i + j, TS + j, b"k%d" % j, os.urandom(400).hex().encode()) for j in range(100)]
+        return build_legacy_batch(recs, magic=1, codec=GZIP)
+    _write(tmp_path / "big" / "p-0", [(0, [big(i) for i in range(4)])])
+    large = Partition(str(tmp_path / "big" / "p-0"))
+    assert all(b.size >= convert.POOL_MIN_BYTES for b in read_batches(large.segments[0].log))
+    convert_partition(Target(large, None), ConvertOptions(2, codec=ZSTD, jobs=2, batch_bytes=64 * 1024),
+                      output_root=str(tmp_path / "big-out"))
+    jobs = _CountingPool.last.jobs
+    assert jobs.count("_finish_v2") >= 4 and len(jobs) - jobs.count("_finish_v2") == 4  # 4 tables, 4+ bodies
+
+
+@pytest.mark.usefixtures("pool_every_job")
 @pytest.mark.parametrize("magic, codec", [(2, ZSTD), (2, GZIP), (2, NONE), (1, LZ4), (0, GZIP)])
 def test_codec_threads_change_no_byte(magic: int, codec: int, tmp_path: Path) -> None:
     """jobs > 1 (tables decompressed and batches compressed on a pool) writes exactly jobs=1's bytes and
@@ -470,6 +528,7 @@ def test_codec_threads_change_no_byte(magic: int, codec: int, tmp_path: Path) ->
     assert outputs[2] == outputs[1] and outputs[3] == outputs[1]
 
 
+@pytest.mark.usefixtures("pool_every_job")
 def test_with_codec_threads_the_first_bad_batch_in_file_order_is_reported(tmp_path: Path) -> None:
     """A wrapper that fails to decompress while later ones are being decompressed ahead: the error is the
     one a single thread reports (the first bad wrapper, by file and byte), and nothing is left behind."""
