@@ -894,7 +894,6 @@ static PyTypeObject RecordBaseType = {
     .tp_new = PyType_GenericNew,
 };
 
-/* register_classes(Record, Header): the classes RecordBase.__init__ builds headers with. */
 /* A heap subclass of base adding nothing that the native dealloc would have to undo (record_class and
  * learn_header_type check the size and __dict__). */
 static int plain_subclass(PyTypeObject *tp, PyTypeObject *base) {
@@ -902,6 +901,7 @@ static int plain_subclass(PyTypeObject *tp, PyTypeObject *base) {
            !tp->tp_del;
 }
 
+/* register_classes(Record, Header): the classes RecordBase.__init__ builds headers with. */
 static PyObject *py_register_classes(PyObject *self, PyObject *args) {
     PyObject *rcls, *hcls;
     if (!PyArg_ParseTuple(args, "OO", &rcls, &hcls)) return NULL;
@@ -1614,7 +1614,8 @@ static long long slot_ll(PyObject *batch, int i, int *ok) {
     return v;
 }
 
-/* What v2_batch_records / v2_batch_iter need of a batch; 0 with *plain = 0 for a batch they leave to Python. */
+/* What v2_batch_records / v2_batch_iter need of a batch: 1 with *pb filled, 0 for a batch they leave to
+ * Python, -1 with an exception set. */
 typedef struct {
     PyTypeObject *tp;
     PyObject *batch, *data, *log_append;
@@ -1623,8 +1624,7 @@ typedef struct {
     int base_seq;
 } plain_batch;
 
-static int plain_v2_batch(PyObject *const *args, Py_ssize_t nargs, const char *name, plain_batch *pb, int *plain) {
-    *plain = 0;
+static int plain_v2_batch(PyObject *const *args, Py_ssize_t nargs, const char *name, plain_batch *pb) {
     if (nargs != 3) {
         PyErr_Format(PyExc_TypeError, "%s(record_cls, header_cls, batch)", name);
         return -1;
@@ -1651,8 +1651,7 @@ static int plain_v2_batch(PyObject *const *args, Py_ssize_t nargs, const char *n
     pb->base_offset = base_offset;
     pb->base_ts = base_ts;
     pb->base_seq = (int)base_seq;
-    *plain = 1;
-    return 0;
+    return 1;
 }
 
 /*
@@ -1662,8 +1661,8 @@ static int plain_v2_batch(PyObject *const *args, Py_ssize_t nargs, const char *n
  */
 static PyObject *py_v2_batch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     plain_batch pb;
-    int plain;
-    if (plain_v2_batch(args, nargs, "v2_batch_records", &pb, &plain) < 0) return NULL;
+    int plain = plain_v2_batch(args, nargs, "v2_batch_records", &pb);
+    if (plain < 0) return NULL;
     if (!plain) Py_RETURN_NONE;
     return build_v2(pb.tp, pb.batch, pb.data, V2_HEADER_SIZE, pb.len, pb.count, pb.base_offset, pb.base_ts,
                     pb.log_append, pb.base_seq);
@@ -1673,8 +1672,8 @@ static PyObject *py_v2_batch_records(PyObject *self, PyObject *const *args, Py_s
  * parsed (and so checked) whole here, its records are built as they are iterated. */
 static PyObject *py_v2_batch_iter(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     plain_batch pb;
-    int plain;
-    if (plain_v2_batch(args, nargs, "v2_batch_iter", &pb, &plain) < 0) return NULL;
+    int plain = plain_v2_batch(args, nargs, "v2_batch_iter", &pb);
+    if (plain < 0) return NULL;
     if (!plain) Py_RETURN_NONE;
     RecordIterObject *it;
     if (recit_free_n) {

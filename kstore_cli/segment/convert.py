@@ -494,6 +494,10 @@ class BatchConverter:
         yield self._emit(g)
 
     # ---------------------------------------------------------------- building
+    def pool_for(self, nbytes: int) -> Optional[ThreadPoolExecutor]:
+        """The pool a codec job of `nbytes` goes to, or None: run it inline (no pool, or below POOL_MIN_BYTES)."""
+        return self.executor if nbytes >= POOL_MIN_BYTES else None
+
     def _emit(self, g: _Group) -> Output:
         return self._emit_v2(g) if self.opts.to_magic == 2 else self._emit_legacy(g)
 
@@ -519,8 +523,9 @@ class BatchConverter:
                       base_sequence=f.get("base_sequence", -1))
         self.stats.batches_out += 1
         self.stats.records_out += g.count
-        if codec and self.executor is not None and len(g.body) >= POOL_MIN_BYTES:
-            return None, g.base, self.executor.submit(_finish_v2, bytes(g.body), g.count, codec, self.opts.level, header)
+        pool = self.pool_for(len(g.body)) if codec else None
+        if pool is not None:
+            return None, g.base, pool.submit(_finish_v2, bytes(g.body), g.count, codec, self.opts.level, header)
         return None, g.base, _finish_v2(g.body, g.count, codec, self.opts.level, header)
 
     def _emit_legacy(self, g: _Group) -> Output:
@@ -540,8 +545,9 @@ class BatchConverter:
         else:
             wrapper_ts = g.records_max_ts
         args = (bytes(g.body), codec, self.opts.level, g.last, t, (codec & 0x07) | ts_attr, wrapper_ts)
-        if self.executor is not None and len(g.body) >= POOL_MIN_BYTES:
-            return self.executor.submit(_finish_legacy, *args), g.base, None
+        pool = self.pool_for(len(g.body))
+        if pool is not None:
+            return pool.submit(_finish_legacy, *args), g.base, None
         return _finish_legacy(*args), g.base, None
 
 
@@ -845,12 +851,11 @@ class _SegmentCopier:
                 yield batch, None
             return
         converter = self.converter
-        submit = converter.executor.submit
         ahead: Deque[Tuple[Batch, Optional[Future]]] = deque()
         size = 0  # source bytes in `ahead`
         for batch in batches:
-            pooled = batch.size >= POOL_MIN_BYTES and converter.wants_table(batch)
-            ahead.append((batch, submit(batch.record_table) if pooled else None))
+            pool = converter.pool_for(batch.size) if converter.wants_table(batch) else None
+            ahead.append((batch, None if pool is None else pool.submit(batch.record_table)))
             size += batch.size
             while len(ahead) > self.read_ahead or (size > self.read_ahead_bytes and len(ahead) > 1):
                 size -= ahead[0][0].size
