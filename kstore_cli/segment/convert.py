@@ -42,7 +42,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Deque, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from kstore_cli.codecs import CODEC_NAMES, GZIP, LZ4, NONE, ZSTD, get_codec
-from kstore_cli.errors import ExitStatus, KstoreError, UsageError
+from kstore_cli.errors import CorruptRecordError, ExitStatus, KstoreError, UsageError
 from kstore_cli.segment import decode, encode, fileops, names
 from kstore_cli.segment.batch import (
     CREATE_TIME,
@@ -822,6 +822,7 @@ class _SegmentCopier:
             # would drop pages of batches still queued, and the pool threads would fault them back in
             # for good (the resident set would grow with the segment).
             source = iterate_source(buf, 0, len(buf), path, check_crc=True, release=not self.read_ahead)
+            framed = 0  # where the last complete batch ends
             for batch, table in self._read_ahead(source):
                 if self.read_ahead and batch.position - released >= RELEASE_EVERY:
                     release_pages(buf, released, batch.position)
@@ -830,10 +831,18 @@ class _SegmentCopier:
                 # give damaged bytes a fresh, valid CRC (or copy the bad one into the output).
                 batch.ensure_valid()
                 seg_next = batch.last_offset + 1
+                framed = batch.position + batch.size
                 self.emit(self.converter.feed(batch, table))
                 if progress is not None and batch.position + batch.size - reported >= (4 << 20):
                     progress(batch.position + batch.size - reported)
                     reported = batch.position + batch.size
+            if framed < len(buf):
+                # The framing stops silently at a partial trailing batch (a write cut short): converting
+                # would drop those bytes, so they are refused, as recovery would truncate them.
+                raise CorruptRecordError(
+                    f"{len(buf) - framed} bytes at the end do not frame a complete batch (a write cut short?); "
+                    "converting would drop them: run `kstore recover` (it quarantines them) first",
+                    path=path, position=framed)
             self.emit(self.converter.flush())
             self.drain(0)  # this segment's outputs all written before the next segment starts
             if self.pending_start is not None and i == len(segments) - 1:

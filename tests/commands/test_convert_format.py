@@ -218,6 +218,27 @@ def test_a_batch_whose_crc_fails_is_refused_not_rewritten(tmp_path: Path) -> Non
     assert not list((tmp_path / "out").rglob("*.log"))
 
 
+def test_a_partial_trailing_batch_is_refused_not_dropped(tmp_path: Path) -> None:
+    """A segment whose last batch was cut short (the framing stops before it) is refused, file and byte of
+    the partial batch named, exit 1, in every mode: converting would drop those bytes without a word.
+    Nothing is written; the input is unchanged; recover (which quarantines the bytes) is named."""
+    part = make_v2_partition(tmp_path / "data" / "gen-v2-0")
+    log = sorted(part.glob("*.log"))[0]
+    positions = [(b.position, b.size) for b in read_batches(str(log))]
+    last_pos, last_size = positions[-1]
+    log.write_bytes(log.read_bytes()[: last_pos + last_size - 5])
+    before = dir_hash(part)
+    for args in (["--dry-run"], ["--output-dir", str(tmp_path / "out")], ["--in-place"]):
+        result = run(str(part), "--to-magic", "2", "--compression", "zstd", *args)
+        assert status(result) == 1, text(result)
+        message = str(result.exception)
+        assert "\n" not in message and f"{log} at byte {last_pos}: {last_size - 5} bytes at the end" in message
+        assert "kstore recover" in message
+        assert dir_hash(part) == before
+    assert not list((tmp_path / "out").rglob("*.log"))
+    assert not [f for f in part.iterdir() if f.name.endswith(LEFTOVER)]
+
+
 def test_jobs_option_changes_no_output_byte(tmp_path: Path) -> None:
     """--jobs 1 (no threads) and -j 2 write the same files and say the same; --jobs 0 is a usage error."""
     part = make_v2_partition(tmp_path / "data" / "gen-v2-0")
