@@ -8,7 +8,7 @@ with that codec is met.
 from __future__ import annotations
 
 import os
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 from kstore_cli.errors import CodecError, CodecUnavailableError, RecordTooLargeError, UsageError
 
@@ -116,6 +116,12 @@ class Codec:
             f"pip install {self.package}"
         )
 
+    def _unavailable_for_writing(self, exc: ImportError) -> CodecUnavailableError:
+        return CodecUnavailableError(
+            f"writing {self.name} needs the Python package '{self.package}' "
+            f"({exc}); install it with: pip install {self.package}"
+        )
+
     def stream(self, data: "bytes | memoryview", magic: int) -> "DecompressStream":
         """A reader of the decompressed bytes (``read(n)``: at most n bytes, b"" at the end) that holds
         at most about one codec block (lz4 <= 4 MiB, snappy <= the bound, gzip/zstd ~n) besides its input."""
@@ -164,10 +170,18 @@ class Codec:
         try:
             return self._compress(data, magic, level)
         except ImportError as exc:
-            raise CodecUnavailableError(
-                f"writing {self.name} needs the Python package '{self.package}' "
-                f"({exc}); install it with: pip install {self.package}"
-            ) from None
+            raise self._unavailable_for_writing(exc) from None
+
+    def compress_many(self, datas: Sequence["bytes | bytearray"], magic: int, level: Optional[int] = None) -> List[bytes]:
+        """:meth:`compress` of each, in order (zstd: in one library call, see :func:`.zstd.compress_many`)."""
+        if self.codec_id == ZSTD and magic >= 2:
+            try:
+                from kstore_cli.codecs import zstd as impl
+
+                return impl.compress_many(datas, level)
+            except ImportError as exc:
+                raise self._unavailable_for_writing(exc) from None
+        return [self.compress(d, magic, level) for d in datas]
 
 
 class _WholeReader:

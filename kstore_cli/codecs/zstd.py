@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Optional
+from typing import List, Optional, Sequence
 
 # Per thread: a zstandard (de)compressor object must not be used by two threads at once, and
 # convert-format compresses batches on a small thread pool.
@@ -40,8 +40,7 @@ def open_stream(data: "bytes | memoryview") -> object:
     return _decompressor().stream_reader(data, read_across_frames=True)
 
 
-def compress(data: "bytes | memoryview", level: Optional[int] = None) -> bytes:
-    """One zstd frame at Kafka's default level 3 unless told otherwise."""
+def _compressor(level: Optional[int]) -> object:
     level = 3 if level is None else level
     compressors = getattr(_local, "compressors", None)
     if compressors is None:
@@ -52,4 +51,25 @@ def compress(data: "bytes | memoryview", level: Optional[int] = None) -> bytes:
 
         # Built once per level (and thread): making a compressor per batch dominated conversion time.
         compressor = compressors[level] = zstandard.ZstdCompressor(level=level)
-    return compressor.compress(bytes(data))
+    return compressor
+
+
+def compress(data: "bytes | memoryview", level: Optional[int] = None) -> bytes:
+    """One zstd frame at Kafka's default level 3 unless told otherwise."""
+    return _compressor(level).compress(bytes(data))
+
+
+def compress_many(datas: Sequence["bytes | bytearray"], level: Optional[int] = None) -> List[bytes]:
+    """compress() of each, the same frames, in one library call where zstandard's C backend has one
+    (multi_compress_to_buffer): the GIL is released once for all of them. On a thread beside a busy
+    Python thread, a call per batch waited for the GIL after every batch (up to the 5 ms switch interval)."""
+    compressor = _compressor(level)
+    multi = getattr(compressor, "multi_compress_to_buffer", None)
+    if multi is not None and len(datas) > 1:
+        try:
+            out = multi(datas, threads=0)
+        except NotImplementedError:  # the cffi backend
+            pass
+        else:
+            return [out[i].tobytes() for i in range(len(out))]
+    return [compressor.compress(bytes(d)) for d in datas]

@@ -68,6 +68,9 @@ DEFAULT_BATCH_BYTES = 16 * 1024
 #: time; with this bound 1.3-1.5x, and 1 KiB values (their large gzip wrappers still inflated on the pool)
 #: 1.7x instead of 2.0x at the same wall time.
 POOL_MIN_BYTES = 16 * 1024
+#: Output bodies are compressed on the pool in chunks of about this many bytes, one task and (zstd) one
+#: library call per chunk: a pool thread then takes the GIL twice per chunk, not after every batch.
+COMPRESS_CHUNK_BYTES = 256 * 1024
 _V2_OVERHEAD = 61  # a group's size estimate starts at the batch header
 
 #: Loss counters, with what each one counts.
@@ -247,6 +250,7 @@ class BatchConverter:
         #: Where output batches are compressed (None: here, at once).
         self.executor = executor
         self._table_future: Optional[Future] = None
+        self._chunk: Optional[_CompressChunk] = None  # output bodies gathering for the pool
 
     def wants_table(self, batch: Batch) -> bool:
         """Whether feeding `batch` decompresses it into a record table (worth starting ahead, on a thread)."""
@@ -523,9 +527,17 @@ class BatchConverter:
                       base_sequence=f.get("base_sequence", -1))
         self.stats.batches_out += 1
         self.stats.records_out += g.count
-        pool = self.pool_for(len(g.body)) if codec else None
-        if pool is not None:
-            return None, g.base, pool.submit(_finish_v2, bytes(g.body), g.count, codec, self.opts.level, header)
+        if codec and self.executor is not None:
+            chunk = self._chunk
+            if chunk is None or chunk.codec != codec or chunk.future is not None:
+                if chunk is not None:
+                    chunk.submit()  # a part of it may already be wanted, and so the chunk submitted
+                chunk = self._chunk = _CompressChunk(self.executor, codec, self.opts.level)
+            part = chunk.add(bytes(g.body), g.count, header)
+            if chunk.nbytes >= COMPRESS_CHUNK_BYTES:
+                chunk.submit()
+                self._chunk = None
+            return None, g.base, part
         return None, g.base, _finish_v2(g.body, g.count, codec, self.opts.level, header)
 
     def _emit_legacy(self, g: _Group) -> Output:
@@ -555,9 +567,63 @@ def _finish_v2(body: "bytes | bytearray", count: int, codec: int, level: Optiona
     """The body compressed once, the header and its CRC-32C around it, framed (a pool thread may run this)."""
     if codec:
         body = get_codec(codec).compress(bytes(body), 2, level)
+    return _framed_v2(body, count, header)
+
+
+def _framed_v2(body: "bytes | bytearray", count: int, header: dict) -> Batch:
+    """The (compressed) body with its header and CRC-32C, handed to the writer framed (one native call),
+    not as bytes it would frame again."""
     data = encode.v2_batch(body, count, **header)
-    # Handed to the writer framed (one native call), not as bytes it would frame again.
     return decode.frame_batches(RecordBatch, data, 0, len(data), 1, False, None)[0][0]
+
+
+class _CompressChunk:
+    """Output batches compressed together on the pool (:data:`COMPRESS_CHUNK_BYTES`): a task for the whole
+    chunk, submitted once it is full or once one of its batches is wanted."""
+
+    __slots__ = ("pool", "codec", "level", "jobs", "nbytes", "future")
+
+    def __init__(self, pool: ThreadPoolExecutor, codec: int, level: Optional[int]) -> None:
+        self.pool = pool
+        self.codec = codec
+        self.level = level
+        self.jobs: List[Tuple[bytes, int, dict]] = []
+        self.nbytes = 0
+        self.future: Optional[Future] = None
+
+    def add(self, body: bytes, count: int, header: dict) -> "_ChunkPart":
+        assert self.future is None, "a submitted chunk takes no more batches"
+        self.jobs.append((body, count, header))
+        self.nbytes += len(body)
+        return _ChunkPart(self, len(self.jobs) - 1)
+
+    def submit(self) -> None:
+        if self.future is None:
+            self.future = self.pool.submit(_finish_v2_chunk, self.jobs, self.codec, self.level)
+
+
+class _ChunkPart:
+    """One output batch of a :class:`_CompressChunk`: ``result()`` as a Future's."""
+
+    __slots__ = ("chunk", "index")
+
+    def __init__(self, chunk: _CompressChunk, index: int) -> None:
+        self.chunk = chunk
+        self.index = index
+
+    def result(self) -> Batch:
+        self.chunk.submit()
+        return self.chunk.future.result()[self.index]  # type: ignore[union-attr]
+
+
+def _finish_v2_chunk(jobs: List[Tuple[bytes, int, dict]], codec: int, level: Optional[int]) -> List[Batch]:
+    """_finish_v2 of each job, the bodies compressed in one codec call (a pool thread runs this)."""
+    bodies = get_codec(codec).compress_many([job[0] for job in jobs], 2, level)
+    return [_framed_v2(body, count, header) for body, (_, count, header) in zip(bodies, jobs)]
+
+
+#: What an output's bytes or batch may be while the pool works on it.
+PENDING = (Future, _ChunkPart)
 
 
 def _finish_legacy(body: bytes, codec: int, level: Optional[int], offset: int, magic: int, attributes: int,
@@ -890,9 +956,9 @@ class _SegmentCopier:
                 writer.start_segment(self.pending_start, mtime=self.mtime)
                 self.pending_start = None
             if batch is not None:
-                writer.append(batch.result() if isinstance(batch, Future) else batch, first)
+                writer.append(batch.result() if isinstance(batch, PENDING) else batch, first)
             else:
-                writer.append_bytes(data.result() if isinstance(data, Future) else data, first)
+                writer.append_bytes(data.result() if isinstance(data, PENDING) else data, first)
 
 
 def _install_in_place(result: PartitionResult, writer: PartitionWriter, new: list, segments: Sequence[Segment], snapshots: List[str],

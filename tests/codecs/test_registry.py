@@ -52,3 +52,37 @@ def test_kraft_control_record_data_is_decoded() -> None:
     assert "KRAFT_VERSION" in names
     kraft = controls[names.index("KRAFT_VERSION")]
     assert kraft.data["kRaftVersion"] == 1
+
+
+@pytest.mark.parametrize("codec_id", [0, 1, 2, 3, 4])
+def test_compress_many_makes_compresss_bytes(codec_id: int) -> None:
+    """compress_many (zstd: one multi_compress_to_buffer call) gives each input's compress() bytes, in order,
+    whatever the inputs' types and sizes (one, several, empty)."""
+    codec = get_codec(codec_id)
+    for datas in ([b"one"], [b"abc" * 5000, bytearray(b"xy" * 3000), b"", b"q", bytes(range(256)) * 64]):
+        assert codec.compress_many(datas, 2) == [codec.compress(bytes(d), 2) for d in datas]
+    assert get_codec(4).compress_many([b"a" * 100, b"b" * 100], 2, 7) == [get_codec(4).compress(x, 2, 7)
+                                                                        for x in (b"a" * 100, b"b" * 100)]
+
+
+def test_zstd_compress_many_without_the_multi_call(monkeypatch) -> None:
+    """A zstandard backend without multi_compress_to_buffer (cffi raises NotImplementedError) gets a call per input."""
+    import zstandard
+
+    class NoMulti:
+        def __init__(self) -> None:
+            self.real = zstandard.ZstdCompressor(level=3)
+            self.calls = 0
+
+        def compress(self, data: bytes) -> bytes:
+            self.calls += 1
+            return self.real.compress(data)
+
+        def multi_compress_to_buffer(self, datas, threads=0):
+            raise NotImplementedError("cffi")
+
+    fake = NoMulti()
+    monkeypatch.setattr(zstd_codec, "_compressor", lambda level: fake)
+    datas = [b"abc" * 100, b"xyz" * 200]
+    assert zstd_codec.compress_many(datas) == [zstandard.ZstdCompressor(level=3).compress(d) for d in datas]
+    assert fake.calls == 2

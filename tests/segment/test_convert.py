@@ -456,10 +456,12 @@ def _many_wrappers(directory: Path, n: int = 60, bad: Tuple[int, ...] = ()) -> P
 
 @pytest.fixture
 def pool_every_job(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every codec job to the pool, however small (these tests' batches are far below POOL_MIN_BYTES)."""
+    """Every codec job to the pool, however small (these tests' batches are far below POOL_MIN_BYTES), and
+    output batches compressed there a few at a time (chunks of ~2.5 KB: two or three 1000-byte batches)."""
     from kstore_cli.segment import convert
 
     monkeypatch.setattr(convert, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(convert, "COMPRESS_CHUNK_BYTES", 2500)
 
 
 class _CountingPool:
@@ -484,10 +486,11 @@ class _CountingPool:
         pass
 
 
-def test_small_codec_jobs_stay_on_the_converting_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Only a source batch or an output body of POOL_MIN_BYTES or more goes to the pool: small wrappers and
-    small output batches are decompressed and compressed inline (a thread handoff would cost about what
-    the job does), large ones on the pool; the bytes are the same either way."""
+def test_codec_jobs_reach_the_pool_large_or_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source batch goes to the pool only when it has POOL_MIN_BYTES or more (small wrappers are inflated
+    inline: a thread handoff would cost about what the job does); v2 output batches go in chunks of about
+    COMPRESS_CHUNK_BYTES, one task each (here each segment's outputs, far below a chunk, make one task,
+    submitted when its first batch is written); the bytes are the same either way."""
     from kstore_cli.segment import convert
 
     monkeypatch.setattr(convert, "ThreadPoolExecutor", _CountingPool)
@@ -495,8 +498,10 @@ def test_small_codec_jobs_stay_on_the_converting_thread(tmp_path: Path, monkeypa
     out = {}
     for jobs in (1, 2):
         out[jobs] = tmp_path / f"small-out{jobs}"
-        convert_partition(Target(small, None), ConvertOptions(2, codec=ZSTD, jobs=jobs), output_root=str(out[jobs]))
-    assert _CountingPool.last.jobs == []
+        result = convert_partition(Target(small, None), ConvertOptions(2, codec=ZSTD, jobs=jobs),
+                                   output_root=str(out[jobs]))
+    assert len(small.segments) == 2 and result.stats.batches_out > 2
+    assert _CountingPool.last.jobs == ["_finish_v2_chunk"] * 2
     assert all((out[1] / "p-0" / f.name).read_bytes() == f.read_bytes() for f in (out[2] / "p-0").iterdir())
 
     def big(i: int) -> bytes:  # ~40 KiB of gzip: random hex does not shrink much
@@ -508,7 +513,32 @@ def test_small_codec_jobs_stay_on_the_converting_thread(tmp_path: Path, monkeypa
     convert_partition(Target(large, None), ConvertOptions(2, codec=ZSTD, jobs=2, batch_bytes=64 * 1024),
                       output_root=str(tmp_path / "big-out"))
     jobs = _CountingPool.last.jobs
-    assert jobs.count("_finish_v2") >= 4 and len(jobs) - jobs.count("_finish_v2") == 4  # 4 tables, 4+ bodies
+    assert jobs.count("record_table") == 4 and jobs.count("_finish_v2_chunk") >= 1
+    assert len(jobs) == jobs.count("record_table") + jobs.count("_finish_v2_chunk")
+
+
+@pytest.mark.parametrize("write_behind", [0, 1, 3])
+def test_an_output_wanted_before_its_chunk_is_full(write_behind: int, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a short write-behind queue, a batch is written while its compression chunk is still filling:
+    the chunk is submitted then, and the next batches start a new chunk (same bytes as one thread)."""
+    from kstore_cli.segment import convert
+
+    real_init = convert._SegmentCopier.__init__
+
+    def short_queue(self, *args, **kwargs) -> None:
+        real_init(self, *args, **kwargs)
+        self.write_behind = write_behind
+
+    monkeypatch.setattr(convert._SegmentCopier, "__init__", short_queue)
+    src = Partition(str(_many_wrappers(tmp_path / "src" / "p-0")))
+    outputs = {}
+    for jobs in (1, 2):
+        out = tmp_path / f"out{jobs}"
+        convert_partition(Target(src, None), ConvertOptions(2, codec=ZSTD, jobs=jobs, batch_bytes=1000),
+                          output_root=str(out))
+        outputs[jobs] = {f.name: f.read_bytes() for f in sorted((out / "p-0").iterdir())}
+    assert outputs[2] == outputs[1]
 
 
 @pytest.mark.usefixtures("pool_every_job")
