@@ -61,12 +61,11 @@ from kstore_cli.segment.snapshot import build_snapshot, read_snapshot
 from kstore_cli.segment.writer import PartitionWriter
 
 DEFAULT_BATCH_BYTES = 16 * 1024
-#: Codec work goes to the pool only for a source batch of at least this many (compressed) bytes, or an
-#: output body of at least this many bytes to compress; smaller jobs run inline. Handing a job to a thread
+#: A source batch goes to the pool to be decompressed only when it has at least this many (compressed) bytes,
+#: and so does a legacy output wrapper to be compressed; smaller ones are done inline. Handing a job to a thread
 #: and its result back (the GIL passed both ways) cost about as much CPU as the job itself at ~16 KiB: with
-#: every batch pooled, 100 B values took 2.2-2.4x the CPU of the codec work alone, for no gain in wall
-#: time; with this bound 1.3-1.5x, and 1 KiB values (their large gzip wrappers still inflated on the pool)
-#: 1.7x instead of 2.0x at the same wall time.
+#: every batch pooled, 100 B values took 2.2-2.4x the CPU of the codec work alone, for no gain in wall time.
+#: v2 output batches go to the pool in chunks instead (COMPRESS_CHUNK_BYTES).
 POOL_MIN_BYTES = 16 * 1024
 #: Output bodies are compressed on the pool in chunks of about this many bytes, one task and (zstd) one
 #: library call per chunk: a pool thread then takes the GIL twice per chunk, not after every batch.
