@@ -725,9 +725,16 @@ def convert_partition(
     if in_place and not dry_run and not needs_conversion(segments, opts):
         _count_unchanged(result, segments, opts, is_whole, progress)
         return result
+    created = False
     if not in_place and not dry_run:
+        created = not os.path.isdir(dest)
         _prepare_output_dir(dest)
-    new, old_next, writer = _write_segments(result, target, opts, None if dry_run else dest, progress)
+    try:
+        new, old_next, writer = _write_segments(result, target, opts, None if dry_run else dest, progress)
+    except KstoreError:
+        if created:
+            _remove_if_empty(dest)  # a refused conversion leaves no empty partition directory behind
+        raise
     if dry_run:
         result.status = "would convert"
         return result
@@ -794,6 +801,15 @@ def _count_unchanged(result: PartitionResult, segments: Sequence[Segment], opts:
             fileops.atomic_write(path, data)
     if progress is not None:
         progress(sum(os.path.getsize(s.log) for s in segments))
+
+
+def _remove_if_empty(directory: str) -> None:
+    """Remove a directory this run created, if nothing is in it; quietly (the caller is raising its own error)."""
+    try:
+        if not os.listdir(directory):
+            fileops.remove_empty_dir(directory)
+    except (OSError, KstoreError):
+        pass
 
 
 def _prepare_output_dir(dest: str) -> None:

@@ -236,7 +236,22 @@ def test_a_partial_trailing_batch_is_refused_not_dropped(tmp_path: Path) -> None
         assert "kstore recover" in message
         assert dir_hash(part) == before
     assert not list((tmp_path / "out").rglob("*.log"))
+    assert not (tmp_path / "out" / part.name).exists()
     assert not [f for f in part.iterdir() if f.name.endswith(LEFTOVER)]
+
+
+def test_a_refused_conversion_removes_only_the_directory_it_made(tmp_path: Path) -> None:
+    """A conversion refused into --output-dir removes the partition directory it created (empty), and
+    keeps one that was there before it (an operator's, even empty)."""
+    part = make_v2_partition(tmp_path / "data" / "gen-v2-0")
+    for fresh in (True, False):
+        out = tmp_path / ("fresh" if fresh else "existing")
+        if not fresh:
+            (out / part.name).mkdir(parents=True)
+        result = run(str(part), "--to-magic", "1", "--strict", "--output-dir", str(out))
+        assert status(result) == 1, text(result)
+        assert (out / part.name).exists() is not fresh
+    assert not list((tmp_path / "existing" / part.name).iterdir())
 
 
 def test_jobs_option_changes_no_output_byte(tmp_path: Path) -> None:
