@@ -371,15 +371,7 @@ class Suite:
             best: Dict[object, object] = {}
             for _round in range(self.args.repeat):
                 for key, env, task in jobs:
-                    res = self.run_task(env, "decode", task, path)
-                    prev = best.get(key)
-                    if prev is None or not prev.ok or not prev.result or (
-                            res.ok and res.result and res.result["seconds"] < prev.result["seconds"]):
-                        if prev is not None and prev.ok and prev.result and res.ok and res.result:
-                            _keep_best_list(res.result, prev.result)
-                        best[key] = res
-                    elif res.ok and res.result:
-                        _keep_best_list(prev.result, res.result)
+                    _keep_best(best, key, self.run_task(env, "decode", task, path))
             best["kafka-python"] = self.run_task(env0, "decode", "kafka-python", path)
             for peer in ("aiokafka", "kafka-python"):
                 res = best[peer]
@@ -853,11 +845,20 @@ def _backend_label(dec: dict, result: dict) -> str:
     return actual if (req is None or req == actual) else f"{actual} ({req} requested)"
 
 
-def _keep_best_list(into: dict, other: dict) -> None:
-    """Keep the faster of two rounds' ``records_list_seconds`` (the object API's records() figure) in `into`."""
-    a, b = into.get("records_list_seconds"), other.get("records_list_seconds")
+def _keep_best(best: dict, key: object, res) -> None:
+    """best[key]: the faster of it and this round's decode task `res` (a failed round only while no round has
+    succeeded), with the faster ``records_list_seconds`` of the two (the object API's records() figure)."""
+    prev = best.get(key)
+    if prev is None or not (prev.ok and prev.result):
+        best[key] = res
+        return
+    if not (res.ok and res.result):
+        return
+    fast, slow = (res, prev) if res.result["seconds"] < prev.result["seconds"] else (prev, res)
+    a, b = fast.result.get("records_list_seconds"), slow.result.get("records_list_seconds")
     if a and b and b < a:
-        into["records_list_seconds"] = b
+        fast.result["records_list_seconds"] = b
+    best[key] = fast
 
 
 def _digest_problem(digests: Dict[str, list]) -> str:
