@@ -197,7 +197,7 @@ class ConvertStats:
 # --------------------------------------------------------------------------- batch conversion
 
 #: An output: (bytes of one or more batches or a source batch, first offset if known, source batch to copy).
-#: With an executor, the bytes or the batch may still be a Future of them (compression under way).
+#: With an executor, the bytes or the batch may still be pending (:data:`PENDING`: compression under way).
 Output = Tuple[Optional[bytes], Optional[int], Optional[Batch]]
 
 
@@ -530,7 +530,7 @@ class BatchConverter:
             chunk = self._chunk
             if chunk is None or chunk.codec != codec or chunk.future is not None:
                 if chunk is not None:
-                    chunk.submit()  # a part of it may already be wanted, and so the chunk submitted
+                    chunk.submit()  # another codec's chunk (a no-op when it went when one of its batches was wanted)
                 chunk = self._chunk = _CompressChunk(self.executor, codec, self.opts.level)
             part = chunk.add(bytes(g.body), g.count, header)
             if chunk.nbytes >= COMPRESS_CHUNK_BYTES:
@@ -563,7 +563,8 @@ class BatchConverter:
 
 
 def _finish_v2(body: "bytes | bytearray", count: int, codec: int, level: Optional[int], header: dict) -> Batch:
-    """The body compressed once, the header and its CRC-32C around it, framed (a pool thread may run this)."""
+    """The body compressed once, the header and its CRC-32C around it, framed (on the pool, a whole chunk
+    goes through :func:`_finish_v2_chunk` instead)."""
     if codec:
         body = get_codec(codec).compress(bytes(body), 2, level)
     return _framed_v2(body, count, header)
