@@ -34,7 +34,7 @@ status=0
 python3 -m pytest -q -p no:cacheprovider tests/segment/test_decode_twins.py tests/segment/test_columns.py tests/segment/test_fuzz.py \
     tests/segment/test_properties.py tests/segment/test_dumplog_damaged.py \
     tests/segment/test_dumptext_native.py tests/segment/test_dumplog.py tests/commands/test_dump_segment_golden.py \
-    tests/segment/test_encode_twins.py tests/segment/test_convert.py || status=$?
+    tests/segment/test_encode_twins.py tests/segment/test_convert.py tests/segment/test_convert_fast_path.py || status=$?
 python3 bench/fuzz_long.py "$N" --no-memory --seed 7 || status=$?
 # compact's native write path (kstore_cli/segment/_cleaner_c.c): its twin tests and the cleaner's.
 python3 -c "from kstore_cli.segment import record_filter, _cleaner_c; assert record_filter.BACKEND == 'native'; print('sanitized', _cleaner_c.__file__)" || status=$?

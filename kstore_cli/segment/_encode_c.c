@@ -163,18 +163,8 @@ fail:
     return NULL;
 }
 
-/* legacy_table(data, wrapper_magic, wrapper_offset, log_append_time); see _encode_py.legacy_table. */
-static PyObject *py_legacy_table(PyObject *self, PyObject *args) {
-    PyObject *data, *lat_obj;
-    int wrapper_magic;
-    long long wrapper_offset;
-    if (!PyArg_ParseTuple(args, "OiLO", &data, &wrapper_magic, &wrapper_offset, &lat_obj)) return NULL;
-    int has_lat = lat_obj != Py_None;
-    int64_t lat = 0;
-    if (has_lat) {
-        lat = PyLong_AsLongLong(lat_obj);
-        if (lat == -1 && PyErr_Occurred()) return NULL;
-    }
+/* The record table of a decompressed wrapper's inner messages (see _encode_py.legacy_table). */
+static PyObject *legacy_table_of(PyObject *data, int wrapper_magic, int64_t wrapper_offset, int has_lat, int64_t lat) {
     Py_buffer v;
     if (PyObject_GetBuffer(data, &v, PyBUF_SIMPLE) < 0) return NULL;
     const uint8_t *b = v.buf;
@@ -201,7 +191,7 @@ static PyObject *py_legacy_table(PyObject *self, PyObject *args) {
             PyErr_Format(InvalidRecordError,
                          "Found invalid wrapper offset in compressed v1 message set, wrapper offset '%lld' is less "
                          "than the last inner message offset '%lld' and it is not zero.",
-                         wrapper_offset, (long long)last_inner);
+                         (long long)wrapper_offset, (long long)last_inner);
             goto fail;
         }
         int64_t base = wrap_sub(wrapper_offset, last_inner);
@@ -216,6 +206,21 @@ fail:
     PyBuffer_Release(&v);
     for (int i = 0; i < 3; i++) PyMem_Free(cols[i].buf);
     return NULL;
+}
+
+/* legacy_table(data, wrapper_magic, wrapper_offset, log_append_time); see _encode_py.legacy_table. */
+static PyObject *py_legacy_table(PyObject *self, PyObject *args) {
+    PyObject *data, *lat_obj;
+    int wrapper_magic;
+    long long wrapper_offset;
+    if (!PyArg_ParseTuple(args, "OiLO", &data, &wrapper_magic, &wrapper_offset, &lat_obj)) return NULL;
+    int has_lat = lat_obj != Py_None;
+    int64_t lat = 0;
+    if (has_lat) {
+        lat = PyLong_AsLongLong(lat_obj);
+        if (lat == -1 && PyErr_Occurred()) return NULL;
+    }
+    return legacy_table_of(data, wrapper_magic, wrapper_offset, has_lat, lat);
 }
 
 /* ------------------------------------------------------------------ v2_table */
@@ -673,6 +678,229 @@ static PyObject *py_add_legacy(PyObject *self, PyObject *args) {
     return r;
 }
 
+
+/* ------------------------------------------------------------------ legacy_to_v2 (convert-format's fast path) */
+
+static PyObject *zlib_decompressobj; /* zlib.decompressobj: gzip goes through the codec library */
+static PyObject *str_decompress, *str_eof, *str_unused_data;
+
+#define RUN_STOP 0
+#define RUN_FULL 1
+#define RUN_KEY 2
+#define HEADER_SIZE_UP_TO_MAGIC 17
+
+/* A wrapper taken: its table and what the group needs to know of it. */
+typedef struct {
+    PyObject *table;
+    Py_ssize_t size;
+    int64_t offset;
+    int codec, ts_type, has_lat;
+    int64_t lat;
+} Wrapper;
+
+/* Clears an Exception raised on data (the regular path raises it again where it belongs); anything
+ * else (a BaseException such as KeyboardInterrupt) stays: -1. */
+static int refuse(void) {
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* One gzip member inflated to at most max_inflate bytes, nothing after it: a new reference, NULL with
+ * no error when that is not the case, NULL with an error for a BaseException. */
+static PyObject *inflate_gzip(PyObject *src, const uint8_t *p, int64_t len, int64_t max_inflate) {
+    PyObject *view = PyMemoryView_FromMemory((char *)p, (Py_ssize_t)len, PyBUF_READ);
+    if (!view) return NULL;
+    PyObject *d = PyObject_CallFunction(zlib_decompressobj, "i", 16 + 15);
+    PyObject *data = NULL, *eof = NULL, *unused = NULL;
+    if (!d) goto done;
+    PyObject *room = PyLong_FromLongLong(max_inflate + 1);
+    if (!room) goto done;
+    data = PyObject_CallMethodObjArgs(d, str_decompress, view, room, NULL);
+    Py_DECREF(room);
+    if (!data) goto done;
+    eof = PyObject_GetAttr(d, str_eof);
+    unused = eof ? PyObject_GetAttr(d, str_unused_data) : NULL;
+    if (!unused) { Py_CLEAR(data); goto done; }
+    if (eof != Py_True || !PyBytes_Check(unused) || PyBytes_GET_SIZE(unused) != 0 || !PyBytes_Check(data) ||
+        PyBytes_GET_SIZE(data) > max_inflate)
+        Py_CLEAR(data);
+done:
+    Py_XDECREF(unused);
+    Py_XDECREF(eof);
+    Py_XDECREF(d);
+    Py_DECREF(view);
+    if (!data && PyErr_Occurred() && refuse() == 0) return NULL;
+    return data;
+}
+
+/* The wrapper at pos taken as _encode_py._take_wrapper takes it: 1 taken (w filled), 0 not, -1 error. */
+static int take_wrapper(PyObject *src, const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, int64_t max_inflate,
+                        Wrapper *w) {
+    if (end - pos < HEADER_SIZE_UP_TO_MAGIC) return 0;
+    int32_t size = s32(be32(b + pos + 8));
+    if (size < RECORD_OVERHEAD_V0 || (int64_t)size > (int64_t)(end - pos) - LOG_OVERHEAD || b[pos + 16] > 1) return 0;
+    Py_ssize_t total = LOG_OVERHEAD + (Py_ssize_t)size;
+    if (crc32_ieee(b + pos + 16, (size_t)(total - 16)) != be32(b + pos + 12)) return 0;
+    int64_t f[9];
+    int r = legacy_entry(b, pos, pos + total, f);
+    if (r < 0) return refuse();
+    if (r == 0) return 0;
+    int magic = (int)f[2], attributes = (int)f[3];
+    w->size = total;
+    w->offset = f[0];
+    w->has_lat = magic > 0 && (attributes & 0x08);
+    w->lat = w->has_lat ? f[4] : 0;
+    w->ts_type = w->has_lat ? 1 : 0;
+    int codec = w->codec = attributes & 0x07;
+    if (codec == 0) {
+        Out cols[3] = {{0}};
+        int64_t sp[4] = {f[5], f[6], f[7], f[8]};
+        if (put_q(&cols[0], f[0]) < 0 || put_q(&cols[1], f[4]) < 0 || out_reserve(&cols[2], 32) < 0) {
+            for (int i = 0; i < 3; i++) PyMem_Free(cols[i].buf);
+            return -1;
+        }
+        memcpy(cols[2].buf, sp, 32);
+        cols[2].len = 32;
+        w->table = table_tuple(1, src, cols, 3);
+        return w->table ? 1 : -1;
+    }
+    if (codec != 1 || f[8] < 0) return 0; /* gzip only */
+    PyObject *data = inflate_gzip(src, b + f[7], f[8], max_inflate);
+    if (!data) return PyErr_Occurred() ? -1 : 0;
+    w->table = legacy_table_of(data, magic, f[0], w->has_lat, w->lat);
+    Py_DECREF(data);
+    if (!w->table) return refuse();
+    return 1;
+}
+
+/* legacy_to_v2(buf, pos, end, max_inflate, out, group, limit, fresh_size, carry, by_codec); see
+ * _encode_py.legacy_to_v2. */
+static PyObject *py_legacy_to_v2(PyObject *self, PyObject *args) {
+    PyObject *src, *out, *group, *carry;
+    Py_ssize_t pos, end;
+    long long max_inflate, limit, fresh_size;
+    int by_codec;
+    if (!PyArg_ParseTuple(args, "OnnLO!OLLOp", &src, &pos, &end, &max_inflate, &PyByteArray_Type, &out, &group, &limit,
+                          &fresh_size, &carry, &by_codec))
+        return NULL;
+    if (carry != Py_None && group != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "a carry starts a new group");
+        return NULL;
+    }
+    /* the group: (codec, timestamp_type, log_append_time or None, base_offset, base_timestamp, size) */
+    int active = group != Py_None, g_codec = 0, g_ts_type = 0, g_has_lat = 0;
+    long long g_lat = 0, g_base = 0, g_base_ts = 0, g_size = 0;
+    if (active) {
+        PyObject *lat_obj;
+        if (!PyArg_ParseTuple(group, "iiOLLL", &g_codec, &g_ts_type, &lat_obj, &g_base, &g_base_ts, &g_size))
+            return NULL;
+        g_has_lat = lat_obj != Py_None;
+        if (g_has_lat && (g_lat = PyLong_AsLongLong(lat_obj)) == -1 && PyErr_Occurred()) return NULL;
+    }
+    Wrapper cur = {0};
+    Py_ssize_t start = 0;
+    if (carry != Py_None) {
+        PyObject *lat_obj;
+        if (!PyArg_ParseTuple(carry, "OniiO", &cur.table, &start, &cur.codec, &cur.ts_type, &lat_obj)) return NULL;
+        cur.has_lat = lat_obj != Py_None;
+        if (cur.has_lat && (cur.lat = PyLong_AsLongLong(lat_obj)) == -1 && PyErr_Occurred()) return NULL;
+        Py_INCREF(cur.table);
+    }
+    Py_buffer sv;
+    if (PyObject_GetBuffer(src, &sv, PyBUF_SIMPLE) < 0) { Py_XDECREF(cur.table); return NULL; }
+    const uint8_t *b = sv.buf;
+    if (end > sv.len) end = sv.len;
+    if (pos < 0) pos = end;
+    long long wrappers = 0, taken_bytes = 0, records = 0, added = 0, last_wrapper = 0, max_ts = 0, last = 0;
+    int reason = RUN_STOP;
+    PyObject *result = NULL;
+    for (;;) {
+        if (!cur.table) {
+            int r = take_wrapper(src, b, pos, end, max_inflate, &cur);
+            if (r < 0) goto fail;
+            if (r == 0) break;
+            if (active && (cur.ts_type != g_ts_type || cur.has_lat != g_has_lat || (cur.has_lat && cur.lat != g_lat) ||
+                           (by_codec && cur.codec != g_codec))) {
+                Py_CLEAR(cur.table);
+                reason = RUN_KEY;
+                break;
+            }
+            pos += cur.size;
+            wrappers++;
+            taken_bytes += cur.size;
+            last_wrapper = cur.offset;
+            start = 0;
+            records += PyLong_AsSsize_t(PyTuple_GET_ITEM(cur.table, 0));
+        }
+        Table t;
+        if (table_open(cur.table, &t) < 0) goto fail;
+        if (start < 0 || start >= t.n) {
+            table_release(&t);
+            PyErr_SetString(PyExc_ValueError, "carry start out of the table");
+            goto fail;
+        }
+        int fresh = !active;
+        if (fresh) {
+            active = 1;
+            g_codec = cur.codec;
+            g_ts_type = cur.ts_type;
+            g_has_lat = cur.has_lat;
+            g_lat = cur.lat;
+            g_base = ld64(t.offsets + 8 * start);
+            g_base_ts = ld64(t.timestamps + 8 * start);
+            g_size = fresh_size;
+        }
+        int64_t sz = g_size, m = 0;
+        Py_ssize_t stop = fit_records(&t, start, 2, &sz, limit, g_base, fresh);
+        if (stop < 0 || (stop > start && write_v2(out, &t, start, stop, g_base, g_base_ts, &m) < 0)) {
+            table_release(&t);
+            goto fail;
+        }
+        g_size = sz;
+        if (stop > start) {
+            max_ts = added ? (m > max_ts ? m : max_ts) : m;
+            added += stop - start;
+            last = ld64(t.offsets + 8 * (stop - 1));
+        }
+        Py_ssize_t n = t.n;
+        table_release(&t);
+        if (stop < n) {
+            start = stop;
+            reason = RUN_FULL;
+            break;
+        }
+        Py_CLEAR(cur.table);
+    }
+    PyObject *lat_out = g_has_lat ? PyLong_FromLongLong(g_lat) : (Py_INCREF(Py_None), Py_None);
+    PyObject *group_out = !lat_out ? NULL : active ? Py_BuildValue("iiOLLL", g_codec, g_ts_type, lat_out, g_base, g_base_ts, g_size)
+                                                 : (Py_INCREF(Py_None), Py_None);
+    Py_XDECREF(lat_out);
+    PyObject *carry_out = NULL;
+    if (group_out) {
+        if (reason == RUN_FULL) {
+            PyObject *clat = cur.has_lat ? PyLong_FromLongLong(cur.lat) : (Py_INCREF(Py_None), Py_None);
+            carry_out = clat ? Py_BuildValue("OniiO", cur.table, start, cur.codec, cur.ts_type, clat) : NULL;
+            Py_XDECREF(clat);
+        } else {
+            carry_out = Py_None;
+            Py_INCREF(carry_out);
+        }
+    }
+    if (carry_out) {
+        PyObject *none = Py_None;
+        result = Py_BuildValue("inLLLNOLNNN", reason, pos, wrappers, taken_bytes, records,
+                               wrappers ? PyLong_FromLongLong(last_wrapper) : (Py_INCREF(none), none), group_out,
+                               added, added ? PyLong_FromLongLong(max_ts) : (Py_INCREF(none), none),
+                               added ? PyLong_FromLongLong(last) : (Py_INCREF(none), none), carry_out);
+    }
+    Py_XDECREF(group_out);
+fail:
+    Py_XDECREF(cur.table);
+    PyBuffer_Release(&sv);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"legacy_table", py_legacy_table, METH_VARARGS,
      "The inner messages of a decompressed legacy wrapper as a record table; see _encode_py.legacy_table."},
@@ -683,6 +911,8 @@ static PyMethodDef methods[] = {
     {"encode_v2", py_encode_v2, METH_VARARGS, "Append records as DefaultRecords; see _encode_py.encode_v2."},
     {"encode_legacy", py_encode_legacy, METH_VARARGS, "Append records as legacy entries; see _encode_py.encode_legacy."},
     {"add_v2", py_add_v2, METH_VARARGS, "fit, then encode_v2 of the records that fit; see _encode_py.add_v2."},
+    {"legacy_to_v2", py_legacy_to_v2, METH_VARARGS,
+     "Legacy entries into one group's v2 records, in one call; see _encode_py.legacy_to_v2."},
     {"add_legacy", py_add_legacy, METH_VARARGS, "fit, then encode_legacy of the records that fit; see _encode_py.add_legacy."},
     {NULL, NULL, 0, NULL},
 };
@@ -698,6 +928,15 @@ PyMODINIT_FUNC PyInit__encode_c(void) {
     InvalidRecordError = PyObject_GetAttrString(errors, "InvalidRecordError");
     Py_DECREF(errors);
     if (!InvalidRecordError) return NULL;
+    PyObject *zlib = PyImport_ImportModule("zlib");
+    if (!zlib) return NULL;
+    zlib_decompressobj = PyObject_GetAttrString(zlib, "decompressobj");
+    Py_DECREF(zlib);
+    if (!zlib_decompressobj) return NULL;
+    str_decompress = PyUnicode_InternFromString("decompress");
+    str_eof = PyUnicode_InternFromString("eof");
+    str_unused_data = PyUnicode_InternFromString("unused_data");
+    if (!str_decompress || !str_eof || !str_unused_data) return NULL;
     kstore_crc_init();
     return PyModule_Create(&moduledef);
 }

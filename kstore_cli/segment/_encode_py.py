@@ -19,12 +19,19 @@ Offsets and timestamps are Java longs: sums wrap at 64 bits, as in Kafka's itera
 from __future__ import annotations
 
 import struct
+import zlib
 from array import array
 from typing import List, Optional, Sequence, Tuple
 
-from kstore_cli.errors import InvalidRecordError
+from kstore_cli.errors import InvalidRecordError, KstoreError
 from kstore_cli.java import MAX_INT32, java_long
-from kstore_cli.segment._decode_common import LOG_OVERHEAD, RECORD_OVERHEAD_V0, V2Record, write_uvarint
+from kstore_cli.segment._decode_common import (
+    HEADER_SIZE_UP_TO_MAGIC,
+    LOG_OVERHEAD,
+    RECORD_OVERHEAD_V0,
+    V2Record,
+    write_uvarint,
+)
 from kstore_cli.segment._decode_py import decode_legacy_message
 from kstore_cli.segment.crc import crc32
 
@@ -283,5 +290,118 @@ def add_legacy(out: bytearray, table: RecordTable, start: int, magic: int, attri
     return stop, size, max_ts, _as_arrays(table)[2][stop - 1]
 
 
-__all__ = ["add_v2", "add_legacy", "legacy_table", "v2_table", "fit", "table_size", "encode_v2", "encode_legacy",
+#: Why :func:`legacy_to_v2` returned: at a batch it does not take, or the end (the caller goes on the
+#: regular way from the position returned); the group is full (the carry starts the next one); the
+#: wrapper at the position needs a group of its own timestamp type or append time.
+RUN_STOP = 0
+RUN_FULL = 1
+RUN_KEY = 2
+
+_GZIP = 1  # codec ids: none 0, gzip 1, snappy 2, lz4 3, zstd 4
+_CREATE_TIME = 0
+_LOG_APPEND_TIME = 1
+_WRAPPER_HEAD = struct.Struct(">qiI")  # offset, size, crc
+
+
+def _take_wrapper(buf: memoryview, pos: int, end: int, max_inflate: int) -> Optional[tuple]:
+    """The legacy entry at pos as (table, entry size, offset, codec, timestamp type, append time or None), or
+    None when it is not the plain case: anything but a complete magic 0/1 entry with a good CRC,
+    uncompressed or one gzip member inflating to at most max_inflate bytes, with sound inner messages.
+    (What None leaves, the regular path reads: it raises what is wrong, or converts what is unusual.)"""
+    if end - pos < HEADER_SIZE_UP_TO_MAGIC:
+        return None
+    offset, size, crc = _WRAPPER_HEAD.unpack_from(buf, pos)
+    total = LOG_OVERHEAD + size
+    if size < RECORD_OVERHEAD_V0 or total > end - pos or buf[pos + 16] > 1:
+        return None
+    if crc32(buf[pos + 16 : pos + total]) != crc:
+        return None
+    try:
+        entry = decode_legacy_message(buf, pos, pos + total)
+    except KstoreError:
+        return None
+    if entry is None:
+        return None
+    _, _, _, magic, attributes, timestamp, kp, kl, vp, vl, _ = entry
+    lat = timestamp if magic > 0 and attributes & 0x08 else None
+    ts_type = _CREATE_TIME if lat is None else _LOG_APPEND_TIME
+    codec = attributes & 0x07
+    if codec == 0:
+        table = (1, buf, array("q", (offset,)), array("q", (timestamp,)), array("q", (kp, kl, vp, vl)),
+                 array("q"), array("q"))
+    elif codec == _GZIP and vl >= 0:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            data = d.decompress(buf[vp : vp + vl], max_inflate + 1)
+        except zlib.error:
+            return None
+        if not d.eof or d.unused_data or len(data) > max_inflate:
+            return None
+        try:
+            table = legacy_table(data, magic, offset, lat)
+        except KstoreError:
+            return None
+    else:
+        return None
+    return table, total, offset, codec, ts_type, lat
+
+
+def legacy_to_v2(buf: "bytes | memoryview", pos: int, end: int, max_inflate: int, out: bytearray,
+                 group: Optional[tuple], limit: int, fresh_size: int, carry: Optional[tuple], by_codec: bool) -> tuple:
+    """Legacy entries of buf[pos:end] (magic 0/1, uncompressed or gzip) into the v2 records of one
+    group, in one call: convert-format's fast path, the regular path's result without its objects.
+
+    `group`: the pending group ``(codec, timestamp_type, log_append_time, base_offset, base_timestamp,
+    size)`` or None (the first record taken opens one, with `fresh_size`); records join it by
+    :func:`add_v2` with `limit`. A wrapper joins a group of its timestamp type and append time, and
+    with `by_codec` of its codec (the output keeps the source's codec). `carry`: ``(table, start,
+    codec, timestamp_type, log_append_time)``, records left over when the last call filled its group
+    (then `group` is None). Returns ``(reason, pos, wrappers,
+    bytes, records, last wrapper offset, group, records added, their max timestamp, their last
+    offset, carry)``: :data:`RUN_STOP` at pos (an entry :func:`_take_wrapper` does not take, or the
+    end), :data:`RUN_FULL` (carry set), :data:`RUN_KEY` (pos at a wrapper needing another group).
+    """
+    if carry is not None and group is not None:
+        raise ValueError("a carry starts a new group")
+    buf = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
+    end = min(end, len(buf))
+    wrappers = taken_bytes = records = added = 0
+    last_wrapper = max_ts = last = None
+    reason = RUN_STOP
+    while True:
+        if carry is None:
+            taken = _take_wrapper(buf, pos, end, max_inflate)
+            if taken is None:
+                break
+            table, size, offset, codec, ts_type, lat = taken
+            if group is not None and (group[1] != ts_type or group[2] != lat or (by_codec and group[0] != codec)):
+                reason = RUN_KEY
+                break
+            pos += size
+            wrappers += 1
+            taken_bytes += size
+            records += table[0]
+            last_wrapper = offset
+            start = 0
+        else:
+            table, start, codec, ts_type, lat = carry
+            carry = None
+        fresh = group is None
+        if fresh:
+            t = _as_arrays(table)
+            group = (codec, ts_type, lat, t[2][start], t[3][start], fresh_size)
+        stop, size, m, l = add_v2(out, table, start, group[3], group[4], group[5], limit, fresh)
+        group = group[:5] + (size,)
+        if stop > start:
+            added += stop - start
+            max_ts = m if max_ts is None else max(max_ts, m)
+            last = l
+        if stop < table[0]:
+            carry = (table, stop, codec, ts_type, lat)
+            reason = RUN_FULL
+            break
+    return reason, pos, wrappers, taken_bytes, records, last_wrapper, group, added, max_ts, last, carry
+
+
+__all__ = ["legacy_to_v2", "RUN_STOP", "RUN_FULL", "RUN_KEY", "add_v2", "add_legacy", "legacy_table", "v2_table", "fit", "table_size", "encode_v2", "encode_legacy",
            "LOG_OVERHEAD", "RECORD_OVERHEAD_V0"]

@@ -14,7 +14,10 @@ unless one is given):
   grouped into v2 batches of up to ``batch_bytes`` (16 KiB by default) of records; the timestamp
   type is carried (v0 -> CreateTime with timestamps -1); a LogAppendTime group only holds records
   of one append time; offsets are kept as deltas, so gaps survive. Leader epoch and producer
-  fields are unknown for legacy data: -1.
+  fields are unknown for legacy data: -1. Plain entries (a good CRC, uncompressed or one gzip
+  member, sound inner messages) take a fast path, :meth:`BatchConverter.legacy_run`: a native call
+  per output batch, no object per entry; anything else takes the regular path, entry by entry,
+  with the same result.
 * **v2 -> v0/v1** (``RecordsUtil.downConvert``) -- control batches and empty batches are dropped,
   headers, producer id/epoch/sequence, transactional flag, leader epoch and delete horizon are
   dropped; v0 loses timestamps; uncompressed batches become one entry per record, compressed ones
@@ -41,6 +44,7 @@ from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Deque, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from kstore_cli import codecs
 from kstore_cli.codecs import CODEC_NAMES, GZIP, LZ4, NONE, ZSTD, get_codec
 from kstore_cli.errors import CorruptRecordError, ExitStatus, KstoreError, UsageError
 from kstore_cli.segment import decode, encode, fileops, names
@@ -52,6 +56,7 @@ from kstore_cli.segment.batch import (
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG,
     Batch,
+    LegacyBatch,
     RecordBatch,
 )
 from kstore_cli.segment.builder import build_legacy_entry
@@ -250,6 +255,19 @@ class BatchConverter:
         self.executor = executor
         self._table_future: Optional[Future] = None
         self._chunk: Optional[_CompressChunk] = None  # output bodies gathering for the pool
+        #: Where the last :meth:`legacy_run` stopped, and the offset of the last wrapper it took (None: none).
+        self.run_pos = 0
+        self.run_last_offset: Optional[int] = None
+
+    @property
+    def runs_legacy(self) -> bool:
+        """Whether legacy entries go through :meth:`legacy_run` (conversions to magic 2)."""
+        return self.opts.to_magic == 2
+
+    @staticmethod
+    def takes_run(batch: Batch) -> bool:
+        """Whether `batch` is the kind :meth:`legacy_run` converts (a legacy entry, uncompressed or gzip)."""
+        return type(batch) is LegacyBatch and batch.compression in (NONE, GZIP)
 
     def wants_table(self, batch: Batch) -> bool:
         """Whether feeding `batch` decompresses it into a record table (worth starting ahead, on a thread)."""
@@ -418,6 +436,50 @@ class BatchConverter:
                             encode.table_offset(table, 0))
         self._encode(g, table, 0, table[0])
         yield self._emit(g)
+
+    def legacy_run(self, buf: memoryview, pos: int, end: int) -> Iterator[Output]:
+        """The fast path to magic 2: legacy entries from `pos` into the pending group, one native call
+        per output batch (:func:`.encode.legacy_to_v2`), until an entry it does not take (anything
+        but a plain, valid, uncompressed or gzip entry: the regular path reads that one) or the end.
+        Same groups, bytes and counts as feeding each entry; :attr:`run_pos` and
+        :attr:`run_last_offset` say where it stopped."""
+        opts, stats = self.opts, self.stats
+        by_codec = opts.codec is None  # the output keeps each entry's codec: none and gzip group apart
+        g = self._group
+        if g is not None and not (len(g.key) == 5 and g.key[0] == 2 and g.key[4] == -1):
+            yield from self.flush()  # a group legacy records cannot join (another batch's leader epoch)
+            g = None
+        self.run_last_offset = None
+        carry = None
+        while True:
+            if g is None:
+                body, group = bytearray(), None
+            else:
+                body, group = g.body, (g.key[1], g.key[2], g.key[3], g.base, g.base_ts, g.size)
+            (reason, pos, wrappers, nbytes, records, last_wrapper, group, added, max_ts, last,
+             carry) = encode.legacy_to_v2(buf, pos, end, codecs.max_record_bytes, body, group, opts.group_bytes,
+                                          _V2_OVERHEAD, carry, by_codec)
+            stats.batches_in += wrappers
+            stats.bytes_in += nbytes
+            stats.records_in += records
+            if last_wrapper is not None:
+                self.run_last_offset = last_wrapper
+            self.run_pos = pos
+            if added:
+                if g is None:
+                    codec, ts_type, lat, base, base_ts, _ = group
+                    g = self._group = _Group((2, codec if by_codec else opts.codec, ts_type, lat, -1),
+                                             dict(timestamp_type=ts_type, log_append_time=lat, partition_leader_epoch=-1),
+                                             base, base_ts, 0)
+                g.body = body
+                g.size = group[5]
+                g.count += added
+                g.records_max_ts = max_ts if g.records_max_ts is None else max(g.records_max_ts, max_ts)
+                g.last = last
+            if reason == encode.RUN_STOP:
+                return
+            yield from self.flush()
+            g = None
 
     # ---------------------------------------------------------------- grouping
     def _new_group(self, key: tuple, fields: dict, table: tuple, start: int, base: int) -> _Group:
@@ -862,7 +924,9 @@ def _write_segments(result: PartitionResult, target: Target, opts: ConvertOption
 class _SegmentCopier:
     """Feeds each source segment's batches through the converter into the writer, segment by segment.
 
-    With the converter's executor, a bounded pipeline: the record tables of the next few source
+    Converting to magic 2, runs of plain legacy entries go through the converter's fast path
+    (:meth:`BatchConverter.legacy_run`); the regular path, batch by batch, takes over where it stops
+    and hands back at the next entry it could take. With the converter's executor, a bounded pipeline: the record tables of the next few source
     batches are decompressed on the pool while this thread converts, and output batches are
     compressed there while earlier ones are written. Everything is consumed in file order (a
     batch's error surfaces where it would without the pool, and the writer sees the same
@@ -896,33 +960,29 @@ class _SegmentCopier:
             if self.opts.segment_bytes is None and writer.current_base_offset is not None:
                 self.pending_start = seg.base_offset
             seg_next = seg.base_offset
-            reported = 0
             writer.set_mtime(self.mtime)
             buf, path = open_source(seg.log)
-            released = 0
-            # With read-ahead, pages are released here, behind the batch being converted: the framing
-            # would drop pages of batches still queued, and the pool threads would fault them back in
-            # for good (the resident set would grow with the segment).
-            source = iterate_source(buf, 0, len(buf), path, check_crc=True, release=not self.read_ahead)
+            end = len(buf)
+            self.reported = self.released = 0
+            pos = 0
             framed = 0  # where the last complete batch ends
-            for batch, table in self._read_ahead(source):
-                if self.read_ahead and batch.position - released >= RELEASE_EVERY:
-                    release_pages(buf, released, batch.position)
-                    released = batch.position
-                # A batch whose CRC fails is refused, as Kafka's LogValidator refuses it: rewriting it would
-                # give damaged bytes a fresh, valid CRC (or copy the bad one into the output).
-                batch.ensure_valid()
-                seg_next = batch.last_offset + 1
-                framed = batch.position + batch.size
-                self.emit(self.converter.feed(batch, table))
-                if progress is not None and batch.position + batch.size - reported >= (4 << 20):
-                    progress(batch.position + batch.size - reported)
-                    reported = batch.position + batch.size
-            if framed < len(buf):
+            fast = self.converter.runs_legacy
+            while True:
+                if fast:
+                    pos, last_offset = self._legacy_run(buf, pos, end)
+                    if last_offset is not None:
+                        seg_next = last_offset + 1
+                    framed = pos
+                    if pos >= end:
+                        break
+                pos, seg_next, framed = self._regular(buf, pos, end, path, seg_next, framed, fast)
+                if pos is None:
+                    break
+            if framed < end:
                 # The framing stops silently at a partial trailing batch (a write cut short): converting
                 # would drop those bytes, so they are refused, as recovery would truncate them.
                 raise CorruptRecordError(
-                    f"{len(buf) - framed} bytes at the end do not frame a complete batch (a write cut short?); "
+                    f"{end - framed} bytes at the end do not frame a complete batch (a write cut short?); "
                     "converting would drop them: run `kstore recover` (it quarantines them) first",
                     path=path, position=framed)
             self.emit(self.converter.flush())
@@ -932,11 +992,54 @@ class _SegmentCopier:
                 self.pending_start = None
             old_next = seg_next
             if progress is not None:
-                progress(os.path.getsize(seg.log) - reported)
+                progress(os.path.getsize(seg.log) - self.reported)
         return old_next
 
-    def _read_ahead(self, batches: Iterable[Batch]) -> Iterator[Tuple[Batch, Optional[Future]]]:
-        """(batch, its record table started on the pool or None), up to `read_ahead` batches ahead."""
+    def _advance(self, buf: memoryview, pos: int) -> None:
+        """Progress and page release up to `pos` (converted: its pages are not needed again). Pages are
+        released here, behind the batch being converted, not by the framing: with read-ahead that would
+        drop pages of batches still queued, and the pool threads would fault them back in for good."""
+        if pos - self.released >= RELEASE_EVERY:
+            release_pages(buf, self.released, pos)
+            self.released = pos
+        if self.progress is not None and pos - self.reported >= (4 << 20):
+            self.progress(pos - self.reported)
+            self.reported = pos
+
+    def _legacy_run(self, buf: memoryview, pos: int, end: int) -> Tuple[int, Optional[int]]:
+        """The converter's fast path from `pos`: (where it stopped, the last offset it took or None)."""
+        converter = self.converter
+        converter.run_pos = pos
+        for out in converter.legacy_run(buf, pos, end):
+            self._queue(out)
+            self._advance(buf, converter.run_pos)
+        self._advance(buf, converter.run_pos)
+        return converter.run_pos, converter.run_last_offset
+
+    def _regular(self, buf: memoryview, pos: int, end: int, path: Optional[str], seg_next: int, framed: int,
+                 fast: bool) -> Tuple[Optional[int], int, int]:
+        """Batch by batch from `pos`; with `fast`, up to the next batch the fast path takes (beyond the
+        first). Returns (where the fast path goes on, or None at the end; the next offset; where the
+        last complete batch ends)."""
+        converter = self.converter
+        source = iterate_source(buf, pos, end, path, check_crc=True, release=False)
+        for batch, table in self._read_ahead(source, converter.takes_run if fast else None):
+            if fast and batch.position > pos and converter.takes_run(batch):
+                return batch.position, seg_next, framed
+            self._advance(buf, batch.position)
+            # A batch whose CRC fails is refused, as Kafka's LogValidator refuses it: rewriting it would
+            # give damaged bytes a fresh, valid CRC (or copy the bad one into the output).
+            batch.ensure_valid()
+            seg_next = batch.last_offset + 1
+            framed = batch.position + batch.size
+            self.emit(converter.feed(batch, table))
+        return None, seg_next, framed
+
+    def _read_ahead(self, batches: Iterable[Batch],
+                    stop: Optional[Callable[[Batch], bool]] = None) -> Iterator[Tuple[Batch, Optional[Future]]]:
+        """(batch, its record table started on the pool or None), up to `read_ahead` batches ahead; no
+        further than a batch `stop` holds (beyond the first), where the consumer hands over to the fast
+        path: nothing is started for batches it would not convert."""
         if not self.read_ahead:
             for batch in batches:
                 yield batch, None
@@ -944,7 +1047,12 @@ class _SegmentCopier:
         converter = self.converter
         ahead: Deque[Tuple[Batch, Optional[Future]]] = deque()
         size = 0  # source bytes in `ahead`
+        first = True
         for batch in batches:
+            if stop is not None and not first and stop(batch):
+                ahead.append((batch, None))
+                break
+            first = False
             pool = converter.pool_for(batch.size) if converter.wants_table(batch) else None
             ahead.append((batch, None if pool is None else pool.submit(batch.record_table)))
             size += batch.size
@@ -955,13 +1063,16 @@ class _SegmentCopier:
             yield ahead.popleft()
 
     def emit(self, outputs: Iterator[Output]) -> None:
-        queue = self.outputs
         for out in outputs:
-            queue.append(out)
-            if len(queue) > self.write_behind:
-                self.drain(self.write_behind)
-            elif isinstance(out[2], Batch):
-                self.drain(0)  # a source batch copied is written now: its pages are released behind it
+            self._queue(out)
+
+    def _queue(self, out: Output) -> None:
+        queue = self.outputs
+        queue.append(out)
+        if len(queue) > self.write_behind:
+            self.drain(self.write_behind)
+        elif isinstance(out[2], Batch):
+            self.drain(0)  # a source batch copied is written now: its pages are released behind it
 
     def drain(self, keep: int) -> None:
         """Write queued outputs, oldest first, until `keep` remain (waiting for their compression)."""

@@ -37,6 +37,8 @@ encode_v2 = _impl.encode_v2
 encode_legacy = _impl.encode_legacy
 add_v2 = _impl.add_v2
 add_legacy = _impl.add_legacy
+legacy_to_v2 = _impl.legacy_to_v2
+RUN_STOP, RUN_FULL, RUN_KEY = _encode_py.RUN_STOP, _encode_py.RUN_FULL, _encode_py.RUN_KEY
 
 _Q = struct.Struct("=q")
 
@@ -117,6 +119,6 @@ def v2_batch(body: "bytes | bytearray", count: int, *, base_offset: int, last_of
     return bytes(out)
 
 
-__all__ = ["BACKEND", "add_v2", "add_legacy", "legacy_table", "v2_table", "fit", "table_size", "encode_v2", "encode_legacy",
+__all__ = ["BACKEND", "add_v2", "add_legacy", "legacy_to_v2", "RUN_STOP", "RUN_FULL", "RUN_KEY", "legacy_table", "v2_table", "fit", "table_size", "encode_v2", "encode_legacy",
            "table_offset", "table_timestamp", "single_table", "records_with_headers", "timestamps_set",
            "spec_table", "v2_batch"]

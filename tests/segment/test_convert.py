@@ -487,10 +487,11 @@ class _CountingPool:
 
 
 def test_codec_jobs_reach_the_pool_large_or_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A source batch goes to the pool only when it has POOL_MIN_BYTES or more (small wrappers are inflated
-    inline: a thread handoff would cost about what the job does); v2 output batches go in chunks of about
-    COMPRESS_CHUNK_BYTES, one task each (here each segment's outputs, far below a chunk, make one task,
-    submitted when its first batch is written); the bytes are the same either way."""
+    """v2 output batches go to the pool in chunks of about COMPRESS_CHUNK_BYTES, one task each (here each
+    segment's outputs, far below a chunk, make one task, submitted when its first batch is written). A
+    source batch the regular path reads goes to the pool only when it has POOL_MIN_BYTES or more (an lz4
+    wrapper here); gzip and uncompressed legacy entries, whatever their size, are inflated by the fast
+    path in this thread. The bytes are the same either way."""
     from kstore_cli.segment import convert
 
     monkeypatch.setattr(convert, "ThreadPoolExecutor", _CountingPool)
@@ -504,17 +505,18 @@ def test_codec_jobs_reach_the_pool_large_or_in_chunks(tmp_path: Path, monkeypatc
     assert _CountingPool.last.jobs == ["_finish_v2_chunk"] * 2
     assert all((out[1] / "p-0" / f.name).read_bytes() == f.read_bytes() for f in (out[2] / "p-0").iterdir())
 
-    def big(i: int) -> bytes:  # ~40 KiB of gzip: random hex does not shrink much
-        recs = [RecordSpec(100 * i + j, TS + j, b"k%d" % j, os.urandom(400).hex().encode()) for j in range(100)]
-        return build_legacy_batch(recs, magic=1, codec=GZIP)
-    _write(tmp_path / "big" / "p-0", [(0, [big(i) for i in range(4)])])
-    large = Partition(str(tmp_path / "big" / "p-0"))
-    assert all(b.size >= convert.POOL_MIN_BYTES for b in read_batches(large.segments[0].log))
-    convert_partition(Target(large, None), ConvertOptions(2, codec=ZSTD, jobs=2, batch_bytes=64 * 1024),
-                      output_root=str(tmp_path / "big-out"))
-    jobs = _CountingPool.last.jobs
-    assert jobs.count("record_table") == 4 and jobs.count("_finish_v2_chunk") >= 1
-    assert len(jobs) == jobs.count("record_table") + jobs.count("_finish_v2_chunk")
+    for codec, inflated_here in ((LZ4, False), (GZIP, True)):
+        def big(i: int) -> bytes:  # ~40 KiB compressed: random hex does not shrink much
+            recs = [RecordSpec(100 * i + j, TS + j, b"k%d" % j, os.urandom(400).hex().encode()) for j in range(100)]
+            return build_legacy_batch(recs, magic=1, codec=codec)
+        _write(tmp_path / f"big{codec}" / "p-0", [(0, [big(i) for i in range(4)])])
+        large = Partition(str(tmp_path / f"big{codec}" / "p-0"))
+        assert all(b.size >= convert.POOL_MIN_BYTES for b in read_batches(large.segments[0].log))
+        convert_partition(Target(large, None), ConvertOptions(2, codec=ZSTD, jobs=2, batch_bytes=64 * 1024),
+                          output_root=str(tmp_path / f"big{codec}-out"))
+        jobs = _CountingPool.last.jobs
+        assert jobs.count("record_table") == (0 if inflated_here else 4) and jobs.count("_finish_v2_chunk") >= 1
+        assert len(jobs) == jobs.count("record_table") + jobs.count("_finish_v2_chunk")
 
 
 @pytest.mark.parametrize("write_behind", [0, 1, 3])
@@ -581,14 +583,17 @@ def test_jobs_must_be_positive() -> None:
     assert ConvertOptions(2).jobs == max(1, min(2, len(os.sched_getaffinity(0))))
 
 
-def test_with_codec_threads_pages_are_released_only_behind_the_batch_converted(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("codec", [LZ4, GZIP])
+def test_with_codec_threads_pages_are_released_only_behind_the_batch_converted(codec: int, tmp_path: Path,
+                                                                               monkeypatch) -> None:
     """Read-ahead keeps the framing from dropping pages of queued batches (a pool thread would fault them
     back in for good, the resident set growing with the segment): pages are released here, behind the
-    batch being converted, and all the way through the segment."""
+    batch being converted (lz4: the regular path; gzip: the fast path), and all the way through."""
     from kstore_cli.segment import convert as convert_mod
+    from kstore_cli.segment import encode as encode_mod
 
     wrappers = [build_legacy_batch([RecordSpec(10 * i + j, TS, None, os.urandom(12000)) for j in range(10)],
-                                   magic=1, codec=GZIP) for i in range(120)]
+                                   magic=1, codec=codec) for i in range(120)]
     src = tmp_path / "src" / "p-0"
     _write(src, [(0, wrappers)])
     calls: List[Tuple[int, int, int]] = []  # (start, end, source bytes converted by then)
@@ -603,7 +608,16 @@ def test_with_codec_threads_pages_are_released_only_behind_the_batch_converted(t
         calls.append((start, end, fed[0]))
         real_release(buf, start, end)
 
+    real_run = encode_mod.legacy_to_v2
+
+    def run(buf, pos, *args):
+        fed[0] = pos  # converted up to where the run starts; then up to where it stops
+        result = real_run(buf, pos, *args)
+        fed[0] = result[1]
+        return result
+
     monkeypatch.setattr(convert_mod.BatchConverter, "feed", feed)
+    monkeypatch.setattr(encode_mod, "legacy_to_v2", run)
     monkeypatch.setattr(convert_mod, "release_pages", release)
     part = Partition(str(src))
     convert_partition(Target(part, None), ConvertOptions(2, codec=ZSTD, jobs=2), output_root=str(tmp_path / "out"))
