@@ -63,7 +63,7 @@ def _summary_line(stats: ConvertStats) -> str:
               help="Roll segments at N bytes [default: keep the input's segment boundaries].")
 @click.option("--index-interval-bytes", type=SIZE, default=DEFAULT_INDEX_INTERVAL_BYTES,
               show_default=True, help="The topic's index.interval.bytes, for the new indexes.")
-@jobs_option("Batches (de)compressed at once, on threads [default: min(2, CPUs)]; 1: no threads.")
+@jobs_option("Threads doing codec work, this one included [default: min(2, CPUs)]; 1: no other thread.")
 @force_option
 @topics_option
 @json_option("One JSON object per partition, then a summary object.")
