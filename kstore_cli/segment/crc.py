@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from zlib import crc32 as _zlib_crc32
 
-try:
-    from crc32c import crc32c as _crc32c
-except ImportError:  # pragma: no cover - the crc32c package is a declared dependency
-    _crc32c = None
-
+# The crc32c package is imported on first use: its import pulls importlib.metadata (20-35 ms), and with
+# the native decoder (its own CRC-32C) snapshots are the only users.
+_crc32c = None
 _TABLE = None
 
 
@@ -24,7 +22,13 @@ def _crc32c_table() -> list:
 
 def crc32c(data: "bytes | memoryview") -> int:
     """CRC-32C (Castagnoli), as java.util.zip.CRC32C computes it."""
-    if _crc32c is not None:
+    global _crc32c
+    if _crc32c is None:
+        try:
+            from crc32c import crc32c as _crc32c
+        except ImportError:  # pragma: no cover - the crc32c package is a declared dependency
+            _crc32c = False
+    if _crc32c:
         return _crc32c(data)
     global _TABLE
     if _TABLE is None:
