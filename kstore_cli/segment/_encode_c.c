@@ -679,6 +679,80 @@ static PyObject *py_add_legacy(PyObject *self, PyObject *args) {
 }
 
 
+/* ------------------------------------------------------------------ v2_frames */
+
+/* v2_frames(bodies, headers); see _encode_py.v2_frames. */
+static PyObject *py_v2_frames(PyObject *self, PyObject *args) {
+    PyObject *bodies, *headers;
+    if (!PyArg_ParseTuple(args, "OO", &bodies, &headers)) return NULL;
+    PyObject *bseq = PySequence_Fast(bodies, "bodies must be a sequence");
+    if (!bseq) return NULL;
+    PyObject *hseq = PySequence_Fast(headers, "headers must be a sequence");
+    if (!hseq) { Py_DECREF(bseq); return NULL; }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(bseq);
+    PyObject *result = NULL;
+    Py_buffer *views = NULL;
+    Py_ssize_t held = 0, total = 0;
+    if (PySequence_Fast_GET_SIZE(hseq) != n) {
+        PyErr_SetString(PyExc_ValueError, "a header per body");
+        goto done;
+    }
+    views = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_buffer));
+    if (!views) { PyErr_NoMemory(); goto done; }
+    for (; held < n; held++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(bseq, held), &views[held], PyBUF_SIMPLE) < 0) goto done;
+        if (views[held].len > MAX_INT32 - 49 || total > PY_SSIZE_T_MAX - 61 - views[held].len) {
+            PyBuffer_Release(&views[held]);
+            PyErr_SetString(PyExc_OverflowError, "batch larger than 2 GiB");
+            goto done;
+        }
+        total += 61 + views[held].len;
+    }
+    result = PyBytes_FromStringAndSize(NULL, total);
+    if (!result) goto done;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(result);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long base_offset, base_ts, max_ts, pid;
+        int delta, attributes, epoch, pepoch, seq, count;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(hseq, i), "LiiLLiLiii;a v2 header is (base_offset, "
+                              "last_offset_delta, attributes, base_timestamp, max_timestamp, partition_leader_epoch, "
+                              "producer_id, producer_epoch, base_sequence, count)", &base_offset, &delta, &attributes,
+                              &base_ts, &max_ts, &epoch, &pid, &pepoch, &seq, &count)) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        if (attributes < -32768 || attributes > 32767 || pepoch < -32768 || pepoch > 32767) {
+            PyErr_SetString(PyExc_OverflowError, "attributes and producer epoch are int16");
+            Py_CLEAR(result);
+            goto done;
+        }
+        Py_ssize_t len = views[i].len;
+        put64(p, (uint64_t)base_offset);
+        put32(p + 8, (uint32_t)(49 + len));
+        put32(p + 12, (uint32_t)epoch);
+        p[16] = 2;
+        p[21] = (uint8_t)((uint32_t)attributes >> 8);
+        p[22] = (uint8_t)attributes;
+        put32(p + 23, (uint32_t)delta);
+        put64(p + 27, (uint64_t)base_ts);
+        put64(p + 35, (uint64_t)max_ts);
+        put64(p + 43, (uint64_t)pid);
+        p[51] = (uint8_t)((uint32_t)pepoch >> 8);
+        p[52] = (uint8_t)pepoch;
+        put32(p + 53, (uint32_t)seq);
+        put32(p + 57, (uint32_t)count);
+        if (len) memcpy(p + 61, views[i].buf, (size_t)len);
+        put32(p + 17, crc32c(p + 21, (size_t)(40 + len)));
+        p += 61 + len;
+    }
+done:
+    for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    Py_DECREF(bseq);
+    Py_DECREF(hseq);
+    return result;
+}
+
 /* ------------------------------------------------------------------ legacy_to_v2 (convert-format's fast path) */
 
 static PyObject *zlib_decompressobj; /* zlib.decompressobj: gzip goes through the codec library */
@@ -911,6 +985,7 @@ static PyMethodDef methods[] = {
     {"encode_v2", py_encode_v2, METH_VARARGS, "Append records as DefaultRecords; see _encode_py.encode_v2."},
     {"encode_legacy", py_encode_legacy, METH_VARARGS, "Append records as legacy entries; see _encode_py.encode_legacy."},
     {"add_v2", py_add_v2, METH_VARARGS, "fit, then encode_v2 of the records that fit; see _encode_py.add_v2."},
+    {"v2_frames", py_v2_frames, METH_VARARGS, "v2 batches around bodies, one after the other; see _encode_py.v2_frames."},
     {"legacy_to_v2", py_legacy_to_v2, METH_VARARGS,
      "Legacy entries into one group's v2 records, in one call; see _encode_py.legacy_to_v2."},
     {"add_legacy", py_add_legacy, METH_VARARGS, "fit, then encode_legacy of the records that fit; see _encode_py.add_legacy."},

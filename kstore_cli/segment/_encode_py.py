@@ -29,11 +29,14 @@ from kstore_cli.segment._decode_common import (
     HEADER_SIZE_UP_TO_MAGIC,
     LOG_OVERHEAD,
     RECORD_OVERHEAD_V0,
+    V2_CRC_POS,
+    V2_CRC_START,
+    V2_HEADER,
     V2Record,
     write_uvarint,
 )
 from kstore_cli.segment._decode_py import decode_legacy_message
-from kstore_cli.segment.crc import crc32
+from kstore_cli.segment.crc import crc32, crc32c
 
 #: Size estimates for grouping (DefaultRecord.MAX_RECORD_OVERHEAD; log overhead + RECORD_OVERHEAD_V1).
 V2_RECORD_OVERHEAD = 21
@@ -403,5 +406,22 @@ def legacy_to_v2(buf: "bytes | memoryview", pos: int, end: int, max_inflate: int
     return reason, pos, wrappers, taken_bytes, records, last_wrapper, group, added, max_ts, last, carry
 
 
-__all__ = ["legacy_to_v2", "RUN_STOP", "RUN_FULL", "RUN_KEY", "add_v2", "add_legacy", "legacy_table", "v2_table", "fit", "table_size", "encode_v2", "encode_legacy",
+def v2_frames(bodies: Sequence["bytes | bytearray | memoryview"], headers: Sequence[tuple]) -> bytes:
+    """Magic v2 batches around `bodies` (records, compressed or not), one after the other: header and
+    CRC-32C, as ``builder.build_v2_batch`` lays them out. A header is ``(base_offset, last_offset_delta,
+    attributes, base_timestamp, max_timestamp, partition_leader_epoch, producer_id, producer_epoch,
+    base_sequence, count)``."""
+    if len(bodies) != len(headers):
+        raise ValueError("a header per body")
+    out = bytearray()
+    for body, (base_offset, delta, attributes, base_ts, max_ts, epoch, pid, pepoch, seq, count) in zip(bodies, headers):
+        start = len(out)
+        out += V2_HEADER.pack(base_offset, V2_HEADER.size - 12 + len(body), epoch, 2, 0, attributes, delta, base_ts,
+                              max_ts, pid, pepoch, seq, count)
+        out += body
+        struct.pack_into(">I", out, start + V2_CRC_POS, crc32c(memoryview(out)[start + V2_CRC_START:]))
+    return bytes(out)
+
+
+__all__ = ["v2_frames", "legacy_to_v2", "RUN_STOP", "RUN_FULL", "RUN_KEY", "add_v2", "add_legacy", "legacy_table", "v2_table", "fit", "table_size", "encode_v2", "encode_legacy",
            "LOG_OVERHEAD", "RECORD_OVERHEAD_V0"]

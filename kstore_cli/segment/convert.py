@@ -582,11 +582,10 @@ class BatchConverter:
         attributes = (codec & 0x07) | (TIMESTAMP_TYPE_MASK if ts_type == LOG_APPEND_TIME else 0)
         attributes |= (TRANSACTIONAL_FLAG if f.get("is_transactional") else 0)
         attributes |= (DELETE_HORIZON_FLAG if f.get("delete_horizon_ms") is not None else 0)
-        header = dict(base_offset=g.base, last_offset_delta=g.last - g.base,
-                      attributes=attributes, base_timestamp=g.base_ts, max_timestamp=max_ts,
-                      partition_leader_epoch=f.get("partition_leader_epoch", -1),
-                      producer_id=f.get("producer_id", -1), producer_epoch=f.get("producer_epoch", -1),
-                      base_sequence=f.get("base_sequence", -1))
+        # (base_offset, last_offset_delta, attributes, base_timestamp, max_timestamp, partition_leader_epoch,
+        #  producer_id, producer_epoch, base_sequence, count): what encode.v2_frames writes
+        header = (g.base, g.last - g.base, attributes, g.base_ts, max_ts, f.get("partition_leader_epoch", -1),
+                  f.get("producer_id", -1), f.get("producer_epoch", -1), f.get("base_sequence", -1), g.count)
         self.stats.batches_out += 1
         self.stats.records_out += g.count
         if codec and self.executor is not None:
@@ -595,12 +594,12 @@ class BatchConverter:
                 if chunk is not None:
                     chunk.submit()  # another codec's chunk (a no-op when it went when one of its batches was wanted)
                 chunk = self._chunk = _CompressChunk(self.executor, codec, self.opts.level)
-            part = chunk.add(bytes(g.body), g.count, header)
+            part = chunk.add(g.body, header)  # the group's body handed over: the group is done
             if chunk.nbytes >= COMPRESS_CHUNK_BYTES:
                 chunk.submit()
                 self._chunk = None
             return None, g.base, part
-        return None, g.base, _finish_v2(g.body, g.count, codec, self.opts.level, header)
+        return None, g.base, _finish_v2(g.body, codec, self.opts.level, header)
 
     def _emit_legacy(self, g: _Group) -> Output:
         """Plain entries, or one wrapper of them (offset: its last record; timestamp: the largest, or
@@ -625,44 +624,47 @@ class BatchConverter:
         return _finish_legacy(*args), g.base, None
 
 
-def _finish_v2(body: "bytes | bytearray", count: int, codec: int, level: Optional[int], header: dict) -> Batch:
+def _finish_v2(body: "bytes | bytearray", codec: int, level: Optional[int], header: tuple) -> Batch:
     """The body compressed once, the header and its CRC-32C around it, framed (on the pool, a whole chunk
-    goes through :func:`_compress_chunk` and :meth:`_ChunkPart.result` instead)."""
+    goes through :func:`_finish_v2_chunk` instead)."""
     if codec:
         body = get_codec(codec).compress(bytes(body), 2, level)
-    return _framed_v2(body, count, header)
+    return _framed_v2([body], [header])[0]
 
 
-def _framed_v2(body: "bytes | bytearray", count: int, header: dict) -> Batch:
-    """The (compressed) body with its header and CRC-32C, handed to the writer framed (one native call),
-    not as bytes it would frame again."""
-    data = encode.v2_batch(body, count, **header)
-    return decode.frame_batches(RecordBatch, data, 0, len(data), 1, False, None)[0][0]
+def _framed_v2(bodies: Sequence["bytes | bytearray"], headers: Sequence[tuple]) -> List[Batch]:
+    """The (compressed) bodies with their headers and CRC-32C, one buffer for all, handed to the writer
+    framed (two native calls), not as bytes it would frame again."""
+    data = encode.v2_frames(bodies, headers)
+    return decode.frame_batches(RecordBatch, data, 0, len(data), len(headers), False, None)[0]
 
 
 class _CompressChunk:
     """Output batches compressed together on the pool (:data:`COMPRESS_CHUNK_BYTES`): a task for the whole
     chunk, submitted once it is full or once one of its batches is wanted."""
 
-    __slots__ = ("pool", "codec", "level", "jobs", "nbytes", "future")
+    __slots__ = ("pool", "codec", "level", "bodies", "headers", "nbytes", "future")
 
     def __init__(self, pool: ThreadPoolExecutor, codec: int, level: Optional[int]) -> None:
         self.pool = pool
         self.codec = codec
         self.level = level
-        self.jobs: List[Tuple[bytes, int, dict]] = []
+        self.bodies: List["bytes | bytearray"] = []
+        self.headers: List[tuple] = []
         self.nbytes = 0
         self.future: Optional[Future] = None
 
-    def add(self, body: bytes, count: int, header: dict) -> "_ChunkPart":
+    def add(self, body: "bytes | bytearray", header: tuple) -> "_ChunkPart":
         assert self.future is None, "a submitted chunk takes no more batches"
-        self.jobs.append((body, count, header))
+        self.bodies.append(body)
+        self.headers.append(header)
         self.nbytes += len(body)
-        return _ChunkPart(self, len(self.jobs) - 1)
+        return _ChunkPart(self, len(self.bodies) - 1)
 
     def submit(self) -> None:
         if self.future is None:
-            self.future = self.pool.submit(_compress_chunk, [job[0] for job in self.jobs], self.codec, self.level)
+            self.future = self.pool.submit(_finish_v2_chunk, self.bodies, self.headers, self.codec, self.level)
+            self.bodies = []  # the task holds them until they are compressed
 
 
 class _ChunkPart:
@@ -675,17 +677,15 @@ class _ChunkPart:
         self.index = index
 
     def result(self) -> Batch:
-        """The batch framed here, around its body compressed on the pool: the pool thread runs no Python
-        per batch, which would wait for the GIL while this thread holds it in native calls."""
-        chunk = self.chunk
-        chunk.submit()
-        _, count, header = chunk.jobs[self.index]
-        return _framed_v2(chunk.future.result()[self.index], count, header)  # type: ignore[union-attr]
+        self.chunk.submit()
+        return self.chunk.future.result()[self.index]  # type: ignore[union-attr]
 
 
-def _compress_chunk(bodies: List[bytes], codec: int, level: Optional[int]) -> List[bytes]:
-    """The bodies compressed in one codec call (a pool thread runs this)."""
-    return get_codec(codec).compress_many(bodies, 2, level)
+def _finish_v2_chunk(bodies: List["bytes | bytearray"], headers: List[tuple], codec: int,
+                     level: Optional[int]) -> List[Batch]:
+    """_finish_v2 of each body, compressed in one codec call and framed in one buffer (a pool thread runs
+    this: a few calls per chunk, none per batch, as it takes the GIL for each)."""
+    return _framed_v2(get_codec(codec).compress_many(bodies, 2, level), headers)
 
 
 #: What an output's bytes or batch may be while the pool works on it.

@@ -9,7 +9,7 @@ the pure-Python twin, ``=native`` insists on the extension); :data:`BACKEND` nam
 
 Records travel as record tables (columns over the buffer they were decoded from) and are written
 straight into a batch body: no Python object per record. Batch headers and compression are per
-batch (:func:`v2_batch` here, the codecs in :mod:`kstore_cli.codecs`).
+batch (:func:`v2_frames` and :func:`v2_batch` here, the codecs in :mod:`kstore_cli.codecs`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from array import array
 from typing import Sequence
 
 from kstore_cli.segment import _encode_py
-from kstore_cli.segment._decode_common import V2_CRC_POS, V2_CRC_START, V2_HEADER
-from kstore_cli.segment.decode import choose_twin, crc32c
+from kstore_cli.segment.decode import choose_twin
 
 
 def _load():
@@ -38,6 +37,7 @@ encode_legacy = _impl.encode_legacy
 add_v2 = _impl.add_v2
 add_legacy = _impl.add_legacy
 legacy_to_v2 = _impl.legacy_to_v2
+v2_frames = _impl.v2_frames
 RUN_STOP, RUN_FULL, RUN_KEY = _encode_py.RUN_STOP, _encode_py.RUN_FULL, _encode_py.RUN_KEY
 
 _Q = struct.Struct("=q")
@@ -109,16 +109,11 @@ def v2_batch(body: "bytes | bytearray", count: int, *, base_offset: int, last_of
              base_timestamp: int, max_timestamp: int, partition_leader_epoch: int = -1, producer_id: int = -1,
              producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
     """A magic v2 batch around `body` (its records, compressed or not): header and CRC-32C, as
-    ``builder.build_v2_batch`` lays them out."""
-    out = bytearray(V2_HEADER.pack(
-        base_offset, V2_HEADER.size - 12 + len(body), partition_leader_epoch, 2, 0, attributes, last_offset_delta,
-        base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count,
-    ))
-    out += body
-    struct.pack_into(">I", out, V2_CRC_POS, crc32c(memoryview(out)[V2_CRC_START:]))
-    return bytes(out)
+    ``builder.build_v2_batch`` lays them out (:func:`v2_frames` of one)."""
+    return v2_frames([body], [(base_offset, last_offset_delta, attributes, base_timestamp, max_timestamp,
+                               partition_leader_epoch, producer_id, producer_epoch, base_sequence, count)])
 
 
-__all__ = ["BACKEND", "add_v2", "add_legacy", "legacy_to_v2", "RUN_STOP", "RUN_FULL", "RUN_KEY", "legacy_table", "v2_table", "fit", "table_size", "encode_v2", "encode_legacy",
+__all__ = ["BACKEND", "v2_frames", "add_v2", "add_legacy", "legacy_to_v2", "RUN_STOP", "RUN_FULL", "RUN_KEY", "legacy_table", "v2_table", "fit", "table_size", "encode_v2", "encode_legacy",
            "table_offset", "table_timestamp", "single_table", "records_with_headers", "timestamps_set",
            "spec_table", "v2_batch"]

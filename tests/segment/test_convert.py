@@ -503,7 +503,7 @@ def test_codec_jobs_reach_the_pool_large_or_in_chunks(tmp_path: Path, monkeypatc
         result = convert_partition(Target(small, None), ConvertOptions(2, codec=ZSTD, jobs=jobs),
                                    output_root=str(out[jobs]))
     assert len(small.segments) == 2 and result.stats.batches_out > 2
-    assert _CountingPool.last.jobs == ["_compress_chunk"] * 2
+    assert _CountingPool.last.jobs == ["_finish_v2_chunk"] * 2
     assert _CountingPool.last.workers == 1  # the converting thread is the other job
     assert all((out[1] / "p-0" / f.name).read_bytes() == f.read_bytes() for f in (out[2] / "p-0").iterdir())
 
@@ -517,8 +517,8 @@ def test_codec_jobs_reach_the_pool_large_or_in_chunks(tmp_path: Path, monkeypatc
         convert_partition(Target(large, None), ConvertOptions(2, codec=ZSTD, jobs=2, batch_bytes=64 * 1024),
                           output_root=str(tmp_path / f"big{codec}-out"))
         jobs = _CountingPool.last.jobs
-        assert jobs.count("record_table") == (0 if inflated_here else 4) and jobs.count("_compress_chunk") >= 1
-        assert len(jobs) == jobs.count("record_table") + jobs.count("_compress_chunk")
+        assert jobs.count("record_table") == (0 if inflated_here else 4) and jobs.count("_finish_v2_chunk") >= 1
+        assert len(jobs) == jobs.count("record_table") + jobs.count("_finish_v2_chunk")
 
 
 @pytest.mark.parametrize("write_behind", [0, 1, 3])

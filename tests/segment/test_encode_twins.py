@@ -363,3 +363,25 @@ def test_add_is_fit_then_encode(recs, start, limit, take_first, magic, fixed_ts)
         else:
             got = twin.add_legacy(out, table, start, magic, 0, base, fixed_ts, base, 61, limit, take_first)
         assert (got, bytes(out)) == (want, bytes(expected)), twin.__name__
+
+
+INT16, INT32 = st.integers(-(2**15), 2**15 - 1), st.integers(-(2**31), 2**31 - 1)
+V2_HEADERS = st.tuples(INT64, INT32, INT16, INT64, INT64, INT32, INT64, INT16, INT32, INT32)
+
+
+@needs_native
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.binary(max_size=200), V2_HEADERS), max_size=5))
+def test_v2_frames_agree_and_frame_back(batches) -> None:
+    """Several batches in one buffer, from either twin, equal each batch built alone by the builder's
+    layout (v2_batch of one); the decoder frames them back at the same fields."""
+    bodies, headers = [b for b, _ in batches], [h for _, h in batches]
+    data = native.v2_frames(bodies, headers)
+    assert data == py.v2_frames(bodies, headers)
+    alone = b"".join(encode.v2_batch(b, h[9], base_offset=h[0], last_offset_delta=h[1], attributes=h[2],
+                                     base_timestamp=h[3], max_timestamp=h[4], partition_leader_epoch=h[5],
+                                     producer_id=h[6], producer_epoch=h[7], base_sequence=h[8]) for b, h in batches)
+    assert data == alone
+    framed = list(read_batches(data))
+    assert [(b.base_offset, b.producer_id, b.count, b.is_valid) for b in framed] == [(h[0], h[6], h[9], True)
+                                                                                     for h in headers]
