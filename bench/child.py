@@ -21,7 +21,7 @@ import json
 import os
 import sys
 import time
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 from harness import RESULT_PREFIX  # noqa: E402 - this script's directory is sys.path[0]
 
@@ -384,8 +384,9 @@ def task_compact(records: str, workdir: str, codec: str = "none", transactional:
 
 # ----------------------------------------------------------------------------- convert-format's codec work
 def task_convert_codec(source_dir: str, workdir: str) -> dict:
-    """convert-format (v1 gzip -> v2 zstd, convert_partition into workdir) and its codec work alone, in
-    this one process, alternately (3 rounds, best of each, wall and CPU time): the codec work is every
+    """convert-format (v1 gzip -> v2 zstd, convert_partition into workdir; the default --jobs, and
+    --jobs 1) and its codec work alone, in this one process, alternately (5 rounds, best of each, wall and
+    CPU time; on a shared machine single runs of the same work differ by 10-20%): the codec work is every
     source wrapper's value gunzipped (zlib) and every converted batch's records zstd-compressed
     (python-zstandard, level 3, one frame per batch), library calls only. The converted records come
     from the conversion's own output: the bytes compressed are the ones convert-format compressed."""
@@ -402,9 +403,10 @@ def task_convert_codec(source_dir: str, workdir: str) -> dict:
     partition = Partition(source_dir)
     out_root = os.path.join(workdir, "convert-codec-out")
 
-    def convert() -> object:
+    def convert(jobs: Optional[int] = None) -> object:
         shutil.rmtree(out_root, ignore_errors=True)
-        return convert_partition(Target(partition, None), ConvertOptions(2, codec=ZSTD), output_root=out_root)
+        return convert_partition(Target(partition, None), ConvertOptions(2, codec=ZSTD, jobs=jobs),
+                                 output_root=out_root)
 
     convert()
     converted = [s.log for s in Partition(os.path.join(out_root, partition.name)).segments]
@@ -424,8 +426,8 @@ def task_convert_codec(source_dir: str, workdir: str) -> dict:
             compressor.compress(body)
 
     best: Dict[str, float] = {}
-    for _ in range(3):
-        for name, fn in (("convert", convert), ("codec", codec_only)):
+    for _ in range(5):
+        for name, fn in (("convert", convert), ("codec", codec_only), ("convert_j1", lambda: convert(1))):
             wall, cpu = time.perf_counter(), time.process_time()
             fn()
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

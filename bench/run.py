@@ -717,7 +717,8 @@ class Suite:
             else:
                 note += (f"; in one process: convert {c['convert_cpu']:.3f} s CPU ({c['convert_wall']:.3f} s wall), "
                          f"codec work alone {c['codec_cpu']:.3f} s CPU ({c['codec_wall']:.3f} s wall): "
-                         f"{cpu:.2f}x CPU, {wall:.2f}x wall")
+                         f"{cpu:.2f}x CPU, {wall:.2f}x wall; at --jobs 1: {c['convert_j1_cpu']:.3f} s CPU, "
+                         f"{c['convert_j1_cpu'] / c['codec_cpu']:.2f}x")
             self.add(row_id, decoder=dec["label"], figure=size / 2**20 / t["net"], unit="MiB/s", rss_mb=t["rss_mb"],
                      seconds=t["net"], target="<= 1.5x the codec work alone (CPU)",
                      met=None if cpu is None else cpu <= 1.5,
