@@ -212,7 +212,7 @@ class _Group:
     entries: inner entries of a wrapper when compressed)."""
 
     __slots__ = ("key", "fields", "body", "count", "size", "base", "base_ts", "last", "max_ts", "records_max_ts",
-                 "offset_base", "ts_attr", "legacy_ts")
+                 "loose_max_ts", "offset_base", "ts_attr", "legacy_ts")
 
     def __init__(self, key: tuple, fields: dict, base: int, base_ts: int, size: int) -> None:
         self.key = key
@@ -227,6 +227,8 @@ class _Group:
         #: A batch's own max timestamp (kept when whole batches are regrouped), else None.
         self.max_ts: Optional[int] = None
         self.records_max_ts: Optional[int] = None
+        #: The largest timestamp of the records added one by one (legacy sources), None without any.
+        self.loose_max_ts: Optional[int] = None
         #: Legacy: what entry offsets are relative to (a v1 wrapper's first offset, else 0), the
         #: entries' timestamp-type attribute, and the timestamp every v1 entry carries under
         #: LogAppendTime (None: each record's own).
@@ -476,6 +478,7 @@ class BatchConverter:
                 g.size = group[5]
                 g.count += added
                 g.records_max_ts = max_ts if g.records_max_ts is None else max(g.records_max_ts, max_ts)
+                g.loose_max_ts = max_ts if g.loose_max_ts is None else max(g.loose_max_ts, max_ts)
                 g.last = last
             if reason == encode.RUN_STOP:
                 return
@@ -531,6 +534,7 @@ class BatchConverter:
                 yield from self.flush()
                 continue
             g.records_max_ts = max_ts if g.records_max_ts is None else max(g.records_max_ts, max_ts)
+            g.loose_max_ts = max_ts if g.loose_max_ts is None else max(g.loose_max_ts, max_ts)
             g.count += stop - i
             g.last = last
             i = stop
@@ -574,7 +578,8 @@ class BatchConverter:
         lat = f.get("log_append_time")
         ts_type = f.get("timestamp_type", CREATE_TIME)
         if g.max_ts is not None:
-            max_ts = g.max_ts
+            # Whole batches keep their own max timestamp; legacy records that joined them count too.
+            max_ts = g.max_ts if g.loose_max_ts is None else max(g.max_ts, g.loose_max_ts)
         elif ts_type == LOG_APPEND_TIME and lat is not None:
             max_ts = lat
         else:

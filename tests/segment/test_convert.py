@@ -628,3 +628,24 @@ def test_with_codec_threads_pages_are_released_only_behind_the_batch_converted(c
     assert calls and all(end <= done for _start, end, done in calls)
     assert calls[0][0] == 0 and all(a[1] == b[0] for a, b in zip(calls, calls[1:]))
     assert calls[-1][1] >= size - 2 * RELEASE_EVERY
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_legacy_records_joining_a_whole_v2_batch_count_in_its_max_timestamp(fast: bool, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regrouping keeps a whole v2 batch's own max timestamp; legacy records that join its group (same
+    timestamp type, leader epoch -1) raise it to theirs, or the time index and time retention would
+    see the batch as older than its newest record."""
+    from kstore_cli.segment import convert as convert_mod
+
+    if not fast:
+        monkeypatch.setattr(convert_mod.BatchConverter, "runs_legacy", property(lambda self: False))
+    v2 = build_v2_batch([RecordSpec(i, TS + i, b"k", b"v") for i in range(3)])
+    legacy = build_legacy_batch([RecordSpec(3 + i, TS + 1000 + i, b"k", b"v") for i in range(3)], magic=1, codec=GZIP)
+    src = tmp_path / "src" / "t-0"
+    src.mkdir(parents=True)
+    (src / "00000000000000000000.log").write_bytes(v2 + legacy)
+    convert_partition(Target(Partition(str(src)), None), ConvertOptions(2, codec=ZSTD, batch_bytes=16384, jobs=1),
+                      output_root=str(tmp_path / "out"))
+    [batch] = list(read_batches(str(tmp_path / "out" / "t-0" / "00000000000000000000.log")))
+    assert (batch.base_offset, batch.last_offset, batch.max_timestamp) == (0, 5, TS + 1002)
