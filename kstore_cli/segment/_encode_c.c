@@ -12,6 +12,10 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <nmmintrin.h>
+#define KSTORE_HW_CRC 1 /* v2_frames' CRC-32C: SSE 4.2's instruction when the CPU has it (as _decode_c) */
+#endif
 
 static PyObject *InvalidRecordError; /* kstore_cli.errors.InvalidRecordError */
 
