@@ -786,7 +786,7 @@ static int refuse(void) {
 
 /* One gzip member inflated to at most max_inflate bytes, nothing after it: a new reference, NULL with
  * no error when that is not the case, NULL with an error for a BaseException. */
-static PyObject *inflate_gzip(PyObject *src, const uint8_t *p, int64_t len, int64_t max_inflate) {
+static PyObject *inflate_gzip(const uint8_t *p, int64_t len, int64_t max_inflate) {
     PyObject *view = PyMemoryView_FromMemory((char *)p, (Py_ssize_t)len, PyBUF_READ);
     if (!view) return NULL;
     PyObject *d = PyObject_CallFunction(zlib_decompressobj, "i", 16 + 15);
@@ -844,12 +844,19 @@ static int take_wrapper(PyObject *src, const uint8_t *b, Py_ssize_t pos, Py_ssiz
         return w->table ? 1 : -1;
     }
     if (codec != 1 || f[8] < 0) return 0; /* gzip only */
-    PyObject *data = inflate_gzip(src, b + f[7], f[8], max_inflate);
+    PyObject *data = inflate_gzip(b + f[7], f[8], max_inflate);
     if (!data) return PyErr_Occurred() ? -1 : 0;
     w->table = legacy_table_of(data, magic, f[0], w->has_lat, w->lat);
     Py_DECREF(data);
     if (!w->table) return refuse();
     return 1;
+}
+
+/* v, or None when not `has`: a new reference. */
+static PyObject *long_or_none(int has, int64_t v) {
+    if (has) return PyLong_FromLongLong(v);
+    Py_INCREF(Py_None);
+    return Py_None;
 }
 
 /* legacy_to_v2(buf, pos, end, max_inflate, out, group, limit, fresh_size, carry, by_codec); see
@@ -950,29 +957,19 @@ static PyObject *py_legacy_to_v2(PyObject *self, PyObject *args) {
         }
         Py_CLEAR(cur.table);
     }
-    PyObject *lat_out = g_has_lat ? PyLong_FromLongLong(g_lat) : (Py_INCREF(Py_None), Py_None);
-    PyObject *group_out = !lat_out ? NULL : active ? Py_BuildValue("iiOLLL", g_codec, g_ts_type, lat_out, g_base, g_base_ts, g_size)
-                                                 : (Py_INCREF(Py_None), Py_None);
-    Py_XDECREF(lat_out);
-    PyObject *carry_out = NULL;
-    if (group_out) {
-        if (reason == RUN_FULL) {
-            PyObject *clat = cur.has_lat ? PyLong_FromLongLong(cur.lat) : (Py_INCREF(Py_None), Py_None);
-            carry_out = clat ? Py_BuildValue("OniiO", cur.table, start, cur.codec, cur.ts_type, clat) : NULL;
-            Py_XDECREF(clat);
-        } else {
-            carry_out = Py_None;
-            Py_INCREF(carry_out);
-        }
-    }
-    if (carry_out) {
-        PyObject *none = Py_None;
-        result = Py_BuildValue("inLLLNOLNNN", reason, pos, wrappers, taken_bytes, records,
-                               wrappers ? PyLong_FromLongLong(last_wrapper) : (Py_INCREF(none), none), group_out,
-                               added, added ? PyLong_FromLongLong(max_ts) : (Py_INCREF(none), none),
-                               added ? PyLong_FromLongLong(last) : (Py_INCREF(none), none), carry_out);
-    }
+    /* "N": each long_or_none reference goes to its tuple (or is dropped when building fails). */
+    PyObject *group_out = active ? Py_BuildValue("iiNLLL", g_codec, g_ts_type, long_or_none(g_has_lat, g_lat), g_base,
+                                                 g_base_ts, g_size)
+                                 : long_or_none(0, 0);
+    PyObject *carry_out = reason == RUN_FULL ? Py_BuildValue("OniiN", cur.table, start, cur.codec, cur.ts_type,
+                                                             long_or_none(cur.has_lat, cur.lat))
+                                             : long_or_none(0, 0);
+    if (group_out && carry_out)
+        result = Py_BuildValue("inLLLNOLNNO", reason, pos, wrappers, taken_bytes, records,
+                               long_or_none(wrappers > 0, last_wrapper), group_out, added,
+                               long_or_none(added > 0, max_ts), long_or_none(added > 0, last), carry_out);
     Py_XDECREF(group_out);
+    Py_XDECREF(carry_out);
 fail:
     Py_XDECREF(cur.table);
     PyBuffer_Release(&sv);
@@ -989,7 +986,8 @@ static PyMethodDef methods[] = {
     {"encode_v2", py_encode_v2, METH_VARARGS, "Append records as DefaultRecords; see _encode_py.encode_v2."},
     {"encode_legacy", py_encode_legacy, METH_VARARGS, "Append records as legacy entries; see _encode_py.encode_legacy."},
     {"add_v2", py_add_v2, METH_VARARGS, "fit, then encode_v2 of the records that fit; see _encode_py.add_v2."},
-    {"v2_frames", py_v2_frames, METH_VARARGS, "v2 batches around bodies, one after the other; see _encode_py.v2_frames."},
+    {"v2_frames", py_v2_frames, METH_VARARGS,
+     "v2 batches around bodies, one after the other; see _encode_py.v2_frames."},
     {"legacy_to_v2", py_legacy_to_v2, METH_VARARGS,
      "Legacy entries into one group's v2 records, in one call; see _encode_py.legacy_to_v2."},
     {"add_legacy", py_add_legacy, METH_VARARGS, "fit, then encode_legacy of the records that fit; see _encode_py.add_legacy."},

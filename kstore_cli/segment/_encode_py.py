@@ -423,5 +423,5 @@ def v2_frames(bodies: Sequence["bytes | bytearray | memoryview"], headers: Seque
     return bytes(out)
 
 
-__all__ = ["v2_frames", "legacy_to_v2", "RUN_STOP", "RUN_FULL", "RUN_KEY", "add_v2", "add_legacy", "legacy_table", "v2_table", "fit", "table_size", "encode_v2", "encode_legacy",
-           "LOG_OVERHEAD", "RECORD_OVERHEAD_V0"]
+__all__ = ["v2_frames", "legacy_to_v2", "RUN_STOP", "RUN_FULL", "RUN_KEY", "add_v2", "add_legacy", "legacy_table",
+           "v2_table", "fit", "table_size", "encode_v2", "encode_legacy", "LOG_OVERHEAD", "RECORD_OVERHEAD_V0"]

@@ -237,6 +237,12 @@ class _Group:
         self.legacy_ts: Optional[int] = None
 
 
+def _legacy_v2_group(out_codec: int, ts_type: int, lat: Optional[int]) -> Tuple[tuple, dict]:
+    """The group key and batch fields of legacy records converted to magic 2 (no leader epoch or producer)."""
+    fields = dict(timestamp_type=ts_type, log_append_time=lat, partition_leader_epoch=-1)
+    return (2, out_codec, ts_type, lat, -1), fields
+
+
 def _is_plain_v2(batch: Batch) -> bool:
     return (batch.producer_id < 0 and batch.producer_epoch < 0 and batch.base_sequence < 0 and not batch.is_transactional
             and not batch.is_control and not batch.has_delete_horizon and batch.count > 0)
@@ -422,9 +428,7 @@ class BatchConverter:
                 if ts_type == LOG_APPEND_TIME:
                     self._lose("timestampTypes", 1, batch)
         if t == 2:
-            key = (2, out_codec, ts_type, lat, -1)
-            yield from self._add_records(key, dict(timestamp_type=ts_type, log_append_time=lat,
-                                                   partition_leader_epoch=-1), table)
+            yield from self._add_records(*_legacy_v2_group(out_codec, ts_type, lat), table)
             return
         if out_codec != NONE and self.opts.regroup:
             key = (t, out_codec, ts_type if t else None, lat if t else None)
@@ -471,8 +475,7 @@ class BatchConverter:
             if added:
                 if g is None:
                     codec, ts_type, lat, base, base_ts, _ = group
-                    g = self._group = _Group((2, codec if by_codec else opts.codec, ts_type, lat, -1),
-                                             dict(timestamp_type=ts_type, log_append_time=lat, partition_leader_epoch=-1),
+                    g = self._group = _Group(*_legacy_v2_group(codec if by_codec else opts.codec, ts_type, lat),
                                              base, base_ts, 0)
                 g.body = body
                 g.size = group[5]
@@ -937,13 +940,13 @@ class _SegmentCopier:
 
     Converting to magic 2, runs of plain legacy entries go through the converter's fast path
     (:meth:`BatchConverter.legacy_run`); the regular path, batch by batch, takes over where it stops
-    and hands back at the next entry it could take. With the converter's executor, a bounded pipeline: the record tables of the next few source
-    batches are decompressed on the pool while this thread converts, and output batches are
-    compressed there while earlier ones are written. Everything is consumed in file order (a
-    batch's error surfaces where it would without the pool, and the writer sees the same
-    sequence). In flight at most: ``16 * jobs`` source batches of up to ``jobs`` MiB in all (beyond
-    the next one), and ``32 * jobs`` output batches. The queues are that deep because a pool thread
-    waits up to the interpreter's switch interval (5 ms) for the GIL to hand its result back.
+    and hands back at the next entry it could take. With the converter's executor, a bounded
+    pipeline: the record tables of the next few source batches are decompressed on the pool while
+    this thread converts, and output batches are compressed there while earlier ones are written. Everything
+    is consumed in file order (a batch's error surfaces where it would without the pool, and the writer sees
+    the same sequence). In flight at most: ``16 * jobs`` source batches of up to ``jobs`` MiB in all (beyond
+    the next one), and ``32 * jobs`` output batches. The queues are that deep because a pool thread waits up
+    to the interpreter's switch interval (5 ms) for the GIL to hand its result back.
     """
 
     def __init__(self, writer: PartitionWriter, converter: BatchConverter, opts: ConvertOptions,
@@ -959,6 +962,8 @@ class _SegmentCopier:
         self.read_ahead_bytes = opts.jobs << 20
         self.write_behind = 32 * opts.jobs if pooled else 0
         self.outputs: Deque[Output] = deque()
+        self.reported = 0  # the current segment's bytes reported to `progress`
+        self.released = 0  # and its pages released
 
     def run(self, segments: Sequence[Segment]) -> Optional[int]:
         """Returns the source's next offset after its last segment (None without segments)."""

@@ -114,6 +114,6 @@ def v2_batch(body: "bytes | bytearray", count: int, *, base_offset: int, last_of
                                partition_leader_epoch, producer_id, producer_epoch, base_sequence, count)])
 
 
-__all__ = ["BACKEND", "v2_frames", "add_v2", "add_legacy", "legacy_to_v2", "RUN_STOP", "RUN_FULL", "RUN_KEY", "legacy_table", "v2_table", "fit", "table_size", "encode_v2", "encode_legacy",
-           "table_offset", "table_timestamp", "single_table", "records_with_headers", "timestamps_set",
-           "spec_table", "v2_batch"]
+__all__ = ["BACKEND", "v2_frames", "add_v2", "add_legacy", "legacy_to_v2", "RUN_STOP", "RUN_FULL", "RUN_KEY",
+           "legacy_table", "v2_table", "fit", "table_size", "encode_v2", "encode_legacy", "table_offset",
+           "table_timestamp", "single_table", "records_with_headers", "timestamps_set", "spec_table", "v2_batch"]

@@ -75,7 +75,8 @@ def segments(draw) -> bytes:
     for _ in range(draw(st.integers(1, 8))):
         n = draw(st.integers(1, 6))
         size = draw(st.sampled_from([0, 3, 40, 300]))
-        recs = [RecordSpec(offset + i, TS + draw(st.integers(-5, 50)), draw(st.one_of(st.none(), st.binary(max_size=4))),
+        recs = [RecordSpec(offset + i, TS + draw(st.integers(-5, 50)),
+                           draw(st.one_of(st.none(), st.binary(max_size=4))),
                            draw(st.one_of(st.none(), st.just(os.urandom(size))))) for i in range(n)]
         offset += n + draw(st.integers(0, 3))
         kind = draw(st.sampled_from(["legacy", "legacy", "legacy", "v2", "gzip-shape"]))
