@@ -23,6 +23,7 @@ import zlib
 from array import array
 from typing import List, Optional, Sequence, Tuple
 
+from kstore_cli.codecs import GZIP
 from kstore_cli.errors import InvalidRecordError, KstoreError
 from kstore_cli.java import MAX_INT32, java_long
 from kstore_cli.segment._decode_common import (
@@ -300,8 +301,7 @@ RUN_STOP = 0
 RUN_FULL = 1
 RUN_KEY = 2
 
-_GZIP = 1  # codec ids: none 0, gzip 1, snappy 2, lz4 3, zstd 4
-_CREATE_TIME = 0
+_CREATE_TIME = 0  # batch.CREATE_TIME and LOG_APPEND_TIME (batch imports this module through encode)
 _LOG_APPEND_TIME = 1
 _WRAPPER_HEAD = struct.Struct(">qiI")  # offset, size, crc
 
@@ -332,7 +332,7 @@ def _take_wrapper(buf: memoryview, pos: int, end: int, max_inflate: int) -> Opti
     if codec == 0:
         table = (1, buf, array("q", (offset,)), array("q", (timestamp,)), array("q", (kp, kl, vp, vl)),
                  array("q"), array("q"))
-    elif codec == _GZIP and vl >= 0:
+    elif codec == GZIP and vl >= 0:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         try:
             data = d.decompress(buf[vp : vp + vl], max_inflate + 1)
