@@ -307,7 +307,7 @@ def _first_swap(journal: List[tuple]) -> Optional[int]:
 
 @pytest.mark.parametrize("sc", [s for s in SCENARIOS if s.name in (
     "rebuild-index-missing", "rebuild-index-truncate", "convert-v1gzip-v2zstd", "retain-time", "compact",
-    "compact-multi-group")], ids=str)
+    "compact-multi-group", "recover")], ids=str)
 def test_disk_full_and_permission_errors_at_every_operation(sc: Scenario, tmp_path: Path) -> None:
     template = tmp_path / "template"
     sc.setup(template / "data")

@@ -258,9 +258,8 @@ class _Output:
                                f"{escape(issue.message)}\n[dim]kafka:[/] {escape(issue.kafka)}\n"
                                f"[dim]run:[/]   {escape(issue.repair)}")
             return
-        self._echo(f"{issue.where}: {issue.severity}: {issue.check}: {issue.message}")
-        self._echo(f"    kafka: {issue.kafka}")
-        self._echo(f"    run:   {issue.repair}")
+        for line in issue.text_lines():
+            self._echo(line)
 
     def partition(self, partition, only, segments: int, issues: List[Issue]) -> None:
         errors = sum(1 for i in issues if i.severity == ERROR)

@@ -12,7 +12,7 @@ import click
 from kstore_cli.commands._options import ExistingPath, dry_run_option, force_option, json_option, topics_option
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import fileops
-from kstore_cli.segment.loader import RecoverResult, advance_recovery_points, recover_partition
+from kstore_cli.segment.loader import RecoverResult, advance_recovery_points, check_what_is_left, recover_partition
 from kstore_cli.segment.logdir import group_by_data_dir, nothing_found, resolve
 
 
@@ -43,9 +43,15 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
     PATH is a partition directory or a data directory. The data dirs' .lock is taken first (a running
     broker makes this refuse, unless --force). Crash-safe: a rerun after a kill finishes the work.
 
+    Index files without their .log are deleted, as Kafka's loader deletes them. Then doctor's startup
+    checks run on the partitions: what would still stop the broker and recovery does not repair (a
+    malformed leader-epoch-checkpoint, a partition without .log files whose checkpoints name data, ...),
+    Kafka's own recovery does not either, is listed as left, with what Kafka does and what to run.
+
     \b
     Exit status: 0 recovered (a cut made and quarantined included), 1 a partition could not be
-    recovered, or with --dry-run a log would be cut, 2 usage, 3 unreadable.
+    recovered, something that stops the broker is left, or with --dry-run a log would be cut, 2 usage,
+    3 a file could not be read or written (a full disk, a permission: one line on stderr per partition).
 
     \b
     Example:
@@ -73,25 +79,57 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
                 results = list(pool.map(_recover, [(p, kwargs) for p in partitions]))
         for data_dir in sorted(groups):
             advance_recovery_points(data_dir, results)
+    dir_left = check_what_is_left(results)
     for r in results:
         if as_json:
             click.echo(json.dumps(r.to_dict(), sort_keys=True))
         else:
-            status = r.problem and f"NOT RECOVERED: {r.problem}" or (
-                f"{'would recover' if dry_run else 'recovered'} {r.segments} segment(s), {r.bytes_validated} bytes; "
+            click.echo(f"{r.partition}: {_status(r, dry_run)}")
+        _findings(r.left, as_json)
+    _findings(dir_left, as_json)
+    left = sum(len(r.left) for r in results) + len(dir_left)
+    if as_json:
+        click.echo(json.dumps({"type": "summary", "partitions": len(results), "dryRun": dry_run, "jobs": jobs,
+                               "cut": sum(1 for r in results if r.cut_at), "problems": sum(1 for r in results if r.problem),
+                               "left": left, "bytesValidated": sum(r.bytes_validated for r in results)}, sort_keys=True))
+    errors = [r.error for r in results if r.error is not None]
+    if errors:
+        from kstore_cli.cli import report_error  # the one place errors become lines and exit codes
+
+        ctx.exit(max(report_error(e) for e in errors))
+    # A cut made is recovery done (its bytes are quarantined), as rebuild-index --truncate; one still to make
+    # (a dry run), a partition left unrecovered or something left that stops the broker is a problem.
+    if left or any(r.problem or (dry_run and r.cut_at) for r in results):
+        ctx.exit(int(ExitStatus.PROBLEMS))
+
+
+def _status(r: RecoverResult, dry_run: bool) -> str:
+    """A partition's line of text: what recovery did (or would do), and what it left."""
+    if r.error is not None:
+        return "NOT RECOVERED: a file could not be read or written (the error is on stderr)"
+    if r.problem:
+        return f"NOT RECOVERED: {r.problem}"
+    if not r.segments:
+        done = "no .log files: nothing to recover"
+    else:
+        done = (f"{'would recover' if dry_run else 'recovered'} {r.segments} segment(s), {r.bytes_validated} bytes; "
                 f"log end offset {r.log_end_offset}; {len(r.indexes_written)} index file(s) "
                 f"{'to rewrite' if dry_run else 'rewritten'}" + (f"; CUT at {r.cut_at}" if r.cut_at else "")
                 + (f" (quarantined in {r.quarantine_dir})" if r.quarantine_dir else "")
                 + (f"; rolled an empty segment at {r.rolled}" if r.rolled is not None else ""))
-            click.echo(f"{r.partition}: {status}")
-    if as_json:
-        click.echo(json.dumps({"type": "summary", "partitions": len(results), "dryRun": dry_run, "jobs": jobs,
-                               "cut": sum(1 for r in results if r.cut_at), "problems": sum(1 for r in results if r.problem),
-                               "bytesValidated": sum(r.bytes_validated for r in results)}, sort_keys=True))
-    # A cut made is recovery done (its bytes are quarantined), as rebuild-index --truncate; one still to make
-    # (a dry run) or a partition left unrecovered is a problem.
-    if any(r.problem or (dry_run and r.cut_at) for r in results):
-        ctx.exit(int(ExitStatus.PROBLEMS))
+    if r.orphans_deleted:
+        done += f"; {len(r.orphans_deleted)} index file(s) without their .log {'to delete' if dry_run else 'deleted'}"
+    return done + (f"; LEFT: {len(r.left)} finding(s) that stop the broker" if r.left else "")
+
+
+def _findings(issues, as_json: bool) -> None:
+    """What is left, as doctor prints its findings."""
+    for issue in issues:
+        if as_json:
+            click.echo(json.dumps({"type": "finding", **issue.to_dict()}, sort_keys=True))
+        else:
+            for line in issue.text_lines():
+                click.echo(line)
 
 
 def _recover(args) -> RecoverResult:

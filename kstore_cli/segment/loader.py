@@ -13,6 +13,12 @@ Per partition, as ``LogLoader.load`` / ``recoverLog`` do it:
 4. a non-empty active segment is followed by a new empty one at the log end (``UnifiedLog.roll``), and
 5. the recovery point checkpoint becomes the log end offset.
 
+Index files without their ``.log`` are deleted first, as LogLoader.loadSegmentFiles does ("Found an
+orphaned index file"); a partition left with no ``.log`` at all is not otherwise touched (Kafka would start
+it empty, and whatever still names its data is doctor's finding). Afterwards :func:`check_what_is_left`
+runs doctor's startup checks (:mod:`~kstore_cli.segment.startup`) on the recovered partitions: what would
+still stop the broker, which recovery does not repair (Kafka's does not either), is named.
+
 The broker's next startup, clean-shutdown marker or not, then loads the producer snapshot at the log end
 and "recovers" only the empty active segment. The marker itself is never written: it is the broker's word
 that every partition of the data dir was flushed, which a partial run cannot give (a broker starting on a
@@ -26,8 +32,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from kstore_cli.errors import KstoreError
-from kstore_cli.segment import fileops
+from kstore_cli.errors import ExitStatus, FileUnreadableError, KstoreError
+from kstore_cli.segment import fileops, names
 from kstore_cli.segment.checkpoint import (
     RECOVERY_POINT_CHECKPOINT,
     format_offset_checkpoint,
@@ -40,6 +46,12 @@ from kstore_cli.segment.producer_state import ProducerStateManager
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.segment.recovery import apply_plan, checkpoint_changes, plan_partition
 from kstore_cli.segment.retention import roll_empty_segment
+from kstore_cli.segment.startup import ERROR, Issue, partition_issues, survey
+
+#: doctor's checks of checkpoint entries against the log end: recovery lowers every one of these
+#: (checkpoint_changes), so a dry run's findings of them are not left over.
+_LOWERED_BY_RECOVERY = frozenset({"log-start-beyond-end", "recovery-point-beyond-end", "high-watermark-beyond-end",
+                                  "cleaner-offset-out-of-range", "leader-epoch-beyond-end"})
 
 
 @dataclass
@@ -59,7 +71,14 @@ class RecoverResult:
     rolled: Optional[int] = None
     snapshot: Optional[str] = None
     checkpoints_lowered: List[str] = field(default_factory=list)
+    #: Index files without their .log, deleted (or, in a dry run, to delete) as LogLoader does.
+    orphans_deleted: List[str] = field(default_factory=list)
     problem: Optional[str] = None
+    #: The typed error behind `problem` when a file could not be read or written (exit 3): it crosses
+    #: the process pool pickled (type, message, file and byte kept) and the CLI reports it.
+    error: Optional[KstoreError] = None
+    #: doctor's findings that still stop the broker after recovery (check_what_is_left).
+    left: List[Issue] = field(default_factory=list)
     dry_run: bool = False
 
     def to_dict(self) -> dict:
@@ -68,7 +87,9 @@ class RecoverResult:
                 "indexesWritten": [os.path.basename(p) for p in self.indexes_written], "cutAt": self.cut_at,
                 "quarantineDir": self.quarantine_dir, "rolledSegment": self.rolled,
                 "snapshot": None if self.snapshot is None else os.path.basename(self.snapshot),
-                "checkpointsLowered": self.checkpoints_lowered, "problem": self.problem, "dryRun": self.dry_run}
+                "checkpointsLowered": self.checkpoints_lowered,
+                "orphanIndexesDeleted": [os.path.basename(p) for p in self.orphans_deleted],
+                "problem": self.problem, "left": len(self.left), "dryRun": self.dry_run}
 
 
 def _unflushed(partition: Partition, recovery_point: int) -> Partition:
@@ -97,16 +118,29 @@ def recover_partition(path: str, *, quarantine_root: Optional[str] = None, index
                       dry_run: bool = False) -> RecoverResult:
     """Recover one partition directory (the caller holds its data dir's lock). Picklable arguments and
     result: a process pool runs partitions in parallel."""
-    partition = Partition(path)
+    try:
+        partition = Partition(path)
+    except KstoreError as exc:
+        return _failed(RecoverResult(os.path.abspath(path), "", -1, os.path.dirname(os.path.abspath(path)),
+                                     dry_run=dry_run), exc)
     result = RecoverResult(partition.path, partition.topic, partition.partition, partition.data_dir, dry_run=dry_run)
     try:
+        result.orphans_deleted = list(partition.orphan_indexes)
+        if not dry_run:
+            for orphan in partition.orphan_indexes:
+                fileops.unlink(orphan)  # LogLoader.loadSegmentFiles: "Found an orphaned index file"
+        if not partition.segments:
+            return result
         plan = plan_partition(_unflushed(partition, recovery_point_of(partition)),
                               index_interval_bytes=index_interval_bytes)
         result.segments = len(plan.segments)
         result.bytes_validated = sum(s.result.log_size for s in plan.segments if s.result is not None)
         unreadable = [s for s in plan.segments if s.error is not None]
         if unreadable:
-            result.problem = f"segment {unreadable[0].segment.base_offset}: {unreadable[0].error}"
+            error = unreadable[0].error
+            if error.exit_status == ExitStatus.UNREADABLE:
+                return _failed(result, error)
+            result.problem = f"segment {unreadable[0].segment.base_offset}: {error}"
             return result
         damaged = plan.damaged
         if damaged is not None:
@@ -120,7 +154,18 @@ def recover_partition(path: str, *, quarantine_root: Optional[str] = None, index
         result.quarantine_dir = report.quarantine_dir
         _after_recovery(Partition(path), result)
     except KstoreError as exc:
-        result.problem = str(exc)
+        return _failed(result, exc)
+    except OSError as exc:  # fileops and the readers raise KstoreErrors; anything else the OS refused is one too
+        return _failed(result, FileUnreadableError(exc.strerror or str(exc), path=exc.filename or path))
+    return result
+
+
+def _failed(result: RecoverResult, exc: KstoreError) -> RecoverResult:
+    """`result` as not recovered because of `exc`; a file that could not be read or written keeps the typed
+    error (exit 3 and one line on stderr, as every command), data trouble only its message (exit 1)."""
+    result.problem = str(exc)
+    if exc.exit_status == ExitStatus.UNREADABLE:
+        result.error = exc
     return result
 
 
@@ -143,8 +188,24 @@ def _after_recovery(partition: Partition, result: RecoverResult) -> None:
     last = partition.segments[-1] if partition.segments else None
     if last is not None and last.base_offset < leo:
         _final_time_entry(last)
-        roll_empty_segment(partition, leo)
+        _roll(partition, leo)
         result.rolled = leo
+
+
+def _roll(partition: Partition, offset: int) -> None:
+    """roll_empty_segment, without leaving its index files behind when its .log cannot be written (a full
+    disk): orphans a broker would delete (LogLoader) and the next run would find."""
+    try:
+        roll_empty_segment(partition, offset)
+    except KstoreError:
+        prefix = os.path.join(partition.path, names.filename_prefix(offset))
+        if not os.path.lexists(prefix + names.LOG_SUFFIX):
+            for suffix in (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX):
+                try:
+                    fileops.unlink(prefix + suffix)
+                except KstoreError:
+                    pass  # the error being raised is the one to report; a rerun deletes the orphan
+        raise
 
 
 def _final_time_entry(segment) -> None:
@@ -168,7 +229,8 @@ def _final_time_entry(segment) -> None:
 def advance_recovery_points(data_dir: str, results: List[RecoverResult]) -> None:
     """The data dir's recovery-point-offset-checkpoint: each recovered partition at its log end (written
     last, once per data dir: the broker then starts recovery at the empty active segment)."""
-    done = [r for r in results if r.problem is None and not r.dry_run and r.data_dir == data_dir]
+    # A partition without segments is left alone (Kafka would start it empty at its log start offset).
+    done = [r for r in results if r.problem is None and not r.dry_run and r.data_dir == data_dir and r.segments]
     if not done:
         return
     path = os.path.join(data_dir, RECOVERY_POINT_CHECKPOINT)
@@ -176,3 +238,27 @@ def advance_recovery_points(data_dir: str, results: List[RecoverResult]) -> None
     for r in done:
         entries[(r.topic, r.partition_id)] = r.log_end_offset
     fileops.atomic_write(path, format_offset_checkpoint(entries).encode())
+
+
+def check_what_is_left(results: List[RecoverResult]) -> List[Issue]:
+    """doctor's startup checks on the partitions recovered (or, in a dry run, that would be): each one's
+    findings that would still stop the broker (severity error) go to its ``left``; the data dirs' own
+    (a malformed offset checkpoint: Kafka's CheckpointFileWithFailureHandler.read takes the dir offline)
+    are returned. Recovery repairs none of them, nor does Kafka's own at startup (LogLoader): e.g. a
+    malformed leader-epoch-checkpoint makes LeaderEpochCheckpointFile's read throw KafkaStorageException
+    (an IOException: the log dir goes offline) or NumberFormatException (the broker stops), the same
+    after a rerun."""
+    recovered = [r for r in results if r.problem is None]
+    if not recovered:
+        return []
+    found = survey([r.partition for r in recovered])
+    by_path = {p.path: p for p, _only in found.targets}
+    for r in recovered:
+        partition = by_path.get(r.partition)
+        if partition is None:
+            continue  # survey did not take it for a partition dir: none of doctor's partition checks apply
+        if r.dry_run:
+            partition.orphan_indexes = []  # the run deletes them
+        r.left = [i for i in partition_issues(found, partition, None, log_end=r.log_end_offset)
+                  if i.severity == ERROR and not (r.dry_run and i.check in _LOWERED_BY_RECOVERY)]
+    return [i for info in found.data_dirs.values() for i in info.issues if i.severity == ERROR]

@@ -150,6 +150,11 @@ class Issue:
             "kafka": self.kafka, "repair": self.repair,
         }
 
+    def text_lines(self) -> List[str]:
+        """The finding as plain text: what, then what Kafka does and what to run (indented)."""
+        return [f"{self.where}: {self.severity}: {self.check}: {self.message}", f"    kafka: {self.kafka}",
+                f"    run:   {self.repair}"]
+
     def __repr__(self) -> str:
         return f"Issue({self.severity}, {self.check}, {self.where}: {self.message})"
 
@@ -715,10 +720,11 @@ def log_end_offset(plan: "PartitionPlan") -> Optional[int]:
     return None
 
 
-def partition_issues(found: Survey, partition: Partition, plan: "PartitionPlan", *,
-                     whole_partition: bool = True) -> List[Issue]:
+def partition_issues(found: Survey, partition: Partition, plan: Optional["PartitionPlan"], *,
+                     whole_partition: bool = True, log_end: Optional[int] = None) -> List[Issue]:
     """partition.metadata, leader-epoch-checkpoint, the data dir's checkpoint entries against the log,
-    a partition without logs, leftovers and snapshots. `plan` is verify_partition's (for the log end)."""
+    a partition without logs, leftovers and snapshots. `plan` is verify_partition's (for the log end), or
+    None with the log end given as `log_end` (recover knows it without a second pass over the log)."""
     info = found.data_dir_of(partition)
     issues: List[Issue] = []
     if not whole_partition:
@@ -729,7 +735,7 @@ def partition_issues(found: Survey, partition: Partition, plan: "PartitionPlan",
         issues.append(Issue(severity, check, message, kafka=kafka, repair=repair, data_dir=d, partition=p,
                             file=file, position=position, offset=offset))
 
-    leo = log_end_offset(plan) if partition.segments else None
+    leo = None if not partition.segments else log_end if plan is None else log_end_offset(plan)
     first_base = partition.segments[0].base_offset if partition.segments else None
     key = (partition.topic, partition.partition)
     entries = {name: (cp or {}).get(key) for name, cp in info.checkpoints.items()}
