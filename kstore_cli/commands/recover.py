@@ -14,6 +14,7 @@ from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import fileops
 from kstore_cli.segment.loader import RecoverResult, advance_recovery_points, check_what_is_left, recover_partition
 from kstore_cli.segment.logdir import group_by_data_dir, nothing_found, resolve
+from kstore_cli.segment.startup import Issue
 
 
 @click.command(name="recover")
@@ -91,12 +92,14 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
     if as_json:
         click.echo(json.dumps({"type": "summary", "partitions": len(results), "dryRun": dry_run, "jobs": jobs,
                                "cut": sum(1 for r in results if r.cut_at), "problems": sum(1 for r in results if r.problem),
-                               "left": left, "bytesValidated": sum(r.bytes_validated for r in results)}, sort_keys=True))
+                               "left": left, "bytesValidated": sum(r.bytes_validated for r in results)},
+                              sort_keys=True))
     errors = [r.error for r in results if r.error is not None]
     if errors:
         from kstore_cli.cli import report_error  # the one place errors become lines and exit codes
 
-        ctx.exit(max(report_error(e) for e in errors))
+        statuses = [report_error(e) for e in errors]  # one line each, on stderr
+        ctx.exit(max(statuses))
     # A cut made is recovery done (its bytes are quarantined), as rebuild-index --truncate; one still to make
     # (a dry run), a partition left unrecovered or something left that stops the broker is a problem.
     if left or any(r.problem or (dry_run and r.cut_at) for r in results):
@@ -122,7 +125,7 @@ def _status(r: RecoverResult, dry_run: bool) -> str:
     return done + (f"; LEFT: {len(r.left)} finding(s) that stop the broker" if r.left else "")
 
 
-def _findings(issues, as_json: bool) -> None:
+def _findings(issues: List[Issue], as_json: bool) -> None:
     """What is left, as doctor prints its findings."""
     for issue in issues:
         if as_json:
