@@ -146,3 +146,15 @@ def test_a_result_crosses_the_process_pool_with_its_typed_error() -> None:
     back = pickle.loads(pickle.dumps(result))
     assert type(back.error) is FileUnreadableError and back.error.exit_status == ExitStatus.UNREADABLE
     assert str(back.error) == "/d/t-0/x.log at byte 7: could not write: no space left on device"
+
+
+def test_a_missing_partition_metadata_is_left_on_a_kraft_node_only(tmp_path: Path) -> None:
+    """A ZooKeeper-mode broker (meta.properties version 0) loads a log with no partition.metadata (none had
+    one before 2.8); only a KRaft broker calls it stray (LogManager.isStrayKraftReplica)."""
+    for mode, meta in (("zk", "version=0\nbroker.id=1\ncluster.id=kstore-safety\n"),
+                       ("kraft", "version=1\nnode.id=1\ncluster.id=kstore-safety\n")):
+        part = make_data_dir(tmp_path / mode)
+        (tmp_path / mode / "meta.properties").write_text(meta)
+        (part / "partition.metadata").unlink()
+        code, out, _err = run_main(["recover", "--json", "--jobs", "1", str(tmp_path / mode)])
+        assert (code, _rows(out)[-1]["left"]) == ((0, 0) if mode == "zk" else (1, 1)), (mode, out)
