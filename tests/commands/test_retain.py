@@ -372,12 +372,13 @@ def test_no_policy_source_is_refused_naming_the_options(tmp_path: Path) -> None:
         for option in ("--retention-ms", "--retention-bytes", "--config", "--topic-config"):
             assert option in lines[0]
         assert tree_state(tmp_path) == before, extra
-    # Any one source is enough; what it does not set is Kafka's default, and the text says so.
+    # Any one source is enough; what it does not set is Kafka's default, which deletes nothing (issue 29), and
+    # the text says so.
     server = tmp_path / "server.properties"
     server.write_text("log.segment.bytes=1048576\n")
     result = run("--dry-run", "--now", str(NOW), "--config", str(server), str(tmp_path / "data"))
     assert result.exit_code == 0, result.output
-    assert "retention.ms=604800000 (Kafka default)" in result.output
+    assert "retention.ms=604800000 (Kafka default, not applied without --kafka-defaults)" in result.output
 
 
 def test_text_output_names_where_each_setting_came_from(tmp_path: Path) -> None:

@@ -20,8 +20,16 @@ TOPIC, BROKER = 2, 4
 HOUR = 3_600_000
 
 
+TOPIC_IDS = {"time-roll": uid(1), "orders": uid(2), "cache": uid(3)}
+
+
 def _cluster(data: Path, configs, node_id: int = 1):
-    return write_config_log(data, {"time-roll": uid(1), "orders": uid(2), "cache": uid(3)}, configs, node_id)
+    """The metadata log, and the partition dirs in `data` made its topics' current incarnations."""
+    for part in data.glob("*-[0-9]*"):
+        topic = part.name.rsplit("-", 1)[0]
+        if topic in TOPIC_IDS:
+            (part / "partition.metadata").write_text(f"version: 0\ntopic_id: {TOPIC_IDS[topic]}\n")
+    return write_config_log(data, TOPIC_IDS, configs, node_id)
 
 
 def test_kafkas_order_topic_over_dynamic_broker_over_static(tmp_path: Path) -> None:

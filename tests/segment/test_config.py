@@ -144,14 +144,14 @@ def test_json_overrides() -> None:
 
 @pytest.mark.parametrize("text, match", [
     ("[orders]\nretention.msec = 5\n", "unknown topic config 'retention.msec'"),
-    ("[orders]\nretention.ms = soon\n", "not a valid long"),
-    ("[orders]\nretention.ms = -2\n", "-1 \\(unlimited\\) or more"),
-    ("[orders]\ncleanup.policy = shred\n", "compact and/or delete"),
-    ("[orders]\npreallocate = maybe\n", "not a valid boolean"),
+    ("[orders]\nretention.ms = soon\n", "Invalid value soon for configuration retention.ms: Not a number of type LONG"),
+    ("[orders]\nretention.ms = -2\n", "Invalid value -2 for configuration retention.ms: Value must be at least -1"),
+    ("[orders]\ncleanup.policy = shred\n", "Invalid value shred for configuration cleanup.policy: String must be one of: compact, delete"),
+    ("[orders]\npreallocate = maybe\n", "Invalid value maybe for configuration preallocate: Expected value to be either true or false"),
     ("retention.ms = 5\n", "not a valid topic config file"),
     ("[orders]\nretention.ms = 1\n[orders]\nretention.ms = 2\n", "not a valid topic config file"),
     ('{"orders": 5}', "expected a JSON object"),
-    ('{"orders": {"retention.ms": 1.5}}', "not a valid long"),
+    ('{"orders": {"retention.ms": 1.5}}', "Invalid value 1.5 for configuration retention.ms: Not a number of type LONG"),
     ("{nope", "not valid JSON"),
 ])
 def test_bad_override_files_are_usage_errors(text: str, match: str) -> None:
