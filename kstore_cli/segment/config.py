@@ -452,7 +452,8 @@ class TopicConfig:
     def describe_source(self, key: str) -> str:
         """:meth:`source`, saying whether a default deleting setting is applied (for the dry run's settings)."""
         if key in DELETING_SETTINGS and key not in self._sources and self.get(key) >= 0:  # -1: no limit anyway
-            return f"{DEFAULT_SOURCE}, {'applied: --kafka-defaults' if self.kafka_defaults else 'not applied without --kafka-defaults'}"
+            applied = "applied: --kafka-defaults" if self.kafka_defaults else "not applied without --kafka-defaults"
+            return f"{DEFAULT_SOURCE}, {applied}"
         return self.source(key)
 
     @property
@@ -732,7 +733,8 @@ def retention_flags(*, ms: Optional[int] = None, minutes: Optional[int] = None, 
         multiplier = {"ms": 1, "minutes": MS_PER_MINUTE, "hours": MS_PER_HOUR}[name]
         if value < -1:
             raise UsageError(f"--retention-{name} must be -1 (unlimited) or more, not {value}")
-        out["retention.ms"] = (-1 if value < 0 else value * multiplier, f"--retention-{name}")
+        flag = f"--retention-{name}"
+        out["retention.ms"] = (-1 if value < 0 else parse_value("retention.ms", value * multiplier, flag), flag)
     if retention_bytes is not None:
         out["retention.bytes"] = (parse_value("retention.bytes", retention_bytes, "--retention-bytes"),
                                   "--retention-bytes")

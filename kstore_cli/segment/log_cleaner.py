@@ -129,8 +129,8 @@ class LogCleaner:
 
     def _refuse_keep_all_policy(self, part: Partition) -> None:
         config, _problem = self.resolver.for_partition(part, part.data_dir)  # a problem is reported by run()
-        if (config is not None and part.path in self.explicit and not config.compact and part.topic != names.METADATA_LOG_TOPIC
-                and part.partition >= 0):
+        if (config is not None and part.path in self.explicit and not config.compact
+                and part.topic != names.METADATA_LOG_TOPIC and part.partition >= 0):
             raise UsageError(
                 f"cleanup.policy={','.join(config.cleanup_policy)} ({config.source('cleanup.policy')}): compacting "
                 "would keep only the latest record per key of a topic that keeps every record; give --policy "
