@@ -189,12 +189,15 @@ def safety(**kw) -> Callable[[Path], Path]:
 
 
 def with_cluster_metadata(make: Callable[[Path], Path], topic: str, **configs: str) -> Callable[[Path], Path]:
-    """The data dir `make` builds, plus a KRaft metadata log holding `topic`'s overrides (ConfigRecords)."""
-    from tests.make_metadata_cluster import uid, write_config_log
+    """The data dir `make` builds, plus a KRaft metadata log holding `topic`'s overrides (ConfigRecords), its
+    TopicRecord with the topic ID of the partition's partition.metadata (the metadata's incarnation)."""
+    from kstore_cli.segment.checkpoint import read_partition_metadata
+    from tests.make_metadata_cluster import write_config_log
 
     def build(dst: Path) -> Path:
         data = make(dst)
-        write_config_log(data, {topic: uid(1)}, [(2, topic, k.replace("_", "."), v) for k, v in configs.items()])
+        topic_id = str(read_partition_metadata(data / f"{topic}-0" / "partition.metadata")["topicId"])
+        write_config_log(data, {topic: topic_id}, [(2, topic, k.replace("_", "."), v) for k, v in configs.items()])
         return data
     return build
 

@@ -141,6 +141,14 @@ def cluster_metadata_option(f: F) -> F:
                              "(__cluster_metadata-0; by default they apply, as on the broker).")(f)
 
 
+def kafka_defaults_option(f: F) -> F:
+    """--kafka-defaults: let Kafka's built-in retention defaults (retention.ms 7 days) delete segments."""
+    return click.option("--kafka-defaults", is_flag=True,
+                        help="Apply Kafka's built-in defaults of retention.ms (7 days) and retention.bytes where no "
+                             "flag, file or metadata log sets them; without it a setting that is only Kafka's "
+                             "default deletes nothing (a standby copy is not a broker).")(f)
+
+
 class ExistingPath(click.Path):
     """click.Path(exists=True) whose missing path is what every other command says of one: the file
     cannot be opened (exit 3, ``kstore: error: PATH: no such file or directory``), not a usage error."""

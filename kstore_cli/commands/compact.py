@@ -14,6 +14,7 @@ from kstore_cli.commands._options import (
     cluster_metadata_option,
     force_option,
     json_option,
+    kafka_defaults_option,
     now_option,
     topics_option,
 )
@@ -112,6 +113,7 @@ def _render_table(run: CompactRun) -> None:
 @force_option
 @topics_option
 @cluster_metadata_option
+@kafka_defaults_option
 @click.pass_context
 def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_compaction_lag_ms: Optional[int],
             max_compaction_lag_ms: Optional[int], min_cleanable_dirty_ratio: Optional[float],
@@ -119,7 +121,7 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
             dedupe_buffer_bytes: Optional[int],
             now: Optional[int], config_file: Optional[str], topic_config: Optional[str], force_clean: bool,
             dry_run: bool, as_json: bool, quiet: bool, force: bool, topics: Optional[str],
-            no_cluster_metadata: bool) -> None:
+            no_cluster_metadata: bool, kafka_defaults: bool) -> None:
     """Compact partitions exactly as Kafka's log cleaner does: one cleaner pass per partition.
 
     PATH is a partition directory or a data directory (its partitions whose cleanup.policy
@@ -139,7 +141,10 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
     full the pass ends early, and the next run continues. A partition is only cleaned when the
     broker would clean it (dirty ratio above min.cleanable.dirty.ratio, or a dirty segment older
     than max.compaction.lag.ms) unless --force-clean. With cleanup.policy=compact,delete,
-    retention (kstore retain's rules) runs after the pass, as the broker's cleaner thread does.
+    retention (kstore retain's rules) runs after the pass, as the broker's cleaner thread does;
+    there too retention.ms and retention.bytes that only Kafka's defaults set delete nothing
+    unless --kafka-defaults. The metadata log's configs apply only to a partition whose
+    partition.metadata topic ID is the metadata's for its topic (else it is not handled, exit 1).
 
     The data dir's .lock is held throughout, so a running broker or another kstore makes this
     refuse (unless --force). A crash at any point leaves either the old or the new segments of
@@ -167,7 +172,8 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
         flags["cleanup.policy"] = ((policy,), "--policy")
     cleaner = LogCleaner(CompactRequest(
         paths, topics=topics, flags=flags, config_file=config_file, topic_config=topic_config,
-        cluster_metadata=not no_cluster_metadata, dedupe_buffer_bytes=dedupe_buffer_bytes, now=now,
+        cluster_metadata=not no_cluster_metadata, kafka_defaults=kafka_defaults,
+        dedupe_buffer_bytes=dedupe_buffer_bytes, now=now,
         force_clean=force_clean, dry_run=dry_run, force=force))
     bar, advance = byte_progress(is_tty() and not as_json and not quiet, "compacting", cleaner.total_bytes)
     try:

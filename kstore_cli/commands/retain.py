@@ -15,6 +15,7 @@ from kstore_cli.commands._options import (
     cluster_metadata_option,
     force_option,
     json_option,
+    kafka_defaults_option,
     now_option,
     topics_option,
 )
@@ -123,12 +124,13 @@ def _render_table(results: List[PartitionRetention], dry_run: bool) -> None:
 @force_option
 @topics_option
 @cluster_metadata_option
+@kafka_defaults_option
 @click.pass_context
 def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_minutes: Optional[int],
             retention_hours: Optional[int], retention_bytes: Optional[int], log_start_offset: Optional[int],
             config_file: Optional[str], topic_config: Optional[str], now: Optional[int], delete_delay_ms: int,
             dry_run: bool, as_json: bool, quiet: bool, force: bool, topics: Optional[str],
-            no_cluster_metadata: bool) -> None:
+            no_cluster_metadata: bool, kafka_defaults: bool) -> None:
     """Delete old segments exactly as Kafka's retention does (UnifiedLog.deleteOldSegments).
 
     PATH is a partition directory or a data directory (every partition in it; -delete, -future
@@ -147,10 +149,14 @@ def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_mi
     so a running broker or another kstore makes this refuse (unless --force). A crash at any
     point leaves a directory that the broker loads and a rerun finishes.
 
-    Policy: flags, then --topic-config, then --config, then Kafka's defaults (7 days, no size
-    limit). At least one source must be given (a --retention-* flag, --config or --topic-config):
-    without one retain refuses, rather than apply Kafka's 7-day default to a copy it may not fit.
-    Text output names, per partition, where each setting came from.
+    Policy: flags, then --topic-config, then the cluster metadata log's topic configs, then
+    --config, then Kafka's defaults. A source must be given (a --retention-* flag, --config,
+    --topic-config, data dirs holding the metadata log, or --kafka-defaults): without one retain
+    refuses. retention.ms or retention.bytes that only Kafka's default sets (7 days, no size limit)
+    deletes nothing unless --kafka-defaults: a cron line that lost its options must not delete a
+    week-old copy. The metadata log's configs apply only to a partition whose partition.metadata
+    topic ID is the metadata's for its topic; another incarnation (a deleted and recreated topic's
+    old log) is not handled (exit 1). Text output names, per partition, where each setting came from.
 
     \b
     Exit status: 0 done (including nothing to do), 1 a partition could not be handled,
@@ -165,7 +171,8 @@ def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_mi
     flags = retention_flags(ms=retention_ms, minutes=retention_minutes, hours=retention_hours,
                             retention_bytes=retention_bytes)
     run = retain(RetainRequest(paths, topics=topics, flags=flags, config_file=config_file, topic_config=topic_config,
-                               cluster_metadata=not no_cluster_metadata, now=now, log_start_offset=log_start_offset,
+                               cluster_metadata=not no_cluster_metadata, kafka_defaults=kafka_defaults, now=now,
+                               log_start_offset=log_start_offset,
                                delete_delay_ms=delete_delay_ms, dry_run=dry_run, force=force))
     if as_json:
         for result in run.partitions:  # JSON Lines: a line per partition, then the summary

@@ -14,7 +14,14 @@ Resolution, per key, highest first (Kafka's own order, with flags on top)::
                                   dynamic config (BROKER <node.id>) > the dynamic cluster default
                                   (BROKER "") > --config server.properties; then the synonyms:
                                   log.retention.ms > log.retention.minutes > log.retention.hours, ...
-    6. Kafka's defaults           retention.ms 7 days, retention.bytes -1 (unlimited), ...
+    6. Kafka's defaults           retention.ms 7 days, retention.bytes -1 (unlimited), ...; a retention
+                                  setting that only a default sets deletes nothing unless --kafka-defaults
+                                  (TopicConfig.enforced)
+
+The metadata log's configs (3, and its dynamic broker configs in 5) apply only to a partition directory
+whose partition.metadata topic ID is the image's for its topic (ConfigResolver.incarnation_problem).
+Every value is read as Kafka's ConfigDef.parse reads it (type, then LogConfig's validator), and one Kafka
+rejects is refused with ConfigException's message.
 
 A setting from the metadata log names its source as ``cluster metadata @ offset N`` (the ConfigRecord
 that set it) or ``cluster metadata snapshot <file>``.
@@ -45,12 +52,16 @@ import configparser
 import fnmatch
 import json
 import os
+import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from kstore_cli.errors import FileUnreadableError, UsageError
-from kstore_cli.segment.checkpoint import read_properties
-from kstore_cli.segment.names import METADATA_PARTITION_DIR
+from kstore_cli.errors import FileUnreadableError, KstoreError, UsageError
+from kstore_cli.segment.checkpoint import PARTITION_METADATA, read_partition_metadata, read_properties
+from kstore_cli.segment.names import METADATA_LOG_TOPIC, METADATA_PARTITION_DIR
+
+if TYPE_CHECKING:
+    from kstore_cli.segment.logdir import Partition
 
 MS_PER_MINUTE = 60 * 1000
 MS_PER_HOUR = 60 * MS_PER_MINUTE
@@ -75,9 +86,9 @@ TOPIC_CONFIGS: Dict[str, Tuple[str, Any]] = {
     "file.delete.delay.ms": (LONG, 60000),
     "flush.messages": (LONG, LONG_MAX),
     "flush.ms": (LONG, LONG_MAX),
-    "follower.replication.throttled.replicas": (STRING, ""),
+    "follower.replication.throttled.replicas": (LIST, ()),
     "index.interval.bytes": (INT, 4096),
-    "leader.replication.throttled.replicas": (STRING, ""),
+    "leader.replication.throttled.replicas": (LIST, ()),
     "local.retention.bytes": (LONG, -2),
     "local.retention.ms": (LONG, -2),
     "max.compaction.lag.ms": (LONG, LONG_MAX),
@@ -150,49 +161,164 @@ INTERNAL_TOPIC_OVERRIDES: Dict[str, Dict[str, Any]] = {
 CLEANUP_POLICIES = ("compact", "delete")
 DEFAULT_SOURCE = "Kafka default"
 
+#: Settings whose value alone makes retention delete segments: one that comes only from Kafka's built-in
+#: default deletes nothing unless the operator asks for the defaults (--kafka-defaults).
+DELETING_SETTINGS = ("retention.ms", "retention.bytes")
 
-def parse_value(key: str, raw: Any, where: str, multiplier: int = 1) -> Any:
-    """A config value of Kafka's kind for `key` (strings as in properties files; JSON scalars too)."""
+
+class InvalidConfigError(UsageError):
+    """A config value Kafka's ConfigDef rejects (its ConfigException), with Kafka's own message."""
+
+
+# --------------------------------------------------------------------------- ConfigDef validation
+# The validators of LogConfig's ConfigDef (and KafkaConfig's for the broker synonyms) at the Kafka commit
+# of the oracle and the corpus; each returns ConfigException's reason, or None when the value is valid.
+
+Validator = Callable[[Any], Optional[str]]
+
+
+def _at_least(low: float) -> Validator:
+    """ConfigDef.Range.atLeast (NaN passes, as Java's comparisons let it)."""
+    return lambda v: f"Value must be at least {low}" if v < low else None
+
+
+def _between(low: float, high: float) -> Validator:
+    """ConfigDef.Range.between."""
+    return lambda v: (f"Value must be at least {low}" if v < low else
+                      f"Value must be no more than {high}" if v > high else None)
+
+
+def _valid_string(*valid: str) -> Validator:
+    """ConfigDef.ValidString.in: case-sensitive."""
+    return lambda v: None if v in valid else f"String must be one of: {', '.join(valid)}"
+
+
+def _gzip_level(v: int) -> Optional[str]:
+    """GzipCompression.LevelValidator: Deflater's levels 1-9 or its default -1."""
+    return None if v == -1 or 1 <= v <= 9 else "Value must be between 1 and 9 or equal to -1"
+
+
+_THROTTLED_REPLICA = re.compile(r"[0-9]+:[0-9]+")
+
+
+def _throttled_replicas(name: str) -> Validator:
+    """ThrottledReplicaListValidator: '*' alone or partitionId:brokerId items."""
+    def check(v: Tuple[str, ...]) -> Optional[str]:
+        if v == ("*",) or all(_THROTTLED_REPLICA.fullmatch(item) for item in v):
+            return None
+        return (f"{name} must be the literal '*' or a list of replicas in the following format: "
+                "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+    return check
+
+
+#: Topic key -> validator (LogConfig's CONFIG); keys without one take any value of their type.
+TOPIC_VALIDATORS: Dict[str, Validator] = {
+    "segment.bytes": _at_least(14),  # LegacyRecord.RECORD_OVERHEAD_V0
+    "segment.ms": _at_least(1),
+    "segment.jitter.ms": _at_least(0),
+    "segment.index.bytes": _at_least(4),
+    "flush.messages": _at_least(1),
+    "flush.ms": _at_least(0),
+    "retention.ms": _at_least(-1),
+    "max.message.bytes": _at_least(0),
+    "index.interval.bytes": _at_least(0),
+    "delete.retention.ms": _at_least(0),
+    "min.compaction.lag.ms": _at_least(0),
+    "max.compaction.lag.ms": _at_least(1),
+    "file.delete.delay.ms": _at_least(0),
+    "min.cleanable.dirty.ratio": _between(0, 1),
+    "min.insync.replicas": _at_least(1),
+    "compression.type": _valid_string("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+    "compression.gzip.level": _gzip_level,
+    "compression.lz4.level": _between(1, 17),
+    "compression.zstd.level": _between(-131072, 22),
+    "message.timestamp.type": _valid_string("CreateTime", "LogAppendTime"),
+    "message.timestamp.difference.max.ms": _at_least(0),
+    "message.timestamp.before.max.ms": _at_least(0),
+    "message.timestamp.after.max.ms": _at_least(0),
+    "leader.replication.throttled.replicas": _throttled_replicas("leader.replication.throttled.replicas"),
+    "follower.replication.throttled.replicas": _throttled_replicas("follower.replication.throttled.replicas"),
+    "local.retention.ms": _at_least(-2),
+    "local.retention.bytes": _at_least(-2),
+}
+
+#: Broker keys whose type or validator differs from their topic key's (KafkaConfig's ConfigDef): the
+#: hours and minutes synonyms are INTs; log.retention.* and the flush scheduler take any number (a
+#: negative retention time means unlimited, KafkaConfig.logRetentionTimeMillis).
+BROKER_KEY_DEFS: Dict[str, Tuple[str, Optional[Validator]]] = {
+    "log.retention.ms": (LONG, None),
+    "log.retention.minutes": (INT, None),
+    "log.retention.hours": (INT, None),
+    "log.roll.hours": (INT, _at_least(1)),
+    "log.roll.jitter.hours": (INT, _at_least(0)),
+    "log.flush.scheduler.interval.ms": (LONG, None),
+}
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+# Java's Double.parseDouble, less its hexadecimal form.
+_DOUBLE = re.compile(r"[+-]?(NaN|Infinity|([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[fFdD]?)")
+_BITS = {LONG: 63, INT: 31}
+
+
+def _parse_type(kind: str, raw: Any) -> Any:
+    """ConfigDef.parseType: the value of `kind`, or raise ValueError with ConfigException's reason."""
+    text = raw.strip() if isinstance(raw, str) else raw
+    if kind in (LONG, INT):
+        if isinstance(text, bool) or not isinstance(text, (int, str)) or (
+                isinstance(text, str) and not _INTEGER.fullmatch(text)):
+            raise ValueError(f"Not a number of type {kind.upper()}")
+        value = int(text)
+        if not -(1 << _BITS[kind]) <= value < (1 << _BITS[kind]):
+            raise ValueError(f"Not a number of type {kind.upper()}")
+        return value
+    if kind == DOUBLE:
+        if isinstance(text, bool) or not isinstance(text, (int, float, str)) or (
+                isinstance(text, str) and not _DOUBLE.fullmatch(text)):
+            raise ValueError("Not a number of type DOUBLE")
+        return float(text.rstrip("fFdD") if isinstance(text, str) else text)
+    if kind == BOOLEAN:
+        if isinstance(text, bool):
+            return text
+        if isinstance(text, str) and text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        raise ValueError("Expected value to be either true or false")
+    if kind == LIST:
+        if isinstance(text, list):
+            return tuple(str(item) for item in text)
+        text = str(text).strip()
+        return tuple(re.split(r"\s*,\s*", text)) if text else ()
+    return str(text)
+
+
+def _invalid(name: str, raw: Any, reason: str, where: str) -> InvalidConfigError:
+    """ConfigException(name, value, reason)'s message, and where the value came from."""
+    shown = raw.strip() if isinstance(raw, str) else raw
+    return InvalidConfigError(f"Invalid value {shown} for configuration {name}: {reason} ({where})")
+
+
+def parse_value(key: str, raw: Any, where: str, multiplier: int = 1, name: Optional[str] = None) -> Any:
+    """A topic config value as Kafka's ConfigDef.parse reads it (type, then validator), from properties
+    text or a JSON scalar; `name` is the broker key it was given as (a synonym), `multiplier` its unit.
+
+    Raises :class:`InvalidConfigError` with ConfigException's message where Kafka rejects the value."""
     if key not in TOPIC_CONFIGS:
         raise UsageError(f"unknown topic config {key!r} ({where})")
-    kind = TOPIC_CONFIGS[key][0]
-    text = raw.strip() if isinstance(raw, str) else raw
+    name = name or key
+    kind, validator = BROKER_KEY_DEFS.get(name, (TOPIC_CONFIGS[key][0], TOPIC_VALIDATORS.get(key)))
     try:
-        if kind in (LONG, INT):
-            if isinstance(text, bool) or not isinstance(text, (int, str)):
-                raise ValueError
-            value = int(text) * multiplier
-            if not -(1 << 63) <= value <= LONG_MAX:
-                raise ValueError
-        elif kind == DOUBLE:
-            if isinstance(text, bool):
-                raise ValueError
-            value = float(text)
-        elif kind == BOOLEAN:
-            if isinstance(text, bool):
-                value = text
-            elif isinstance(text, str) and text.lower() in ("true", "false"):
-                value = text.lower() == "true"
-            else:
-                raise ValueError
-        elif kind == LIST:
-            items = text if isinstance(text, list) else str(text).strip("[]").split(",")
-            value = tuple(str(item).strip().lower() for item in items if str(item).strip())
-        else:
-            value = str(text)
-    except ValueError:
-        raise UsageError(f"{key}: {raw!r} is not a valid {kind} ({where})") from None
-    _validate(key, value, raw, where)
-    return value
-
-
-def _validate(key: str, value: Any, raw: Any, where: str) -> None:
-    if key == "cleanup.policy":
-        bad = [p for p in value if p not in CLEANUP_POLICIES]
-        if bad:
-            raise UsageError(f"cleanup.policy: {raw!r}: expected a list of compact and/or delete ({where})")
-    elif key == "retention.ms" and value < -1:
-        raise UsageError(f"retention.ms: {raw!r} must be -1 (unlimited) or more ({where})")
+        value = _parse_type(kind, raw)
+    except ValueError as exc:
+        raise _invalid(name, raw, str(exc), where) from None
+    if kind == LIST and key == "cleanup.policy":  # ValidList.in(compact, delete), element by element
+        bad = next((item for item in value if item not in CLEANUP_POLICIES), None)
+        if bad is not None:
+            raise _invalid(name, bad, f"String must be one of: {', '.join(CLEANUP_POLICIES)}", where)
+    elif validator is not None:
+        reason = validator(value)
+        if reason is not None:
+            shown = f"[{', '.join(value)}]" if kind == LIST else raw
+            raise _invalid(name, shown, reason, where)
+    return value * multiplier if multiplier != 1 else value
 
 
 def broker_settings(props: Mapping[str, str], source: str = "server.properties",
@@ -210,14 +336,9 @@ def broker_settings(props: Mapping[str, str], source: str = "server.properties",
             if raw is None or not raw.strip():
                 continue
             where = f"{(sources or {}).get(name, source)}: {name}"
-            if key == "retention.ms":
-                try:
-                    value = int(raw.strip()) * multiplier
-                except ValueError:
-                    raise UsageError(f"{name}: {raw!r} is not a valid long ({where})") from None
-                value = -1 if value < 0 else value  # any negative retention means unlimited
-            else:
-                value = parse_value(key, raw, where, multiplier)
+            value = parse_value(key, raw, where, multiplier, name)
+            if key == "retention.ms" and value < 0:
+                value = -1  # any negative retention means unlimited (KafkaConfig.logRetentionTimeMillis)
             out[key] = (value, where)
             break
     return out
@@ -304,12 +425,15 @@ def load_topic_overrides(path: "str | os.PathLike[str]") -> TopicOverrides:
 class TopicConfig:
     """The resolved configuration of one topic, by Kafka's topic-level names."""
 
-    __slots__ = ("topic", "_values", "_sources")
+    __slots__ = ("topic", "_values", "_sources", "kafka_defaults")
 
-    def __init__(self, topic: str, values: Dict[str, Any], sources: Dict[str, str]) -> None:
+    def __init__(self, topic: str, values: Dict[str, Any], sources: Dict[str, str],
+                 kafka_defaults: bool = False) -> None:
         self.topic = topic
         self._values = values
         self._sources = sources
+        #: Whether Kafka's built-in defaults may delete data (--kafka-defaults).
+        self.kafka_defaults = kafka_defaults
 
     def get(self, key: str) -> Any:
         if key not in TOPIC_CONFIGS:
@@ -319,6 +443,18 @@ class TopicConfig:
     def source(self, key: str) -> str:
         """Where the value of `key` came from (a flag, a file and section, or Kafka's default)."""
         return self._sources.get(key, DEFAULT_SOURCE)
+
+    def enforced(self, key: str) -> bool:
+        """Whether `key`'s value may delete data: a deleting setting (retention.ms, retention.bytes) whose
+        only source is Kafka's built-in default deletes nothing unless --kafka-defaults was given."""
+        return key not in DELETING_SETTINGS or key in self._sources or self.kafka_defaults
+
+    def describe_source(self, key: str) -> str:
+        """:meth:`source`, saying whether a default deleting setting is applied (for the dry run's settings)."""
+        if key in DELETING_SETTINGS and key not in self._sources and self.get(key) >= 0:  # -1: no limit anyway
+            applied = "applied: --kafka-defaults" if self.kafka_defaults else "not applied without --kafka-defaults"
+            return f"{DEFAULT_SOURCE}, {applied}"
+        return self.source(key)
 
     @property
     def retention_ms(self) -> int:
@@ -362,11 +498,14 @@ class ClusterConfigs:
     """The dynamic configs of a KRaft cluster, from its metadata log (kstore_cli.metadata_image)."""
 
     def __init__(self, metadata_dir: str, resource_data: Mapping[Tuple[str, str], Mapping[str, str]],
-                 set_at: Mapping[Tuple[str, str], Mapping[str, str]], end_offset: int) -> None:
+                 set_at: Mapping[Tuple[str, str], Mapping[str, str]], end_offset: int,
+                 topic_ids: Optional[Mapping[str, str]] = None) -> None:
         self.metadata_dir = metadata_dir
         self.resource_data = resource_data
         self.set_at = set_at
         self.end_offset = end_offset
+        #: Topic name -> the topic ID of its current incarnation (the image's TopicRecord).
+        self.topic_ids = dict(topic_ids or {})
 
     def _where(self, resource: Tuple[str, str], key: str) -> str:
         at = self.set_at.get(resource, {}).get(key, "")
@@ -374,7 +513,8 @@ class ClusterConfigs:
 
     def topic(self, topic: str) -> Dict[str, Tuple[Any, str]]:
         """The topic's overrides: {topic key: (value, source)}; keys Kafka does not know are skipped
-        (a newer Kafka's configs), as LogConfig ignores them."""
+        (a newer Kafka's configs), as LogConfig ignores them. A value LogConfig's ConfigDef rejects raises
+        :class:`InvalidConfigError`."""
         resource = ("TOPIC", topic)
         out: Dict[str, Tuple[Any, str]] = {}
         for key, raw in self.resource_data.get(resource, {}).items():
@@ -414,7 +554,9 @@ def load_cluster_configs(metadata_dir: str) -> ClusterConfigs:
         raise UsageError(f"the cluster metadata log cannot be read whole for topic configs: {loaded.problems[0]} "
                          "(--no-cluster-metadata ignores it)", path=metadata_dir)
     configs = loaded.image.configs
-    return ClusterConfigs(metadata_dir, configs.resource_data, configs.set_at, loaded.source["end_offset"])
+    topic_ids = {t["name"]: tid for tid, t in loaded.image.topics.by_id.items()}
+    return ClusterConfigs(metadata_dir, configs.resource_data, configs.set_at, loaded.source["end_offset"],
+                          topic_ids)
 
 
 
@@ -466,7 +608,8 @@ class ConfigResolver:
                  overrides: Optional[TopicOverrides] = None,
                  flags: Optional[Mapping[str, Tuple[Any, str]]] = None,
                  static_props: Optional[Mapping[str, str]] = None, static_source: str = "server.properties",
-                 cluster: Optional[Mapping[str, Tuple[ClusterConfigs, Optional[str]]]] = None) -> None:
+                 cluster: Optional[Mapping[str, Tuple[ClusterConfigs, Optional[str]]]] = None,
+                 kafka_defaults: bool = False) -> None:
         self.broker = dict(broker or {})
         self.overrides = overrides
         self.flags = dict(flags or {})
@@ -474,18 +617,22 @@ class ConfigResolver:
         self.static_source = static_source
         #: data dir -> (its cluster metadata, its node id): what that broker's log manager sees.
         self.cluster = dict(cluster or {})
+        #: Kafka's built-in defaults may delete data (--kafka-defaults): see TopicConfig.enforced.
+        self.kafka_defaults = kafka_defaults
 
     @classmethod
     def from_files(cls, config: Optional[str] = None, topic_config: Optional[str] = None,
                    flags: Optional[Mapping[str, Tuple[Any, str]]] = None,
-                   data_dirs: Optional[List[str]] = None, cluster_metadata: bool = True) -> "ConfigResolver":
+                   data_dirs: Optional[List[str]] = None, cluster_metadata: bool = True,
+                   kafka_defaults: bool = False) -> "ConfigResolver":
         """The resolver for these files and flags; with `data_dirs`, the cluster metadata log found
         for them (see :func:`cluster_configs_for`) unless `cluster_metadata` is False."""
         props = read_properties(config) if config else {}
         cluster = cluster_configs_for(list(data_dirs), props) if data_dirs and cluster_metadata else {}
         return cls(broker=broker_settings(props, config) if config else None,
                    overrides=load_topic_overrides(topic_config) if topic_config else None,
-                   flags=flags, static_props=props, static_source=config or "server.properties", cluster=cluster)
+                   flags=flags, static_props=props, static_source=config or "server.properties", cluster=cluster,
+                   kafka_defaults=kafka_defaults)
 
     @property
     def metadata_dirs(self) -> List[str]:
@@ -521,7 +668,57 @@ class ConfigResolver:
                 if key not in values:
                     values[key] = value
                     sources[key] = where
-        return TopicConfig(topic, values, sources)
+        return TopicConfig(topic, values, sources, self.kafka_defaults)
+
+    def incarnation_problem(self, partition: "Partition", data_dir: Optional[str]) -> Optional[str]:
+        """Why the cluster metadata's configs cannot be applied to this partition directory, or None.
+
+        They apply only to the incarnation of the topic the metadata image has: a directory whose
+        partition.metadata topic ID is another (a deleted and recreated topic's old log), or that has no
+        topic ID, is a stray replica for a KRaft broker (LogManager.isStrayKraftReplica), which never
+        serves it; the new topic's configs must not delete or compact it. None as well where no metadata
+        log is read, and for directories that are no live replica (the commands skip those themselves)."""
+        found = self.cluster.get(os.path.abspath(data_dir)) if data_dir is not None else None
+        if found is None or not _is_live_replica(partition):
+            return None
+        cluster = found[0]
+        current = cluster.topic_ids.get(partition.topic)
+        image = (f"the cluster metadata ({cluster.metadata_dir}) has topic ID {current} for {partition.topic}"
+                 if current else f"the cluster metadata ({cluster.metadata_dir}) has no topic {partition.topic} "
+                 "(deleted?)")
+        stray = ("a stray replica for a KRaft broker (LogManager.isStrayKraftReplica), so the topic's configs "
+                 "from the metadata log do not apply to it (move it out of the data dir, or give "
+                 "--no-cluster-metadata to use only flags and files)")
+        path = os.path.join(partition.path, PARTITION_METADATA)
+        if not os.path.lexists(path):
+            return f"no partition.metadata (no topic ID) and {image}: {stray}"
+        try:
+            topic_id = str(read_partition_metadata(path)["topicId"])
+        except KstoreError as exc:
+            return f"partition.metadata cannot be read ({exc.message}) and {image}: {stray}"
+        if topic_id == current:
+            return None
+        return (f"partition.metadata has topic ID {topic_id} and {image}: an old incarnation of a deleted "
+                f"{'and recreated ' if current else ''}topic, {stray}")
+
+    def for_partition(self, partition: "Partition", data_dir: Optional[str]
+                      ) -> Tuple[Optional[TopicConfig], Optional[str]]:
+        """(config, None) for a partition directory, or (None, why no config applies): another incarnation
+        of its topic (:meth:`incarnation_problem`), or a value from the metadata log that Kafka's ConfigDef
+        rejects (LogConfig would not be created, so the broker would not load the log either)."""
+        problem = self.incarnation_problem(partition, data_dir)
+        if problem is not None:
+            return None, problem
+        try:
+            return self.for_topic(partition.topic, data_dir), None
+        except InvalidConfigError as exc:
+            return None, f"{exc.message}; Kafka refuses this config, so kstore leaves the partition alone"
+
+
+def _is_live_replica(partition: "Partition") -> bool:
+    """A ``<topic>-<partition>`` directory a broker serves (not the metadata log, nor -delete/-future/-stray)."""
+    return (partition.partition >= 0 and partition.topic != METADATA_LOG_TOPIC
+            and not partition.name.endswith(("-delete", "-future", "-stray")))
 
 
 def retention_flags(*, ms: Optional[int] = None, minutes: Optional[int] = None, hours: Optional[int] = None,
@@ -536,9 +733,11 @@ def retention_flags(*, ms: Optional[int] = None, minutes: Optional[int] = None, 
         multiplier = {"ms": 1, "minutes": MS_PER_MINUTE, "hours": MS_PER_HOUR}[name]
         if value < -1:
             raise UsageError(f"--retention-{name} must be -1 (unlimited) or more, not {value}")
-        out["retention.ms"] = (-1 if value < 0 else value * multiplier, f"--retention-{name}")
+        flag = f"--retention-{name}"
+        out["retention.ms"] = (-1 if value < 0 else parse_value("retention.ms", value * multiplier, flag), flag)
     if retention_bytes is not None:
-        out["retention.bytes"] = (retention_bytes, "--retention-bytes")
+        out["retention.bytes"] = (parse_value("retention.bytes", retention_bytes, "--retention-bytes"),
+                                  "--retention-bytes")
     return out
 
 
@@ -557,15 +756,8 @@ def compaction_flags(*, delete_retention_ms: Optional[int] = None, min_compactio
     ]
     out: Dict[str, Tuple[Any, str]] = {}
     for key, value, flag in given:
-        if value is None:
-            continue
-        if key == "min.cleanable.dirty.ratio" and not 0.0 <= value <= 1.0:
-            raise UsageError(f"{flag} must be between 0 and 1, not {value}")
-        if key in ("segment.bytes", "segment.index.bytes") and value < 1:
-            raise UsageError(f"{flag} must be positive, not {value}")
-        if key in ("delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms") and value < 0:
-            raise UsageError(f"{flag} must be 0 or more, not {value}")
-        out[key] = (value, flag)
+        if value is not None:  # Kafka's ConfigDef rules; an invalid flag is a usage error (exit 2)
+            out[key] = (parse_value(key, value, flag), flag)
     return out
 
 
@@ -662,6 +854,8 @@ class PartitionsRequest:
     config_file: Optional[str] = None
     topic_config: Optional[str] = None
     cluster_metadata: bool = True
+    #: Kafka's built-in defaults may delete data (--kafka-defaults).
+    kafka_defaults: bool = False
     now: Optional[int] = None
     dry_run: bool = False
     force: bool = False
@@ -669,4 +863,4 @@ class PartitionsRequest:
     def resolver(self, data_dirs: Sequence[str]) -> ConfigResolver:
         """The topic configs for these data dirs, in Kafka's order (flags, --topic-config, the cluster's, --config)."""
         return ConfigResolver.from_files(self.config_file, self.topic_config, self.flags, data_dirs=list(data_dirs),
-                                         cluster_metadata=self.cluster_metadata)
+                                         cluster_metadata=self.cluster_metadata, kafka_defaults=self.kafka_defaults)

@@ -22,13 +22,13 @@ from kstore_cli.segment.logdir import Partition, group_by_data_dir, partitions_o
 from kstore_cli.segment.retention import DataDirState, apply_retention, now_ms, plan_partition
 
 #: The topic-level settings a pass depends on, reported with where each came from.
-SETTINGS = ("cleanup.policy", "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms",
-            "min.cleanable.dirty.ratio", "segment.bytes", "segment.index.bytes")
+SETTINGS = ("cleanup.policy", "retention.ms", "retention.bytes", "delete.retention.ms", "min.compaction.lag.ms",
+            "max.compaction.lag.ms", "min.cleanable.dirty.ratio", "segment.bytes", "segment.index.bytes")
 
 
 def settings_of(config: TopicConfig, cleaner: CleanerSettings) -> Dict[str, dict]:
     """{setting: {"value", "source"}}: the topic's cleaning settings and the dedupe buffer."""
-    out = {k: {"value": config.to_dict([k])[k], "source": config.source(k)} for k in SETTINGS}
+    out = {k: {"value": config.to_dict([k])[k], "source": config.describe_source(k)} for k in SETTINGS}
     out["log.cleaner.dedupe.buffer.size"] = {
         "value": cleaner.dedupe_buffer_bytes,
         "source": cleaner.sources.get("log.cleaner.dedupe.buffer.size", DEFAULT_SOURCE)}
@@ -128,9 +128,9 @@ class LogCleaner:
             self._refuse_keep_all_policy(target.partition)
 
     def _refuse_keep_all_policy(self, part: Partition) -> None:
-        config = self.resolver.for_topic(part.topic, part.data_dir)
-        if (part.path in self.explicit and not config.compact and part.topic != names.METADATA_LOG_TOPIC
-                and part.partition >= 0):
+        config, _problem = self.resolver.for_partition(part, part.data_dir)  # a problem is reported by run()
+        if (config is not None and part.path in self.explicit and not config.compact
+                and part.topic != names.METADATA_LOG_TOPIC and part.partition >= 0):
             raise UsageError(
                 f"cleanup.policy={','.join(config.cleanup_policy)} ({config.source('cleanup.policy')}): compacting "
                 "would keep only the latest record per key of a topic that keeps every record; give --policy "
@@ -158,7 +158,9 @@ class LogCleaner:
     def _one(self, partition: Partition, data_dir: str, state: DataDirState, run: CompactRun, in_use: bool,
              progress: Optional[Callable[[int], None]]) -> PartitionCompaction:
         req = self.request
-        config = self.resolver.for_topic(partition.topic, data_dir)
+        config, problem = self.resolver.for_partition(partition, data_dir)
+        if config is None:
+            return PartitionCompaction(partition, "", req.dry_run, problem=problem)
         out = PartitionCompaction(partition, ",".join(config.cleanup_policy), req.dry_run)
         if partition.topic == names.METADATA_LOG_TOPIC:
             out.skipped = "the KRaft metadata log is not compacted by the log cleaner"

@@ -174,7 +174,7 @@ class RetentionPlan:
 
     def settings(self) -> dict:
         """{setting: {"value", "source"}} of the retention settings (the topic's config must be known)."""
-        return {k: {"value": self.config.to_dict([k])[k], "source": self.config.source(k)}
+        return {k: {"value": self.config.to_dict([k])[k], "source": self.config.describe_source(k)}
                 for k in ("cleanup.policy", "retention.ms", "retention.bytes")}
 
     def to_dict(self) -> dict:
@@ -391,8 +391,8 @@ def plan_partition(
     walk = _SegmentWalk(plan, live, lso, now)
     walk.log_start_offset_rule()  # every cleanup policy
     if config.delete:
-        walk.size_rule(config.retention_bytes)
-        walk.time_rule(config.retention_ms)
+        walk.size_rule(_enforced(plan, config, "retention.bytes"))
+        walk.time_rule(_enforced(plan, config, "retention.ms"))
     else:
         plan.notes.append(f"cleanup.policy={','.join(config.cleanup_policy) or '(none)'}: only the log start "
                           "offset rule applies")
@@ -402,6 +402,18 @@ def plan_partition(
                                            _segment_files(seg.segment, partition)))
     _plan_checkpoints(plan, state, walk.lso)
     return plan
+
+
+def _enforced(plan: RetentionPlan, config: TopicConfig, key: str) -> int:
+    """The retention setting the rules apply: -1 (no limit) for a value that is only Kafka's built-in default
+    (without --kafka-defaults), noted when that default would have deleted something."""
+    value = config.get(key)
+    if config.enforced(key):
+        return value
+    if value >= 0:
+        plan.notes.append(f"{key}={value} is only Kafka's default: not applied (give --kafka-defaults, a "
+                          f"--{key.replace('.', '-')} flag, or set it in --config or --topic-config)")
+    return -1
 
 
 def _plan_checkpoints(plan: RetentionPlan, state: DataDirState, lso: int) -> None:
@@ -509,6 +521,18 @@ class PartitionRetention:
         return row
 
 
+def _plan_one(partition: Partition, data_dir: str, resolver: ConfigResolver, state: DataDirState, *, now: int,
+              log_start_offset: Optional[int], delete_delay_ms: int) -> RetentionPlan:
+    """The partition's plan, or a plan that only says why no config applies to it (a problem: exit 1)."""
+    config, problem = resolver.for_partition(partition, data_dir)
+    if config is None:
+        plan = RetentionPlan(partition, None)
+        plan.problem = problem
+        return plan
+    return plan_partition(partition, config, state, now=now, log_start_offset=log_start_offset,
+                          delete_delay_ms=delete_delay_ms)
+
+
 def cleanup_logs(groups: Dict[str, List[Target]], resolver: ConfigResolver, *, now: int,
                  log_start_offset: Optional[int] = None, delete_delay_ms: int = 0, dry_run: bool = False,
                  force: bool = False) -> List[PartitionRetention]:
@@ -522,9 +546,8 @@ def cleanup_logs(groups: Dict[str, List[Target]], resolver: ConfigResolver, *, n
         for data_dir in sorted(groups):
             state = DataDirState(data_dir)
             in_use = dry_run and not force and fileops.is_locked(data_dir)
-            plans = [plan_partition(p, resolver.for_topic(p.topic, data_dir), state, now=now,
-                                    log_start_offset=log_start_offset, delete_delay_ms=delete_delay_ms)
-                     for p in partitions_of(groups[data_dir])]
+            plans = [_plan_one(p, data_dir, resolver, state, now=now, log_start_offset=log_start_offset,
+                                delete_delay_ms=delete_delay_ms) for p in partitions_of(groups[data_dir])]
             if in_use:
                 for plan in plans:
                     plan.notes.append("the data dir is locked by a running process: a real run would refuse")
@@ -576,10 +599,12 @@ def retain(request: RetainRequest) -> RetainRun:
         raise UsageError("retain works on whole partitions: give a partition or data directory, not a .log file")
     groups = group_by_data_dir(targets)
     resolver = request.resolver(list(groups))
-    if not request.flags and request.config_file is None and request.topic_config is None and not resolver.cluster:
+    if (not request.flags and request.config_file is None and request.topic_config is None and not resolver.cluster
+            and not request.kafka_defaults):
         raise UsageError("no retention policy given: give --retention-ms (or --retention-minutes/--retention-hours), "
                          "--retention-bytes, --config server.properties or --topic-config FILE (or data dirs holding "
-                         "the cluster metadata log); Kafka's default (retention.ms 7 days) is not applied without one")
+                         "the cluster metadata log); Kafka's default (retention.ms 7 days) is not applied without one "
+                         "(--kafka-defaults applies it)")
     now = now_ms() if request.now is None else request.now
     results = cleanup_logs(groups, resolver, now=now, log_start_offset=request.log_start_offset,
                            delete_delay_ms=request.delete_delay_ms, dry_run=request.dry_run, force=request.force)

@@ -486,3 +486,31 @@ def test_a_batch_whose_crc_fails_is_refused_not_laundered(tmp_path: Path) -> Non
         lines = out.stderr.splitlines()
         assert len(lines) == 1 and f"{log} at byte 0: Record is corrupt" in lines[0] and "not cleaned" in lines[0]
         assert {p.name: p.read_bytes() for p in part.iterdir() if p.name != ".lock"} == before
+
+
+# --------------------------------------------------------------------------- LogConfig's ConfigDef (issue 29)
+
+
+def test_a_cleanup_policy_kafka_rejects_is_refused_not_compacted(tmp_path: Path) -> None:
+    """cleanup.policy=Compact used to be lowercased and the topic compacted; Kafka's LogConfig rejects it
+    (ValidList.in is case-sensitive)."""
+    part = write_partition(tmp_path / "data")
+    topics = tmp_path / "topics.ini"
+    topics.write_text("[changelog]\ncleanup.policy = Compact\n")
+    before = tree_state(tmp_path)
+    proc = kstore("compact", *CLOCK, "--topic-config", str(topics), str(tmp_path / "data"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr == (f"kstore: error: Invalid value Compact for configuration cleanup.policy: String must be "
+                           f"one of: compact, delete ({topics} [changelog])\n")
+    assert tree_state(tmp_path) == before and part.is_dir()
+
+
+def test_an_invalid_flag_is_a_usage_error_with_kafkas_message(tmp_path: Path) -> None:
+    write_partition(tmp_path / "data")
+    before = tree_state(tmp_path)
+    proc = kstore("compact", "--policy", "compact", "--max-compaction-lag-ms", "0", *CLOCK,
+                  str(tmp_path / "data" / "changelog-0"))
+    assert proc.returncode == 2
+    assert proc.stderr == ("kstore: error: Invalid value 0 for configuration max.compaction.lag.ms: Value must be "
+                           "at least 1 (--max-compaction-lag-ms)\n")
+    assert tree_state(tmp_path) == before

@@ -372,12 +372,13 @@ def test_no_policy_source_is_refused_naming_the_options(tmp_path: Path) -> None:
         for option in ("--retention-ms", "--retention-bytes", "--config", "--topic-config"):
             assert option in lines[0]
         assert tree_state(tmp_path) == before, extra
-    # Any one source is enough; what it does not set is Kafka's default, and the text says so.
+    # Any one source is enough; what it does not set is Kafka's default, which deletes nothing (issue 29), and
+    # the text says so.
     server = tmp_path / "server.properties"
     server.write_text("log.segment.bytes=1048576\n")
     result = run("--dry-run", "--now", str(NOW), "--config", str(server), str(tmp_path / "data"))
     assert result.exit_code == 0, result.output
-    assert "retention.ms=604800000 (Kafka default)" in result.output
+    assert "retention.ms=604800000 (Kafka default, not applied without --kafka-defaults)" in result.output
 
 
 def test_text_output_names_where_each_setting_came_from(tmp_path: Path) -> None:
@@ -393,3 +394,37 @@ def test_text_output_names_where_each_setting_came_from(tmp_path: Path) -> None:
                                 f"(--retention-hours), retention.bytes=123456789 ({topics} [ord*])")
     clicks = text.index(next(line for line in text if line.startswith(str(tmp_path / "data" / "clicks-0") + ":")))
     assert "retention.bytes=-1 (Kafka default)" in text[clicks + 1]
+
+
+# --------------------------------------------------------------------------- Kafka's defaults delete nothing (issue 29)
+
+
+def test_retention_bytes_alone_deletes_nothing_by_time(tmp_path: Path) -> None:
+    """--retention-bytes used to bring Kafka's 7-day retention.ms along: at NOW every clicks-0 segment and
+    three of orders-0 were deleted by time, though the operator set only a size."""
+    two_partitions(tmp_path / "data")
+    result = run("--dry-run", "--json", "--now", str(NOW), "--retention-bytes", "10G", str(tmp_path / "data"))
+    assert result.exit_code == 0, result.output
+    rows = json_lines_summary(result.stdout)["partitions"]
+    assert [r["segmentsDeleted"] for r in rows] == [0, 0]
+    for row in rows:
+        assert row["config"]["retention.ms"]["source"] == "Kafka default, not applied without --kafka-defaults"
+        assert row["config"]["retention.bytes"] == {"value": 10 * 1024 ** 3, "source": "--retention-bytes"}
+    # A size that selects segments: only the size rule deletes.
+    orders = sum(p.stat().st_size for p in (tmp_path / "data" / "orders-0").glob("*.log"))
+    sized = run("--dry-run", "--json", "--now", str(NOW), "--retention-bytes", str(orders // 2), str(tmp_path / "data"))
+    deleted = [d for r in json_lines_summary(sized.stdout)["partitions"] for d in r["deleted"]]
+    assert deleted and {d["rule"] for d in deleted} == {"retention.bytes"}
+    # --kafka-defaults: the operator asks for Kafka's 7 days as well.
+    both = run("--dry-run", "--json", "--now", str(NOW), "--retention-bytes", "10G", "--kafka-defaults",
+               str(tmp_path / "data"))
+    assert [r["segmentsDeleted"] for r in json_lines_summary(both.stdout)["partitions"]] == [3, 3]
+
+
+def test_kafka_defaults_alone_is_a_policy_source(tmp_path: Path) -> None:
+    two_partitions(tmp_path / "data")
+    result = run("--dry-run", "--json", "--now", str(NOW), "--kafka-defaults", str(tmp_path / "data"))
+    assert result.exit_code == 0, result.output
+    rows = json_lines_summary(result.stdout)["partitions"]
+    assert [r["segmentsDeleted"] for r in rows] == [3, 3]
+    assert {d["rule"] for r in rows for d in r["deleted"]} == {"retention.ms"}

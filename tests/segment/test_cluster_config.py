@@ -20,8 +20,16 @@ TOPIC, BROKER = 2, 4
 HOUR = 3_600_000
 
 
+TOPIC_IDS = {"time-roll": uid(1), "orders": uid(2), "cache": uid(3)}
+
+
 def _cluster(data: Path, configs, node_id: int = 1):
-    return write_config_log(data, {"time-roll": uid(1), "orders": uid(2), "cache": uid(3)}, configs, node_id)
+    """The metadata log, and the partition dirs in `data` made its topics' current incarnations."""
+    for part in data.glob("*-[0-9]*"):
+        topic = part.name.rsplit("-", 1)[0]
+        if topic in TOPIC_IDS:
+            (part / "partition.metadata").write_text(f"version: 0\ntopic_id: {TOPIC_IDS[topic]}\n")
+    return write_config_log(data, TOPIC_IDS, configs, node_id)
 
 
 def test_kafkas_order_topic_over_dynamic_broker_over_static(tmp_path: Path) -> None:
@@ -112,3 +120,120 @@ def test_compact_takes_cleanup_policy_from_the_metadata_log(tmp_path: Path) -> N
     assert done.exit_code == 0, done.output
     (row,) = json_lines_summary(done.output)["partitions"]
     assert row["settings"]["cleanup.policy"]["source"] == f"cluster metadata @ offset {at[(TOPIC, 'cache', 'cleanup.policy')]}"
+
+
+# --------------------------------------------------------------------------- issue 29: incarnations, defaults, ConfigDef
+
+OLD_INCARNATION = "AL81rix7FaZY79THUhFduw"  # the corpus partitions' own topic ID, not the image's uid(1)
+
+
+def _recreated(tmp_path: Path, topic: str, source: str, configs) -> Path:
+    """A data dir whose `topic`-0 holds the log of an older incarnation of the topic: its partition.metadata
+    names another topic ID than the metadata log, which has the new topic's configs."""
+    data = tmp_path / "data"
+    shutil.copytree(CORPUS / "logs" / source, data / f"{topic}-0")
+    _cluster(data, configs)
+    (data / f"{topic}-0" / "partition.metadata").write_text(f"version: 0\ntopic_id: {OLD_INCARNATION}\n")
+    return data
+
+
+def _tree(root: Path) -> dict:
+    from tests.segment.partition_factory import tree_state
+
+    return tree_state(root)
+
+
+def test_retain_leaves_an_older_incarnation_of_a_recreated_topic_alone(tmp_path: Path) -> None:
+    """The recreated topic's retention.ms=15000 used to delete every segment of the old topic's log."""
+    data = _recreated(tmp_path, "time-roll", "time-roll-0", [(TOPIC, "time-roll", "retention.ms", "15000")])
+    before = _tree(tmp_path)
+    now = str(1_700_000_000_000 + 200_000)
+    result = CliRunner().invoke(cli, ["retain", "--json", "--now", now, str(data)])
+    assert result.exit_code == 1, result.output
+    (row,) = [p for p in json_lines_summary(result.stdout)["partitions"] if p["partition"].endswith("time-roll-0")]
+    assert row["problem"].startswith(f"partition.metadata has topic ID {OLD_INCARNATION} and the cluster metadata")
+    assert f"has topic ID {uid(1)} for time-roll" in row["problem"] and "isStrayKraftReplica" in row["problem"]
+    assert "config" not in row  # the new topic's settings are not shown as this log's
+    assert _tree(tmp_path) == before
+    text = CliRunner().invoke(cli, ["retain", "--dry-run", "--now", now, str(data)])
+    assert text.exit_code == 1 and f"time-roll-0: not handled: partition.metadata has topic ID {OLD_INCARNATION}" in text.output
+    # No partition.metadata at all: no topic ID, stray for a KRaft broker too.
+    (data / "time-roll-0" / "partition.metadata").unlink()
+    result = CliRunner().invoke(cli, ["retain", "--json", "--now", now, str(data)])
+    assert result.exit_code == 1 and "no partition.metadata (no topic ID)" in result.output
+    # --no-cluster-metadata: the operator's own flags apply (the metadata log's configs are left out).
+    flagged = CliRunner().invoke(cli, ["retain", "--dry-run", "--json", "--now", now, "--no-cluster-metadata",
+                                       "--retention-ms", "-1", str(data)])
+    assert flagged.exit_code == 0, flagged.output
+
+
+def test_compact_leaves_an_older_incarnation_of_a_recreated_topic_alone(tmp_path: Path) -> None:
+    """The recreated topic is compacted; the old topic's log (a plain delete topic) must not be."""
+    data = _recreated(tmp_path, "cache", "v2-compact-0", [(TOPIC, "cache", "cleanup.policy", "compact")])
+    before = _tree(tmp_path)
+    for target in (data, data / "cache-0"):
+        result = CliRunner().invoke(cli, ["compact", "--json", "--force-clean", str(target)])
+        assert result.exit_code == 1, result.output
+        (row,) = [p for p in json_lines_summary(result.stdout)["partitions"] if p["partition"].endswith("cache-0")]
+        assert row["cleaned"] is False and f"topic ID {OLD_INCARNATION}" in row["problem"]
+        assert _tree(tmp_path) == before
+
+
+def test_a_kraft_node_with_no_flags_deletes_nothing_on_kafkas_7_day_default(tmp_path: Path) -> None:
+    """The metadata log is a policy source, but it sets no retention for this topic: Kafka's built-in 7 days
+    used to delete every segment of a month-old copy."""
+    data = tmp_path / "data"
+    shutil.copytree(CORPUS / "logs" / "time-roll-0", data / "time-roll-0")
+    _cluster(data, [(TOPIC, "orders", "retention.ms", "5")])  # another topic's override only
+    before = _tree(tmp_path)
+    now = str(1_700_000_000_000 + 30 * 24 * HOUR)
+    result = CliRunner().invoke(cli, ["retain", "--json", "--now", now, str(data)])
+    assert result.exit_code == 0, result.output
+    (row,) = [p for p in json_lines_summary(result.stdout)["partitions"] if p["partition"].endswith("time-roll-0")]
+    assert row["segmentsDeleted"] == 0
+    assert row["config"]["retention.ms"] == {"value": 7 * 24 * HOUR,
+                                             "source": "Kafka default, not applied without --kafka-defaults"}
+    assert any(n.startswith("retention.ms=604800000 is only Kafka's default: not applied") for n in row["notes"])
+    assert _tree(tmp_path) == before
+    # The operator asks for Kafka's defaults: they apply, and the source says so.
+    applied = CliRunner().invoke(cli, ["retain", "--dry-run", "--json", "--kafka-defaults", "--now", now, str(data)])
+    (row,) = [p for p in json_lines_summary(applied.stdout)["partitions"] if p["partition"].endswith("time-roll-0")]
+    assert row["segmentsDeleted"] > 0 and row["config"]["retention.ms"]["source"] == "Kafka default, applied: --kafka-defaults"
+
+
+def test_compact_delete_retention_after_cleaning_ignores_the_default_retention_ms(tmp_path: Path) -> None:
+    """cleanup.policy=compact,delete from the metadata log: the cleaner thread's retention after the pass
+    used to apply Kafka's 7-day retention.ms, which nothing set."""
+    data = tmp_path / "data"
+    shutil.copytree(CORPUS / "logs" / "v2-compact-0", data / "cache-0")
+    _cluster(data, [(TOPIC, "cache", "cleanup.policy", "compact,delete")])
+    now = str(1_700_000_000_000 + 365 * 24 * HOUR)
+    result = CliRunner().invoke(cli, ["compact", "--json", "--force-clean", "--now", now, str(data)])
+    assert result.exit_code == 0, result.output
+    (row,) = [p for p in json_lines_summary(result.stdout)["partitions"] if p["partition"].endswith("cache-0")]
+    assert row["cleaned"] and (row["retention"] is None or row["retention"]["segmentsDeleted"] == 0)
+    assert row["settings"]["retention.ms"]["source"] == "Kafka default, not applied without --kafka-defaults"
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("cleanup.policy", "Compact",
+     "Invalid value Compact for configuration cleanup.policy: String must be one of: compact, delete"),
+    ("cleanup.policy", "compact,Delete",
+     "Invalid value Delete for configuration cleanup.policy: String must be one of: compact, delete"),
+    ("retention.ms", "-2", "Invalid value -2 for configuration retention.ms: Value must be at least -1"),
+    ("retention.ms", "1_000", "Invalid value 1_000 for configuration retention.ms: Not a number of type LONG"),
+])
+def test_a_metadata_log_value_kafka_rejects_refuses_the_partition(tmp_path: Path, key: str, value: str,
+                                                                 message: str) -> None:
+    """LogConfig's ConfigDef would not build this topic's config; kstore used to read Compact as compact
+    (and 1_000 as 1000) and act on it."""
+    data = tmp_path / "data"
+    shutil.copytree(CORPUS / "logs" / "v2-compact-0", data / "cache-0")
+    at = _cluster(data, [(TOPIC, "cache", key, value)])
+    before = _tree(tmp_path)
+    for command in (["compact", "--force-clean"], ["retain", "--now", str(1_700_000_000_000 + 365 * 24 * HOUR)]):
+        result = CliRunner().invoke(cli, [*command, "--json", str(data)])
+        assert result.exit_code == 1, result.output
+        (row,) = [p for p in json_lines_summary(result.stdout)["partitions"] if p["partition"].endswith("cache-0")]
+        assert row["problem"].startswith(f"{message} (cluster metadata @ offset {at[(TOPIC, 'cache', key)]})")
+        assert _tree(tmp_path) == before

@@ -14,7 +14,9 @@ from kstore_cli.segment.config import (
     broker_settings,
     load_broker_config,
     load_topic_overrides,
+    compaction_flags,
     parse_topic_overrides,
+    parse_value,
     retention_flags,
 )
 
@@ -144,14 +146,14 @@ def test_json_overrides() -> None:
 
 @pytest.mark.parametrize("text, match", [
     ("[orders]\nretention.msec = 5\n", "unknown topic config 'retention.msec'"),
-    ("[orders]\nretention.ms = soon\n", "not a valid long"),
-    ("[orders]\nretention.ms = -2\n", "-1 \\(unlimited\\) or more"),
-    ("[orders]\ncleanup.policy = shred\n", "compact and/or delete"),
-    ("[orders]\npreallocate = maybe\n", "not a valid boolean"),
+    ("[orders]\nretention.ms = soon\n", "Invalid value soon for configuration retention.ms: Not a number of type LONG"),
+    ("[orders]\nretention.ms = -2\n", "Invalid value -2 for configuration retention.ms: Value must be at least -1"),
+    ("[orders]\ncleanup.policy = shred\n", "Invalid value shred for configuration cleanup.policy: String must be one of: compact, delete"),
+    ("[orders]\npreallocate = maybe\n", "Invalid value maybe for configuration preallocate: Expected value to be either true or false"),
     ("retention.ms = 5\n", "not a valid topic config file"),
     ("[orders]\nretention.ms = 1\n[orders]\nretention.ms = 2\n", "not a valid topic config file"),
     ('{"orders": 5}', "expected a JSON object"),
-    ('{"orders": {"retention.ms": 1.5}}', "not a valid long"),
+    ('{"orders": {"retention.ms": 1.5}}', "Invalid value 1.5 for configuration retention.ms: Not a number of type LONG"),
     ("{nope", "not valid JSON"),
 ])
 def test_bad_override_files_are_usage_errors(text: str, match: str) -> None:
@@ -167,3 +169,84 @@ def test_missing_files_are_unreadable(tmp_path: Path) -> None:
     path = tmp_path / "topics.ini"
     path.write_text("[a-topic]\nretention.bytes=1\n")
     assert ConfigResolver.from_files(topic_config=str(path)).for_topic("a-topic").retention_bytes == 1
+
+
+# --------------------------------------------------------------------------- LogConfig's ConfigDef (issue 29)
+# Each message is what Kafka's LogConfig (the oracle's commit) throws for the value: ConfigException's text.
+
+
+@pytest.mark.parametrize("key, raw, reason", [
+    ("cleanup.policy", "Compact", "Invalid value Compact for configuration cleanup.policy: String must be one of: "
+                                  "compact, delete"),
+    ("cleanup.policy", "[compact]", "Invalid value [compact] for configuration cleanup.policy: String must be one "
+                                    "of: compact, delete"),
+    ("cleanup.policy", "compact,,delete", "Invalid value  for configuration cleanup.policy: String must be one of: "
+                                          "compact, delete"),
+    ("retention.ms", "0x10", "Invalid value 0x10 for configuration retention.ms: Not a number of type LONG"),
+    ("retention.ms", "9223372036854775808", "Invalid value 9223372036854775808 for configuration retention.ms: "
+                                            "Not a number of type LONG"),
+    ("segment.bytes", "99999999999", "Invalid value 99999999999 for configuration segment.bytes: Not a number of "
+                                     "type INT"),
+    ("segment.bytes", "13", "Invalid value 13 for configuration segment.bytes: Value must be at least 14"),
+    ("segment.index.bytes", "3", "Invalid value 3 for configuration segment.index.bytes: Value must be at least 4"),
+    ("max.compaction.lag.ms", "0", "Invalid value 0 for configuration max.compaction.lag.ms: Value must be at "
+                                   "least 1"),
+    ("delete.retention.ms", "-1", "Invalid value -1 for configuration delete.retention.ms: Value must be at least 0"),
+    ("min.cleanable.dirty.ratio", "1.5", "Invalid value 1.5 for configuration min.cleanable.dirty.ratio: Value must "
+                                         "be no more than 1"),
+    ("min.cleanable.dirty.ratio", "x", "Invalid value x for configuration min.cleanable.dirty.ratio: Not a number of "
+                                       "type DOUBLE"),
+    ("preallocate", "yes", "Invalid value yes for configuration preallocate: Expected value to be either true or "
+                           "false"),
+    ("compression.type", "GZIP", "Invalid value GZIP for configuration compression.type: String must be one of: "
+                                 "uncompressed, zstd, lz4, snappy, gzip, producer"),
+    ("message.timestamp.type", "createtime", "Invalid value createtime for configuration message.timestamp.type: "
+                                             "String must be one of: CreateTime, LogAppendTime"),
+    ("compression.gzip.level", "0", "Invalid value 0 for configuration compression.gzip.level: Value must be "
+                                    "between 1 and 9 or equal to -1"),
+    ("compression.zstd.level", "-131073", "Invalid value -131073 for configuration compression.zstd.level: Value "
+                                          "must be at least -131072"),
+    ("leader.replication.throttled.replicas", "*,1:2", "Invalid value [*, 1:2] for configuration "
+     "leader.replication.throttled.replicas: leader.replication.throttled.replicas must be the literal '*' or a "
+     "list of replicas in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],..."),
+])
+def test_values_kafkas_configdef_rejects_are_refused_with_its_message(key: str, raw: str, reason: str) -> None:
+    with pytest.raises(UsageError) as info:
+        parse_value(key, raw, "topics.ini [orders]")
+    assert info.value.message == f"{reason} (topics.ini [orders])"
+
+
+@pytest.mark.parametrize("key, raw, value", [
+    ("cleanup.policy", " compact , delete ", ("compact", "delete")),
+    ("cleanup.policy", "", ()),
+    ("retention.ms", " +5 ", 5),
+    ("preallocate", "TRUE", True),
+    ("min.cleanable.dirty.ratio", "1e-1", 0.1),
+    ("compression.gzip.level", "-1", -1),
+    ("leader.replication.throttled.replicas", " 1:2 , 3:4", ("1:2", "3:4")),
+    ("segment.bytes", "14", 14),
+])
+def test_values_kafkas_configdef_accepts(key: str, raw: str, value) -> None:
+    assert parse_value(key, raw, "here") == value
+
+
+def test_broker_synonyms_are_checked_under_their_own_name() -> None:
+    with pytest.raises(UsageError, match="^Invalid value Delete for configuration log.cleanup.policy: String must"):
+        broker_settings({"log.cleanup.policy": "Delete"})
+    with pytest.raises(UsageError, match="^Invalid value 0 for configuration log.roll.hours: Value must be at least 1"):
+        broker_settings({"log.roll.hours": "0"})
+    assert broker_settings({"log.retention.hours": "-5"})["retention.ms"][0] == -1  # negative: unlimited
+
+
+@pytest.mark.parametrize("flag, value, reason", [
+    ("max_compaction_lag_ms", 0, "Invalid value 0 for configuration max.compaction.lag.ms: Value must be at least 1 "
+                                 "(--max-compaction-lag-ms)"),
+    ("segment_bytes", 13, "Invalid value 13 for configuration segment.bytes: Value must be at least 14 "
+                          "(--segment-bytes)"),
+    ("segment_bytes", 1 << 31, f"Invalid value {1 << 31} for configuration segment.bytes: Not a number of type INT "
+                               "(--segment-bytes)"),
+])
+def test_invalid_compaction_flags_are_usage_errors_with_kafkas_message(flag: str, value: int, reason: str) -> None:
+    with pytest.raises(UsageError) as info:
+        compaction_flags(**{flag: value})
+    assert info.value.message == reason and info.value.exit_status == 2
