@@ -56,6 +56,11 @@ class UsageError(KstoreError):
     exit_status = ExitStatus.USAGE
 
 
+class InvalidConfigError(UsageError):
+    """A config value Kafka's ConfigDef rejects (its ConfigException), with Kafka's own message. Where the
+    value comes from the cluster metadata log, the command refuses that partition (exit 1) instead."""
+
+
 class FileUnreadableError(KstoreError):
     """A file is missing, is a directory, or cannot be opened or read."""
 

@@ -56,7 +56,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from kstore_cli.errors import FileUnreadableError, KstoreError, UsageError
+from kstore_cli.errors import FileUnreadableError, InvalidConfigError, KstoreError, UsageError
 from kstore_cli.segment.checkpoint import PARTITION_METADATA, read_partition_metadata, read_properties
 from kstore_cli.segment.names import METADATA_LOG_TOPIC, METADATA_PARTITION_DIR
 
@@ -164,10 +164,6 @@ DEFAULT_SOURCE = "Kafka default"
 #: Settings whose value alone makes retention delete segments: one that comes only from Kafka's built-in
 #: default deletes nothing unless the operator asks for the defaults (--kafka-defaults).
 DELETING_SETTINGS = ("retention.ms", "retention.bytes")
-
-
-class InvalidConfigError(UsageError):
-    """A config value Kafka's ConfigDef rejects (its ConfigException), with Kafka's own message."""
 
 
 # --------------------------------------------------------------------------- ConfigDef validation
