@@ -23,7 +23,7 @@ from kstore_cli.errors import ExitStatus
 from kstore_cli.segment import fileops
 from kstore_cli.segment.config import ConfigResolver
 from kstore_cli.segment.logdir import group_by_data_dir, nothing_found, resolve
-from kstore_cli.segment.scope import mutable_targets
+from kstore_cli.segment.scope import check_quarantine_dir, mutable_targets
 from kstore_cli.segment.rebuild import PartitionRebuild, rebuild_partition
 
 
@@ -130,6 +130,7 @@ def command(ctx: click.Context, paths, index_interval_bytes: Optional[int], conf
     if not targets:
         raise nothing_found(paths, topics)
     targets, skipped = mutable_targets(paths, targets, "rebuild-index")
+    check_quarantine_dir(quarantine_dir, paths, targets)
     echo_skipped(skipped, as_json)
     tty = _is_tty() and not as_json
     flags = {} if index_interval_bytes is None else {"index.interval.bytes": (index_interval_bytes, "--index-interval-bytes")}

@@ -15,7 +15,7 @@ from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import fileops
 from kstore_cli.segment.loader import RecoverResult, advance_recovery_points, recover_partition
 from kstore_cli.segment.logdir import group_by_data_dir, nothing_found, resolve
-from kstore_cli.segment.scope import mutable_targets
+from kstore_cli.segment.scope import check_quarantine_dir, mutable_targets
 
 
 @click.command(name="recover")
@@ -60,6 +60,7 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
     if any(t.only is not None for t in targets):
         raise UsageError("recover works on whole partitions: give a partition or data directory, not a .log file")
     targets, skipped = mutable_targets(paths, targets, "recover")
+    check_quarantine_dir(quarantine_dir, paths, targets)
     groups = group_by_data_dir(targets)
     partitions: List[str] = sorted({t.partition.path for t in targets
                                     if t.partition.partition >= 0 and not t.partition.name.endswith(

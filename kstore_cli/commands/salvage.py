@@ -13,7 +13,7 @@ from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import fileops
 from kstore_cli.segment.logdir import Partition, Target, is_partition_dir
 from kstore_cli.segment.salvage import describe, plan_salvage, salvage_in_place, salvage_to
-from kstore_cli.segment.scope import output_dir_guard, refuse_named
+from kstore_cli.segment.scope import check_quarantine_dir, output_dir_guard, refuse_named
 
 
 @click.command(name="salvage")
@@ -59,6 +59,8 @@ def command(ctx: click.Context, partition_dir: str, output_dir: Optional[str], i
     partition = Partition(os.path.abspath(partition_dir))
     if not dry_run:
         refuse_named([partition_dir], [Target(partition)], "salvage")
+    if in_place:
+        check_quarantine_dir(quarantine_dir, [partition_dir], [Target(partition)])
     plan = plan_salvage(partition)
     report = None
     if output_dir:

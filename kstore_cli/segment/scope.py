@@ -137,6 +137,14 @@ def check_output_dir(output_dir: str, *, option: str = "--output-dir", inputs: I
     return data_dir
 
 
+def check_quarantine_dir(quarantine_dir: Optional[str], paths: Iterable[str], targets: Iterable[Target]) -> None:
+    """A --quarantine-dir given holds to the output-dir rule: never in an input, its data dir or any Kafka
+    data dir (its ``<partition>/`` dirs there would be loaded, or refused, by the broker)."""
+    if quarantine_dir:
+        check_output_dir(quarantine_dir, option="--quarantine-dir",
+                         inputs=[*paths, *(t.partition.data_dir for t in targets)])
+
+
 @contextlib.contextmanager
 def output_dir_guard(output_dir: str, *, option: str = "--output-dir", inputs: Iterable[str] = (),
                      new_partitions: Optional[Sequence[str]] = None, force: bool = False,

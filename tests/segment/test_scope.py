@@ -181,3 +181,17 @@ def test_convert_format_output_into_another_data_dir_is_refused(tmp_path: Path, 
         result = kstore("convert-format", "--to-magic", "2", "--output-dir", str(live_data), str(tmp_path / "in"))
         assert status(result) == 2
     assert files(live_data) == before and not (live_data / "converted").exists()
+
+
+@pytest.mark.parametrize("command", [["recover", "--jobs", "1"], ["rebuild-index", "--truncate"], ["salvage", "--in-place"]])
+def test_a_quarantine_dir_inside_a_data_dir_is_refused(tmp_path: Path, live_data: Path, command) -> None:
+    part = live_data / "v2-none-0"
+    log = sorted(part.glob("*.log"))[-1]
+    with open(log, "ab") as f:
+        f.write(b"\x00\x00\x00\x00\x00\x00\x00\x07\x00\x00\x00\x40damaged")  # a torn tail to cut and quarantine
+    before = files(live_data)
+    for qdir in (live_data / "q", live_data / "v2-none-0" / "q"):
+        result = kstore(*command, "--quarantine-dir", str(qdir), str(part))
+        assert status(result) == 2, (qdir, text(result))
+        assert "--quarantine-dir is or lies inside" in text(result)
+    assert files(live_data) == before and not (live_data / "q").exists()
