@@ -126,14 +126,20 @@ def check_output_dir(output_dir: str, *, option: str = "--output-dir", inputs: I
         return None
     marker = sorted(n for n in os.listdir(data_dir) if n in _DATA_DIR_MARKERS)[0]
     where = f"{option} is or lies inside the Kafka data dir {data_dir} (it holds {marker})"
-    if out_real != data_dir or not new_partitions:
+    if out_real == data_dir and not new_partitions:
+        raise UsageError(f"{where}: this command writes more than new partition dirs there (a data dir's own "
+                         "files, checkpoints); choose a directory outside every data dir", path=output_dir)
+    if out_real != data_dir:
         raise UsageError(f"{where}: a broker refuses to start with a directory it does not know there, and a "
                          "running one would see the files; choose a directory outside every data dir",
                          path=output_dir)
     for name in new_partitions:
-        if names.parse_partition_dir(name) is None or os.path.lexists(os.path.join(data_dir, name)):
-            raise UsageError(f"{where}: only a new partition dir may go there, and {name} is not one "
-                             "(or exists already)", path=output_dir)
+        if names.parse_partition_dir(name) is None:
+            raise UsageError(f"{where}: only a new partition dir may go there, and {name} is not a "
+                             "<topic>-<partition> name", path=output_dir)
+        if os.path.lexists(os.path.join(data_dir, name)):
+            raise UsageError(f"{where}: only a new partition dir may go there, and {name} exists there already",
+                             path=output_dir)
     return data_dir
 
 

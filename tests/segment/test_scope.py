@@ -195,3 +195,18 @@ def test_a_quarantine_dir_inside_a_data_dir_is_refused(tmp_path: Path, live_data
         assert status(result) == 2, (qdir, text(result))
         assert "--quarantine-dir is or lies inside" in text(result)
     assert files(live_data) == before and not (live_data / "q").exists()
+
+
+def test_convert_format_may_add_a_new_partition_dir_to_a_data_dir_under_its_lock(tmp_path: Path,
+                                                                                  live_data: Path) -> None:
+    src = tmp_path / "in" / "orders-0"
+    shutil.copytree(CORPUS / "logs" / "legacy-v1-0", src)
+    with lock_held(live_data):
+        result = kstore("convert-format", "--to-magic", "2", "--output-dir", str(live_data), str(src))
+        assert status(result) == 1 and "locked by a running process" in text(result)
+    assert not (live_data / "orders-0").exists()
+    result = kstore("convert-format", "--to-magic", "2", "--output-dir", str(live_data), str(src))
+    assert status(result) == 0, text(result)
+    assert sorted(p.name for p in (live_data / "orders-0").glob("*.log"))
+    result = kstore("convert-format", "--to-magic", "2", "--output-dir", str(live_data), str(src))
+    assert status(result) == 2 and "orders-0 exists there already" in text(result)
