@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Callable, List, Optional, Tuple
 
@@ -36,6 +37,15 @@ def exit_with_problems(ctx: click.Context, problems: List[Tuple[str, str]], stat
     if problems:
         ctx.exit(int(status))
 
+
+
+def echo_skipped(skipped: List[Tuple[str, str]], as_json: bool) -> None:
+    """A line per (partition, reason) a mutating command's walk left alone (scope.mutable_targets): never
+    silent; JSON ``{"type": "skipped", ...}``."""
+    from kstore_cli.segment.scope import skipped_dict
+
+    for path, reason in skipped:
+        click.echo(json.dumps(skipped_dict(path, reason), sort_keys=True) if as_json else f"{path}: skipped: {reason}")
 
 
 def byte_progress(show: bool, label: str, total: Callable[[], int]) -> "tuple[Optional[object], Optional[Callable[[int], None]]]":

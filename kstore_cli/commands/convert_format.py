@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import Optional
@@ -18,7 +19,7 @@ from kstore_cli.commands._options import (
     topics_option,
 )
 
-from kstore_cli.commands._console import byte_progress
+from kstore_cli.commands._console import byte_progress, echo_skipped
 from kstore_cli.commands._console import human_bytes as _human
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.codecs import CODEC_IDS
@@ -30,9 +31,11 @@ from kstore_cli.segment.convert import (
     check_destination,
     check_output_dir,
     convert_targets,
+    output_guard,
 )
 from kstore_cli.segment.index import DEFAULT_INDEX_INTERVAL_BYTES
 from kstore_cli.segment.logdir import resolve_some
+from kstore_cli.segment.scope import mutable_targets
 
 
 def _summary_line(stats: ConvertStats) -> str:
@@ -103,19 +106,24 @@ def command(ctx: click.Context, paths, topics: Optional[str], to_magic: str, com
         batch_bytes=batch_bytes, strict=strict, segment_bytes=segment_bytes,
         index_interval_bytes=index_interval_bytes, jobs=jobs,
     )
-    targets = resolve_some(paths, topics)
+    targets, skipped = mutable_targets(paths, resolve_some(paths, topics), "convert-format")
+    guard = contextlib.nullcontext()
     if output_dir:
         check_output_dir(output_dir, paths, targets)
+        guard = output_guard(output_dir, paths, targets, force=force, dry_run=dry_run)
     tty = _is_tty() and not as_json
-    progress_cm, advance = byte_progress(tty, "converting",
-                                         lambda: sum(os.path.getsize(s.log) for t in targets for s in t.segments))
-    try:
-        run = convert_targets(paths, targets, opts, output_dir=None if in_place else output_dir, dry_run=dry_run,
-                              force=force, progress=advance,
-                              on_result=(lambda r: click.echo(json.dumps(r.to_dict(), sort_keys=True))) if as_json else None)
-    finally:
-        if progress_cm is not None:
-            progress_cm.stop()
+    with guard:
+        progress_cm, advance = byte_progress(tty, "converting",
+                                             lambda: sum(os.path.getsize(s.log) for t in targets for s in t.segments))
+        try:
+            run = convert_targets(paths, targets, opts, output_dir=None if in_place else output_dir, dry_run=dry_run,
+                                  force=force, progress=advance,
+                                  on_result=(lambda r: click.echo(json.dumps(r.to_dict(), sort_keys=True)))
+                                  if as_json else None)
+        finally:
+            if progress_cm is not None:
+                progress_cm.stop()
+    echo_skipped(skipped, as_json)
     if as_json:
         click.echo(json.dumps(run.to_dict(), sort_keys=True))
     else:

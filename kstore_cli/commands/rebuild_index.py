@@ -17,11 +17,13 @@ from kstore_cli.commands._options import (
     topics_option,
 )
 
+from kstore_cli.commands._console import echo_skipped
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.errors import ExitStatus
 from kstore_cli.segment import fileops
 from kstore_cli.segment.config import ConfigResolver
 from kstore_cli.segment.logdir import group_by_data_dir, nothing_found, resolve
+from kstore_cli.segment.scope import check_quarantine_dir, mutable_targets
 from kstore_cli.segment.rebuild import PartitionRebuild, rebuild_partition
 
 
@@ -127,6 +129,9 @@ def command(ctx: click.Context, paths, index_interval_bytes: Optional[int], conf
     targets = resolve(paths, topics)
     if not targets:
         raise nothing_found(paths, topics)
+    targets, skipped = mutable_targets(paths, targets, "rebuild-index")
+    check_quarantine_dir(quarantine_dir, paths, targets)
+    echo_skipped(skipped, as_json)
     tty = _is_tty() and not as_json
     flags = {} if index_interval_bytes is None else {"index.interval.bytes": (index_interval_bytes, "--index-interval-bytes")}
     groups = group_by_data_dir(targets)

@@ -9,11 +9,13 @@ from typing import List, Optional
 
 import click
 
+from kstore_cli.commands._console import echo_skipped
 from kstore_cli.commands._options import ExistingPath, dry_run_option, force_option, json_option, topics_option
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import fileops
 from kstore_cli.segment.loader import RecoverResult, advance_recovery_points, check_what_is_left, recover_partition
 from kstore_cli.segment.logdir import group_by_data_dir, nothing_found, resolve
+from kstore_cli.segment.scope import check_quarantine_dir, mutable_targets
 from kstore_cli.segment.startup import Issue
 
 
@@ -64,6 +66,8 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
         raise nothing_found(paths, topics)
     if any(t.only is not None for t in targets):
         raise UsageError("recover works on whole partitions: give a partition or data directory, not a .log file")
+    targets, skipped = mutable_targets(paths, targets, "recover")
+    check_quarantine_dir(quarantine_dir, paths, targets)
     groups = group_by_data_dir(targets)
     partitions: List[str] = sorted({t.partition.path for t in targets
                                     if t.partition.partition >= 0 and not t.partition.name.endswith(
@@ -81,6 +85,7 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
         for data_dir in sorted(groups):
             advance_recovery_points(data_dir, results)
     dir_left = check_what_is_left(results)
+    echo_skipped(skipped, as_json)
     for r in results:
         if as_json:
             click.echo(json.dumps(r.to_dict(), sort_keys=True))
@@ -90,7 +95,7 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
     _findings(dir_left, as_json)
     left = sum(len(r.left) for r in results) + len(dir_left)
     if as_json:
-        click.echo(json.dumps({"type": "summary", "partitions": len(results), "dryRun": dry_run, "jobs": jobs,
+        click.echo(json.dumps({"type": "summary", "partitions": len(results), "skipped": len(skipped), "dryRun": dry_run, "jobs": jobs,
                                "cut": sum(1 for r in results if r.cut_at), "problems": sum(1 for r in results if r.problem),
                                "left": left, "bytesValidated": sum(r.bytes_validated for r in results)},
                               sort_keys=True))

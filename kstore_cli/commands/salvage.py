@@ -11,8 +11,9 @@ import click
 from kstore_cli.commands._options import ExistingPath, force_option, json_option
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.segment import fileops
-from kstore_cli.segment.logdir import Partition, is_partition_dir
+from kstore_cli.segment.logdir import Partition, Target, is_partition_dir
 from kstore_cli.segment.salvage import describe, plan_salvage, salvage_in_place, salvage_to
+from kstore_cli.segment.scope import check_quarantine_dir, output_dir_guard, refuse_named
 
 
 @click.command(name="salvage")
@@ -56,10 +57,15 @@ def command(ctx: click.Context, partition_dir: str, output_dir: Optional[str], i
     if sum(bool(x) for x in (output_dir, in_place, dry_run)) != 1:
         raise UsageError("give exactly one of --output-dir DIR, --in-place and --dry-run")
     partition = Partition(os.path.abspath(partition_dir))
+    if not dry_run:
+        refuse_named([partition_dir], [Target(partition)], "salvage")
+    if in_place:
+        check_quarantine_dir(quarantine_dir, [partition_dir], [Target(partition)])
     plan = plan_salvage(partition)
     report = None
     if output_dir:
-        report = salvage_to(plan, output_dir)
+        with output_dir_guard(output_dir, inputs=[partition_dir], new_partitions=[partition.name], force=force):
+            report = salvage_to(plan, output_dir)
     elif in_place:
         with fileops.lock_data_dirs({partition.data_dir: [partition.path]}, force=force):
             plan = plan_salvage(partition)  # again under the lock

@@ -1182,20 +1182,27 @@ def check_destination(in_place: bool, output_dir: Optional[str], dry_run: bool) 
 
 
 def check_output_dir(output_dir: str, paths: Sequence[str], targets: Sequence[Target]) -> None:
-    """The output dir must not be, or lie inside, an input's data dir (where it would write into the live
-    partition, or leave a stray directory the broker refuses to start with), nor any input path; and two
-    inputs must not share a partition name. Real paths: an alias (symlink) of the input is the input."""
-    out_real = os.path.realpath(output_dir)
-    inputs = {os.path.realpath(raw) for raw in paths} | {t.partition.data_dir for t in targets}
-    for inp in sorted(inputs):
-        if out_real == inp or out_real.startswith(inp.rstrip(os.sep) + os.sep):
-            raise UsageError(f"the output dir is or lies inside the input {inp}; choose a directory "
-                             "outside the data dir", path=output_dir)
+    """Two inputs must not share a partition name (they would go to the same output directory); where the
+    output dir may lie is :func:`scope.check_output_dir`'s rule, applied by :func:`output_guard`."""
     names_seen: dict = {}
     for t in targets:
         other = names_seen.setdefault(t.partition.name, t.partition.path)
         if other != t.partition.path:
             raise UsageError(f"two inputs named {t.partition.name} would go to the same output directory")
+
+
+def output_guard(output_dir: str, paths: Sequence[str], targets: Sequence[Target], *, force: bool = False,
+                 dry_run: bool = False):
+    """The output dir checked (:func:`scope.output_dir_guard`): not in an input or its data dir, nor in any
+    Kafka data dir unless the run only adds new partition dirs to it (its inputs are partition dirs, so no
+    data dir's own files are copied), under that data dir's lock."""
+    from kstore_cli.segment import scope
+
+    copies_data_dir_files = any(os.path.isdir(p) and not is_partition_dir(os.path.abspath(p)) for p in paths)
+    return scope.output_dir_guard(
+        output_dir, inputs=[*paths, *(t.partition.data_dir for t in targets)],
+        new_partitions=None if copies_data_dir_files else sorted({t.partition.name for t in targets}),
+        force=force, lock=not dry_run)
 
 
 class ConvertRun:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
 from kstore_cli.errors import ExitStatus, KstoreError, UsageError
-from kstore_cli.segment import fileops, names
+from kstore_cli.segment import fileops, scope
 from kstore_cli.segment.cleaner import PassResult, compact_partition
 from kstore_cli.segment.config import DEFAULT_SOURCE, CleanerSettings, PartitionsRequest, TopicConfig
 from kstore_cli.segment.logdir import Partition, group_by_data_dir, partitions_of, resolve_some
@@ -121,6 +121,7 @@ class LogCleaner:
                 raise UsageError("compact works on whole partitions: give a partition or data directory, not a file",
                                  path=raw)
         self.targets = resolve_some(request.paths, request.topics)
+        scope.refuse_named(request.paths, self.targets, "compact")  # in a data dir's walk it is skipped (_one)
         self.explicit = {os.path.abspath(raw) for raw in request.paths}
         self.settings = CleanerSettings.from_files(request.config_file, dedupe_buffer_bytes=request.dedupe_buffer_bytes)
         self.resolver = request.resolver(list(group_by_data_dir(self.targets)))
@@ -129,8 +130,7 @@ class LogCleaner:
 
     def _refuse_keep_all_policy(self, part: Partition) -> None:
         config, _problem = self.resolver.for_partition(part, part.data_dir)  # a problem is reported by run()
-        if (config is not None and part.path in self.explicit and not config.compact
-                and part.topic != names.METADATA_LOG_TOPIC and part.partition >= 0):
+        if config is not None and part.path in self.explicit and not config.compact and part.partition >= 0:
             raise UsageError(
                 f"cleanup.policy={','.join(config.cleanup_policy)} ({config.source('cleanup.policy')}): compacting "
                 "would keep only the latest record per key of a topic that keeps every record; give --policy "
@@ -158,13 +158,16 @@ class LogCleaner:
     def _one(self, partition: Partition, data_dir: str, state: DataDirState, run: CompactRun, in_use: bool,
              progress: Optional[Callable[[int], None]]) -> PartitionCompaction:
         req = self.request
+        left_alone = scope.left_alone_reason(partition)
+        if left_alone is not None:  # before its configs: the metadata log has no topic incarnation to match
+            out = PartitionCompaction(partition, "", req.dry_run)
+            out.skipped = left_alone
+            return out
         config, problem = self.resolver.for_partition(partition, data_dir)
         if config is None:
             return PartitionCompaction(partition, "", req.dry_run, problem=problem)
         out = PartitionCompaction(partition, ",".join(config.cleanup_policy), req.dry_run)
-        if partition.topic == names.METADATA_LOG_TOPIC:
-            out.skipped = "the KRaft metadata log is not compacted by the log cleaner"
-        elif partition.partition < 0:
+        if partition.partition < 0:
             out.problem = "not a <topic>-<partition> directory"
         elif not config.compact and partition.path not in self.explicit:
             out.skipped = f"cleanup.policy={out.policy} ({config.source('cleanup.policy')})"

@@ -8,8 +8,9 @@ What counts as a partition directory (LocalLog.parseTopicPartitionName):
 over; the broker does not serve them) and listed in :attr:`DataDir.skipped`,
 as are directories that are not partitions at all (``remote-log-index-cache``).
 ``__cluster_metadata-0`` is a normal log (KafkaMetadataLog wraps the same
-UnifiedLog), so it is included. A skipped directory can still be named
-explicitly as a PATH.
+UnifiedLog), so it is included for reading; the commands that change logs
+leave it alone (:mod:`kstore_cli.segment.scope`). A skipped directory can
+still be named explicitly as a PATH.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from kstore_cli.errors import UsageError
-from kstore_cli.segment import fileops, names
+from kstore_cli.segment import fileops, names, scope
 from kstore_cli.segment.checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -147,12 +147,12 @@ def merge(paths: List[str], output_root: str, *, leader_path: Optional[str] = No
           keep_diverged: Optional[str] = None) -> Tuple[List[PartitionCopies], List[MergeResult]]:
     """Merge every partition that has two or more copies among `paths` into `output_root`."""
     output_root = os.path.abspath(output_root)
+    # Never into an input nor any Kafka data dir: merge writes the output's own checkpoints.
+    scope.check_output_dir(output_root, inputs=paths)
+    if keep_diverged is not None:
+        scope.check_output_dir(keep_diverged, option="--keep-diverged", inputs=paths)
     if os.path.exists(output_root) and os.listdir(output_root):
         raise UsageError("the output dir is not empty: merge writes new partition directories", path=output_root)
-    for p in paths:
-        real = os.path.realpath(p)
-        if output_root == real or output_root.startswith(real.rstrip(os.sep) + os.sep):
-            raise UsageError("the output dir lies inside an input: merge never writes into its inputs", path=output_root)
     copies = compare(paths, leader_path)
     if not copies:
         raise UsageError("no partition has two or more copies in " + ", ".join(paths))

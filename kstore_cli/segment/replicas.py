@@ -27,8 +27,8 @@ from typing import Dict, Iterable, List, Optional, Tuple
 from kstore_cli.errors import KstoreError, UsageError
 from kstore_cli.segment.checkpoint import LEADER_EPOCH_CHECKPOINT, read_leader_epoch_checkpoint
 from kstore_cli.segment.logdir import Partition, resolve
-from kstore_cli.segment.names import METADATA_LOG_TOPIC
 from kstore_cli.segment.reader import read_batches
+from kstore_cli.segment.scope import left_alone_reason
 from kstore_cli.segment.unified_log import DataDirState, log_offsets
 
 UNDEFINED_EPOCH = -1
@@ -186,7 +186,7 @@ def find_copies(paths: Iterable[str]) -> Dict[Tuple[str, int], List[Partition]]:
     found: Dict[Tuple[str, int], List[Partition]] = {}
     for target in resolve(paths):
         p = target.partition
-        if p.partition < 0 or p.name.endswith(("-delete", "-future", "-stray")) or p.topic == METADATA_LOG_TOPIC:
+        if p.partition < 0 or p.name.endswith(("-delete", "-future", "-stray")) or left_alone_reason(p) is not None:
             continue
         bucket = found.setdefault((p.topic, p.partition), [])
         if all(os.path.realpath(q.path) != os.path.realpath(p.path) for q in bucket):

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 from kstore_cli.errors import UsageError
-from kstore_cli.segment import fileops, names
+from kstore_cli.segment import fileops, names, scope
 from kstore_cli.segment.checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -265,8 +265,9 @@ def _marker_offset(path: str) -> Optional[int]:
 
 def _not_retainable(partition: Partition, config: TopicConfig) -> Tuple[Optional[str], Optional[str]]:
     """(skipped, problem): why retention leaves this directory alone, if it does."""
-    if partition.topic == names.METADATA_LOG_TOPIC:
-        return "the KRaft metadata log is trimmed by the controller through snapshots, not by retention", None
+    left_alone = scope.left_alone_reason(partition)
+    if left_alone is not None:
+        return left_alone, None
     if partition.name.endswith(("-delete", "-future", "-stray")):
         return "not a live replica (a -delete, -future or -stray directory)", None
     if partition.partition < 0:
@@ -597,6 +598,7 @@ def retain(request: RetainRequest) -> RetainRun:
     targets = resolve_some(request.paths, request.topics)
     if any(t.only is not None for t in targets):
         raise UsageError("retain works on whole partitions: give a partition or data directory, not a .log file")
+    scope.refuse_named(request.paths, targets, "retain")  # in a data dir's walk it is skipped (_not_retainable)
     groups = group_by_data_dir(targets)
     resolver = request.resolver(list(groups))
     if (not request.flags and request.config_file is None and request.topic_config is None and not resolver.cluster

@@ -172,6 +172,12 @@ class ExportRequest:
                 message += (f" (internal topics are exported only when named: --topics "
                             f"'{plan.internal_left_out[0].rsplit('-', 1)[0]}' or '__*')")
             raise NothingToExportError(message)
+        if "://" not in self.output or self.output.startswith("file://"):
+            from kstore_cli.segment.scope import check_output_dir
+
+            # A local output: never in an input nor a Kafka data dir (--mode overwrite would replace it).
+            check_output_dir(self.output[len("file://"):] if self.output.startswith("file://") else self.output,
+                             option="--output", inputs=self.paths)
         if self.mode == "error" and _output_exists(self.output):
             raise UsageError(f"{self.output} already exists: use --mode overwrite to replace it, "
                              f"or --mode append to add to it")

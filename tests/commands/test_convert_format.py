@@ -87,6 +87,9 @@ def test_output_dir_mirrors_a_data_dir_and_passes_verify_and_rebuild(tmp_path: P
     assert rebuild.exit_code == 0
     assert {json.loads(line)["status"] for line in rebuild.output.splitlines()} == {"unchanged"}
     again = run("--to-magic", "2", "--output-dir", str(tmp_path / "out"), str(tmp_path / "logs" / "v2-none-0"))
+    assert status(again) == 2 and "inside the Kafka data dir" in text(again)  # out holds checkpoints now
+    shutil.copytree(tmp_path / "out" / "v2-none-0", tmp_path / "plain" / "v2-none-0")
+    again = run("--to-magic", "2", "--output-dir", str(tmp_path / "plain"), str(tmp_path / "logs" / "v2-none-0"))
     assert status(again) == 2 and "already holds segments" in text(again)
 
 

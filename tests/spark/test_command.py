@@ -84,6 +84,19 @@ def test_an_existing_output_is_refused_before_spark_starts_naming_the_option(tmp
     assert os.listdir(out) == ["keep.parquet"]
 
 
+@pytest.mark.parametrize("mode", [[], ["--mode", "overwrite"]])
+def test_an_output_inside_a_kafka_data_dir_is_refused_before_spark_starts(tmp_path, mode):
+    data = tmp_path / "data"
+    shutil.copytree(TXN_PARTITION, data / TXN_PARTITION.name)
+    (data / "meta.properties").write_text("version=1\nnode.id=1\n")
+    before = sorted(p.name for p in data.rglob("*"))
+    for out in (data / "export", data):
+        done = _export([data / TXN_PARTITION.name, "--output", out, *mode])
+        assert done.returncode == 2, done.stderr
+        assert f"--output is or lies inside the Kafka data dir {data}" in done.stderr
+    assert sorted(p.name for p in data.rglob("*")) == before
+
+
 def _env_without_java(**extra):
     env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "PATH")}
     env["PATH"] = "/nonexistent"
