@@ -23,6 +23,7 @@ import pytest
 from kstore_cli.errors import InvalidRecordError
 from kstore_cli.java import MAX_INT64
 from kstore_cli.segment.builder import RecordSpec, build_legacy_entry, build_v2_batch
+from kstore_cli.segment.log_segment import read_next_offset
 from kstore_cli.segment.names import filename_prefix
 from kstore_cli.segment.reader import read_batches
 from tests.conftest import ROOT
@@ -202,4 +203,16 @@ def test_merge_refuses_with_one_line(tmp_path: Path, kind: str) -> None:
     assert out.returncode == 1, out.stdout + out.stderr
     line = out.stderr.splitlines()
     assert len(line) == 1 and f"{filename_prefix(0)}.log at byte {len(GOOD)}: " in line[0], out.stderr
+    _assert_no_offset_past_long_max(tmp_path)
+
+
+@pytest.mark.parametrize("kind", sorted(BAD))
+def test_the_log_end_offset_stops_before_the_batch(tmp_path: Path, kind: str) -> None:
+    """LogSegment.readNextOffset (what retain rolls an empty segment at, and the checkpoints it writes) ends
+    where recovery would cut, not at a sum past Long.MAX_VALUE."""
+    part = _partition(tmp_path / "data", BAD[kind](), then_a_segment=False)
+    assert read_next_offset(str(part / f"{filename_prefix(0)}.log"), 0) == 1
+    out = _kstore("retain", "--retention-ms", "1", str(part))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert sorted(p.name for p in part.glob("*.log")) == [f"{filename_prefix(1)}.log"]
     _assert_no_offset_past_long_max(tmp_path)
