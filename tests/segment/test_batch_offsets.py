@@ -216,3 +216,12 @@ def test_the_log_end_offset_stops_before_the_batch(tmp_path: Path, kind: str) ->
     assert out.returncode == 0, out.stdout + out.stderr
     assert sorted(p.name for p in part.glob("*.log")) == [f"{filename_prefix(1)}.log"]
     _assert_no_offset_past_long_max(tmp_path)
+
+
+@pytest.mark.parametrize("kind", sorted(BAD))
+def test_verify_index_reports_where_recovery_would_cut(tmp_path: Path, kind: str) -> None:
+    part = _partition(tmp_path / "data", BAD[kind]())
+    assert _kstore("rebuild-index", "--all", str(part)).returncode == 1  # the damaged segment's indexes are left
+    out = _kstore("verify-index", str(part))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"{filename_prefix(0)}.log: error: log-invalid-offsets: valid data ends at byte {len(GOOD)}: " in out.stdout
