@@ -722,6 +722,8 @@ static int take_batch(run_t *r, Py_ssize_t pos, Py_ssize_t stop, head_t *h, cons
     /* codec ids 5-7 and empty batches: Python; control batches too, without the transaction view */
     if (((h->attributes & 0x20) && r->committed == NULL) || (h->attributes & 0x07) > 4 || h->count <= 0) return 1;
     if (__builtin_add_overflow(h->base_offset, (int64_t)h->last_offset_delta, &h->last_offset)) return 1;
+    /* offsets Kafka rejects (Batch.offsets_problem): Python, which refuses them */
+    if (h->base_offset < 0 || h->last_offset_delta < 0) return 1;
     if ((h->attributes & 0x30) == 0x10 && (rc = committed_txn_batch(r, h)) != 0) return rc;
     const uint8_t *recs = p;
     Py_ssize_t start = V2_HEADER_SIZE, end = size;

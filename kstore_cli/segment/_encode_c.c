@@ -824,6 +824,7 @@ static int take_wrapper(PyObject *src, const uint8_t *b, Py_ssize_t pos, Py_ssiz
     int r = legacy_entry(b, pos, pos + total, f);
     if (r < 0) return refuse();
     if (r == 0) return 0;
+    if (f[0] < 0) return 0; /* an offset Kafka rejects: the regular path refuses it */
     int magic = (int)f[2], attributes = (int)f[3];
     w->size = total;
     w->offset = f[0];

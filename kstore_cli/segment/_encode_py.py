@@ -315,8 +315,8 @@ def _take_wrapper(buf: memoryview, pos: int, end: int, max_inflate: int) -> Opti
         return None
     offset, size, crc = _WRAPPER_HEAD.unpack_from(buf, pos)
     total = LOG_OVERHEAD + size
-    if size < RECORD_OVERHEAD_V0 or total > end - pos or buf[pos + 16] > 1:
-        return None
+    if size < RECORD_OVERHEAD_V0 or total > end - pos or buf[pos + 16] > 1 or offset < 0:
+        return None  # (a negative offset: Kafka rejects it, and the regular path refuses it)
     if crc32(buf[pos + 16 : pos + total]) != crc:
         return None
     try:

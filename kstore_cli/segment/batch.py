@@ -31,6 +31,7 @@ from typing import Iterator, List, Optional, Tuple
 from kstore_cli import codecs
 from kstore_cli.codecs import CODEC_NAMES, get_codec
 from kstore_cli.errors import CorruptRecordError, InvalidRecordError, KstoreError
+from kstore_cli.java import MAX_INT64
 from kstore_cli.segment import decode, encode
 from kstore_cli.segment._decode_common import (  # noqa: F401 - the wire facts' one home, re-exported
     HEADER_SIZE_UP_TO_MAGIC,
@@ -335,6 +336,18 @@ class Batch:
         """Kafka's ensureValid: size and CRC; raises CorruptRecordError."""
         raise NotImplementedError
 
+    def offsets_problem(self) -> Optional[str]:
+        """Why the offsets of this batch are ones Kafka rejects, or None when they are valid."""
+        raise NotImplementedError
+
+    def ensure_valid_offsets(self) -> None:
+        """The header's offsets as Kafka accepts them (:meth:`offsets_problem`); raises InvalidRecordError
+        (Kafka's InvalidRecordException, which LogSegment.recover truncates at as it does a CRC failure).
+        Every command that trusts batch offsets calls this after :meth:`ensure_valid`."""
+        problem = self.offsets_problem()
+        if problem is not None:
+            raise self._fail(InvalidRecordError(problem))
+
     def records(self) -> List[Record]:
         raise NotImplementedError
 
@@ -441,6 +454,20 @@ class RecordBatch(Batch):
             raise self._fail(
                 CorruptRecordError(f"Record is corrupt (stored crc = {self.crc}, computed crc = {self.compute_crc()})")
             )
+
+    def offsets_problem(self) -> Optional[str]:
+        """A negative base offset, a negative last offset delta (LogValidator.validateBatch: "Batch has an
+        invalid offset range"), or a last offset past Long.MAX_VALUE (Java's baseOffset + lastOffsetDelta
+        would wrap to a negative offset). The sum is not printed: it is no Kafka offset."""
+        base, delta = self.base_offset, self.last_offset_delta
+        if base < 0:
+            return f"Batch has an invalid base offset {base} (offsets are never negative)"
+        if delta < 0:
+            return f"Batch has an invalid offset range: base offset {base}, last offset delta {delta} (negative)"
+        if delta > MAX_INT64 - base:
+            return (f"Batch has an invalid offset range: base offset {base} + last offset delta {delta} is past "
+                    f"Long.MAX_VALUE ({MAX_INT64})")
+        return None
 
     def records(self) -> List[Record]:
         """Decode the records (decompressing first when needed), all of them in a list: the decompressed
@@ -655,6 +682,12 @@ class LegacyBatch(Batch):
             raise self._fail(
                 CorruptRecordError(f"Record is corrupt (stored crc = {self.crc}, computed crc = {self.compute_crc()})")
             )
+
+    def offsets_problem(self) -> Optional[str]:
+        """A negative offset (the entry's offset field: its last offset, an int64 that cannot overflow)."""
+        if self.offset < 0:
+            return f"Legacy entry has an invalid offset {self.offset} (offsets are never negative)"
+        return None
 
     def _outer_entry(self) -> tuple:
         if self._entry is None:

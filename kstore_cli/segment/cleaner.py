@@ -66,7 +66,7 @@ import os
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from kstore_cli.java import MAX_INT64
-from kstore_cli.errors import CorruptRecordError, KstoreError, UsageError
+from kstore_cli.errors import CorruptDataError, CorruptRecordError, InvalidRecordError, KstoreError, UsageError
 from kstore_cli.segment import fileops, names, record_filter
 from kstore_cli.segment.batch import (
     CREATE_TIME,
@@ -227,6 +227,7 @@ def _map_chunk(buf: memoryview, position: int, stop: int, path: str, offset_map:
                 break
         batch = next(iterate_source(buf, pos, stop, path, check_crc=True))
         batch.ensure_valid()  # the native runs leave a batch whose CRC fails to this
+        batch.ensure_valid_offsets()  # and one whose offsets Kafka rejects
         full = _map_batch(batch, offset_map, start, limit, txns, stats)
         if full is not None:
             return full
@@ -860,7 +861,7 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
         end_offset = offset_map.latest_offset + 1
         if map_stop is not None:
             refuse_damaged_batches(view.log_segments(map_stop, end_offset))  # the map's last segment, past its stop
-    except CorruptRecordError as exc:
+    except (CorruptRecordError, InvalidRecordError) as exc:
         raise _not_cleaned(exc) from None
     result.end_offset = end_offset
     if stats.map_full:
@@ -891,14 +892,16 @@ def compact_partition(partition: Partition, config: TopicConfig, state: DataDirS
 def refuse_damaged_batches(segments: List[LogSegment]) -> None:
     """Every batch a pass reads must pass Kafka's ensureValid (size, CRC), or the partition is not cleaned.
     Kafka's Cleaner does not check: it would drop a damaged batch's unreadable records and give a rebuilt
-    batch a fresh, valid CRC, laundering the damage. Raises CorruptRecordError (file and byte)."""
+    batch a fresh, valid CRC, laundering the damage. Raises CorruptRecordError (file and byte); and
+    InvalidRecordError for offsets Kafka rejects (``Batch.ensure_valid_offsets``)."""
     for seg in segments:
         for batch in read_batches(seg.log, check_crc=True):
             batch.ensure_valid()
+            batch.ensure_valid_offsets()
 
 
-def _not_cleaned(exc: CorruptRecordError) -> CorruptRecordError:
-    return CorruptRecordError(
+def _not_cleaned(exc: CorruptDataError) -> CorruptDataError:
+    return type(exc)(
         f"{exc.message}; not cleaned: a pass would rewrite this batch with a fresh CRC (Kafka's Cleaner does not "
         "check); repair the partition first (kstore salvage, or kstore recover)", path=exc.path, position=exc.position)
 

@@ -1046,6 +1046,7 @@ class _SegmentCopier:
             # A batch whose CRC fails is refused, as Kafka's LogValidator refuses it: rewriting it would
             # give damaged bytes a fresh, valid CRC (or copy the bad one into the output).
             batch.ensure_valid()
+            batch.ensure_valid_offsets()  # nor are offsets Kafka rejects copied into the output's names
             seg_next = batch.last_offset + 1
             framed = batch.position + batch.size
             self.emit(converter.feed(batch, table))

@@ -35,10 +35,13 @@ def mtime_ms(path: str) -> int:
 
 def read_next_offset(log: str, base_offset: int) -> int:
     """LogSegment.readNextOffset of the .log at `log` (a live, .cleaned or .swap segment): the last
-    batch's next offset, else the base offset."""
+    batch's next offset, else the base offset. A batch whose offsets Kafka rejects ends the walk, as recovery
+    cuts there (Kafka's own sum would wrap past Long.MAX_VALUE)."""
     nxt = base_offset
     try:
         for batch in read_batches(log):
+            if batch.offsets_problem() is not None:
+                break
             nxt = batch.last_offset + 1
     except KstoreError:
         pass  # a damaged tail: the complete batches before it decide, as recovery would cut there

@@ -2,8 +2,9 @@
 
 One pass over a segment's batches, as recovery walks them:
 
-* every batch is checked with ``ensure_valid`` (size and CRC, nothing decompressed)
-  and its last offset must fit the segment's int32 relative range;
+* every batch is checked with ``ensure_valid`` (size and CRC, nothing decompressed) and
+  ``ensure_valid_offsets`` (no negative offset, no last offset past Long.MAX_VALUE), and its
+  last offset must fit the segment's int32 relative range;
 * the offset and time indexes are rebuilt by recovery's per-batch rule (§6.1),
   with :class:`~kstore_cli.segment.index.SegmentIndexBuilder`;
 * producer state is tracked (only what transactions need,
@@ -11,7 +12,7 @@ One pass over a segment's batches, as recovery walks them:
   adds an ``AbortedTxn`` with the last stable offset Kafka computes;
 * the pass stops at the first batch that fails, and what lies from there to the
   end of the file is classified: a partial batch, a CRC mismatch, a size field
-  below 14, an invalid control record, or a zero-filled (preallocated) tail,
+  below 14, an invalid control record, offsets Kafka rejects, or a zero-filled (preallocated) tail,
   which is reported as such and not as corruption.
 
 Nothing here writes: :func:`recover_segment` returns the bytes Kafka would
@@ -79,12 +80,14 @@ SHORT_TAIL = "short-tail"  # fewer bytes than a batch header
 BAD_SIZE = "bad-size"  # a size field below 14 (LegacyRecord.RECORD_OVERHEAD_V0)
 CORRUPT_BATCH = "corrupt-batch"  # ensureValid failed: CRC mismatch or a too-small batch
 INVALID_CONTROL = "invalid-control-record"  # a transaction marker that does not parse
+INVALID_OFFSETS = "invalid-offsets"  # a CRC-valid header whose offsets Kafka rejects (negative, past Long.MAX_VALUE)
 # Not cut by Kafka's recovery (it raises instead), so never cut by kstore either.
 OFFSET_OVERFLOW = "offset-overflow"  # LogSegmentOffsetOverflowException: Kafka splits the segment
 OFFSETS_NOT_INCREASING = "offsets-not-increasing"  # InvalidOffsetException: Kafka empties the segment
 
 #: Kinds Kafka's recovery fixes by truncating the .log.
-TRUNCATABLE = frozenset({ZERO_TAIL, PARTIAL_BATCH, SHORT_TAIL, BAD_SIZE, CORRUPT_BATCH, INVALID_CONTROL})
+TRUNCATABLE = frozenset({ZERO_TAIL, PARTIAL_BATCH, SHORT_TAIL, BAD_SIZE, CORRUPT_BATCH, INVALID_CONTROL,
+                         INVALID_OFFSETS})
 
 _ZERO_CHUNK = bytes(1 << 20)
 
@@ -279,8 +282,13 @@ def _recover_batches(
         for batch in read_batches(buf, path=path, check_crc=True):
             try:
                 batch.ensure_valid()
+                batch.ensure_valid_offsets()
             except CorruptRecordError as e:
                 exc, kind = e, CORRUPT_BATCH
+                break
+            except InvalidRecordError as e:
+                # LogSegment.recover truncates at an InvalidRecordException as at a CRC failure.
+                exc, kind = e, INVALID_OFFSETS
                 break
             last = batch.last_offset
             if last - base_offset < 0 or last - base_offset > MAX_INT32:

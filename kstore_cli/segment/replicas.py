@@ -139,6 +139,7 @@ def load_copy(partition: Partition) -> Copy:
                 raise KstoreError(f"a damaged batch at offset {batch.base_offset} (run kstore salvage or "
                                   "rebuild-index --truncate on this copy first)", path=segment.log,
                                   position=batch.position)
+            batch.ensure_valid_offsets()
             copy.batches.append((batch.base_offset, batch.last_offset, batch.crc, batch.position, batch.size,
                                  segment.log))
     return copy

@@ -118,7 +118,7 @@ class SalvagePlan:
 
 
 def _batch_at(buf: memoryview, pos: int, end: int, path: str):
-    """The whole, CRC-valid batch that starts at `pos`, or None."""
+    """The whole, CRC-valid batch that starts at `pos`, with offsets Kafka accepts, or None."""
     try:
         batch = next(iterate_source(buf, pos, end, path, check_crc=True), None)
     except CorruptDataError:
@@ -126,7 +126,7 @@ def _batch_at(buf: memoryview, pos: int, end: int, path: str):
     if batch is None or batch.position != pos or batch.magic > 2:
         return None
     try:
-        return batch if batch.is_valid else None
+        return batch if batch.is_valid and batch.offsets_problem() is None else None
     except KstoreError:
         return None
 

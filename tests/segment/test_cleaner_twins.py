@@ -281,6 +281,26 @@ def test_native_runs_take_plain_batches_and_leave_the_rest() -> None:
                                  specials, None, None) == (0, py.RUN_PYTHON)
 
 
+
+@needs_native
+@pytest.mark.parametrize("bad", [dict(base_offset=2, last_offset_delta=-1), dict(base_offset=-7, last_offset_delta=1)],
+                         ids=["negative-delta", "negative-base"])
+def test_native_runs_leave_a_batch_whose_offsets_kafka_rejects(bad: dict) -> None:
+    # Batch.offsets_problem: the per-batch Python path refuses such a batch (ensure_valid_offsets), as the
+    # pure-Python twin, which takes no batch, leaves every one to it.
+    plain = build_v2_batch([RecordSpec(0, T, b"k", b"v"), RecordSpec(1, T, b"k", b"w")])
+    log = plain + build_v2_batch([RecordSpec(bad["base_offset"], T, b"x", b"y")], **bad)
+    state = record_filter.map_state()
+    pos, status = native.map_batches(native.OffsetMap(1 << 20), log, 0, len(log), 0, LONG_MAX, state,
+                                     record_filter.decompress)
+    assert (pos, status) == (len(plain), py.RUN_PYTHON)
+    m = native.OffsetMap(1 << 20)
+    m.put(b"x", 0)
+    pos, status = native.filter_batches(m, log, len(plain), len(log), 1 << 20, bytearray(),
+                                        record_filter.filter_state(), T, T + 1, b"", record_filter.decompress,
+                                        record_filter.compress)
+    assert (pos, status) == (len(plain), py.RUN_PYTHON)
+
 @needs_native
 def test_a_zstd_batch_of_two_frames_is_read_across_them() -> None:
     # The one-call zstd path takes a single frame only; two frames go the codec's general way.

@@ -385,3 +385,15 @@ def test_v2_frames_agree_and_frame_back(batches) -> None:
     framed = list(read_batches(data))
     assert [(b.base_offset, b.producer_id, b.count, b.is_valid) for b in framed] == [(h[0], h[6], h[9], True)
                                                                                      for h in headers]
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=lambda t: t.__name__.rsplit(".", 1)[-1])
+def test_legacy_to_v2_leaves_an_entry_with_a_negative_offset_to_the_regular_path(twin) -> None:
+    # Kafka rejects a negative offset (Batch.offsets_problem): the regular path refuses the entry, so the
+    # fast path must not convert it into a v2 batch (whose base offset would be negative).
+    good = build_legacy_entry(0, 1, 0, 1_700_000_000_000, b"k", b"v")
+    bad = build_legacy_entry(-3, 1, 0, 1_700_000_000_000, b"k", b"v")
+    data = good + bad
+    got = twin.legacy_to_v2(data, 0, len(data), 1 << 20, bytearray(), None, 1 << 20, 61, None, True)
+    reason, pos, wrappers, _bytes_taken, records, last_wrapper = got[:6]
+    assert (reason, pos, wrappers, records, last_wrapper) == (py.RUN_STOP, len(good), 1, 1, 0)
