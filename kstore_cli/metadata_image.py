@@ -675,7 +675,7 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
 
     def seen(rec: MetadataRecord, where: str) -> None:
         msg = METADATA_RECORD_TYPES[rec.api_key].message
-        if rec.version > msg.valid.hi:
+        if rec.version > msg.valid.hi or rec.version < msg.valid.lo:
             hit = newer.setdefault((f"{msg.name} in {where}", rec.version), [rec.offset, 0])
             hit[1] += 1
     snapshots, segments = _snapshots_and_segments(src)
@@ -787,9 +787,11 @@ def _replay_log(loader: "_Loader", segments: List[Tuple[int, str]], start: int, 
 
 def _newer_version_problems(newer: Dict[Tuple[str, int], List[int]]) -> List[str]:
     return [f"{count} {what.split(' in ')[0]} record(s) of version {version} in "
-            f"{what.split(' in ', 1)[1]} (first at offset {first}) are newer than this kstore knows: "
-            f"read with the fields it knows, as Kafka 4.0 reads them; what the newer version adds is "
-            f"not in the image"
+            f"{what.split(' in ', 1)[1]} (first at offset {first}) "
+            + ("are newer than this kstore knows: read with the fields it knows, as Kafka 4.0 reads them; what the "
+               "newer version adds is not in the image" if version >= 0 else
+               "(an unsigned varint over 0x7FFFFFFF, which Kafka reads as a negative int): read as the lowest "
+               "version, as Kafka 4.0's generated reader reads them")
             for (what, version), (first, count) in sorted(newer.items())]
 
 

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from kstore_cli.cli import cli, _register_commands
 from kstore_cli.segment.builder import RecordSpec, build_v2_batch
 from tests.make_metadata_cluster import (
-    BASE_TS, SCRAM_SALT, SCRAM_SERVER_KEY, SCRAM_STORED_KEY, rec,
+    BASE_TS, SCRAM_SALT, SCRAM_SERVER_KEY, SCRAM_STORED_KEY, rec, uid,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -246,6 +246,37 @@ def test_unknown_record_type_stops_the_read(tmp_path):
     assert "read stopped" in proc.stderr and "type 99" in proc.stderr
     src = json.loads(proc.stdout.splitlines()[0])
     assert src["stopped"] and src["end_offset"] == 69  # the batch holding it is not in the image
+
+
+#: a TopicRecord's frame (frame version 1, api key 2) with the record version as the unsigned varint 0xFFFFFFFF,
+#: which Java's readUnsignedVarint returns as the int -1
+_VERSION_MINUS_ONE = bytes([1, 2, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F])
+
+
+def test_version_varint_0xffffffff_with_no_body_stops_there(tmp_path):
+    # Kafka reads version -1 as the lowest version (the generated read has no version check): the empty body
+    # does not parse ("Failed to deserialize record with type 2") and the load stops. kstore used to read
+    # nothing at version -1 and add a topic with an empty name.
+    d = _copy(tmp_path)
+    _append(d, [(None, _VERSION_MINUS_ONE)])
+    proc = kstore("--json", d)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert re.fullmatch(r"kstore: error: .* at byte \d+: metadata record at offset 70: TopicRecord v-1 does not "
+                        r"parse: .*\n", proc.stderr)
+
+
+def test_version_varint_0xffffffff_reads_as_the_lowest_version(tmp_path):
+    # A body that parses as version 0 is applied, as Kafka's loader applies it (the oracle shows the topic),
+    # and the odd version is a problem.
+    d = _copy(tmp_path)
+    _key, value = rec("TopicRecord", 0, Name="minus-one", TopicId=uid(77))
+    _append(d, [(None, _VERSION_MINUS_ONE + value[3:])])
+    proc = kstore("--json", d)
+    assert proc.returncode == 1
+    topics = [json.loads(line) for line in proc.stdout.splitlines() if '"topic"' in line]
+    assert {"name": "minus-one", "id": uid(77)}.items() <= next(t for t in topics if t["name"] == "minus-one").items()
+    assert "" not in {t["name"] for t in topics}
+    assert "1 TopicRecord record(s) of version -1 in the log (first at offset 70)" in proc.stderr
 
 
 def test_record_that_does_not_apply_is_a_problem(tmp_path):
