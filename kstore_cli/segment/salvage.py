@@ -146,6 +146,17 @@ def _candidates(buf: memoryview, start: int, end: int, after: int, below: Option
         yield p
 
 
+def next_intact_batch(path: str, start: int, after: int) -> Optional[int]:
+    """The position of the first whole, CRC-valid batch at or after byte `start` of a .log whose base offset
+    is above `after` (the resync scan salvage runs past damage), or None: nothing after `start` continues
+    the log."""
+    buf = map_file(path)
+    for p in _candidates(buf, start, len(buf), after, None):
+        if _batch_at(buf, p, len(buf), path) is not None:
+            return p
+    return None
+
+
 class _Scan:
     """The walk over one segment."""
 
