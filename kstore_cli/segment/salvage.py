@@ -23,7 +23,7 @@ import os
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional, Tuple
 
 from kstore_cli.errors import CorruptDataError, KstoreError, UsageError
 from kstore_cli.segment import fileops
@@ -42,6 +42,8 @@ from kstore_cli.segment.quarantine import (
     default_quarantine_root,
     new_quarantine_dir,
     quarantine_dirs_of,
+    read_manifest,
+    same_bytes,
     tidy_quarantine,
 )
 from kstore_cli.segment.recovery import apply_plan, checkpoint_changes, is_zero, plan_partition
@@ -421,15 +423,34 @@ def salvage_to(plan: SalvagePlan, output_root: str) -> SalvageReport:
 
 
 def _unfinished(partition_root: str, partition: Partition) -> List[str]:
-    """Salvage quarantine dirs of the partition whose run was killed before its last step."""
+    """Salvage quarantine dirs of the partition whose run was killed before its last step, oldest first."""
     out = []
     for qdir in quarantine_dirs_of(partition_root, partition):
-        manifest = os.path.join(qdir, MANIFEST)
-        if qdir.endswith("-salvage") and os.path.isfile(manifest):
-            with open(manifest, encoding="utf-8") as f:
-                if not json.load(f).get("finished"):
-                    out.append(qdir)
+        if qdir.endswith("-salvage"):
+            manifest = read_manifest(qdir)
+            if manifest is not None and not manifest.get("finished"):
+                out.append(qdir)
     return out
+
+
+def _range_name(rng: DamagedRange) -> str:
+    return f"{os.path.basename(rng.log)}.{rng.start}-{rng.end}.{rng.kind.replace(' ', '-')}"
+
+
+def _resumable(pending: List[str], ranges: List[DamagedRange]) -> Optional[Tuple[str, dict]]:
+    """The newest unfinished salvage dir, to finish there, when what it already holds of these ranges is
+    still their bytes (the killed run's segments not yet rewritten): each range is quarantined once."""
+    if not pending:
+        return None
+    qdir = pending[-1]
+    manifest = read_manifest(qdir)
+    if manifest is None or not isinstance(manifest.get("ranges"), list):
+        return None
+    for rng in ranges:
+        saved = os.path.join(qdir, _range_name(rng))
+        if os.path.lexists(saved) and not same_bytes(rng.log, saved, rng.start, rng.end):
+            return None
+    return qdir, manifest
 
 
 def _mark_finished(qdir: str) -> None:
@@ -442,11 +463,11 @@ def _mark_finished(qdir: str) -> None:
 
 def salvage_in_place(plan: SalvagePlan, quarantine_root: Optional[str] = None) -> SalvageReport:
     """Rewrite the damaged segments of the partition in place, each damaged range's bytes first copied to
-    ``<quarantine root>/<partition>/<UTC time>-salvage/`` (with a manifest). Crash-safe: every .log is
-    replaced atomically after its damaged bytes are in the quarantine dir; the indexes, checkpoints and
-    the producer snapshot follow, and the manifest is marked finished last. A rerun finds what is left: a
-    segment already rewritten holds no damage, and a run whose manifest is not finished gets its last
-    steps done."""
+    ``<quarantine root>/<partition>/<UTC time>-salvage/`` (with a manifest, written first). Crash-safe:
+    every .log is replaced atomically after its damaged bytes are in the quarantine dir; the indexes,
+    checkpoints and the producer snapshot follow, and the manifest is marked finished last. A rerun finds
+    what is left: a segment already rewritten holds no damage, and the unfinished dir of a killed run is
+    finished there (a range it already holds is not copied again), so each range is quarantined once."""
     src = plan.partition
     report = SalvageReport(src.path)
     partition_root = os.path.join(os.path.abspath(quarantine_root or default_quarantine_root(src)), src.name)
@@ -454,25 +475,40 @@ def salvage_in_place(plan: SalvagePlan, quarantine_root: Optional[str] = None) -
     pending = _unfinished(partition_root, src)
     changed = [s for s in plan.segments if s.changed]
     if changed:
-        qdir = new_quarantine_dir(partition_root, src, "salvage")
-        fileops.make_dirs(qdir, like=src.data_dir)
+        ranges = [rng for seg in changed for rng in seg.damaged]
+        resumed = _resumable(pending, ranges)
+        if resumed is not None:
+            qdir, manifest = resumed
+        else:
+            qdir = new_quarantine_dir(partition_root, src, "salvage")
+            fileops.make_dirs(qdir, like=src.data_dir)
+            pending.append(qdir)
+            manifest = {"partition": src.path, "kind": "salvage", "finished": False, "ranges": []}
         report.quarantine_dir = qdir
-        pending.append(qdir)
-        manifest = {"partition": src.path, "kind": "salvage", "finished": False, "ranges": []}
-        for seg in changed:
-            for rng in seg.damaged:
-                name = f"{os.path.basename(rng.log)}.{rng.start}-{rng.end}.{rng.kind.replace(' ', '-')}"
-                fileops.copy_range(rng.log, os.path.join(qdir, name), rng.start, rng.end)
-                manifest["ranges"].append({**rng.to_dict(), "savedAs": name})
-                report.quarantined.append(os.path.join(qdir, name))
-        fileops.atomic_write(os.path.join(qdir, MANIFEST), (json.dumps(manifest, indent=1) + "\n").encode())
+        listed = {r.get("savedAs") for r in manifest["ranges"]}
+        added = [{**rng.to_dict(), "savedAs": _range_name(rng)} for rng in ranges if _range_name(rng) not in listed]
+        if added or resumed is None:
+            # The manifest first: a dir left by a killed run says what it is for, and the rerun finishes it
+            # there instead of quarantining the same bytes again.
+            manifest["ranges"] += added
+            fileops.atomic_write(os.path.join(qdir, MANIFEST), (json.dumps(manifest, indent=1) + "\n").encode())
+        for rng in ranges:
+            saved = os.path.join(qdir, _range_name(rng))
+            if not os.path.lexists(saved):
+                fileops.copy_range(rng.log, saved + fileops.TMP_SUFFIX, rng.start, rng.end)
+                fileops.rename(saved + fileops.TMP_SUFFIX, saved)
+            report.quarantined.append(saved)
         # Producer snapshots past the first damage describe batches that are gone: moved out (the new one
         # at the log end is written last), so no load starts from them.
-        first_damage = min(r.first_offset for s in changed for r in s.damaged)
+        first_damage = min(r.first_offset for r in ranges)
         for offset, path in sorted(src.snapshots.items()):
             if offset > first_damage:
-                fileops.move_file(path, os.path.join(qdir, os.path.basename(path)))
-                report.quarantined.append(os.path.join(qdir, os.path.basename(path)))
+                dst = os.path.join(qdir, os.path.basename(path))
+                if os.path.lexists(dst) and same_bytes(path, dst):
+                    fileops.unlink(path)  # a move across file systems killed between its copy and its delete
+                else:
+                    fileops.move_file(path, dst)
+                report.quarantined.append(dst)
     last = plan.segments[-1] if plan.segments else None
     for seg in changed:
         if not seg.kept and seg is not last:

@@ -191,6 +191,20 @@ class _Crash(Exception):
     pass
 
 
+def _quarantine_contents(root: Path) -> tuple:
+    """What every salvage quarantine dir under `root` holds, whatever run made it: the (name, bytes) of each
+    file but the manifests, sorted (a file quarantined twice is there twice), and the ranges the manifests
+    name (each with its saved file's name), every manifest finished."""
+    files, ranges = [], []
+    for qdir in sorted(p for p in root.rglob("*-salvage") if p.is_dir()):
+        assert (qdir / "kstore-quarantine.json").is_file(), f"{qdir.name}: quarantined bytes no manifest names"
+        manifest = json.loads((qdir / "kstore-quarantine.json").read_text())
+        assert manifest["finished"], qdir
+        ranges += [(Path(r["file"]).name, r["start"], r["end"], r["savedAs"]) for r in manifest["ranges"]]
+        files += [(p.name, p.read_bytes()) for p in qdir.iterdir() if p.name != "kstore-quarantine.json"]
+    return sorted(files), sorted(ranges)
+
+
 def _crash(_n, _kind, _path):
     raise _Crash()
 
@@ -207,7 +221,8 @@ def test_in_place_is_crash_safe_at_every_file_operation(oracle, tmp_path) -> Non
     salvage_in_place(plan_salvage(Partition(str(ref / "t-0"))), str(tmp_path / "q-ref"))
     steps = fileops.operation_count()
     expected = [(b[2], b[4]) for log in sorted((ref / "t-0").glob("*.log")) for b in _batches(log)]
-    assert steps > 5
+    expected_quarantine = _quarantine_contents(tmp_path / "q-ref")
+    assert steps > 5 and len(expected_quarantine[1]) >= 2
     states = []
     for n in range(1, steps + 1):
         run = tmp_path / f"crash{n}"
@@ -222,6 +237,10 @@ def test_in_place_is_crash_safe_at_every_file_operation(oracle, tmp_path) -> Non
         salvage_in_place(plan_salvage(Partition(str(run / "t-0"))), str(tmp_path / f"q{n}"))  # the rerun
         got = [(b[2], b[4]) for log in sorted((run / "t-0").glob("*.log")) for b in _batches(log)]
         assert got == expected, f"crash before operation {n}: the rerun did not finish the salvage"
+        # Each damaged range (and each producer snapshot moved out) is quarantined once, in the killed
+        # run's dir or the rerun's, and named once by a finished manifest.
+        assert _quarantine_contents(tmp_path / f"q{n}") == expected_quarantine, \
+            f"crash before operation {n}: the quarantine differs from an uninterrupted run's"
     for n, result in enumerate(oracle.run_many([("load-log", [str(s), "--unclean"]) for s in states]), 1):
         assert result.one("summary")["ok"], f"crash before operation {n}: Kafka cannot load {result.stderr[-500:]}"
 
