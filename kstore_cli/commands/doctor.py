@@ -31,6 +31,8 @@ from kstore_cli.segment.startup import (
 )
 
 _SEVERITY_ORDER = {ERROR: 0, WARNING: 1, NOTE: 2}
+#: how a write cut short by a crash ends a .log (what kstore metadata also leaves out as a torn tail)
+_TORN_KINDS = (recovery.PARTIAL_BATCH, recovery.SHORT_TAIL, recovery.BAD_SIZE, recovery.CORRUPT_BATCH)
 
 
 def _segment_issue(partition, data_dir: str, finding, plan) -> "Issue | None":
@@ -67,7 +69,7 @@ def _segment_issue(partition, data_dir: str, finding, plan) -> "Issue | None":
             repair = (f"no kstore command empties a segment as Kafka's recovery would: inspect it with "
                       f"`kstore dump-segment --deep-iteration {finding.file}` and restore it from a replica")
         elif (partition.name == METADATA_PARTITION_DIR and problem is not None and splan.is_last
-              and is_torn_tail(finding.file, problem.position,
+              and problem.kind in _TORN_KINDS and is_torn_tail(finding.file, problem.position,
                                splan.segment.base_offset - 1 if splan.result.last_offset is None
                                else splan.result.last_offset, last_segment=True)):
             # KafkaMetadataLog opens the log with recovery point 0 and lastShutdownClean=false: every start

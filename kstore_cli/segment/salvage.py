@@ -461,6 +461,47 @@ def _mark_finished(qdir: str) -> None:
     fileops.atomic_write(path, (json.dumps(manifest, indent=1) + "\n").encode())
 
 
+def _quarantine(src: Partition, partition_root: str, pending: List[str], changed: List[SegmentSalvage],
+                report: SalvageReport) -> None:
+    """Copy the damaged ranges of the changed segments to a salvage quarantine dir (the unfinished one of a
+    killed run when it can be finished, else a new one, then added to `pending`) and move out the producer
+    snapshots past the first damage."""
+    ranges = [rng for seg in changed for rng in seg.damaged]
+    resumed = _resumable(pending, ranges)
+    if resumed is not None:
+        qdir, manifest = resumed
+    else:
+        qdir = new_quarantine_dir(partition_root, src, "salvage")
+        fileops.make_dirs(qdir, like=src.data_dir)
+        pending.append(qdir)
+        manifest = {"partition": src.path, "kind": "salvage", "finished": False, "ranges": []}
+    report.quarantine_dir = qdir
+    listed = {r.get("savedAs") for r in manifest["ranges"]}
+    added = [{**rng.to_dict(), "savedAs": _range_name(rng)} for rng in ranges if _range_name(rng) not in listed]
+    if added or resumed is None:
+        # The manifest first: a dir left by a killed run says what it is for, and the rerun finishes it
+        # there instead of quarantining the same bytes again.
+        manifest["ranges"] += added
+        fileops.atomic_write(os.path.join(qdir, MANIFEST), (json.dumps(manifest, indent=1) + "\n").encode())
+    for rng in ranges:
+        saved = os.path.join(qdir, _range_name(rng))
+        if not os.path.lexists(saved):
+            fileops.copy_range(rng.log, saved + fileops.TMP_SUFFIX, rng.start, rng.end)
+            fileops.rename(saved + fileops.TMP_SUFFIX, saved)
+        report.quarantined.append(saved)
+    # Producer snapshots past the first damage describe batches that are gone: moved out (the new one
+    # at the log end is written last), so no load starts from them.
+    first_damage = min(r.first_offset for r in ranges)
+    for offset, path in sorted(src.snapshots.items()):
+        if offset > first_damage:
+            dst = os.path.join(qdir, os.path.basename(path))
+            if os.path.lexists(dst) and same_bytes(path, dst):
+                fileops.unlink(path)  # a move across file systems killed between its copy and its delete
+            else:
+                fileops.move_file(path, dst)
+            report.quarantined.append(dst)
+
+
 def salvage_in_place(plan: SalvagePlan, quarantine_root: Optional[str] = None) -> SalvageReport:
     """Rewrite the damaged segments of the partition in place, each damaged range's bytes first copied to
     ``<quarantine root>/<partition>/<UTC time>-salvage/`` (with a manifest, written first). Crash-safe:
@@ -475,40 +516,7 @@ def salvage_in_place(plan: SalvagePlan, quarantine_root: Optional[str] = None) -
     pending = _unfinished(partition_root, src)
     changed = [s for s in plan.segments if s.changed]
     if changed:
-        ranges = [rng for seg in changed for rng in seg.damaged]
-        resumed = _resumable(pending, ranges)
-        if resumed is not None:
-            qdir, manifest = resumed
-        else:
-            qdir = new_quarantine_dir(partition_root, src, "salvage")
-            fileops.make_dirs(qdir, like=src.data_dir)
-            pending.append(qdir)
-            manifest = {"partition": src.path, "kind": "salvage", "finished": False, "ranges": []}
-        report.quarantine_dir = qdir
-        listed = {r.get("savedAs") for r in manifest["ranges"]}
-        added = [{**rng.to_dict(), "savedAs": _range_name(rng)} for rng in ranges if _range_name(rng) not in listed]
-        if added or resumed is None:
-            # The manifest first: a dir left by a killed run says what it is for, and the rerun finishes it
-            # there instead of quarantining the same bytes again.
-            manifest["ranges"] += added
-            fileops.atomic_write(os.path.join(qdir, MANIFEST), (json.dumps(manifest, indent=1) + "\n").encode())
-        for rng in ranges:
-            saved = os.path.join(qdir, _range_name(rng))
-            if not os.path.lexists(saved):
-                fileops.copy_range(rng.log, saved + fileops.TMP_SUFFIX, rng.start, rng.end)
-                fileops.rename(saved + fileops.TMP_SUFFIX, saved)
-            report.quarantined.append(saved)
-        # Producer snapshots past the first damage describe batches that are gone: moved out (the new one
-        # at the log end is written last), so no load starts from them.
-        first_damage = min(r.first_offset for r in ranges)
-        for offset, path in sorted(src.snapshots.items()):
-            if offset > first_damage:
-                dst = os.path.join(qdir, os.path.basename(path))
-                if os.path.lexists(dst) and same_bytes(path, dst):
-                    fileops.unlink(path)  # a move across file systems killed between its copy and its delete
-                else:
-                    fileops.move_file(path, dst)
-                report.quarantined.append(dst)
+        _quarantine(src, partition_root, pending, changed, report)
     last = plan.segments[-1] if plan.segments else None
     for seg in changed:
         if not seg.kept and seg is not last:

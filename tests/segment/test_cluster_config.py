@@ -93,18 +93,20 @@ def test_retain_and_compact_read_a_torn_metadata_log_as_kafka_loads_it_and_warn(
     shutil.copytree(CORPUS / "logs" / "time-roll-0", data / "time-roll-0")
     shutil.copytree(CORPUS / "logs" / "v2-compact-0", data / "cache-0")
     (data / "cache-0" / "partition.metadata").unlink(missing_ok=True)
-    at = _torn_cluster(data, [(TOPIC, "time-roll", "retention.ms", "15000"), (TOPIC, "cache", "cleanup.policy", "compact"),
+    at = _torn_cluster(data, [(TOPIC, "time-roll", "retention.ms", "15000"),
+                              (TOPIC, "cache", "cleanup.policy", "compact"),
                               (TOPIC, "time-roll", "retention.ms", "1")])
+    first_retention = at[(TOPIC, "cache", "cleanup.policy")] - 1  # the batch before the cleanup.policy one
     result = _retain("--now", str(1_700_000_000_000 + 200_000), str(data))
     assert result.exit_code == 0, result.output
     (row,) = [p for p in json_lines_summary(result.stdout)["partitions"] if p["partition"].endswith("time-roll-0")]
-    assert row["config"]["retention.ms"] == {"value": 15000,
-                                             "source": f"cluster metadata @ offset {at[(TOPIC, 'time-roll', 'retention.ms')] - 2}"}  # the first of the two
+    assert row["config"]["retention.ms"] == {"value": 15000, "source": f"cluster metadata @ offset {first_retention}"}
     assert "kstore: warning: " in result.stderr and "a torn tail" in result.stderr
     done = CliRunner().invoke(cli, ["compact", "--dry-run", "--json", str(data / "cache-0")])
     assert done.exit_code == 0, done.output
     (row,) = json_lines_summary(done.stdout)["partitions"]
-    assert row["settings"]["cleanup.policy"]["source"] == f"cluster metadata @ offset {at[(TOPIC, 'cache', 'cleanup.policy')]}"
+    policy_at = at[(TOPIC, "cache", "cleanup.policy")]
+    assert row["settings"]["cleanup.policy"]["source"] == f"cluster metadata @ offset {policy_at}"
     assert "a torn tail" in done.stderr
 
 
