@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from kstore_cli.errors import CorruptDataError, FileUnreadableError, KstoreError, UsageError
+from kstore_cli.errors import CorruptDataError, CorruptRecordError, FileUnreadableError, KstoreError, UsageError
 from kstore_cli.parsers.metadata import METADATA_RECORD_TYPES
 from kstore_cli.parsers.schema import read_message
 from kstore_cli.parsers.wire import JavaError, WireReader
@@ -469,19 +469,60 @@ class FileBatch:
     records: List[MetadataRecord]
 
 
-def read_file_batches(path: str, skip_below: int = -1) -> Iterator[FileBatch]:
+@dataclass
+class LogCut:
+    """Where Kafka's recovery cuts the metadata log. ``KafkaMetadataLog`` opens it with recovery point 0 as
+    after an unclean shutdown, so every start runs ``LogSegment.recover`` over every segment: the .log is
+    truncated at the first batch that is incomplete or fails its checks and the later segments are deleted.
+    kstore reads the log as that leaves it and changes nothing on disk."""
+
+    path: str
+    position: int
+    #: the bytes from `position` to the end of the file
+    size: int
+    what: str
+    #: the segments after this one (Kafka deletes them)
+    later: List[str] = field(default_factory=list)
+    #: a torn tail: in the last segment, and no whole batch continuing the log after it (a write cut short,
+    #: the normal state after a crash), as opposed to damage with intact batches after it
+    torn: bool = False
+
+    def describe(self) -> str:
+        where = f"{self.path} at byte {self.position}: {self.what}"
+        if self.torn:
+            return (f"{where}: a torn tail ({self.size} byte(s)); the image is the log without it, as Kafka's "
+                    f"recovery loads it (the broker cuts it at its next start; kstore left the file as it is)")
+        lost = f"{self.size} byte(s)" + (f" and the {len(self.later)} later segment(s)" if self.later else "")
+        return (f"{where}: damage, not a torn write (the log goes on after it); the image stops there, where "
+                f"Kafka's recovery cuts the log and deletes {lost} at the broker's next start")
+
+
+def read_file_batches(path: str, skip_below: int = -1, cuts: Optional[List[LogCut]] = None
+                      ) -> Iterator[FileBatch]:
     """The batches of a metadata segment or snapshot file, CRCs checked; records decoded lazily per batch.
 
     A damaged batch raises CorruptDataError naming the file and byte; a NewerRecordError stops the read.
-    Trailing bytes that are not a whole batch raise CorruptDataError too (Kafka's recovery would cut them).
+    Trailing bytes that are not a whole batch raise CorruptDataError too. With `cuts` (a log segment), the
+    read stops instead where Kafka's recovery would cut (LogSegment.recover: a CorruptRecordException or an
+    incomplete batch) and a :class:`LogCut` is appended to `cuts`.
     Batches that end below ``skip_below`` (covered by a snapshot) are checked but their records not decoded.
     """
     from kstore_cli.parsers.control import control_type_name
 
     end = 0
     size = os.path.getsize(path)
-    for batch in read_batches(path, check_crc=True):
-        batch.ensure_valid()
+    batches = read_batches(path, check_crc=True)
+    while True:
+        try:
+            batch = next(batches, None)
+            if batch is None:
+                break
+            batch.ensure_valid()
+        except CorruptRecordError as e:
+            if cuts is None:
+                raise
+            cuts.append(LogCut(path, end, size - end, e.message))
+            return
         if batch.magic != 2:
             raise CorruptDataError(f"expected a magic 2 batch in a metadata log, found magic {batch.magic}",
                                    path=path, position=batch.position)
@@ -498,8 +539,10 @@ def read_file_batches(path: str, skip_below: int = -1) -> Iterator[FileBatch]:
         yield FileBatch(path, batch.position, batch.base_offset, batch.last_offset, batch.max_timestamp,
                         control, records)
     if end < size:
-        raise CorruptDataError(f"expected a complete batch, found {size - end} trailing byte(s) (a torn write; "
-                               f"Kafka's recovery cuts them)", path=path, position=end)
+        what = f"expected a complete batch, found {size - end} trailing byte(s)"
+        if cuts is None:
+            raise CorruptDataError(f"{what} (a torn write; Kafka's recovery cuts them)", path=path, position=end)
+        cuts.append(LogCut(path, end, size - end, what))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -578,6 +621,8 @@ class LoadResult:
     problems: List[str]
     #: facts worth a line (an open transaction left out, bootstrap used...)
     notes: List[str]
+    #: what Kafka's loader gets past on its own but the reader should know (a torn tail cut)
+    warnings: List[str] = field(default_factory=list)
 
 
 def _listdir(path: str) -> List[str]:
@@ -601,9 +646,30 @@ def _segments(metadata_dir: str) -> List[Tuple[int, str]]:
                   for n in _listdir(metadata_dir) if (m := _SEGMENT_NAME.match(n)))
 
 
-def _log_batches(segments: List[Tuple[int, str]], skip_below: int = -1) -> Iterator[FileBatch]:
-    for _base, path in segments:
-        yield from read_file_batches(path, skip_below)
+def _log_batches(segments: List[Tuple[int, str]], skip_below: int = -1,
+                 cuts: Optional[List[LogCut]] = None) -> Iterator[FileBatch]:
+    """The log's batches as Kafka's recovery leaves them: up to the first batch that is incomplete or fails
+    its checks (its :class:`LogCut` appended to `cuts`); the later segments are not read (Kafka deletes them)."""
+    cuts = [] if cuts is None else cuts
+    last = segments[0][0] - 1 if segments else -1
+    for i, (_base, path) in enumerate(segments):
+        for b in read_file_batches(path, skip_below, cuts):
+            last = b.last_offset
+            yield b
+        if cuts:
+            cut = cuts[-1]
+            cut.later = [p for _b, p in segments[i + 1:]]
+            cut.torn = is_torn_tail(path, cut.position, last, last_segment=not cut.later)
+            return
+
+
+def is_torn_tail(path: str, position: int, after: int, *, last_segment: bool) -> bool:
+    """Whether the metadata log's valid data ending at `position` of segment `path` (the last offset before it
+    `after`) is a torn tail: in the last segment, with no whole batch continuing the log after it (salvage's
+    resync scan finds none). Otherwise intact batches follow: damage, not a write cut short by a crash."""
+    from kstore_cli.segment.salvage import next_intact_batch
+
+    return last_segment and next_intact_batch(path, position + 1, after) is None
 
 
 class _Loader:
@@ -675,7 +741,7 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
 
     def seen(rec: MetadataRecord, where: str) -> None:
         msg = METADATA_RECORD_TYPES[rec.api_key].message
-        if rec.version > msg.valid.hi:
+        if rec.version > msg.valid.hi or rec.version < msg.valid.lo:
             hit = newer.setdefault((f"{msg.name} in {where}", rec.version), [rec.offset, 0])
             hit[1] += 1
     snapshots, segments = _snapshots_and_segments(src)
@@ -698,9 +764,19 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
         if segments and segments[0][0] > 0:
             problems.append(f"no snapshot at or before the end offset, and the log starts at {segments[0][0]}: "
                             f"the records before it are missing from the image")
-    batches, log_records, last_offset, stopped = _replay_log(loader, segments, start, as_of_offset, last_offset, seen)
+    cuts: List[LogCut] = []
+    batches, log_records, last_offset, stopped = _replay_log(loader, segments, start, as_of_offset, last_offset,
+                                                             seen, cuts)
     if stopped is not None:
         problems.append(f"read stopped: {stopped} (the image is as of offset {last_offset + 1})")
+    warnings: List[str] = []
+    for cut in cuts:
+        # A torn tail is how a crash leaves the log: the broker starts fine. Damage followed by intact
+        # batches costs committed records: a problem.
+        if cut.torn:
+            warnings.append(cut.describe())
+        else:
+            problems.append(f"{cut.describe()} (the image is as of offset {last_offset + 1})")
     if snapshot is None and log_records == 0 and src.checkpoint is None and src.bootstrap is not None:
         loader.snapshot = os.path.basename(src.bootstrap)
         for b in read_file_batches(src.bootstrap):
@@ -720,8 +796,11 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
                         f"kstore knows (up to {max(METADATA_VERSIONS)})")
     source.update({"snapshot_records": records_read, "log_batches": batches, "log_records": log_records,
                    "as_of_offset": as_of_offset, "as_of_time": as_of_time, "end_offset": last_offset + 1,
-                   "open_transaction_start": loader.txn_start, "stopped": stopped})
-    return LoadResult(image, source, problems, notes)
+                   "open_transaction_start": loader.txn_start, "stopped": stopped,
+                   "cut": None if not cuts else {"file": cuts[0].path, "position": cuts[0].position,
+                                                 "bytes": cuts[0].size, "torn": cuts[0].torn,
+                                                 "later_segments": cuts[0].later, "what": cuts[0].what}})
+    return LoadResult(image, source, problems, notes, warnings)
 
 
 def _snapshots_and_segments(src: MetadataSource) -> Tuple[List[Tuple[int, int, str]], List[Tuple[int, str]]]:
@@ -760,14 +839,15 @@ def _load_snapshot(loader: "_Loader", path: str, seen: Callable[[MetadataRecord,
 
 
 def _replay_log(loader: "_Loader", segments: List[Tuple[int, str]], start: int, as_of_offset: Optional[int],
-                last_offset: int, seen: Callable[[MetadataRecord, str], None]
+                last_offset: int, seen: Callable[[MetadataRecord, str], None], cuts: List[LogCut]
                 ) -> Tuple[int, int, int, Optional[str]]:
     """The log's records from `start` up to the end offset (MetadataLoader's log replay): batches and records
-    read, the last offset applied, and why the read stopped early (a record newer than kstore knows)."""
+    read, the last offset applied, and why the read stopped early (a record newer than kstore knows). Where
+    Kafka's recovery cuts the log is appended to `cuts`."""
     log_records = 0
     batches = 0
     try:
-        for b in _log_batches(segments, start):
+        for b in _log_batches(segments, start, cuts):
             if as_of_offset is not None and b.last_offset >= as_of_offset:
                 break
             if b.last_offset < start:
@@ -787,9 +867,11 @@ def _replay_log(loader: "_Loader", segments: List[Tuple[int, str]], start: int, 
 
 def _newer_version_problems(newer: Dict[Tuple[str, int], List[int]]) -> List[str]:
     return [f"{count} {what.split(' in ')[0]} record(s) of version {version} in "
-            f"{what.split(' in ', 1)[1]} (first at offset {first}) are newer than this kstore knows: "
-            f"read with the fields it knows, as Kafka 4.0 reads them; what the newer version adds is "
-            f"not in the image"
+            f"{what.split(' in ', 1)[1]} (first at offset {first}) "
+            + ("are newer than this kstore knows: read with the fields it knows, as Kafka 4.0 reads them; what the "
+               "newer version adds is not in the image" if version >= 0 else
+               "(an unsigned varint over 0x7FFFFFFF, which Kafka reads as a negative int): read as the lowest "
+               "version, as Kafka 4.0's generated reader reads them")
             for (what, version), (first, count) in sorted(newer.items())]
 
 

@@ -244,11 +244,12 @@ def _wait(pid: int) -> Tuple[bool, int]:
 
 def _quarantined(root: Path) -> Dict[str, bytes]:
     """{file name: bytes} of everything quarantined under root, over every time-stamped run dir
-    (the manifest aside: it names the run)."""
+    (the manifest aside: it names the run). A file quarantined twice (a killed run's dir and the
+    rerun's holding the same bytes) fails: a rerun finishes the killed run's quarantine."""
     out: Dict[str, bytes] = {}
     for p in sorted((root / QUARANTINE).rglob("*")):
         if p.is_file() and p.name != "kstore-quarantine.json":
-            assert out.get(p.name, p.read_bytes()) == p.read_bytes(), f"two different {p.name} quarantined"
+            assert p.name not in out, f"{p.name} quarantined twice"
             out[p.name] = p.read_bytes()
     return out
 
@@ -329,7 +330,8 @@ def _check_rerun(sc: Scenario, n: int, work: Path, ref: Reference) -> None:
     assert state == ref.data, f"{where}: the rerun does not converge: {diff(state, ref.data)}"
     if ref.quarantine:
         got = _quarantined(work)
-        assert set(ref.quarantine) <= set(got), f"{where}: quarantine lacks {set(ref.quarantine) - set(got)}"
+        assert set(ref.quarantine) == set(got), f"{where}: quarantine lacks {set(ref.quarantine) - set(got)}, " \
+                                                f"has more: {set(got) - set(ref.quarantine)}"
         assert all(got[k] == v for k, v in ref.quarantine.items()), f"{where}: quarantined bytes differ"
     for part in _partitions(data):
         assert records(part) == ref.kept[part.name], f"{where}: {part.name} records differ"

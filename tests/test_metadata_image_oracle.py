@@ -207,3 +207,57 @@ def test_records_that_do_not_apply_are_faults_in_both(kafka, faults_dir):
     assert "The lengths for replicas and directories do not match." in result.problems[0]
     assert "The lengths for replicas and directories do not match." in faults[0]
     _assert_same(_ours(image_json(result.image)), _kafka_entities(theirs))  # the rest still applies
+
+
+#: how a metadata log can end where Kafka's recovery cuts it: a crash's torn tail (a write cut short, the
+#: last batch short of its end, the last batch failing its CRC) and damage with intact batches after it
+CUT_CASES = ("partial-write", "last-batch-short", "last-batch-crc", "damage-in-the-middle")
+
+
+def _cut_case(root: Path, how: str) -> Path:
+    import shutil
+
+    from kstore_cli.segment.reader import read_batches
+
+    d = root / how
+    shutil.copytree(CASES / "full", d)
+    log = d / "__cluster_metadata-0" / "00000000000000000000.log"
+    data = bytearray(log.read_bytes())
+    positions = [b.position for b in read_batches(str(log))]
+    if how == "partial-write":
+        data += data[:30]
+    elif how == "last-batch-short":
+        del data[-5:]
+    elif how == "last-batch-crc":
+        data[-3] ^= 0xFF
+    else:
+        data[positions[-4] + 70] ^= 0xFF  # a batch after the snapshot's end, three intact ones after it
+    log.write_bytes(bytes(data))
+    return d / "__cluster_metadata-0"
+
+
+@pytest.fixture(scope="module")
+def cut_cases(oracle, tmp_path_factory) -> Dict[str, tuple]:
+    root = tmp_path_factory.mktemp("cut")
+    dirs = {how: _cut_case(root, how) for how in CUT_CASES}
+    results = oracle.run_many([("metadata-image", [str(dirs[how]), "--no-check"]) for how in CUT_CASES])
+    out = {}
+    for how, res in zip(CUT_CASES, results):
+        assert res.rc == 0, res.stdout[-2000:]
+        out[how] = (dirs[how], res.records)
+    return out
+
+
+@pytest.mark.parametrize("how", CUT_CASES)
+def test_a_log_cut_by_recovery_loads_as_kafka_loads_it(cut_cases, how):
+    mdir, theirs = cut_cases[how]
+    result = load_image(find_metadata([str(mdir)]))
+    assert result.source["end_offset"] == theirs[0]["log_end_offset"]
+    assert result.source["cut"]["torn"] is (how != "damage-in-the-middle")
+    if how == "damage-in-the-middle":
+        assert len(result.problems) == 1 and "damage, not a torn write" in result.problems[0]
+        assert result.warnings == []
+    else:
+        assert result.problems == [] and len(result.warnings) == 1 and "a torn tail" in result.warnings[0]
+    _assert_same(_ours(image_json(result.image)),
+                 _without_loader_quirk(_kafka_entities(theirs), theirs[0]["log_end_offset"]))

@@ -12,9 +12,11 @@ from kstore_cli.commands._console import byte_progress
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.commands._options import json_option, topics_option
 from kstore_cli.errors import ExitStatus, UsageError
+from kstore_cli.metadata_image import is_torn_tail
 from kstore_cli.segment import recovery, verify
 from kstore_cli.segment.fileops import is_locked
 from kstore_cli.segment.logdir import nothing_found
+from kstore_cli.segment.names import METADATA_PARTITION_DIR
 from kstore_cli.segment.verify import verify_partition
 from kstore_cli.segment.startup import (
     ERROR,
@@ -29,6 +31,8 @@ from kstore_cli.segment.startup import (
 )
 
 _SEVERITY_ORDER = {ERROR: 0, WARNING: 1, NOTE: 2}
+#: how a write cut short by a crash ends a .log (what kstore metadata also leaves out as a torn tail)
+_TORN_KINDS = (recovery.PARTIAL_BATCH, recovery.SHORT_TAIL, recovery.BAD_SIZE, recovery.CORRUPT_BATCH)
 
 
 def _segment_issue(partition, data_dir: str, finding, plan) -> "Issue | None":
@@ -38,6 +42,7 @@ def _segment_issue(partition, data_dir: str, finding, plan) -> "Issue | None":
     if check == "leftover-file":
         return None  # doctor reports leftovers itself, with what Kafka does to each kind
     position = None
+    severity = {verify.ERROR: ERROR}.get(finding.severity, NOTE)
     # LogSegment.sanityCheck (4.0) checks only that the .index exists and the .txnindex's sanity:
     # offset and time indexes are loaded as they are and rebuilt only by an unclean shutdown's recovery.
     kafka = ("ignore: loaded as it is (LogSegment.sanityCheck does not check offset or time indexes); rebuilt only "
@@ -63,6 +68,18 @@ def _segment_issue(partition, data_dir: str, finding, plan) -> "Issue | None":
                      "of order') and empties the segment; after a clean shutdown fetches of it fail")
             repair = (f"no kstore command empties a segment as Kafka's recovery would: inspect it with "
                       f"`kstore dump-segment --deep-iteration {finding.file}` and restore it from a replica")
+        elif (partition.name == METADATA_PARTITION_DIR and problem is not None and splan.is_last
+              and problem.kind in _TORN_KINDS and is_torn_tail(finding.file, problem.position,
+                               splan.segment.base_offset - 1 if splan.result.last_offset is None
+                               else splan.result.last_offset, last_segment=True)):
+            # KafkaMetadataLog opens the log with recovery point 0 and lastShutdownClean=false: every start
+            # recovers every segment, so a crash's torn tail is cut before the raft client reads it.
+            severity = WARNING
+            kafka = ("truncate: KafkaMetadataLog recovers the whole metadata log at every start (recovery point 0, "
+                     "as after an unclean shutdown): this torn tail, the state a crash leaves, is cut and the rest "
+                     "loads (kstore metadata shows that image)")
+            repair = (f"none needed; kstore rebuild-index --truncate {part} cuts it now (the cut bytes are "
+                      f"quarantined)")
         else:
             dropped = sum(1 for s in plan.segments if s.segment.base_offset > (finding.segment or 0))
             kafka = ("truncate: after an unclean shutdown recovery cuts the .log at this byte"
@@ -87,7 +104,6 @@ def _segment_issue(partition, data_dir: str, finding, plan) -> "Issue | None":
     elif check.startswith(("txnindex", "missing-txnindex")):
         kafka = ("ignore: loaded as it is; read_committed consumers get the wrong aborted transactions until an "
                  "unclean shutdown's recovery rebuilds it")
-    severity = {verify.ERROR: ERROR}.get(finding.severity, NOTE)
     return Issue(severity, check, finding.message, kafka=kafka, repair=repair, data_dir=data_dir, partition=part,
                  file=finding.file, position=position)
 

@@ -175,8 +175,13 @@ def command(paths: Tuple[str, ...], as_of: Optional[str], as_json: bool, fmt: st
       BOOTSTRAP_SERVER=new:9092 sh -c "$(kstore metadata --format commands /var/lib/kafka/data)"
 
     \b
-    Exit status: 0 loaded; 1 a record did not apply, a newer record stopped the read, or the log is
-    damaged; 2 usage; 3 unreadable.
+    A torn tail (the last batch cut short or failing its CRC, nothing intact after it: how a crash
+    leaves the log) is left out as Kafka's recovery cuts it, with a warning; damage with intact
+    batches after it stops the image there too, as a problem.
+
+    \b
+    Exit status: 0 loaded (a torn tail left out too); 1 a record did not apply, a newer record
+    stopped the read, or the log is damaged; 2 usage; 3 unreadable.
     """
     if as_json and fmt == "commands":
         raise UsageError("--json and --format commands do not go together")
@@ -184,7 +189,7 @@ def command(paths: Tuple[str, ...], as_of: Optional[str], as_json: bool, fmt: st
     result = load_image(find_metadata(list(paths)), as_of_offset=offset, as_of_time=ms)
     if as_json:
         src: Dict[str, Any] = {"type": "source", **result.source, "problems": result.problems,
-                               "notes": result.notes}
+                               "warnings": result.warnings, "notes": result.notes}
         click.echo(json.dumps(src))
         for obj in image_json(result.image):
             click.echo(json.dumps(obj))
@@ -198,6 +203,8 @@ def command(paths: Tuple[str, ...], as_of: Optional[str], as_json: bool, fmt: st
         render_text(result)
     for note in result.notes:
         click.echo(f"kstore: note: {note}", err=True)
+    for warning in result.warnings:
+        click.echo(f"kstore: warning: {warning}", err=True)
     for problem in result.problems:
         click.echo(f"kstore: problem: {problem}", err=True)
     if result.problems:

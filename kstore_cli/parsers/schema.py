@@ -154,6 +154,11 @@ def read_message(msg: Message, data: Union[bytes, WireReader], version: int) -> 
     Raises :class:`JavaError` with the message Kafka's generated ``read`` would throw.
     """
     reader = data if isinstance(data, WireReader) else WireReader(data)
+    if version < msg.valid.lo:
+        # The generated read has no version check: a field's condition is only written where its versions
+        # differ from the message's validVersions (MessageDataGenerator via VersionConditional), so a version
+        # below the lowest (-1 from an unsigned varint 0xFFFFFFFF) reads as the lowest one.
+        version = msg.valid.lo
     return _read_struct(msg.fields, reader, version, version in msg.flexible)
 
 

@@ -495,13 +495,15 @@ class ClusterConfigs:
 
     def __init__(self, metadata_dir: str, resource_data: Mapping[Tuple[str, str], Mapping[str, str]],
                  set_at: Mapping[Tuple[str, str], Mapping[str, str]], end_offset: int,
-                 topic_ids: Optional[Mapping[str, str]] = None) -> None:
+                 topic_ids: Optional[Mapping[str, str]] = None, warnings: Sequence[str] = ()) -> None:
         self.metadata_dir = metadata_dir
         self.resource_data = resource_data
         self.set_at = set_at
         self.end_offset = end_offset
         #: Topic name -> the topic ID of its current incarnation (the image's TopicRecord).
         self.topic_ids = dict(topic_ids or {})
+        #: what the load got past as Kafka's does (a torn tail left out)
+        self.warnings = list(warnings)
 
     def _where(self, resource: Tuple[str, str], key: str) -> str:
         at = self.set_at.get(resource, {}).get(key, "")
@@ -537,7 +539,8 @@ def load_cluster_configs(metadata_dir: str) -> ClusterConfigs:
     """Replay the metadata log at `metadata_dir` (a ``__cluster_metadata-0`` dir) for its configs.
 
     A log that cannot be read whole raises: a retention or cleaning decision must not rest on a
-    partial view (``--no-cluster-metadata`` leaves the metadata out)."""
+    partial view (``--no-cluster-metadata`` leaves the metadata out). A torn tail is not that: the configs
+    are those Kafka loads once its recovery cut it, and the cut is in the result's ``warnings``."""
     from kstore_cli.errors import KstoreError
     from kstore_cli.metadata_image import MetadataSource, load_image
 
@@ -552,7 +555,7 @@ def load_cluster_configs(metadata_dir: str) -> ClusterConfigs:
     configs = loaded.image.configs
     topic_ids = {t["name"]: tid for tid, t in loaded.image.topics.by_id.items()}
     return ClusterConfigs(metadata_dir, configs.resource_data, configs.set_at, loaded.source["end_offset"],
-                          topic_ids)
+                          topic_ids, loaded.warnings)
 
 
 
@@ -629,6 +632,12 @@ class ConfigResolver:
                    overrides=load_topic_overrides(topic_config) if topic_config else None,
                    flags=flags, static_props=props, static_source=config or "server.properties", cluster=cluster,
                    kafka_defaults=kafka_defaults)
+
+    @property
+    def warnings(self) -> List[str]:
+        """What the cluster metadata logs' loads got past (each log once)."""
+        seen = {id(c): c for c, _node in self.cluster.values()}
+        return [w for c in seen.values() for w in c.warnings]
 
     @property
     def metadata_dirs(self) -> List[str]:
@@ -838,6 +847,12 @@ class CleanerSettings:
                 "ioBufferBytes": self.io_buffer_bytes, "maxIoBufferBytes": self.max_io_buffer_bytes}
 
 
+def _stderr_warning(text: str) -> None:
+    import click
+
+    click.echo(f"kstore: warning: {text}", err=True)
+
+
 @dataclass
 class PartitionsRequest:
     """What a command that changes partitions by their topic configs is given: the paths (partition or data
@@ -855,8 +870,15 @@ class PartitionsRequest:
     now: Optional[int] = None
     dry_run: bool = False
     force: bool = False
+    #: where a warning goes (a library caller may collect them instead)
+    warn: Callable[[str], None] = field(default=lambda text: _stderr_warning(text), repr=False)
 
     def resolver(self, data_dirs: Sequence[str]) -> ConfigResolver:
-        """The topic configs for these data dirs, in Kafka's order (flags, --topic-config, the cluster's, --config)."""
-        return ConfigResolver.from_files(self.config_file, self.topic_config, self.flags, data_dirs=list(data_dirs),
-                                         cluster_metadata=self.cluster_metadata, kafka_defaults=self.kafka_defaults)
+        """The topic configs for these data dirs, in Kafka's order (flags, --topic-config, the cluster's, --config);
+        what the cluster metadata's load got past (a torn tail) is said on stderr."""
+        resolver = ConfigResolver.from_files(self.config_file, self.topic_config, self.flags,
+                                             data_dirs=list(data_dirs), cluster_metadata=self.cluster_metadata,
+                                             kafka_defaults=self.kafka_defaults)
+        for warning in resolver.warnings:
+            self.warn(f"{warning} (reading the cluster metadata for topic configs)")
+        return resolver

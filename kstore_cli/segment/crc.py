@@ -20,8 +20,9 @@ def _crc32c_table() -> list:
     return table
 
 
-def crc32c(data: "bytes | memoryview") -> int:
-    """CRC-32C (Castagnoli), as java.util.zip.CRC32C computes it."""
+def crc32c(data: "bytes | memoryview", value: int = 0) -> int:
+    """CRC-32C (Castagnoli), as java.util.zip.CRC32C computes it; `value` is the CRC of the bytes before
+    `data` (crc32c(b, crc32c(a)) == crc32c(a + b)), as zlib's crc32 takes it."""
     global _crc32c
     if _crc32c is None:
         try:
@@ -29,17 +30,17 @@ def crc32c(data: "bytes | memoryview") -> int:
         except ImportError:  # pragma: no cover - the crc32c package is a declared dependency
             _crc32c = False
     if _crc32c:
-        return _crc32c(data)
+        return _crc32c(data, value)
     global _TABLE
     if _TABLE is None:
         _TABLE = _crc32c_table()
     table = _TABLE
-    crc = 0xFFFFFFFF
+    crc = value ^ 0xFFFFFFFF
     for byte in bytes(data):
         crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
     return crc ^ 0xFFFFFFFF
 
 
-def crc32(data: "bytes | memoryview") -> int:
-    """CRC-32 (IEEE 802.3), as java.util.zip.CRC32 computes it."""
-    return _zlib_crc32(data) & 0xFFFFFFFF
+def crc32(data: "bytes | memoryview", value: int = 0) -> int:
+    """CRC-32 (IEEE 802.3), as java.util.zip.CRC32 computes it; `value` as for :func:`crc32c`."""
+    return _zlib_crc32(data, value) & 0xFFFFFFFF

@@ -285,6 +285,39 @@ def test_topic_ids_against_the_cluster_metadata_log(tmp_path):
                      str(data / "topic-2-1"): False, str(data / "topic-9-0"): False}
 
 
+def _golden_metadata_data_dir(tmp_path: Path) -> Path:
+    data = make_data_dir(tmp_path, partitions=())
+    shutil.copytree(ROOT / "fixtures" / "kafka-golden" / "inputs" / "__cluster_metadata-0", data / "__cluster_metadata-0")
+    shutil.copytree(LOGS / "v2-none-0", data / "topic-2-1")
+    (data / "topic-2-1" / "partition.metadata").write_text(f"version: 0\ntopic_id: {TOPIC_ID}")
+    return data
+
+
+def test_a_torn_metadata_log_tail_is_a_warning_and_the_image_still_loads(tmp_path):
+    # KafkaMetadataLog recovers the whole log at every start: a crash's torn tail is cut and the rest loads.
+    data = _golden_metadata_data_dir(tmp_path)
+    log = data / "__cluster_metadata-0" / f"{0:020d}.log"
+    size = log.stat().st_size
+    log.write_bytes(log.read_bytes() + log.read_bytes()[:30])  # a batch's write cut short after 30 bytes
+    code, records = doctor(data)
+    [torn] = findings(records, "log-partial-batch")
+    assert torn["severity"] == "warning" and torn["position"] == size and "KafkaMetadataLog" in torn["kafka"]
+    assert findings(records, "metadata-log-incomplete") == []
+    [wrong] = findings(records, "topic-id-unknown")  # checked against the image of the log without its tail
+    assert wrong["partition"] == str(data / "topic-2-1") and wrong["severity"] == "error"
+
+
+def test_metadata_log_damage_with_intact_batches_after_it_stays_an_error(tmp_path):
+    data = _golden_metadata_data_dir(tmp_path)
+    log = data / "__cluster_metadata-0" / f"{0:020d}.log"
+    raw = bytearray(log.read_bytes())
+    raw[540 + 70] ^= 0xFF  # the batch of offset 7; the batch of offset 8 after it is intact
+    log.write_bytes(bytes(raw))
+    code, records = doctor(data)
+    [damage] = findings(records, "log-corrupt-batch")
+    assert code == 1 and damage["severity"] == "error" and damage["position"] == 540
+
+
 def test_missing_partition_metadata(tmp_path):
     data = make_data_dir(tmp_path, partitions=("v2-none-0",))
     (data / "v2-none-0" / "partition.metadata").unlink()

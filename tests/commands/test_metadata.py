@@ -11,14 +11,16 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Tuple
 
 import pytest
 from click.testing import CliRunner
 
 from kstore_cli.cli import cli, _register_commands
 from kstore_cli.segment.builder import RecordSpec, build_v2_batch
+from kstore_cli.segment.reader import read_batches
 from tests.make_metadata_cluster import (
-    BASE_TS, SCRAM_SALT, SCRAM_SERVER_KEY, SCRAM_STORED_KEY, rec,
+    BASE_TS, SCRAM_SALT, SCRAM_SERVER_KEY, SCRAM_STORED_KEY, rec, uid,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -193,17 +195,23 @@ def test_read_only(tmp_path):
 
 # ---- errors ------------------------------------------------------------------------------------
 
-def test_damaged_log_one_line_with_file_and_byte(tmp_path):
+def test_damage_before_intact_batches_stops_the_image_there_and_is_a_problem(tmp_path):
+    # Kafka's recovery cuts the log at the first invalid batch whatever follows (KafkaMetadataLog recovers
+    # from offset 0 at every start); intact batches after it make it damage, not a torn write: exit 1.
     d = _copy(tmp_path)
     log = d / "__cluster_metadata-0" / LOG
     data = bytearray(log.read_bytes())
     data[700] ^= 0xFF
     log.write_bytes(bytes(data))
-    proc = kstore(d)
-    assert proc.returncode == 1
+    proc = kstore("--json", d)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and "Traceback" not in proc.stderr
-    assert re.match(rf"kstore: error: {re.escape(str(log))} at byte \d+: .*crc", lines[0], re.I)
+    assert len(lines) == 1
+    assert re.fullmatch(rf"kstore: problem: {re.escape(str(log))} at byte \d+: .*crc.*: damage, not a torn write "
+                        rf".* \(the image is as of offset {SNAPSHOT_END}\)", lines[0], re.I)
+    src = json.loads(proc.stdout.splitlines()[0])
+    # the damage is below the snapshot's end: the image is the snapshot's, as Kafka loads it
+    assert src["end_offset"] == SNAPSHOT_END and src["cut"]["torn"] is False and src["cut"]["bytes"] > 0
 
 
 def test_damaged_snapshot_one_line(tmp_path):
@@ -217,17 +225,39 @@ def test_damaged_snapshot_one_line(tmp_path):
     assert re.fullmatch(rf"kstore: error: {re.escape(str(snap))} at byte \d+: .*\n", proc.stderr)
 
 
-def test_torn_tail_is_reported(tmp_path):
+def _torn(tmp_path: Path, how: str) -> Tuple[Path, Path, int]:
+    """A copy of the "full" case whose log ends as a crash leaves it: a write cut short after its first 30
+    bytes, the last batch short of its last 5 bytes, or the last batch failing its CRC."""
     d = _copy(tmp_path)
     log = d / "__cluster_metadata-0" / LOG
     data = log.read_bytes()
-    size = len(data)
-    with open(log, "ab") as f:
-        f.write(data[:30])  # the start of a batch: a write cut short
+    last = list(read_batches(str(log)))[-1].position
+    if how == "partial-write":
+        log.write_bytes(data + data[:30])
+        return d, log, len(data)
+    if how == "last-batch-short":
+        log.write_bytes(data[:-5])
+    else:
+        log.write_bytes(data[:-3] + bytes([data[-3] ^ 0xFF]) + data[-2:])
+    return d, log, last
+
+
+@pytest.mark.parametrize("how", ["partial-write", "last-batch-short", "last-batch-crc"])
+def test_torn_tail_is_left_out_as_kafka_cuts_it_with_a_warning(tmp_path, how):
+    d, log, cut_at = _torn(tmp_path, how)
+    before = log.read_bytes()
     proc = kstore(d)
-    assert proc.returncode == 1
-    assert proc.stderr.strip() == (f"kstore: error: {log} at byte {size}: expected a complete batch, found 30 "
-                                   f"trailing byte(s) (a torn write; Kafka's recovery cuts them)")
+    assert proc.returncode == 0, proc.stderr
+    assert "topics (3):" in proc.stdout and "  orders  id" in proc.stdout
+    (line,) = [x for x in proc.stderr.splitlines() if not x.startswith("kstore: note:")]
+    assert line.startswith(f"kstore: warning: {log} at byte {cut_at}: ") and "a torn tail" in line
+    assert log.read_bytes() == before  # read-only
+    src = json.loads(kstore("--json", d).stdout.splitlines()[0])
+    assert src["cut"]["torn"] is True and src["cut"]["position"] == cut_at and src["problems"] == []
+    assert len(src["warnings"]) == 1
+    # the image is the one of the log without its last batch (or with all of it, for a partial write)
+    full = json.loads(kstore("--json", CASES / "full").stdout.splitlines()[0])
+    assert src["end_offset"] == full["end_offset"] if how == "partial-write" else src["end_offset"] < full["end_offset"]
 
 
 def test_newer_record_version_is_reported_not_skipped(runner):
@@ -246,6 +276,37 @@ def test_unknown_record_type_stops_the_read(tmp_path):
     assert "read stopped" in proc.stderr and "type 99" in proc.stderr
     src = json.loads(proc.stdout.splitlines()[0])
     assert src["stopped"] and src["end_offset"] == 69  # the batch holding it is not in the image
+
+
+#: a TopicRecord's frame (frame version 1, api key 2) with the record version as the unsigned varint 0xFFFFFFFF,
+#: which Java's readUnsignedVarint returns as the int -1
+_VERSION_MINUS_ONE = bytes([1, 2, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F])
+
+
+def test_version_varint_0xffffffff_with_no_body_stops_there(tmp_path):
+    # Kafka reads version -1 as the lowest version (the generated read has no version check): the empty body
+    # does not parse ("Failed to deserialize record with type 2") and the load stops. kstore used to read
+    # nothing at version -1 and add a topic with an empty name.
+    d = _copy(tmp_path)
+    _append(d, [(None, _VERSION_MINUS_ONE)])
+    proc = kstore("--json", d)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert re.fullmatch(r"kstore: error: .* at byte \d+: metadata record at offset 70: TopicRecord v-1 does not "
+                        r"parse: .*\n", proc.stderr)
+
+
+def test_version_varint_0xffffffff_reads_as_the_lowest_version(tmp_path):
+    # A body that parses as version 0 is applied, as Kafka's loader applies it (the oracle shows the topic),
+    # and the odd version is a problem.
+    d = _copy(tmp_path)
+    _key, value = rec("TopicRecord", 0, Name="minus-one", TopicId=uid(77))
+    _append(d, [(None, _VERSION_MINUS_ONE + value[3:])])
+    proc = kstore("--json", d)
+    assert proc.returncode == 1
+    topics = [json.loads(line) for line in proc.stdout.splitlines() if '"topic"' in line]
+    assert {"name": "minus-one", "id": uid(77)}.items() <= next(t for t in topics if t["name"] == "minus-one").items()
+    assert "" not in {t["name"] for t in topics}
+    assert "1 TopicRecord record(s) of version -1 in the log (first at offset 70)" in proc.stderr
 
 
 def test_record_that_does_not_apply_is_a_problem(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Dict, Tuple
 
 import pytest
 from click.testing import CliRunner
@@ -12,6 +13,7 @@ from click.testing import CliRunner
 from kstore_cli.cli import _register_commands, cli
 from kstore_cli.errors import KstoreError
 from kstore_cli.segment.config import ConfigResolver
+from kstore_cli.segment.reader import read_batches
 from tests.conftest import CORPUS, json_lines_summary
 from tests.make_metadata_cluster import uid, write_config_log
 
@@ -76,11 +78,44 @@ def test_an_unreadable_metadata_log_is_an_error_not_a_silent_default(tmp_path: P
     _cluster(data, [(TOPIC, "orders", "retention.ms", "5")])
     log = data / "__cluster_metadata-0" / f"{0:020d}.log"
     raw = bytearray(log.read_bytes())
-    raw[-3] ^= 0xFF
+    second = [b.position for b in read_batches(str(log))][1]
+    raw[second + 70] ^= 0xFF  # intact batches after it: damage, not a crash's torn tail
     log.write_bytes(bytes(raw))
     with pytest.raises(KstoreError, match="--no-cluster-metadata"):
         ConfigResolver.from_files(data_dirs=[str(data)])
     assert ConfigResolver.from_files(data_dirs=[str(data)], cluster_metadata=False).cluster == {}
+
+
+def _torn_cluster(data: Path, configs) -> Dict[Tuple[int, str, str], int]:
+    """A metadata log whose last batch a crash cut short by 5 bytes."""
+    at = _cluster(data, configs)
+    log = data / "__cluster_metadata-0" / f"{0:020d}.log"
+    log.write_bytes(log.read_bytes()[:-5])
+    return at
+
+
+def test_retain_and_compact_read_a_torn_metadata_log_as_kafka_loads_it_and_warn(tmp_path: Path) -> None:
+    # The normal state after a controller crash: Kafka's recovery cuts the torn last batch and loads the
+    # rest, so its configs hold (the torn batch's retention.ms=1 is not one of them).
+    data = tmp_path / "data"
+    shutil.copytree(CORPUS / "logs" / "time-roll-0", data / "time-roll-0")
+    shutil.copytree(CORPUS / "logs" / "v2-compact-0", data / "cache-0")
+    (data / "cache-0" / "partition.metadata").unlink(missing_ok=True)
+    at = _torn_cluster(data, [(TOPIC, "time-roll", "retention.ms", "15000"),
+                              (TOPIC, "cache", "cleanup.policy", "compact"),
+                              (TOPIC, "time-roll", "retention.ms", "1")])
+    first_retention = at[(TOPIC, "cache", "cleanup.policy")] - 1  # the batch before the cleanup.policy one
+    result = _retain("--now", str(1_700_000_000_000 + 200_000), str(data))
+    assert result.exit_code == 0, result.output
+    (row,) = [p for p in json_lines_summary(result.stdout)["partitions"] if p["partition"].endswith("time-roll-0")]
+    assert row["config"]["retention.ms"] == {"value": 15000, "source": f"cluster metadata @ offset {first_retention}"}
+    assert "kstore: warning: " in result.stderr and "a torn tail" in result.stderr
+    done = CliRunner().invoke(cli, ["compact", "--dry-run", "--json", str(data / "cache-0")])
+    assert done.exit_code == 0, done.output
+    (row,) = json_lines_summary(done.stdout)["partitions"]
+    policy_at = at[(TOPIC, "cache", "cleanup.policy")]
+    assert row["settings"]["cleanup.policy"]["source"] == f"cluster metadata @ offset {policy_at}"
+    assert "a torn tail" in done.stderr
 
 
 def _retain(*args: str):

@@ -6,13 +6,18 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import struct
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kstore_cli.cli import _register_commands, cli
+from kstore_cli.errors import CorruptDataError, KstoreError
+from kstore_cli.segment import salvage
 from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.segment.salvage import DAMAGE, plan_salvage, salvage_in_place, salvage_to
@@ -186,6 +191,20 @@ class _Crash(Exception):
     pass
 
 
+def _quarantine_contents(root: Path) -> tuple:
+    """What every salvage quarantine dir under `root` holds, whatever run made it: the (name, bytes) of each
+    file but the manifests, sorted (a file quarantined twice is there twice), and the ranges the manifests
+    name (each with its saved file's name), every manifest finished."""
+    files, ranges = [], []
+    for qdir in sorted(p for p in root.rglob("*-salvage") if p.is_dir()):
+        assert (qdir / "kstore-quarantine.json").is_file(), f"{qdir.name}: quarantined bytes no manifest names"
+        manifest = json.loads((qdir / "kstore-quarantine.json").read_text())
+        assert manifest["finished"], qdir
+        ranges += [(Path(r["file"]).name, r["start"], r["end"], r["savedAs"]) for r in manifest["ranges"]]
+        files += [(p.name, p.read_bytes()) for p in qdir.iterdir() if p.name != "kstore-quarantine.json"]
+    return sorted(files), sorted(ranges)
+
+
 def _crash(_n, _kind, _path):
     raise _Crash()
 
@@ -202,7 +221,8 @@ def test_in_place_is_crash_safe_at_every_file_operation(oracle, tmp_path) -> Non
     salvage_in_place(plan_salvage(Partition(str(ref / "t-0"))), str(tmp_path / "q-ref"))
     steps = fileops.operation_count()
     expected = [(b[2], b[4]) for log in sorted((ref / "t-0").glob("*.log")) for b in _batches(log)]
-    assert steps > 5
+    expected_quarantine = _quarantine_contents(tmp_path / "q-ref")
+    assert steps > 5 and len(expected_quarantine[1]) >= 2
     states = []
     for n in range(1, steps + 1):
         run = tmp_path / f"crash{n}"
@@ -217,5 +237,125 @@ def test_in_place_is_crash_safe_at_every_file_operation(oracle, tmp_path) -> Non
         salvage_in_place(plan_salvage(Partition(str(run / "t-0"))), str(tmp_path / f"q{n}"))  # the rerun
         got = [(b[2], b[4]) for log in sorted((run / "t-0").glob("*.log")) for b in _batches(log)]
         assert got == expected, f"crash before operation {n}: the rerun did not finish the salvage"
+        # Each damaged range (and each producer snapshot moved out) is quarantined once, in the killed
+        # run's dir or the rerun's, and named once by a finished manifest.
+        assert _quarantine_contents(tmp_path / f"q{n}") == expected_quarantine, \
+            f"crash before operation {n}: the quarantine differs from an uninterrupted run's"
     for n, result in enumerate(oracle.run_many([("load-log", [str(s), "--unclean"]) for s in states]), 1):
         assert result.one("summary")["ok"], f"crash before operation {n}: Kafka cannot load {result.stderr[-500:]}"
+
+
+# --------------------------------------------------------------------------- the resync scan
+
+
+class _OldFinder:
+    """The resync scan as it was before issue 29, the reference for the linear one: every position's header
+    unpacked, every candidate framed (and CRC-checked) up to the end of the file."""
+
+    def __init__(self, buf, path) -> None:
+        self.buf, self.end, self.path = buf, len(buf), path
+
+    def candidates(self, start, after, below):
+        unpack = salvage._PREFIX.unpack_from
+        for p in range(start, self.end - 17):
+            offset, length, _epoch, magic = unpack(self.buf, p)
+            if magic < 0 or magic > 2 or length < salvage._MIN_ENTRY or p + 12 + length > self.end:
+                continue
+            if magic == 2 and length < salvage._V2_MIN:
+                continue
+            if offset <= after or offset - after > salvage._MAX_OFFSET_JUMP or (below is not None and offset >= below):
+                continue
+            yield p
+
+    def batch_at(self, pos):
+        try:
+            batch = next(salvage.iterate_source(self.buf, pos, self.end, self.path, check_crc=True), None)
+        except CorruptDataError:
+            return None
+        if batch is None or batch.position != pos or batch.magic > 2:
+            return None
+        try:
+            return batch if batch.is_valid else None
+        except KstoreError:
+            return None
+
+
+def _outcome(part: Path) -> list:
+    plan = plan_salvage(Partition(str(part)))
+    return [(s.kept, [(d.start, d.end, d.kind, d.first_offset, d.next_offset) for d in s.damaged])
+            for s in plan.segments]
+
+
+_LOGS = sorted(log for log in (SOURCE / "t-0").glob("*.log") if log.stat().st_size)
+_MUTATION = st.tuples(st.sampled_from(["flip", "zero", "insert", "fake", "copy", "legacy"]),
+                      st.integers(0, len(_LOGS) - 1), st.floats(0, 1), st.integers(0, 1 << 20),
+                      st.binary(max_size=300))
+
+
+def _mutate(part: Path, mutations) -> None:
+    from kstore_cli.segment.crc import crc32
+
+    for kind, which, where, n, blob in mutations:
+        log = part / _LOGS[which].name
+        data = bytearray(log.read_bytes())
+        at = int(where * len(data))
+        base = int(log.stem)
+        if kind == "flip":
+            data[min(at, len(data) - 1)] ^= 1 << (n % 8)
+        elif kind == "zero":
+            data[at:at + n % 4000] = bytes(len(data[at:at + n % 4000]))
+        elif kind == "insert":
+            data[at:at] = blob
+        elif kind == "fake":  # a v2 header whose length runs to the end of the file, its CRC wrong
+            data[at:at] = struct.pack(">qiib", base + n % 700, len(data) - at, 0, 2) + blob
+        elif kind == "copy":  # a real batch again, its base offset changed (not covered by its CRC)
+            batches = _batches(_LOGS[which])
+            raw = bytearray(batches[n % len(batches)][4])
+            raw[:8] = struct.pack(">q", base + (n >> 8) % 1200)
+            data[at:at] = raw
+        else:  # a v1 message with a valid CRC
+            body = bytes([1, 0]) + struct.pack(">q", 0) + struct.pack(">i", -1) + struct.pack(">i", len(blob)) + blob
+            data[at:at] = struct.pack(">qi", base + n % 700, 4 + len(body)) + struct.pack(">I", crc32(body)) + body
+        log.write_bytes(bytes(data))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_MUTATION, min_size=1, max_size=6))
+def test_the_linear_resync_finds_what_the_old_one_found(tmp_path_factory, monkeypatch, mutations) -> None:
+    part = tmp_path_factory.mktemp("resync") / "t-0"
+    shutil.copytree(SOURCE / "t-0", part)
+    _mutate(part, mutations)
+    new = _outcome(part)
+    with monkeypatch.context() as m:
+        m.setattr(salvage, "_Finder", _OldFinder)
+        old = _outcome(part)
+    assert new == old
+
+
+def test_the_resync_over_headers_claiming_the_whole_file_does_linear_work(tmp_path, monkeypatch) -> None:
+    # 1 MiB of garbage holding a header every 64 bytes, each claiming to run to the end of the file (bad CRC):
+    # checking each by framing it read O(size^2) bytes. Counted: the bytes handed to a CRC or to framing.
+    from kstore_cli.segment.crc import crc32, crc32c
+
+    size = 1 << 20
+    data = bytearray(random.Random(0).randbytes(size))
+    for p in range(0, size - 61, 64):
+        data[p:p + 17] = struct.pack(">qiib", 1 + p, size - p - 12, 0, 2)
+    part = tmp_path / "t-0"
+    part.mkdir()
+    (part / f"{0:020d}.log").write_bytes(bytes(data))
+    work = [0]
+
+    def counted(fn, span):
+        def wrapper(*args, **kw):
+            work[0] += span(*args)
+            return fn(*args, **kw)
+        return wrapper
+
+    monkeypatch.setattr(salvage, "iterate_source", counted(salvage.iterate_source, lambda buf, pos, end, *a: end - pos))
+    monkeypatch.setattr(salvage, "crc32c", counted(crc32c, lambda d, *a: len(d)), raising=False)
+    monkeypatch.setattr(salvage, "crc32", counted(crc32, lambda d, *a: len(d)), raising=False)
+    plan = plan_salvage(Partition(str(part)))
+    assert [(d.start, d.end) for d in plan.damaged] == [(0, size)] and plan.batches_kept == 0
+    assert work[0] < 64 * size, f"{work[0] / size:.0f} bytes of work per byte of input"
+    print(f"{work[0] / size:.1f} bytes of work per byte of input")
