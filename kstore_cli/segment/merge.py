@@ -2,20 +2,29 @@
 
 The result is the leader's log (the surviving leader-epoch lineage), byte for byte, with the older batches
 below the leader's first segment taken from the copy of the same lineage that still has them (one that
-agrees with the leader at least up to there). Every offset appears once. What only a diverged copy holds
-(the offsets a follower would truncate) is listed, and with `keep_diverged` written to a side partition
-directory. The output gets indexes as Kafka's recovery writes them, the merged leader-epoch checkpoint,
-a producer snapshot at the log end, ``partition.metadata`` and the data dir's offset checkpoints (log start
-offset, high watermark, recovery point), so Kafka loads it as it is.
+agrees with the leader at least up to there): :func:`kstore_cli.segment.replicas.merge_plan`. Every offset
+appears once. Every offset of a copy that is not in the result byte for byte (diverged after the truncation
+point, or other bytes below it: :attr:`Copy.left_out`) is listed, and with `keep_diverged` written to side
+partition directories, whole batches (a batch straddling the truncation point included: Kafka's truncation
+removes it whole). Copies with different topic ids are different topics: merge refuses them. The output gets
+indexes as Kafka's recovery writes them, the merged leader-epoch checkpoint, a producer snapshot at the log
+end, ``partition.metadata`` and the data dir's offset checkpoints (log start offset, high watermark, recovery
+point), so Kafka loads it as it is.
+
+All or nothing: the output (and the side dir) is built in ``<dir>.kstore-tmp`` beside it and renamed into
+place; a marker (:data:`PENDING`) in each stays until both are in place. A rerun after a kill removes a
+leftover temp dir (and a side dir its marker shows to be this merge's) and builds again, or, once the output
+is in place, only removes the markers.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from kstore_cli.errors import UsageError
+from kstore_cli.errors import KstoreError, UsageError
 from kstore_cli.segment import fileops, names
 from kstore_cli.segment.checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
@@ -30,7 +39,10 @@ from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.producer_state import ProducerStateManager
 from kstore_cli.segment.reader import map_file
 from kstore_cli.segment.recovery import apply_plan, plan_partition
-from kstore_cli.segment.replicas import Copy, PartitionCopies, compare
+from kstore_cli.segment.replicas import PartitionCopies, compare
+
+#: In the output and side dirs while a merge is not finished (removed last).
+PENDING = "kstore-merge-pending.json"
 
 
 @dataclass
@@ -43,7 +55,8 @@ class MergeResult:
     log_start_offset: int
     log_end_offset: int
     sources: List[Tuple[str, int, int]] = field(default_factory=list)  # (copy, first offset, last offset)
-    diverged: List[Tuple[str, int, int]] = field(default_factory=list)  # (copy, first, last): left out
+    #: (copy, first, last, reason) of every offset range of a copy that is not in the result (replicas.REASONS)
+    diverged: List[Tuple[str, int, int, str]] = field(default_factory=list)
     side_dirs: List[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -51,35 +64,24 @@ class MergeResult:
                 "destination": self.destination, "logStartOffset": self.log_start_offset,
                 "logEndOffset": self.log_end_offset,
                 "sources": [{"copy": c, "firstOffset": a, "lastOffset": b} for c, a, b in self.sources],
-                "diverged": [{"copy": c, "firstOffset": a, "lastOffset": b} for c, a, b in self.diverged],
+                "diverged": [{"copy": c, "firstOffset": a, "lastOffset": b, "reason": r}
+                             for c, a, b, r in self.diverged],
                 "sideDirs": self.side_dirs}
 
 
-def _segments_of(copy: Copy) -> Dict[str, List[Tuple]]:
-    """The copy's batches grouped by .log, in order."""
-    out: Dict[str, List[Tuple]] = {}
-    for b in copy.batches:
-        out.setdefault(b[5], []).append(b)
-    return out
-
-
-def _write_batches(path: str, batches: List[Tuple]) -> None:
-    def fill(out) -> None:
-        for _base, _last, _crc, position, size, log in batches:
-            out.write(map_file(log)[position:position + size])
-    fileops.atomic_write(path, fill)
-
-
-def _donor(pc: PartitionCopies, leader: Copy, limit: int) -> Optional[Copy]:
-    """The copy of the leader's lineage with the most history below `limit` (the leader's first segment)."""
-    best = None
-    for c in pc.copies:
-        if c is leader or c.truncate_to is None or c.truncate_to < limit or c.mismatches:
-            continue
-        below = [b for b in c.batches if b[1] < limit and b[1] >= c.log_start_offset]
-        if below and (best is None or below[0][0] < best[1]):
-            best = (c, below[0][0])
-    return best[0] if best else None
+def _write_batches(directory: str, batches: List[Tuple]) -> None:
+    """The batches (in offset order) as segments in `directory`: one .log per source .log, named by its first
+    batch's offset."""
+    groups: List[List[Tuple]] = []
+    for b in batches:
+        if not groups or groups[-1][-1][5] != b[5]:
+            groups.append([])
+        groups[-1].append(b)
+    for group in groups:
+        def fill(out, group=group) -> None:
+            for _base, _last, _crc, position, size, log in group:
+                out.write(map_file(log)[position:position + size])
+        fileops.atomic_write(os.path.join(directory, names.filename_prefix(group[0][0]) + names.LOG_SUFFIX), fill)
 
 
 def _finish(destination: str, end_offset: int) -> None:
@@ -87,50 +89,59 @@ def _finish(destination: str, end_offset: int) -> None:
     ProducerStateManager.replay(Partition(destination)).write_snapshot(destination, end_offset)
 
 
-def _merge_one(pc: PartitionCopies, output_root: str, keep_diverged: Optional[str]) -> MergeResult:
+def _result(pc: PartitionCopies, output_root: str, keep_diverged: Optional[str]) -> MergeResult:
+    """What merging `pc` gives (nothing written)."""
     leader = pc.leader
     name = f"{pc.topic}-{pc.partition}"
-    destination = os.path.join(output_root, name)
-    fileops.make_dirs(destination)
-    leader_part = Partition(leader.path)
-    limit = leader_part.segments[0].base_offset if leader_part.segments else leader.log_end_offset
-    donor = _donor(pc, leader, limit)
-    result = MergeResult(pc.topic, pc.partition, destination, leader.log_start_offset, leader.log_end_offset)
-    epochs = list(leader.epochs)
-    if donor is not None:
-        for log, batches in _segments_of(donor).items():
-            kept = [b for b in batches if b[1] < limit and b[1] >= donor.log_start_offset]
-            if kept:
-                _write_batches(os.path.join(destination, os.path.basename(log)), kept)
-        first = next(b[0] for b in donor.batches if b[1] >= donor.log_start_offset)
-        result.sources.append((donor.path, first, limit - 1))
-        result.log_start_offset = donor.log_start_offset
-        older = [(e, s) for e, s in donor.epochs if s < limit and (not epochs or e < epochs[0][0])]
-        epochs = older + epochs
-    for segment in leader_part.segments:
-        fileops.copy_file(segment.log, os.path.join(destination, os.path.basename(segment.log)))
+    result = MergeResult(pc.topic, pc.partition, os.path.join(output_root, name), leader.log_start_offset,
+                         leader.log_end_offset)
+    limit = leader.first_segment_base if leader.first_segment_base is not None else leader.log_end_offset
+    if pc.donor is not None:
+        first = next(b[0] for c, b in pc.plan if c is pc.donor)
+        result.sources.append((pc.donor.path, first, limit - 1))
+        result.log_start_offset = pc.donor.log_start_offset
     if leader.batches:
         result.sources.append((leader.path, max(limit, leader.batches[0][0]), leader.log_end_offset - 1))
-    fileops.atomic_write(os.path.join(destination, LEADER_EPOCH_CHECKPOINT),
-                         format_leader_epoch_checkpoint(epochs).encode())
-    if os.path.isfile(os.path.join(leader.path, PARTITION_METADATA)):
-        fileops.copy_file(os.path.join(leader.path, PARTITION_METADATA), os.path.join(destination, PARTITION_METADATA))
-    _finish(destination, leader.log_end_offset)
     for n, c in enumerate(pc.copies):
-        if c.diverged is None:
-            continue
-        result.diverged.append((c.path, *c.diverged))
-        if keep_diverged is not None:
-            side = os.path.join(keep_diverged, f"copy{n}", name)
-            fileops.make_dirs(side)
-            rest = [b for b in c.batches if b[0] >= c.truncate_to]
-            if rest:
-                _write_batches(os.path.join(side, names.filename_prefix(rest[0][0]) + names.LOG_SUFFIX), rest)
-                apply_plan(plan_partition(Partition(side)))
-            result.side_dirs.append(side)
+        result.diverged.extend((c.path, a, b, r) for a, b, r in c.left_out)
+        if keep_diverged is not None and c.left_out_batches:
+            result.side_dirs.append(os.path.join(keep_diverged, f"copy{n}", name))
     return result
 
 
+def _build_partition(pc: PartitionCopies, destination: str) -> None:
+    """Write the merged partition `pc` into `destination` (a new dir)."""
+    leader = pc.leader
+    fileops.make_dirs(destination)
+    epochs = list(leader.epochs)
+    donor = pc.donor
+    if donor is not None:
+        _write_batches(destination, [b for c, b in pc.plan if c is donor])
+        limit = leader.first_segment_base if leader.first_segment_base is not None else leader.log_end_offset
+        older = [(e, s) for e, s in donor.epochs if s < limit and (not epochs or e < epochs[0][0])]
+        epochs = older + epochs
+    for segment in Partition(leader.path).segments:
+        fileops.copy_file(segment.log, os.path.join(destination, os.path.basename(segment.log)))
+    fileops.atomic_write(os.path.join(destination, LEADER_EPOCH_CHECKPOINT),
+                         format_leader_epoch_checkpoint(epochs).encode())
+    # The leader's partition.metadata, else another copy's (one without it takes the id it is given).
+    for c in [leader] + pc.copies:
+        if os.path.isfile(os.path.join(c.path, PARTITION_METADATA)):
+            fileops.copy_file(os.path.join(c.path, PARTITION_METADATA), os.path.join(destination, PARTITION_METADATA))
+            break
+    _finish(destination, leader.log_end_offset)
+
+
+def _build_side(pc: PartitionCopies, result: MergeResult, side_root: str, keep_diverged: str) -> None:
+    """Every batch of every copy not taken, as one side partition per copy under `side_root`."""
+    dirs = iter(result.side_dirs)
+    for c in pc.copies:
+        if not c.left_out_batches:
+            continue
+        side = os.path.join(side_root, os.path.relpath(next(dirs), keep_diverged))
+        fileops.make_dirs(side)
+        _write_batches(side, c.left_out_batches)
+        apply_plan(plan_partition(Partition(side)))
 def _write_checkpoints(output_root: str, results: List[MergeResult], copies: List[PartitionCopies]) -> None:
     hw = {(pc.topic, pc.partition): pc.leader.high_watermark for pc in copies}
     entries = {
@@ -143,20 +154,105 @@ def _write_checkpoints(output_root: str, results: List[MergeResult], copies: Lis
         fileops.atomic_write(os.path.join(output_root, name), format_offset_checkpoint(values).encode())
 
 
+def _pending(directory: Optional[str]) -> Optional[dict]:
+    """The marker an unfinished merge left in `directory`, or None."""
+    if directory is None:
+        return None
+    try:
+        with open(os.path.join(directory, PENDING), "rb") as f:
+            return json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _is_empty(directory: str) -> bool:
+    return not os.path.lexists(directory) or (os.path.isdir(directory) and not os.listdir(directory))
+
+
+def _check_paths(paths: List[str], output_root: str, keep_diverged: Optional[str]) -> None:
+    for out in filter(None, (output_root, keep_diverged)):
+        for p in paths:
+            real = os.path.realpath(p)
+            if out == real or out.startswith(real.rstrip(os.sep) + os.sep):
+                raise UsageError("the output dir lies inside an input: merge never writes into its inputs", path=out)
+    if keep_diverged is not None and (keep_diverged == output_root or
+                                      keep_diverged.startswith(output_root + os.sep) or
+                                      output_root.startswith(keep_diverged + os.sep)):
+        raise UsageError("--keep-diverged and --output-dir must be apart (neither inside the other)",
+                         path=keep_diverged)
+
+
+def _refuse_topic_ids(copies: List[PartitionCopies]) -> None:
+    """Copies with different topic ids are different topics (Partition.checkOrSetTopicId): never merged."""
+    for pc in copies:
+        if pc.other_topic_ids:
+            ids = {pc.topic_id or "none": [c.path for c in pc.copies], **pc.other_topic_ids}
+            listed = "; ".join(f"{tid}: {', '.join(sorted(p))}" for tid, p in sorted(ids.items()))
+            raise KstoreError(f"{pc.topic}-{pc.partition}: the copies have different topic ids ({listed}); they "
+                              "are different topics, not copies of one partition: merge only the copies of one "
+                              "topic id (give their partition dirs)")
+
+
+def _finish_pending(output_root: str, marker: dict) -> None:
+    """The output is in place: remove the markers (the side dir's first), as the interrupted run would have."""
+    keep = marker.get("keepDiverged")
+    if keep is not None and os.path.isdir(keep):
+        fileops.unlink(os.path.join(keep, PENDING))
+        fileops.fsync_dir(keep)
+    fileops.unlink(os.path.join(output_root, PENDING))
+    fileops.fsync_dir(output_root)
+
+
+def _build(copies: List[PartitionCopies], results: List[MergeResult], output_root: str,
+           keep_diverged: Optional[str]) -> None:
+    """Build the output (and the side dir) in temp dirs beside them, then rename them into place."""
+    marker = json.dumps({"command": "merge", "output": output_root, "keepDiverged": keep_diverged}).encode()
+    tmp_out = output_root + fileops.TMP_SUFFIX
+    tmp_side = None if keep_diverged is None else keep_diverged + fileops.TMP_SUFFIX
+    for leftover in filter(None, (tmp_out, tmp_side)):
+        if os.path.lexists(leftover):
+            fileops.remove_tree(leftover)
+    fileops.make_dirs(tmp_out, like=output_root if os.path.isdir(output_root) else None)
+    fileops.atomic_write(os.path.join(tmp_out, PENDING), marker)
+    for pc, r in zip(copies, results):
+        _build_partition(pc, os.path.join(tmp_out, os.path.basename(r.destination)))
+    _write_checkpoints(tmp_out, results, copies)
+    if tmp_side is not None and keep_diverged is not None:
+        fileops.make_dirs(tmp_side, like=keep_diverged if os.path.isdir(keep_diverged) else None)
+        fileops.atomic_write(os.path.join(tmp_side, PENDING), marker)
+        for pc, r in zip(copies, results):
+            _build_side(pc, r, tmp_side, keep_diverged)
+        fileops.rename(tmp_side, keep_diverged)
+        fileops.fsync_dir(os.path.dirname(keep_diverged))
+    fileops.rename(tmp_out, output_root)
+    fileops.fsync_dir(os.path.dirname(output_root))
+    _finish_pending(output_root, {"keepDiverged": keep_diverged})
+
+
 def merge(paths: List[str], output_root: str, *, leader_path: Optional[str] = None,
           keep_diverged: Optional[str] = None) -> Tuple[List[PartitionCopies], List[MergeResult]]:
-    """Merge every partition that has two or more copies among `paths` into `output_root`."""
+    """Merge every partition that has two or more copies among `paths` into `output_root`, all or nothing."""
     output_root = os.path.abspath(output_root)
-    if os.path.exists(output_root) and os.listdir(output_root):
-        raise UsageError("the output dir is not empty: merge writes new partition directories", path=output_root)
-    for p in paths:
-        real = os.path.realpath(p)
-        if output_root == real or output_root.startswith(real.rstrip(os.sep) + os.sep):
-            raise UsageError("the output dir lies inside an input: merge never writes into its inputs", path=output_root)
+    keep_diverged = None if keep_diverged is None else os.path.abspath(keep_diverged)
+    _check_paths(paths, output_root, keep_diverged)
+    done = _pending(output_root)
+    if done is None:
+        if not _is_empty(output_root):
+            raise UsageError("the output dir is not empty: merge writes new partition directories", path=output_root)
+        if keep_diverged is not None and not _is_empty(keep_diverged):
+            mine = _pending(keep_diverged)
+            if mine is None or mine.get("output") != output_root:
+                raise UsageError("the --keep-diverged dir is not empty: merge writes new partition directories",
+                                 path=keep_diverged)
     copies = compare(paths, leader_path)
     if not copies:
         raise UsageError("no partition has two or more copies in " + ", ".join(paths))
-    fileops.make_dirs(output_root)
-    results = [_merge_one(pc, output_root, keep_diverged) for pc in copies]
-    _write_checkpoints(output_root, results, copies)
+    _refuse_topic_ids(copies)
+    results = [_result(pc, output_root, keep_diverged) for pc in copies]
+    if done is not None:  # killed after the output was in place: finish
+        _finish_pending(output_root, done)
+        return copies, results
+    if keep_diverged is not None and not _is_empty(keep_diverged):
+        fileops.remove_tree(keep_diverged)  # this merge's, from a run killed before its output was in place
+    _build(copies, results, output_root, keep_diverged)
     return copies, results
