@@ -55,6 +55,6 @@ def command(ctx: click.Context, paths, output_dir: str, leader_path: Optional[st
         for c, a, b, reason in r.diverged:
             click.echo(f"  left out: offsets {a}..{b} of {c}: {REASONS[reason]}")
         for side in r.side_dirs:
-            click.echo(f"  diverged batches written to {side}")
+            click.echo(f"  left-out batches written to {side}")
     if any(r.diverged for r in results):
         ctx.exit(int(ExitStatus.PROBLEMS))

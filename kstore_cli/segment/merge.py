@@ -12,9 +12,11 @@ end, ``partition.metadata`` and the data dir's offset checkpoints (log start off
 point), so Kafka loads it as it is.
 
 All or nothing: the output (and the side dir) is built in ``<dir>.kstore-tmp`` beside it and renamed into
-place; a marker (:data:`PENDING`) in each stays until both are in place. A rerun after a kill removes a
-leftover temp dir (and a side dir its marker shows to be this merge's) and builds again, or, once the output
-is in place, only removes the markers.
+place. Each carries a record of the merge (:data:`RECORD`: its inputs, leader, dirs, and whether it is
+finished); the side dir's is removed once both are in place, then the output's says "done" (Kafka and doctor
+ignore a file at a data dir's top). A rerun after a kill removes a leftover temp dir (and a side dir its
+record shows to be this merge's) and builds again; once the output is in place, it finishes (or, finished,
+finds nothing to do) and reports as the first run would have.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ from kstore_cli.segment.reader import map_file
 from kstore_cli.segment.recovery import apply_plan, plan_partition
 from kstore_cli.segment.replicas import PartitionCopies, compare
 
-#: In the output and side dirs while a merge is not finished (removed last).
-PENDING = "kstore-merge-pending.json"
+#: The record of the merge in its output dir (and in the side dir until both are in place).
+RECORD = "kstore-merge.json"
 
 
 @dataclass
@@ -154,15 +156,16 @@ def _write_checkpoints(output_root: str, results: List[MergeResult], copies: Lis
         fileops.atomic_write(os.path.join(output_root, name), format_offset_checkpoint(values).encode())
 
 
-def _pending(directory: Optional[str]) -> Optional[dict]:
-    """The marker an unfinished merge left in `directory`, or None."""
+def _record(directory: Optional[str]) -> Optional[dict]:
+    """The merge record in `directory`, or None."""
     if directory is None:
         return None
     try:
-        with open(os.path.join(directory, PENDING), "rb") as f:
-            return json.loads(f.read())
+        with open(os.path.join(directory, RECORD), "rb") as f:
+            record = json.loads(f.read())
     except (OSError, ValueError):
         return None
+    return record if isinstance(record, dict) and record.get("command") == "merge" else None
 
 
 def _is_empty(directory: str) -> bool:
@@ -193,40 +196,50 @@ def _refuse_topic_ids(copies: List[PartitionCopies]) -> None:
                               "topic id (give their partition dirs)")
 
 
-def _finish_pending(output_root: str, marker: dict) -> None:
-    """The output is in place: remove the markers (the side dir's first), as the interrupted run would have."""
-    keep = marker.get("keepDiverged")
+def _relative(path: str, output_root: str) -> str:
+    return os.path.relpath(os.path.realpath(path), os.path.realpath(output_root))
+
+
+def _complete(output_root: str, record: dict) -> None:
+    """Both dirs are in place: remove the side dir's record, then mark the output's done (the last step)."""
+    keep = record.get("keepDiverged")
+    if keep is not None:
+        keep = os.path.normpath(os.path.join(os.path.realpath(output_root), keep))
     if keep is not None and os.path.isdir(keep):
-        fileops.unlink(os.path.join(keep, PENDING))
+        fileops.unlink(os.path.join(keep, RECORD))
         fileops.fsync_dir(keep)
-    fileops.unlink(os.path.join(output_root, PENDING))
-    fileops.fsync_dir(output_root)
+    fileops.atomic_write(os.path.join(output_root, RECORD), _dump({**record, "state": "done"}))
+
+
+def _dump(record: dict) -> bytes:
+    return (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
 
 
 def _build(copies: List[PartitionCopies], results: List[MergeResult], output_root: str,
-           keep_diverged: Optional[str]) -> None:
+           keep_diverged: Optional[str], record: dict) -> None:
     """Build the output (and the side dir) in temp dirs beside them, then rename them into place."""
-    marker = json.dumps({"command": "merge", "output": output_root, "keepDiverged": keep_diverged}).encode()
     tmp_out = output_root + fileops.TMP_SUFFIX
     tmp_side = None if keep_diverged is None else keep_diverged + fileops.TMP_SUFFIX
     for leftover in filter(None, (tmp_out, tmp_side)):
         if os.path.lexists(leftover):
             fileops.remove_tree(leftover)
+    if keep_diverged is not None and not _is_empty(keep_diverged):
+        fileops.remove_tree(keep_diverged)  # this merge's (its record says so), from a run killed before the output
     fileops.make_dirs(tmp_out, like=output_root if os.path.isdir(output_root) else None)
-    fileops.atomic_write(os.path.join(tmp_out, PENDING), marker)
+    fileops.atomic_write(os.path.join(tmp_out, RECORD), _dump(record))
     for pc, r in zip(copies, results):
         _build_partition(pc, os.path.join(tmp_out, os.path.basename(r.destination)))
     _write_checkpoints(tmp_out, results, copies)
     if tmp_side is not None and keep_diverged is not None:
         fileops.make_dirs(tmp_side, like=keep_diverged if os.path.isdir(keep_diverged) else None)
-        fileops.atomic_write(os.path.join(tmp_side, PENDING), marker)
+        fileops.atomic_write(os.path.join(tmp_side, RECORD), _dump(record))
         for pc, r in zip(copies, results):
             _build_side(pc, r, tmp_side, keep_diverged)
         fileops.rename(tmp_side, keep_diverged)
         fileops.fsync_dir(os.path.dirname(keep_diverged))
     fileops.rename(tmp_out, output_root)
     fileops.fsync_dir(os.path.dirname(output_root))
-    _finish_pending(output_root, {"keepDiverged": keep_diverged})
+    _complete(output_root, record)
 
 
 def merge(paths: List[str], output_root: str, *, leader_path: Optional[str] = None,
@@ -235,24 +248,27 @@ def merge(paths: List[str], output_root: str, *, leader_path: Optional[str] = No
     output_root = os.path.abspath(output_root)
     keep_diverged = None if keep_diverged is None else os.path.abspath(keep_diverged)
     _check_paths(paths, output_root, keep_diverged)
-    done = _pending(output_root)
-    if done is None:
+    # Paths relative to the output dir: the record is the same for the same command wherever the dirs are.
+    record = {"command": "merge", "inputs": sorted(_relative(p, output_root) for p in paths),
+              "leader": None if leader_path is None else _relative(leader_path, output_root),
+              "keepDiverged": None if keep_diverged is None else _relative(keep_diverged, output_root),
+              "state": "building"}
+    previous = _record(output_root)
+    if previous is not None and {**previous, "state": None} != {**record, "state": None}:
+        previous = None  # another merge's output
+    if previous is None:
         if not _is_empty(output_root):
             raise UsageError("the output dir is not empty: merge writes new partition directories", path=output_root)
-        if keep_diverged is not None and not _is_empty(keep_diverged):
-            mine = _pending(keep_diverged)
-            if mine is None or mine.get("output") != output_root:
-                raise UsageError("the --keep-diverged dir is not empty: merge writes new partition directories",
-                                 path=keep_diverged)
+        if keep_diverged is not None and not _is_empty(keep_diverged) and _record(keep_diverged) != record:
+            raise UsageError("the --keep-diverged dir is not empty: merge writes new partition directories",
+                             path=keep_diverged)
     copies = compare(paths, leader_path)
     if not copies:
         raise UsageError("no partition has two or more copies in " + ", ".join(paths))
     _refuse_topic_ids(copies)
     results = [_result(pc, output_root, keep_diverged) for pc in copies]
-    if done is not None:  # killed after the output was in place: finish
-        _finish_pending(output_root, done)
-        return copies, results
-    if keep_diverged is not None and not _is_empty(keep_diverged):
-        fileops.remove_tree(keep_diverged)  # this merge's, from a run killed before its output was in place
-    _build(copies, results, output_root, keep_diverged)
+    if previous is None:
+        _build(copies, results, output_root, keep_diverged, record)
+    elif previous.get("state") != "done":  # killed after the output was in place: finish
+        _complete(output_root, record)
     return copies, results
