@@ -246,3 +246,23 @@ def test_a_copy_without_partition_metadata_goes_with_the_topic_id_of_the_others(
     result = CliRunner().invoke(cli, ["merge", "--output-dir", str(out), str(root / "a"), str(tmp_path / "c")])
     assert result.exit_code == 0, result.output
     assert (out / "t-0" / "partition.metadata").read_text() == "version: 0\ntopic_id: AAECAwQFBgcICQoLDA0ODw\n"
+
+
+def test_merge_rerun_after_it_finished_writes_nothing_and_another_merge_is_refused(copies, tmp_path) -> None:
+    """The output's kstore-merge.json names the merge: the same command again (a rerun after a kill that came
+    after the last write) reports and exits as before without writing; another merge into it is refused."""
+    from tests.safety_data import tree_bytes
+
+    root, _leo, _s, _f = copies
+    out, side = tmp_path / "out", tmp_path / "side"
+    argv = ["merge", "--output-dir", str(out), "--keep-diverged", str(side), *(str(root / n) for n in "abc")]
+    first = CliRunner().invoke(cli, argv)
+    assert first.exit_code == 1, first.output
+    assert json.loads((out / "kstore-merge.json").read_text())["state"] == "done"
+    assert not (side / "kstore-merge.json").exists()
+    before = tree_bytes(tmp_path)
+    again = CliRunner().invoke(cli, argv)
+    assert (again.exit_code, again.output) == (1, first.output) and tree_bytes(tmp_path) == before
+    other = CliRunner().invoke(cli, ["merge", "--output-dir", str(out), str(root / "a"), str(root / "c")])
+    assert isinstance(other.exception, KstoreError) and other.exception.exit_status == 2
+    assert "not empty" in str(other.exception) and tree_bytes(tmp_path) == before
