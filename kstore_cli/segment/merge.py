@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 from kstore_cli.errors import KstoreError, UsageError
 from kstore_cli.segment import fileops, names
@@ -97,7 +97,7 @@ def _result(pc: PartitionCopies, output_root: str, keep_diverged: Optional[str])
     name = f"{pc.topic}-{pc.partition}"
     result = MergeResult(pc.topic, pc.partition, os.path.join(output_root, name), leader.log_start_offset,
                          leader.log_end_offset)
-    limit = leader.first_segment_base if leader.first_segment_base is not None else leader.log_end_offset
+    limit = pc.limit
     if pc.donor is not None:
         first = next(b[0] for c, b in pc.plan if c is pc.donor)
         result.sources.append((pc.donor.path, first, limit - 1))
@@ -107,8 +107,13 @@ def _result(pc: PartitionCopies, output_root: str, keep_diverged: Optional[str])
     for n, c in enumerate(pc.copies):
         result.diverged.extend((c.path, a, b, r) for a, b, r in c.left_out)
         if keep_diverged is not None and c.left_out_batches:
-            result.side_dirs.append(os.path.join(keep_diverged, f"copy{n}", name))
+            result.side_dirs.append(os.path.join(keep_diverged, _side_dir(pc, n)))
     return result
+
+
+def _side_dir(pc: PartitionCopies, n: int) -> str:
+    """Where the n-th copy's offsets not taken go, under the --keep-diverged dir."""
+    return os.path.join(f"copy{n}", f"{pc.topic}-{pc.partition}")
 
 
 def _build_partition(pc: PartitionCopies, destination: str) -> None:
@@ -119,8 +124,7 @@ def _build_partition(pc: PartitionCopies, destination: str) -> None:
     donor = pc.donor
     if donor is not None:
         _write_batches(destination, [b for c, b in pc.plan if c is donor])
-        limit = leader.first_segment_base if leader.first_segment_base is not None else leader.log_end_offset
-        older = [(e, s) for e, s in donor.epochs if s < limit and (not epochs or e < epochs[0][0])]
+        older = [(e, s) for e, s in donor.epochs if s < pc.limit and (not epochs or e < epochs[0][0])]
         epochs = older + epochs
     for segment in Partition(leader.path).segments:
         fileops.copy_file(segment.log, os.path.join(destination, os.path.basename(segment.log)))
@@ -134,16 +138,17 @@ def _build_partition(pc: PartitionCopies, destination: str) -> None:
     _finish(destination, leader.log_end_offset)
 
 
-def _build_side(pc: PartitionCopies, result: MergeResult, side_root: str, keep_diverged: str) -> None:
+def _build_side(pc: PartitionCopies, side_root: str) -> None:
     """Every batch of every copy not taken, as one side partition per copy under `side_root`."""
-    dirs = iter(result.side_dirs)
-    for c in pc.copies:
+    for n, c in enumerate(pc.copies):
         if not c.left_out_batches:
             continue
-        side = os.path.join(side_root, os.path.relpath(next(dirs), keep_diverged))
+        side = os.path.join(side_root, _side_dir(pc, n))
         fileops.make_dirs(side)
         _write_batches(side, c.left_out_batches)
         apply_plan(plan_partition(Partition(side)))
+
+
 def _write_checkpoints(output_root: str, results: List[MergeResult], copies: List[PartitionCopies]) -> None:
     hw = {(pc.topic, pc.partition): pc.leader.high_watermark for pc in copies}
     entries = {
@@ -233,8 +238,8 @@ def _build(copies: List[PartitionCopies], results: List[MergeResult], output_roo
     if tmp_side is not None and keep_diverged is not None:
         fileops.make_dirs(tmp_side, like=keep_diverged if os.path.isdir(keep_diverged) else None)
         fileops.atomic_write(os.path.join(tmp_side, RECORD), _dump(record))
-        for pc, r in zip(copies, results):
-            _build_side(pc, r, tmp_side, keep_diverged)
+        for pc in copies:
+            _build_side(pc, tmp_side)
         fileops.rename(tmp_side, keep_diverged)
         fileops.fsync_dir(os.path.dirname(keep_diverged))
     fileops.rename(tmp_out, output_root)

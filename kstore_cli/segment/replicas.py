@@ -151,6 +151,12 @@ class PartitionCopies:
         return next(c for c in self.copies if c.role == "leader")
 
     @property
+    def limit(self) -> int:
+        """The leader's first segment's base offset: below it, the merged log's batches are the donor's."""
+        leader = self.leader
+        return leader.first_segment_base if leader.first_segment_base is not None else leader.log_end_offset
+
+    @property
     def topic_id(self) -> Optional[str]:
         return next((c.topic_id for c in self.copies if c.topic_id is not None), None)
 
@@ -244,8 +250,7 @@ def _donor(pc: PartitionCopies, limit: int) -> Optional[Copy]:
 
 def merge_plan(pc: PartitionCopies) -> Tuple[Optional[Copy], List[Tuple[Copy, Tuple]]]:
     """The merged log: the donor's batches below the leader's first segment, then every leader batch."""
-    leader = pc.leader
-    limit = leader.first_segment_base if leader.first_segment_base is not None else leader.log_end_offset
+    leader, limit = pc.leader, pc.limit
     donor = _donor(pc, limit)
     plan: List[Tuple[Copy, Tuple]] = []
     if donor is not None:
