@@ -140,6 +140,41 @@ def _compactable_many(data: Path) -> None:
     (data.parent / "topics.ini").write_text("[orders]\ncleanup.policy = compact\n")
 
 
+def _replica_copies(data: Path) -> None:
+    """Two brokers' copies beside an empty output dir `data`: broker2 the leader at epoch 3 from offset 62
+    (a batch of its own there), broker1 the old leader whose last two batches (62..71, epoch 2) diverged."""
+    from kstore_cli.segment.builder import RecordSpec, build_v2_batch
+    from kstore_cli.segment.checkpoint import format_leader_epoch_checkpoint, format_offset_checkpoint
+
+    data.mkdir(parents=True)
+    make_data_dir(data.parent / "broker1")
+    shutil.copytree(data.parent / "broker1", data.parent / "broker2")
+    part = data.parent / "broker2" / "orders-0"
+    last = Partition(str(part)).segments[-1]
+    first = next(iter(read_batches(last.log)))
+    fork = first.last_offset + 1
+    raw = Path(last.log).read_bytes()[:first.position + first.size] + build_v2_batch(
+        [RecordSpec(fork + i, T0 + 9 * DAY + i, b"new-%d" % i, b"N" * 80, []) for i in range(4)],
+        partition_leader_epoch=3)
+    for f in part.iterdir():
+        if f.name.startswith(Path(last.log).stem) or f.suffix == ".snapshot" and int(f.stem) > fork:
+            f.unlink()
+    Path(last.log).write_bytes(raw)
+    epochs = (part / "leader-epoch-checkpoint").read_text().split("\n")[2:-1]
+    (part / "leader-epoch-checkpoint").write_text(format_leader_epoch_checkpoint(
+        [tuple(map(int, e.split())) for e in epochs] + [(3, fork)]))
+    for name in ("recovery-point-offset-checkpoint", "replication-offset-checkpoint"):
+        (part.parent / name).write_text(format_offset_checkpoint({("orders", 0): fork + 4, ("clicks", 0): 6}))
+    from kstore_cli.segment.recovery import apply_plan, plan_partition
+
+    apply_plan(plan_partition(Partition(str(part)), index_interval_bytes=INTERVAL))
+
+
+def _merge_argv(d: Path) -> List[str]:
+    return ["merge", "--output-dir", str(d), "--keep-diverged", str(d.parent / "diverged"),
+            str(d.parent / "broker1"), str(d.parent / "broker2")]
+
+
 NOW = T0 + 10 * DAY
 MANY_SEGMENT_BYTES = "1500"
 
@@ -160,6 +195,11 @@ class Scenario:
     #: The policy removes a prefix of the log (or nothing), so every intermediate state is a
     #: contiguous run of the original records; compaction removes records anywhere.
     contiguous: bool = True
+    #: The command writes new partitions into the (empty) data dir, all or nothing (merge): a crash state
+    #: holds each either not at all or exactly as the uninterrupted run left it.
+    new_output: bool = False
+    #: Dirs beside the data dir (in the work dir) that the rerun must also leave as the uninterrupted run did.
+    also_compare: Tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return self.name
@@ -198,6 +238,10 @@ SCENARIOS = [
     # intent of a resumed pass names segments that no longer exist on their own (issue 16).
     Scenario("compact-multi-segment-groups", _compactable_many,
              lambda d: _compact_argv(d, "--segment-bytes", MANY_SEGMENT_BYTES), min_ops=60, contiguous=False),
+    # Built in data.kstore-tmp (and diverged.kstore-tmp) and renamed into place: all or nothing; exit 1
+    # since broker1's last batches are left out (kept aside).
+    Scenario("merge", _replica_copies, _merge_argv, exit_code=1, min_ops=40, new_output=True,
+             also_compare=("diverged",)),
 ]
 
 
@@ -261,6 +305,7 @@ class Reference:
     quarantine: Dict[str, bytes]
     original: Dict[str, list] = field(default_factory=dict)  # partition -> records before
     kept: Dict[str, list] = field(default_factory=dict)  # partition -> records after
+    also: Dict[str, bytes] = field(default_factory=dict)  # the scenario's also_compare dirs' files
 
 
 def _partitions(data: Path) -> List[Path]:
@@ -283,8 +328,13 @@ def _reference(sc: Scenario, template: Path, tmp: Path) -> Reference:
     ref = Reference(ops, tree_bytes(data), _quarantined(work))
     ref.original = before
     ref.kept = {p.name: records(p) for p in _partitions(data)}
+    ref.also = _also(sc, work)
     assert ref.data != tree_bytes(template / "data"), f"{sc}: the command changed nothing"
     return ref
+
+
+def _also(sc: Scenario, work: Path) -> Dict[str, bytes]:
+    return {f"{d}/{k}": v for d in sc.also_compare for k, v in tree_bytes(work / d).items()}
 
 
 def _check_crashed(sc: Scenario, n: int, work: Path, template: Path, ref: Reference, scratch: Path) -> None:
@@ -301,6 +351,9 @@ def _check_crashed(sc: Scenario, n: int, work: Path, template: Path, ref: Refere
     for part in _partitions(view):
         got = records(part, tolerate_damage=sc.damaged_input)
         assert len({r[0] for r in got}) == len(got), f"{sc} crash {n}: {part.name} has duplicate offsets"
+        if sc.new_output and part.name not in ref.original:
+            assert got == ref.kept[part.name], f"{sc} crash {n}: {part.name} is there, but not whole"
+            continue
         whole, kept = ref.original[part.name], ref.kept[part.name]
         within = is_contiguous_slice if sc.contiguous else is_subsequence
         assert within(got, whole), f"{sc} crash {n}: {part.name} records are not {within.__name__} of the originals"
@@ -328,6 +381,8 @@ def _check_rerun(sc: Scenario, n: int, work: Path, ref: Reference) -> None:
     assert not stray, f"{where}: leftovers survive the rerun: {stray}"
     state = tree_bytes(data)
     assert state == ref.data, f"{where}: the rerun does not converge: {diff(state, ref.data)}"
+    also = _also(sc, work)
+    assert also == ref.also, f"{where}: the rerun does not converge: {diff(also, ref.also)}"
     if ref.quarantine:
         got = _quarantined(work)
         assert set(ref.quarantine) == set(got), f"{where}: quarantine lacks {set(ref.quarantine) - set(got)}, " \
@@ -595,7 +650,8 @@ def test_the_matrix_knows_every_mutating_command() -> None:
     # restore undoes a cut (more records after it than before: not this matrix's invariant); it is
     # killed before each of its file operations in tests/commands/test_restore.py.
     covered.add("restore")
-    assert mutating == covered, f"mutating commands without a crash scenario: {mutating - covered}"
+    # (merge takes no lock: it only reads its inputs, and writes a new output dir; it has a scenario too)
+    assert mutating <= covered, f"mutating commands without a crash scenario: {mutating - covered}"
 
 
 # --------------------------------------------------------------------------- regressions the matrix found
@@ -658,7 +714,7 @@ def test_replace_segments_refuses_an_extra_file_it_cannot_swap(tmp_path: Path) -
 ROOT = Path(__file__).resolve().parent.parent
 #: Kills per scenario in the suite (bench/random_kill.py runs hundreds); KSTORE_KILL_SEED picks the delays.
 RANDOM_KILLS = {"compact-multi-segment-groups": 4, "convert-v1gzip-v2zstd": 1, "retain-time": 1,
-                "rebuild-index-truncate": 1}
+                "rebuild-index-truncate": 1, "merge": 1}
 
 
 def kill_at_random(argv: List[str], scratch: Path, delay: float) -> Tuple[bool, float]:

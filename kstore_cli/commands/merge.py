@@ -10,6 +10,7 @@ import click
 from kstore_cli.commands._options import ExistingPath, json_option
 from kstore_cli.errors import ExitStatus
 from kstore_cli.segment.merge import merge
+from kstore_cli.segment.replicas import REASONS
 
 
 @click.command(name="merge")
@@ -27,14 +28,18 @@ def command(ctx: click.Context, paths, output_dir: str, leader_path: Optional[st
     """Build one partition from several copies: every offset once, from the surviving leader-epoch lineage.
 
     The leader's log (as `kstore replicas` chooses it) is taken byte for byte; older batches below its
-    first segment come from a copy of the same lineage that still has them. Offsets only a diverged
-    copy holds are listed (and written with --keep-diverged). The output partitions have indexes, the
+    first segment come from a copy of the same lineage that still has them. Every offset of a copy that
+    is not in the result is listed with why, as `kstore replicas` lists it (diverged: at or after the
+    truncation point, from the base of the batch holding it, as Kafka truncates whole batches; differs:
+    below it, other bytes), and written with --keep-diverged, whole batches. Copies with different topic
+    ids (partition.metadata) are different topics: refused. The output partitions have indexes, the
     merged leader-epoch checkpoint, a producer snapshot, partition.metadata and the offset checkpoints:
-    Kafka loads them as they are.
+    Kafka loads them as they are. All or nothing: built in OUTPUT.kstore-tmp and renamed into place; a
+    rerun after a kill finishes.
 
     \b
-    Exit status: 0 merged, 1 merged but a copy diverged (its diverged offsets are not in the result),
-    2 usage, 3 unreadable.
+    Exit status: 0 merged, every offset of every copy is in the result; 1 merged, but offsets of a copy
+    are not (listed), or the copies have different topic ids (nothing written); 2 usage, 3 unreadable.
 
     \b
     Example:
@@ -47,9 +52,9 @@ def command(ctx: click.Context, paths, output_dir: str, leader_path: Optional[st
             continue
         src = "; ".join(f"{a}..{b} from {c}" for c, a, b in r.sources)
         click.echo(f"{r.destination}: offsets {r.log_start_offset}..{r.log_end_offset - 1} ({src})")
-        for c, a, b in r.diverged:
-            click.echo(f"  diverged, left out: offsets {a}..{b} of {c}")
+        for c, a, b, reason in r.diverged:
+            click.echo(f"  left out: offsets {a}..{b} of {c}: {REASONS[reason]}")
         for side in r.side_dirs:
-            click.echo(f"  diverged batches written to {side}")
+            click.echo(f"  left-out batches written to {side}")
     if any(r.diverged for r in results):
         ctx.exit(int(ExitStatus.PROBLEMS))

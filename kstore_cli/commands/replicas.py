@@ -10,7 +10,7 @@ import click
 
 from kstore_cli.commands._options import ExistingPath, json_option
 from kstore_cli.errors import ExitStatus, UsageError
-from kstore_cli.segment.replicas import compare
+from kstore_cli.segment.replicas import REASONS, compare
 
 
 @click.command(name="replicas")
@@ -25,11 +25,14 @@ def command(ctx: click.Context, paths, leader_path: Optional[str], as_json: bool
     Per copy: log start and end offset, high watermark, leader epochs. The copy with the highest leader
     epoch (then log end offset) is the leader, or --leader; every other copy truncates where a follower
     would after OffsetsForLeaderEpoch (Kafka's rule), and what it holds from there is its diverged data.
-    Batches below that point are compared byte for byte. Read-only.
+    Batches below that point are compared byte for byte. Every offset of a copy that `kstore merge` would
+    not take is listed, with why (diverged: at or after the truncation point, a batch holding it included,
+    as Kafka truncates whole batches; differs: below it, other bytes than the merged log's). Copies whose
+    partition.metadata has different topic ids are different topics: each id is reconciled apart. Read-only.
 
     \b
-    Exit status: 0 the copies agree (a copy that is only behind agrees), 1 a copy diverges or a batch
-    differs, 2 usage, 3 unreadable.
+    Exit status: 0 the copies agree (a copy that is only behind agrees), 1 a copy diverges, a batch
+    differs or the topic ids differ, 2 usage, 3 unreadable.
 
     \b
     Example:
@@ -42,7 +45,11 @@ def command(ctx: click.Context, paths, leader_path: Optional[str], as_json: bool
         if as_json:
             click.echo(json.dumps(pc.to_dict(), sort_keys=True))
             continue
-        click.echo(f"{pc.topic}-{pc.partition}: {'DIVERGED' if pc.divergent else 'copies agree'}")
+        click.echo(f"{pc.topic}-{pc.partition}: {'DIVERGED' if pc.divergent else 'copies agree'}"
+                   + (f" (topic id {pc.topic_id})" if pc.topic_id else ""))
+        for tid, others in sorted(pc.other_topic_ids.items()):
+            click.echo(f"  TOPIC ID DIFFERS: {', '.join(others)} ha{'s' if len(others) == 1 else 've'} topic id "
+                       f"{tid}: another topic, compared apart")
         for c in pc.copies:
             epoch = f"epoch {c.latest_epoch}" if c.epochs else "no epochs"
             line = (f"  {c.role:<8} {os.path.dirname(c.path)}  offsets {c.log_start_offset}..{c.log_end_offset}"
@@ -54,5 +61,7 @@ def command(ctx: click.Context, paths, leader_path: Optional[str], as_json: bool
                 if c.mismatches:
                     line += f"; {len(c.mismatches)} batch(es) differ below it (first at {c.mismatches[0]})"
             click.echo(line)
+            for first, last, reason in c.left_out:
+                click.echo(f"    not in the merged log: offsets {first}..{last}: {REASONS[reason]}")
     if any(pc.divergent for pc in found):
         ctx.exit(int(ExitStatus.PROBLEMS))

@@ -720,3 +720,21 @@ def copy_file(src: str, dst: str) -> None:
     except OSError as exc:
         raise FileUnreadableError(f"cannot be read: {exc.strerror or exc}", path=src) from None
     atomic_write(dst, data)
+
+
+def remove_tree(directory: str) -> None:
+    """Remove a directory kstore built (a leftover of an interrupted run) with everything in it, deepest
+    first; a symbolic link in it is removed, never followed."""
+    if os.path.islink(directory) or not os.path.isdir(directory):
+        unlink(directory)
+        return
+    for root, dirs, files in os.walk(directory, topdown=False):
+        for name in files:
+            unlink(os.path.join(root, name))
+        for name in dirs:
+            path = os.path.join(root, name)
+            if os.path.islink(path):
+                unlink(path)
+            else:
+                remove_empty_dir(path)
+    remove_empty_dir(directory)

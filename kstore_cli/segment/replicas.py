@@ -14,8 +14,19 @@ OffsetsForLeaderEpoch (``AbstractFetcherThread.getOffsetTruncationState``):
   two end offsets (never past its own log end).
 
 Offsets at and after that point are the follower's diverged data (the leader never had them); offsets it
-lacks below the leader's log end it would fetch. Batches below the truncation point are compared byte
-for byte (CRC and bytes).
+lacks below the leader's log end it would fetch. Kafka's truncation removes whole batches
+(``LogSegment.truncateTo`` cuts the file at the position of the first batch whose last offset reaches the
+truncation offset), so a batch that straddles the point is diverged from its base offset on. Batches below
+the truncation point are compared byte for byte (CRC and bytes).
+
+The merged log (:func:`merge_plan`, what ``kstore merge`` writes) is the leader's batches, with the batches
+below the leader's first segment taken from a copy of the same lineage. Every offset of every copy that is
+not in the merged log, byte for byte, is listed per copy with the reason (:attr:`Copy.left_out`); both
+``kstore replicas`` and ``kstore merge`` report exactly those. Copies whose ``partition.metadata`` name
+different topic ids are different topics (Kafka's ``Partition.checkOrSetTopicId`` refuses a log whose topic id
+is not the partition's): each id's copies are reconciled on their own; a copy without ``partition.metadata``
+(data written before Kafka 2.8) takes whatever id it is given (``UnifiedLog.assignTopicId``), so it goes with
+the one id the other copies have (on its own when they have several).
 """
 
 from __future__ import annotations
@@ -25,7 +36,12 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from kstore_cli.errors import KstoreError, UsageError
-from kstore_cli.segment.checkpoint import LEADER_EPOCH_CHECKPOINT, read_leader_epoch_checkpoint
+from kstore_cli.segment.checkpoint import (
+    LEADER_EPOCH_CHECKPOINT,
+    PARTITION_METADATA,
+    read_leader_epoch_checkpoint,
+    read_partition_metadata,
+)
 from kstore_cli.segment.logdir import Partition, resolve
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.segment.scope import left_alone_reason
@@ -33,6 +49,11 @@ from kstore_cli.segment.unified_log import DataDirState, log_offsets
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
+#: Why a copy's offsets are not in the merged log.
+DIVERGED = "diverged"  # in the batch holding the truncation point or after it: Kafka's follower truncates them
+DIFFERS = "differs"  # below the truncation point, but not the merged log's batch (other bytes, or none there)
+REASONS = {DIVERGED: "diverged from the leader's lineage (at or after the truncation point)",
+           DIFFERS: "below the truncation point, but not the merged log's batch (other bytes or none there)"}
 
 
 def end_offset_for(epochs: List[Tuple[int, int]], requested: int, log_end_offset: int) -> Tuple[int, int]:
@@ -85,6 +106,12 @@ class Copy:
     truncate_to: Optional[int] = None
     rule: str = ""
     mismatches: List[int] = field(default_factory=list)  # base offsets whose batch differs below truncate_to
+    topic_id: Optional[str] = None  # partition.metadata's; None when the copy has none (before Kafka 2.8)
+    first_segment_base: Optional[int] = None
+    #: (first, last, reason) of every offset range not in the merged log (see merge_plan)
+    left_out: List[Tuple[int, int, str]] = field(default_factory=list)
+    #: the batches behind left_out, in log order
+    left_out_batches: List[Tuple[int, int, int, int, int, str]] = field(default_factory=list)
 
     @property
     def latest_epoch(self) -> int:
@@ -102,7 +129,8 @@ class Copy:
                 "logEndOffset": self.log_end_offset, "highWatermark": self.high_watermark,
                 "leaderEpochs": [list(e) for e in self.epochs], "truncateTo": self.truncate_to, "rule": self.rule,
                 "diverged": None if self.diverged is None else list(self.diverged),
-                "mismatchedBatches": self.mismatches}
+                "mismatchedBatches": self.mismatches, "topicId": self.topic_id,
+                "leftOut": [{"firstOffset": a, "lastOffset": b, "reason": r} for a, b, r in self.left_out]}
 
 
 @dataclass
@@ -112,27 +140,50 @@ class PartitionCopies:
     topic: str
     partition: int
     copies: List[Copy]
+    #: the merged log: (copy, batch) in offset order (merge_plan)
+    plan: List[Tuple[Copy, Tuple[int, int, int, int, int, str]]] = field(default_factory=list)
+    donor: Optional[Copy] = None  # the copy the batches below the leader's first segment come from
+    #: other topic ids found for this topic-partition among the paths -> their copies' paths
+    other_topic_ids: Dict[str, List[str]] = field(default_factory=dict)
 
     @property
     def leader(self) -> Copy:
         return next(c for c in self.copies if c.role == "leader")
 
     @property
+    def limit(self) -> int:
+        """The leader's first segment's base offset: below it, the merged log's batches are the donor's."""
+        leader = self.leader
+        return leader.first_segment_base if leader.first_segment_base is not None else leader.log_end_offset
+
+    @property
+    def topic_id(self) -> Optional[str]:
+        return next((c.topic_id for c in self.copies if c.topic_id is not None), None)
+
+    @property
     def divergent(self) -> bool:
-        return any(c.diverged is not None or c.mismatches for c in self.copies)
+        """A copy holds offsets the merged log does not have, or other copies are another topic (id)."""
+        return bool(self.other_topic_ids) or any(
+            c.diverged is not None or c.mismatches or c.left_out for c in self.copies)
 
     def to_dict(self) -> dict:
         return {"type": "partition", "topic": self.topic, "partition": self.partition, "divergent": self.divergent,
-                "leader": self.leader.path, "copies": [c.to_dict() for c in self.copies]}
+                "leader": self.leader.path, "topicId": self.topic_id, "otherTopicIds": self.other_topic_ids,
+                "copies": [c.to_dict() for c in self.copies]}
 
 
 def load_copy(partition: Partition) -> Copy:
+    """A copy's offsets, leader epochs, topic id and batches (a damaged batch is refused)."""
     state = DataDirState(partition.data_dir, tolerant=True)
     offsets = log_offsets(partition, state)
     path = os.path.join(partition.path, LEADER_EPOCH_CHECKPOINT)
     epochs = read_leader_epoch_checkpoint(path) if os.path.exists(path) else []
     copy = Copy(partition.path, offsets.log_start_offset, offsets.log_end_offset, offsets.high_watermark,
                 [(e, s) for e, s in epochs if s < offsets.log_end_offset])  # truncateFromEnd at load
+    metadata = os.path.join(partition.path, PARTITION_METADATA)
+    if os.path.exists(metadata):
+        copy.topic_id = str(read_partition_metadata(metadata)["topicId"])
+    copy.first_segment_base = partition.segments[0].base_offset if partition.segments else None
     for segment in partition.segments:
         for batch in read_batches(segment.log, check_crc=True):
             if not batch.is_valid:
@@ -179,7 +230,60 @@ def reconcile(topic: str, partition: int, copies: List[Copy], leader_path: Optio
             other = by_base.get(b[0])
             if other is not None and not _same_bytes(b, other):
                 copy.mismatches.append(b[0])
-    return PartitionCopies(topic, partition, copies)
+    pc = PartitionCopies(topic, partition, copies)
+    pc.donor, pc.plan = merge_plan(pc)
+    _left_out(pc)
+    return pc
+
+
+def _donor(pc: PartitionCopies, limit: int) -> Optional[Copy]:
+    """The copy of the leader's lineage (no batch differing from the leader's, not truncated below `limit`)
+    with the most history below `limit`, the leader's first segment."""
+    best = None
+    for c in pc.copies:
+        if c.role == "leader" or c.truncate_to is None or c.truncate_to < limit or c.mismatches:
+            continue
+        below = [b for b in c.batches if limit > b[1] >= c.log_start_offset]
+        if below and (best is None or below[0][0] < best[1]):
+            best = (c, below[0][0])
+    return best[0] if best else None
+
+
+def merge_plan(pc: PartitionCopies) -> Tuple[Optional[Copy], List[Tuple[Copy, Tuple]]]:
+    """The merged log: the donor's batches below the leader's first segment, then every leader batch."""
+    leader, limit = pc.leader, pc.limit
+    donor = _donor(pc, limit)
+    plan: List[Tuple[Copy, Tuple]] = []
+    if donor is not None:
+        plan.extend((donor, b) for b in donor.batches if limit > b[1] >= donor.log_start_offset)
+    plan.extend((leader, b) for b in leader.batches)
+    return donor, plan
+
+
+def _left_out(pc: PartitionCopies) -> None:
+    """Fill each copy's left_out: its batches (from its log start) that the merged log does not hold byte for
+    byte. A batch reaching the truncation point is diverged whole, as Kafka's truncation removes it whole."""
+    merged = {b[0]: (c, b) for c, b in pc.plan}
+    for copy in pc.copies:
+        copy.left_out, copy.left_out_batches = [], []
+        if copy.role == "leader":
+            continue
+        for b in copy.batches:
+            if b[1] < copy.log_start_offset:
+                continue
+            if b[1] >= copy.truncate_to:
+                reason = DIVERGED
+            else:
+                source = merged.get(b[0])
+                if source is not None and (source[1] is b or _same_bytes(b, source[1])):
+                    continue
+                reason = DIFFERS
+            first = max(b[0], copy.log_start_offset)
+            copy.left_out_batches.append(b)
+            if copy.left_out and copy.left_out[-1][2] == reason and copy.left_out[-1][1] + 1 == first:
+                copy.left_out[-1] = (copy.left_out[-1][0], b[1], reason)
+            else:
+                copy.left_out.append((first, b[1], reason))
 
 
 def find_copies(paths: Iterable[str]) -> Dict[Tuple[str, int], List[Partition]]:
@@ -195,11 +299,28 @@ def find_copies(paths: Iterable[str]) -> Dict[Tuple[str, int], List[Partition]]:
     return {k: v for k, v in sorted(found.items()) if len(v) >= 2}
 
 
+def by_topic_id(copies: List[Copy]) -> Dict[Optional[str], List[Copy]]:
+    """The copies grouped by topic id; copies without one join the only id there is (else stay apart, as None)."""
+    groups: Dict[Optional[str], List[Copy]] = {}
+    for c in copies:
+        groups.setdefault(c.topic_id, []).append(c)
+    ids = [k for k in groups if k is not None]
+    if len(ids) == 1 and None in groups:
+        groups[ids[0]] = [c for c in copies if c.topic_id in (None, ids[0])]
+        del groups[None]
+    return groups
+
+
 def compare(paths: Iterable[str], leader_path: Optional[str] = None) -> List[PartitionCopies]:
-    """Every partition with two or more copies among `paths`, reconciled."""
+    """Every partition with two or more copies among `paths`, reconciled (per topic id: copies with
+    different topic ids are different topics, each listed with the other ids)."""
     out = []
     for (topic, partition), parts in find_copies(paths).items():
-        leader = leader_path if leader_path and any(
-            os.path.realpath(p.path) == os.path.realpath(leader_path) for p in parts) else None
-        out.append(reconcile(topic, partition, [load_copy(p) for p in parts], leader))
+        groups = by_topic_id([load_copy(p) for p in parts])
+        for tid, group in groups.items():
+            leader = leader_path if leader_path and any(
+                os.path.realpath(c.path) == os.path.realpath(leader_path) for c in group) else None
+            pc = reconcile(topic, partition, group, leader)
+            pc.other_topic_ids = {k or "none": [c.path for c in g] for k, g in groups.items() if k != tid}
+            out.append(pc)
     return out

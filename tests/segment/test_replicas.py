@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from kstore_cli.cli import _register_commands, cli
+from kstore_cli.errors import KstoreError
 from kstore_cli.segment.reader import read_batches
 from kstore_cli.segment.replicas import compare, end_offset_for
 
@@ -106,7 +107,7 @@ def test_merge_keeps_the_lineage_once_and_kafka_loads_it(copies, oracle, tmp_pat
     assert result.exit_code == 1, result.output  # b diverged: said in the exit status
     (row,) = [json.loads(line) for line in result.output.splitlines()]
     assert row["diverged"] == [{"copy": str(root / "b" / "t-0"), "firstOffset": common_leo,
-                                "lastOffset": common_leo + 3 * 3 - 1}]  # b's three batches of three records
+                                "lastOffset": common_leo + 3 * 3 - 1, "reason": "diverged"}]  # b's three batches
     merged = _batches(out / "t-0")
     offsets = [o for base, last, _raw in merged for o in range(base, last + 1)]
     assert offsets == list(range(0, summary_a["log_end_offset"]))  # every offset of the lineage, once
@@ -132,3 +133,136 @@ def test_replicas_cli(copies) -> None:
     assert agree.exit_code == 0 and "copies agree" in agree.output
     diverged = CliRunner().invoke(cli, ["replicas", "--json", str(root / "a"), str(root / "b")])
     assert diverged.exit_code == 1 and json.loads(diverged.output)["divergent"]
+
+
+def _merge(*args: str):
+    return CliRunner().invoke(cli, ["merge", "--json", *args])
+
+
+def _offsets(part: Path) -> list:
+    return [o for base, last, _raw in _batches(part) for o in range(base, last + 1)]
+
+
+def _rewrite_value(log: Path, base: int) -> None:
+    """Change one value byte of the batch at `base` (its CRC made right again): same offsets, other bytes."""
+    from kstore_cli.segment.crc import crc32c
+
+    raw = bytearray(log.read_bytes())
+    batch = next(b for b in read_batches(str(log)) if b.base_offset == base)
+    at = raw.index(b"value", batch.position, batch.position + batch.size)
+    raw[at] = ord("V")
+    body = bytes(raw[batch.position + 21:batch.position + batch.size])
+    raw[batch.position + 17:batch.position + 21] = crc32c(body).to_bytes(4, "big")
+    log.write_bytes(bytes(raw))
+
+
+def test_merge_reports_a_batch_that_differs_below_the_truncation_point(copies, tmp_path) -> None:
+    """Issue 29: replicas said DIVERGED (exit 1) and merge said "diverged": [] (exit 0), writing nothing aside."""
+    root, _leo, summary_a, first_base = copies
+    shutil.copytree(root / "c", tmp_path / "c")
+    c_part = tmp_path / "c" / "t-0"
+    target = next(b for b in _batches(c_part) if b[0] >= first_base + 10)
+    log = max((p for p in c_part.glob("*.log") if int(p.name.split(".")[0]) <= target[0]),
+              key=lambda p: int(p.name.split(".")[0]))
+    _rewrite_value(log, target[0])
+    replicas = CliRunner().invoke(cli, ["replicas", "--json", str(root / "a"), str(tmp_path / "c")])
+    assert replicas.exit_code == 1
+    by = {Path(c["path"]).parent.name: c for c in json.loads(replicas.output)["copies"]}
+    # c's batches below a's first segment are left out too: a copy with a batch that differs from the
+    # leader's is no donor of older history
+    differs = [(0, first_base - 1), (target[0], target[1])]
+    assert by["c"]["leftOut"] == [{"firstOffset": a, "lastOffset": b, "reason": "differs"} for a, b in differs]
+    out, side = tmp_path / "out", tmp_path / "side"
+    result = _merge("--output-dir", str(out), "--keep-diverged", str(side), str(root / "a"), str(tmp_path / "c"))
+    assert result.exit_code == 1, result.output
+    (row,) = [json.loads(line) for line in result.output.splitlines()]
+    assert row["diverged"] == [{"copy": str(c_part), "firstOffset": a, "lastOffset": b, "reason": "differs"}
+                               for a, b in differs]
+    assert _offsets(out / "t-0") == list(range(first_base, summary_a["log_end_offset"]))
+    (side_part,) = side.glob("*/t-0")
+    assert _offsets(side_part) == [*range(0, first_base), *range(target[0], target[1] + 1)]
+
+
+def test_merge_keeps_aside_the_whole_batch_that_straddles_the_truncation_point(copies, tmp_path) -> None:
+    """A follower without leader epochs truncates to its high watermark, here inside a batch: Kafka's
+    LogSegment.truncateTo removes that batch whole, so all its offsets are left out and kept aside
+    (they used to be in neither output)."""
+    root, common_leo, _summary_a, _first = copies
+    shutil.copytree(root / "b", tmp_path / "b")
+    (tmp_path / "b" / "t-0" / "leader-epoch-checkpoint").unlink()
+    (tmp_path / "b" / "replication-offset-checkpoint").write_text(f"0\n1\nt 0 {common_leo + 4}\n")
+    out, side = tmp_path / "out", tmp_path / "side"
+    inputs = [str(root / "a"), str(tmp_path / "b"), str(root / "c")]  # c: the donor of a's removed segment
+    result = _merge("--output-dir", str(out), "--keep-diverged", str(side), *inputs)
+    assert result.exit_code == 1, result.output
+    (row,) = [json.loads(line) for line in result.output.splitlines()]
+    b_part = str(tmp_path / "b" / "t-0")
+    # below the truncation point b's batches are not a's (other epoch's data): differs; from the base of the
+    # batch holding common_leo + 4 on: diverged
+    assert row["diverged"] == [{"copy": b_part, "firstOffset": common_leo, "lastOffset": common_leo + 2,
+                                "reason": "differs"},
+                               {"copy": b_part, "firstOffset": common_leo + 3, "lastOffset": common_leo + 8,
+                                "reason": "diverged"}]
+    (side_part,) = side.glob("*/t-0")
+    assert _offsets(side_part) == list(range(common_leo, common_leo + 9))  # every offset not taken, once
+    replicas = CliRunner().invoke(cli, ["replicas", "--json", *inputs])
+    assert replicas.exit_code == 1
+    by = {Path(c["path"]).parent.name: c for c in json.loads(replicas.output)["copies"]}
+    assert [(r["firstOffset"], r["lastOffset"], r["reason"]) for r in by["b"]["leftOut"]] == [
+        (d["firstOffset"], d["lastOffset"], d["reason"]) for d in row["diverged"]]  # the two commands agree
+
+
+def _topic_id(part: Path, tid: str) -> None:
+    (part / "partition.metadata").write_text(f"version: 0\ntopic_id: {tid}\n")
+
+
+def test_copies_with_different_topic_ids_are_different_topics(copies, tmp_path) -> None:
+    root, _leo, _s, _f = copies
+    for name, tid in (("a", "AAECAwQFBgcICQoLDA0ODw"), ("c", "DwECAwQFBgcICQoLDA0ODw")):
+        shutil.copytree(root / name, tmp_path / name)
+        _topic_id(tmp_path / name / "t-0", tid)
+    a, c = str(tmp_path / "a"), str(tmp_path / "c")
+    replicas = CliRunner().invoke(cli, ["replicas", a, c])
+    assert replicas.exit_code == 1, replicas.output
+    assert "TOPIC ID DIFFERS" in replicas.output and "DwECAwQFBgcICQoLDA0ODw" in replicas.output
+    rows = [json.loads(line) for line in CliRunner().invoke(cli, ["replicas", "--json", a, c]).output.splitlines()]
+    assert sorted(r["topicId"] for r in rows) == ["AAECAwQFBgcICQoLDA0ODw", "DwECAwQFBgcICQoLDA0ODw"]
+    assert all(r["divergent"] and len(r["copies"]) == 1 and r["otherTopicIds"] for r in rows)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["merge", "--output-dir", str(out), a, c])
+    assert isinstance(result.exception, KstoreError) and result.exception.exit_status == 1
+    message = str(result.exception)
+    assert "different topic ids" in message and "AAECAwQFBgcICQoLDA0ODw" in message and "DwECAwQF" in message
+    assert not out.exists() and not list(tmp_path.glob("*.kstore-tmp"))  # nothing written
+
+
+def test_a_copy_without_partition_metadata_goes_with_the_topic_id_of_the_others(copies, tmp_path) -> None:
+    """Data written before Kafka 2.8 has no partition.metadata: UnifiedLog.assignTopicId gives it the
+    partition's id, so it merges with the copies that have one, and the output gets their file."""
+    root, _leo, _s, _f = copies
+    shutil.copytree(root / "c", tmp_path / "c")
+    _topic_id(tmp_path / "c" / "t-0", "AAECAwQFBgcICQoLDA0ODw")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["merge", "--output-dir", str(out), str(root / "a"), str(tmp_path / "c")])
+    assert result.exit_code == 0, result.output
+    assert (out / "t-0" / "partition.metadata").read_text() == "version: 0\ntopic_id: AAECAwQFBgcICQoLDA0ODw\n"
+
+
+def test_merge_rerun_after_it_finished_writes_nothing_and_another_merge_is_refused(copies, tmp_path) -> None:
+    """The output's kstore-merge.json names the merge: the same command again (a rerun after a kill that came
+    after the last write) reports and exits as before without writing; another merge into it is refused."""
+    from tests.safety_data import tree_bytes
+
+    root, _leo, _s, _f = copies
+    out, side = tmp_path / "out", tmp_path / "side"
+    argv = ["merge", "--output-dir", str(out), "--keep-diverged", str(side), *(str(root / n) for n in "abc")]
+    first = CliRunner().invoke(cli, argv)
+    assert first.exit_code == 1, first.output
+    assert json.loads((out / "kstore-merge.json").read_text())["state"] == "done"
+    assert not (side / "kstore-merge.json").exists()
+    before = tree_bytes(tmp_path)
+    again = CliRunner().invoke(cli, argv)
+    assert (again.exit_code, again.output) == (1, first.output) and tree_bytes(tmp_path) == before
+    other = CliRunner().invoke(cli, ["merge", "--output-dir", str(out), str(root / "a"), str(root / "c")])
+    assert isinstance(other.exception, KstoreError) and other.exception.exit_status == 2
+    assert "not empty" in str(other.exception) and tree_bytes(tmp_path) == before
