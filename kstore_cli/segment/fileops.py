@@ -141,13 +141,14 @@ def _die_with_parent() -> None:
 
 
 def bind_to_parent(parent_pid: int, shared_lock: object = None) -> None:
-    """First thing a worker process does: it dies with its parent `parent_pid`, which holds the data
-    dirs' ``.lock`` for it (a forked child does not inherit an fcntl lock; the issue's rule is "no write
-    without the lock held by the writing process or its living parent"). The kernel's SIGKILL on the
-    parent's death, then a parent already dead before that was armed (reparented: another ppid); and
-    from then on every file operation first checks that the parent is still the same
-    (:func:`_parent_alive_or_die`). `shared_lock` (a multiprocessing lock) serializes
-    :func:`shared_update` across the workers."""
+    """First thing a worker process does: bind itself to its parent `parent_pid`, which holds the data
+    dirs' ``.lock`` for it (a forked child does not inherit an fcntl lock), so that it writes nothing
+    once the lock is no longer held by its living parent: the kernel SIGKILLs it when the parent dies;
+    a parent that died before that was armed is seen now (the worker was reparented: another ppid);
+    and every file operation first checks the parent again (:func:`_parent_alive_or_die`). The kernel
+    drops a dying parent's locks just before it signals the children: a worker inside a file operation
+    at that instant is stopped there as by a crash (every step is crash-safe) and starts no other.
+    `shared_lock` (a multiprocessing lock) serializes :func:`shared_update` across the workers."""
     global _parent_pid, _shared_lock
     _die_with_parent()
     _parent_pid = parent_pid
