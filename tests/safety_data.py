@@ -419,3 +419,56 @@ PAUSED_RUN = (
     "from kstore_cli.cli import main\n"
     "main(sys.argv[3:])\n"
 )
+
+
+def make_partitions_to_recover(data_dir: Path, copies: int = 4) -> Path:
+    """An unclean shutdown `recover --jobs` has work for in every partition: make_data_dir's orders-0
+    with a CRC mismatch in the last batch of its second segment (recovery cuts there), copied as
+    orders-1..orders-{copies - 1}, beside clicks-0; every recovery point at 0 (every segment is
+    recovered), the other checkpoints at each log end (lowered by each cut). Returns the data dir."""
+    part = make_data_dir(data_dir)
+    seg = Partition(str(part)).segments[1]
+    raw = bytearray(Path(seg.log).read_bytes())
+    raw[-10] ^= 0xFF
+    Path(seg.log).write_bytes(bytes(raw))
+    for i in range(1, copies):
+        shutil.copytree(part, data_dir / f"orders-{i}")
+    for name in OFFSET_CHECKPOINTS:
+        path = data_dir / name
+        entries = read_offset_checkpoint(str(path))
+        for i in range(1, copies):
+            entries[("orders", i)] = entries[("orders", 0)]
+        if name == "recovery-point-offset-checkpoint":
+            entries = {k: 0 for k in entries}
+        path.write_text(format_offset_checkpoint(entries))
+    return data_dir
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def child_pids(pid: int) -> List[int]:
+    """The pids of the live processes whose parent is `pid` (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
+        if int(fields[1]) == pid and fields[0] not in "ZX":
+            out.append(int(entry))
+    return out
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (its exit done, whoever reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:].split()[0] not in "ZX"

@@ -66,8 +66,11 @@ from tests.safety_data import (
     is_subsequence,
     loader_view,
     log_end,
+    alive,
+    child_pids,
     make_data_dir,
     make_many_segments,
+    make_partitions_to_recover,
     records,
     tree_bytes,
 )
@@ -200,6 +203,10 @@ class Scenario:
     new_output: bool = False
     #: Dirs beside the data dir (in the work dir) that the rerun must also leave as the uninterrupted run did.
     also_compare: Tuple[str, ...] = ()
+    #: False: a command whose file operations run in worker processes (recover --jobs), where a crash point
+    #: kills the worker that reaches it, not the command: killed at random wall-clock times only
+    #: (test_sigkill_at_random_wall_clock_times, bench/random_kill.py), the parent alone.
+    every_operation: bool = True
 
     def __str__(self) -> str:
         return self.name
@@ -226,6 +233,10 @@ SCENARIOS = [
     # the roll and the recovery point.
     Scenario("recover", _unclean_damaged_tail, lambda d: ["recover", "--jobs", "1", str(d)],
              damaged_input=True, min_ops=15),
+    # Five partitions (four cut) in two worker processes; the parent, which holds .lock and writes the
+    # recovery point last, is the one killed (issue 29: its workers must die with it).
+    Scenario("recover-jobs", make_partitions_to_recover, lambda d: ["recover", "--jobs", "2", str(d)],
+             damaged_input=True, min_ops=4, every_operation=False),
     # Salvage keeps the batches after the damage too: a gap in the offsets, not a prefix.
     Scenario("salvage-in-place", _damaged_tail, lambda d: ["salvage", "--in-place", str(d / "orders-0")],
              damaged_input=True, min_ops=8, contiguous=False),
@@ -514,7 +525,7 @@ def kept_states(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("kafka-cases")
 
 
-@pytest.mark.parametrize("sc", SCENARIOS, ids=str)
+@pytest.mark.parametrize("sc", [s for s in SCENARIOS if s.every_operation], ids=str)
 def test_sigkill_at_every_file_operation(sc: Scenario, tmp_path: Path, capsys,
                                         kept_states: Path) -> None:
     started = time.perf_counter()
@@ -714,13 +725,16 @@ def test_replace_segments_refuses_an_extra_file_it_cannot_swap(tmp_path: Path) -
 ROOT = Path(__file__).resolve().parent.parent
 #: Kills per scenario in the suite (bench/random_kill.py runs hundreds); KSTORE_KILL_SEED picks the delays.
 RANDOM_KILLS = {"compact-multi-segment-groups": 4, "convert-v1gzip-v2zstd": 1, "retain-time": 1,
-                "rebuild-index-truncate": 1, "merge": 1}
+                "rebuild-index-truncate": 1, "merge": 1,
+                "recover-jobs": 2}
 
 
 def kill_at_random(argv: List[str], scratch: Path, delay: float) -> Tuple[bool, float]:
     """Run ``python -m kstore_cli argv`` as a real process (fsync and all) and SIGKILL it `delay`
     seconds after its first file operation (it waits there until told to go, so the start-up does not
-    eat the delay). Returns (killed, seconds from its first operation to its end)."""
+    eat the delay). Returns (killed, seconds from its first operation to its end). The process alone is
+    killed, not its group: its worker processes (recover --jobs) must die with it, within 2 s, else
+    AssertionError (after killing them)."""
     from tests.safety_data import PAUSED_RUN
 
     scratch.mkdir(parents=True, exist_ok=True)
@@ -747,9 +761,21 @@ def kill_at_random(argv: List[str], scratch: Path, delay: float) -> Tuple[bool, 
         code = proc.wait(timeout=delay)
         return False, time.monotonic() - started  # it finished before the kill came
     except subprocess.TimeoutExpired:
+        workers = child_pids(proc.pid)
         proc.send_signal(signal.SIGKILL)
     code = proc.wait()
-    return code == -signal.SIGKILL, time.monotonic() - started
+    ended = time.monotonic() - started
+    deadline = time.monotonic() + 2
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    survivors = [pid for pid in workers if alive(pid)]
+    for pid in survivors:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not survivors, f"{argv}: worker processes {survivors} outlived their SIGKILLed parent by 2 s"
+    return code == -signal.SIGKILL, ended
 
 
 @pytest.mark.parametrize("name", sorted(RANDOM_KILLS))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from typing import List, Optional
@@ -80,7 +81,15 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
         if jobs == 1 or len(partitions) == 1:
             results = [recover_partition(p, **kwargs) for p in partitions]
         else:
-            with ProcessPoolExecutor(max_workers=min(jobs, len(partitions))) as pool:
+            # Workers are forked (explicitly: not spawned nor from a forkserver) by this process, which holds
+            # the data dirs' .lock for them: an fcntl lock is not inherited, so each worker is bound to its
+            # parent (fileops.bind_to_parent: killed by the kernel when the parent dies, and no file
+            # operation once it is gone) and no write happens without the lock held by its living parent.
+            # The lock shared by the workers serializes their updates of the data dirs' checkpoints.
+            context = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(max_workers=min(jobs, len(partitions)), mp_context=context,
+                                     initializer=fileops.bind_to_parent,
+                                     initargs=(os.getpid(), context.Lock())) as pool:
                 results = list(pool.map(_recover, [(p, kwargs) for p in partitions]))
         for data_dir in sorted(groups):
             advance_recovery_points(data_dir, results)

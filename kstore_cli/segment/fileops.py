@@ -24,6 +24,7 @@ import fcntl
 import os
 import signal
 import stat
+import sys
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from kstore_cli.errors import FileUnreadableError, KstoreError, LogDirLockedError, UnsafeFileError
@@ -95,6 +96,7 @@ def operation_count() -> int:
 
 def _step(kind: str, path: str) -> None:
     global _op_count, _crash_at, _env_read
+    _parent_alive_or_die()
     if not _env_read:
         _env_read = True
         value = os.environ.get(CRASH_ENV)
@@ -111,6 +113,66 @@ def _step(kind: str, path: str) -> None:
             _crash_hook(_op_count, kind, path)
         else:
             os.kill(os.getpid(), signal.SIGKILL)
+        _parent_alive_or_die()  # a hook that paused (a test's) may have outlived the parent
+
+
+# --------------------------------------------------------------------------- worker processes
+
+#: In a worker process (``recover --jobs``): the pid of the parent that holds the data dirs' ``.lock``.
+_parent_pid: Optional[int] = None
+#: In a worker process: the lock the workers share for files several of them rewrite (the data dir's
+#: checkpoints, see :func:`shared_update`).
+_shared_lock = None
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_parent() -> None:
+    """prctl(PR_SET_PDEATHSIG, SIGKILL): the kernel kills this process when its parent dies (Linux;
+    elsewhere only the check in :func:`_step` stands)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def bind_to_parent(parent_pid: int, shared_lock: object = None) -> None:
+    """First thing a worker process does: bind itself to its parent `parent_pid`, which holds the data
+    dirs' ``.lock`` for it (a forked child does not inherit an fcntl lock), so that it writes nothing
+    once the lock is no longer held by its living parent: the kernel SIGKILLs it when the parent dies;
+    a parent that died before that was armed is seen now (the worker was reparented: another ppid);
+    and every file operation first checks the parent again (:func:`_parent_alive_or_die`). The kernel
+    drops a dying parent's locks just before it signals the children: a worker inside a file operation
+    at that instant is stopped there as by a crash (every step is crash-safe) and starts no other.
+    `shared_lock` (a multiprocessing lock) serializes :func:`shared_update` across the workers."""
+    global _parent_pid, _shared_lock
+    _die_with_parent()
+    _parent_pid = parent_pid
+    _shared_lock = shared_lock
+    _parent_alive_or_die()
+
+
+def _parent_alive_or_die() -> None:
+    """In a worker whose parent is gone (the lock with it): die at once, as the kernel's SIGKILL would,
+    so that nothing more is written and no cleanup (which writes too) runs."""
+    if _parent_pid is not None and os.getppid() != _parent_pid:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def shared_update() -> Iterator[None]:
+    """A read-modify-write of a file several workers rewrite (a data dir's checkpoint, one entry per
+    partition): one worker at a time, so none loses another's entry nor takes its temporary file.
+    A no-op outside a worker (a single process is alone under the data dir's ``.lock``)."""
+    if _shared_lock is None:
+        yield
+        return
+    with _shared_lock:
+        yield
 
 
 #: What an error in the middle of a command means for the data (appended to its message).

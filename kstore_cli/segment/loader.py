@@ -44,7 +44,7 @@ from kstore_cli.segment.log_segment import read_next_offset
 from kstore_cli.segment.logdir import Partition
 from kstore_cli.segment.producer_state import ProducerStateManager
 from kstore_cli.segment.reader import read_batches
-from kstore_cli.segment.recovery import apply_plan, checkpoint_changes, plan_partition
+from kstore_cli.segment.recovery import apply_plan, checkpoint_changes, plan_partition, write_checkpoint_change
 from kstore_cli.segment.retention import roll_empty_segment
 from kstore_cli.segment.startup import ERROR, DataDirInfo, Issue, partition_issues, survey
 
@@ -179,7 +179,7 @@ def _after_recovery(partition: Partition, result: RecoverResult) -> None:
     leo = _log_end(partition)
     result.log_end_offset = leo
     for change in checkpoint_changes(partition, leo):
-        fileops.atomic_write(change["file"], change["_data"])
+        write_checkpoint_change(change)
         result.checkpoints_lowered.append(os.path.basename(change["file"]))
     for offset, path in sorted(partition.snapshots.items()):
         if offset > leo:

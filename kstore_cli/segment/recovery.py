@@ -612,7 +612,7 @@ def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Option
     # Nothing may point past the new log end (so no crash from here on leaves a checkpoint
     # ahead of the files, and a rerun that no longer sees the cut has nothing left to do).
     for change in checkpoint_writes:
-        fileops.atomic_write(change["file"], change["_data"])
+        write_checkpoint_change(change)
     for path, dst in moves:
         if os.path.lexists(dst) and same_bytes(path, dst):
             fileops.unlink(path)  # a move across file systems killed between its copy and its delete
@@ -749,3 +749,21 @@ def checkpoint_changes(partition: Partition, end_offset: int) -> List[dict]:
         change.update(after=entries.get(key), _data=format_offset_checkpoint(entries).encode())
         changes.append(change)
     return changes
+
+
+def write_checkpoint_change(change: dict) -> None:
+    """Write one of :func:`checkpoint_changes`. A data dir's checkpoint holds every partition's entry and
+    ``recover --jobs`` workers lower theirs at the same time: its entry is applied to the file as it is
+    now, one worker at a time (:func:`fileops.shared_update`), so that no worker's entry is lost. Alone,
+    the bytes are the change's own."""
+    if "topic" not in change:  # the partition's own leader-epoch-checkpoint
+        fileops.atomic_write(change["file"], change["_data"])
+        return
+    with fileops.shared_update():
+        entries = read_offset_checkpoint(change["file"])
+        key = (change["topic"], change["partition"])
+        if change["after"] is None:
+            entries.pop(key, None)
+        else:
+            entries[key] = change["after"]
+        fileops.atomic_write(change["file"], format_offset_checkpoint(entries).encode())
