@@ -298,14 +298,16 @@ def _wait(pid: int) -> Tuple[bool, int]:
 
 
 def _quarantined(root: Path) -> Dict[str, bytes]:
-    """{file name: bytes} of everything quarantined under root, over every time-stamped run dir
-    (the manifest aside: it names the run). A file quarantined twice (a killed run's dir and the
-    rerun's holding the same bytes) fails: a rerun finishes the killed run's quarantine."""
+    """{"<partition>/<file name>": bytes} of everything quarantined under root, over every time-stamped
+    run dir (the manifest aside: it names the run). A file quarantined twice for one partition (a killed
+    run's dir and the rerun's holding the same bytes) fails: a rerun finishes the killed run's quarantine."""
     out: Dict[str, bytes] = {}
-    for p in sorted((root / QUARANTINE).rglob("*")):
+    base = root / QUARANTINE
+    for p in sorted(base.rglob("*")):
         if p.is_file() and p.name != "kstore-quarantine.json":
-            assert p.name not in out, f"{p.name} quarantined twice"
-            out[p.name] = p.read_bytes()
+            key = f"{p.relative_to(base).parts[0]}/{p.name}"  # <partition>/<run dir>/<file>
+            assert key not in out, f"{key} quarantined twice"
+            out[key] = p.read_bytes()
     return out
 
 
