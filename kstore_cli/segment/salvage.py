@@ -18,7 +18,6 @@ batch, before the next). A zero-filled range that runs to the end of a segment i
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 from dataclasses import dataclass, field
@@ -38,9 +37,12 @@ from kstore_cli.segment.reader import iterate_source, map_file
 from kstore_cli.segment.quarantine import (
     MANIFEST,
     default_quarantine_root,
+    file_record,
+    load_manifest,
     new_quarantine_dir,
     quarantine_dirs_of,
     tidy_quarantine,
+    write_manifest,
 )
 from kstore_cli.segment.recovery import apply_plan, checkpoint_changes, is_zero, plan_partition
 
@@ -305,20 +307,17 @@ def _unfinished(partition_root: str, partition: Partition) -> List[str]:
     """Salvage quarantine dirs of the partition whose run was killed before its last step."""
     out = []
     for qdir in quarantine_dirs_of(partition_root, partition):
-        manifest = os.path.join(qdir, MANIFEST)
-        if qdir.endswith("-salvage") and os.path.isfile(manifest):
-            with open(manifest, encoding="utf-8") as f:
-                if not json.load(f).get("finished"):
-                    out.append(qdir)
+        if qdir.endswith("-salvage") and os.path.lexists(os.path.join(qdir, MANIFEST)):
+            # checked as every reader checks a manifest: one that names anything else is refused
+            if not load_manifest(qdir, partition=partition.path).data.get("finished"):
+                out.append(qdir)
     return out
 
 
-def _mark_finished(qdir: str) -> None:
-    path = os.path.join(qdir, MANIFEST)
-    with open(path, encoding="utf-8") as f:
-        manifest = json.load(f)
+def _mark_finished(qdir: str, partition: str) -> None:
+    manifest = load_manifest(qdir, partition=partition).data
     manifest["finished"] = True
-    fileops.atomic_write(path, (json.dumps(manifest, indent=1) + "\n").encode())
+    write_manifest(qdir, manifest)
 
 
 def salvage_in_place(plan: SalvagePlan, quarantine_root: Optional[str] = None) -> SalvageReport:
@@ -344,9 +343,9 @@ def salvage_in_place(plan: SalvagePlan, quarantine_root: Optional[str] = None) -
             for rng in seg.damaged:
                 name = f"{os.path.basename(rng.log)}.{rng.start}-{rng.end}.{rng.kind.replace(' ', '-')}"
                 fileops.copy_range(rng.log, os.path.join(qdir, name), rng.start, rng.end)
-                manifest["ranges"].append({**rng.to_dict(), "savedAs": name})
+                manifest["ranges"].append({**rng.to_dict(), "savedAs": name, **file_record(rng.log, rng.start, rng.end)})
                 report.quarantined.append(os.path.join(qdir, name))
-        fileops.atomic_write(os.path.join(qdir, MANIFEST), (json.dumps(manifest, indent=1) + "\n").encode())
+        write_manifest(qdir, manifest)
         # Producer snapshots past the first damage describe batches that are gone: moved out (the new one
         # at the log end is written last), so no load starts from them.
         first_damage = min(r.first_offset for s in changed for r in s.damaged)
@@ -369,5 +368,5 @@ def salvage_in_place(plan: SalvagePlan, quarantine_root: Optional[str] = None) -
             fileops.atomic_write(change["file"], change["_data"])
         _finish(src.path, plan.log_end_offset, report)
         for qdir in pending:
-            _mark_finished(qdir)
+            _mark_finished(qdir, src.path)
     return report
