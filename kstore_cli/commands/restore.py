@@ -19,20 +19,24 @@ from kstore_cli.segment.restore import apply_restore, plan_restore
 @force_option
 @json_option("One JSON object.")
 def command(quarantine_dir: str, dry_run: bool, force: bool, as_json: bool) -> None:
-    """Undo a `rebuild-index --truncate` or `recover` cut: append the cut tail back to its .log, move
-    the later segments and snapshots back, raise the checkpoints it lowered back to their old values,
-    and remove the empty segment recover rolled after the cut.
+    """Undo a `rebuild-index --truncate`: append the cut tail back to its .log, move the later
+    segments and snapshots back, and raise the checkpoints it lowered back to their old values.
+
+    The same for the cut of `recover`, which also rolled an empty segment at the cut: restore removes
+    it first (only while it is empty; what else recover did -- indexes rebuilt, the producer snapshot
+    and the recovery point at the cut -- stays, valid for the restored log).
 
     QUARANTINE_DIR is one run's dir, <quarantine root>/<partition>/<UTC time>/ (the one holding
     kstore-quarantine.json). The partition must be exactly as the cut left it: if a broker or
     another tool wrote it since (new data, a moved checkpoint), nothing changes and the command
     exits 1. The manifest is trusted with nothing outside its own dirs: every file it names must be a
-    bare name in the partition dir, its data dir or the quarantine dir, of the owner's partition, and
-    every quarantined file must have the size and sha256 recorded; anything else exits 2, nothing
-    changed (also with --dry-run). A salvage --in-place quarantine dir is refused (exit 2): salvage
-    cannot be undone. Every step is crash-safe; rerun after a kill and it finishes. The data dir's .lock is
-    taken first (a running broker makes this refuse, unless --force). The quarantine dir keeps its
-    manifest (marked restored) and the tail file, now a copy; delete it when done.
+    bare name in the partition dir, its data dir or the quarantine dir, the partition must belong to
+    the quarantine dir's owner (or root), and every quarantined file must have the size and sha256
+    recorded; anything else exits 2 and changes nothing (also with --dry-run). A salvage --in-place
+    quarantine dir is refused (exit 2): salvage cannot be undone. Every step is crash-safe; rerun
+    after a kill and it finishes. The data dir's .lock is taken first (a running broker makes this
+    refuse, unless --force). The quarantine dir keeps its manifest (marked restored) and the tail
+    file, now a copy; delete it when done.
 
     \b
     Exit status: 0 restored (or already restored), 1 the partition changed or is locked, 2 usage
