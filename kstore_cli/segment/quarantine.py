@@ -170,8 +170,9 @@ class QuarantineManifest:
     file named by its bare name (a version-1 manifest's absolute paths reduced to theirs); the methods
     give the one place each name may be."""
 
-    def __init__(self, qdir: str, data: Dict[str, Any], partition: str, legacy: bool) -> None:
+    def __init__(self, qdir: str, data: Dict[str, Any], partition: str, legacy: bool, qdir_uid: int) -> None:
         self.qdir = qdir
+        self.qdir_uid = qdir_uid
         self.path = os.path.join(qdir, MANIFEST)
         self.data = data
         self.partition = partition
@@ -194,8 +195,9 @@ class QuarantineManifest:
         return _refusal(self.path, field, what)
 
     def check_quarantined(self, name: str, record: Optional[Dict[str, Any]], field: str) -> None:
-        """Refuse a quarantined file that is not a regular, singly linked file of this quarantine dir with
-        the size and sha256 the manifest recorded (a version-1 manifest records neither: see the docs)."""
+        """Refuse a quarantined file that is not a regular file of this quarantine dir (a hard link only to a
+        file of the dir's owner) with the size and sha256 the manifest recorded (a version-1 manifest
+        records neither: see the docs)."""
         path = self.in_quarantine(name)
         try:
             st = os.lstat(path)
@@ -205,8 +207,11 @@ class QuarantineManifest:
             raise FileUnreadableError(f"cannot be examined: {exc.strerror or exc}", path=path) from None
         if not stat.S_ISREG(st.st_mode):
             raise self.refuse(field, f"{name} is {fileops.describe_kind(st.st_mode)}, not a regular file")
-        if st.st_nlink != 1:
-            raise self.refuse(field, f"{name} is a hard link ({st.st_nlink} names): its bytes may be another file's")
+        if st.st_nlink != 1 and st.st_uid != self.qdir_uid:
+            # A second name of the quarantine dir owner's own file (a hard-link backup of the data dir) adds
+            # nothing that user could not read anyway; a link to anyone else's file may hold their bytes.
+            raise self.refuse(field, f"{name} is a hard link ({st.st_nlink} names) to a file of uid {st.st_uid}, "
+                                     f"not of the quarantine dir's owner")
         if record is None:
             return
         if st.st_size != record["size"]:
@@ -312,9 +317,10 @@ def _check_partition(checker: _Checker, value: Any, qdir_st: os.stat_result, man
     if not stat.S_ISDIR(st.st_mode):
         raise checker.fail("partition", f"{value} is {fileops.describe_kind(st.st_mode)}, not a directory")
     # The quarantine dir and its manifest take the partition's owner: a user who could write them may
-    # name only a partition that user owns (what such a user could change anyway), never root's or another's.
+    # name only a partition that user owns (what such a user could change anyway), never root's or another's
+    # (root's, the partition owner's and our own user's manifests are trusted that far).
     for what, owner_st in (("the quarantine dir", qdir_st), (MANIFEST, manifest_st)):
-        if owner_st.st_uid not in (0, st.st_uid):
+        if owner_st.st_uid not in (0, st.st_uid, os.geteuid()):
             raise checker.fail("partition", f"{what} belongs to uid {owner_st.st_uid}, {value} to uid {st.st_uid}")
         if owner_st.st_mode & stat.S_IWOTH:
             raise checker.fail("partition", f"{what} is writable by every user")
@@ -453,7 +459,7 @@ def load_manifest(qdir: str, *, partition: Optional[str] = None) -> QuarantineMa
     checker = _Checker(qdir, data, legacy=version is None)
     part = _check_partition(checker, data.get("partition"), qdir_st, manifest_st, partition)
     checked = _check_salvage(checker, part) if data.get("kind") == "salvage" else _check_cut(checker, part)
-    return QuarantineManifest(qdir, checked, part, legacy=version is None)
+    return QuarantineManifest(qdir, checked, part, legacy=version is None, qdir_uid=qdir_st.st_uid)
 
 
 def write_manifest(qdir: str, data: Dict[str, Any]) -> None:

@@ -227,7 +227,8 @@ def apply_restore(plan: RestorePlan) -> None:
         if entry["copy"] is None:
             fileops.unlink(checked.in_partition(entry["file"]))
         else:
-            fileops.copy_file(checked.in_quarantine(entry["copy"]), checked.in_partition(entry["file"]))
+            fileops.copy_file(checked.in_quarantine(entry["copy"]), checked.in_partition(entry["file"]),
+                              follow_links=False)
 
     def order(move: Tuple[str, str]) -> Tuple[int, bool, str]:
         name = os.path.basename(move[1])

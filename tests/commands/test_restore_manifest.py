@@ -224,6 +224,17 @@ def test_an_unedited_manifest_of_the_data_dirs_owner_restores(world_tmp: Path, u
     assert not (s.outside / STOLEN).exists()
 
 
+def test_a_hard_link_backup_of_the_data_dir_does_not_stop_restore(world_tmp: Path, umask077) -> None:
+    """A second name of a quarantined file that the quarantine dir's owner owns (e.g. `cp -al` of the data
+    dir before the cut) is no attack: restore goes ahead (only links to another user's file are refused)."""
+    s = Setup(world_tmp)
+    moved = s.qdir / s.manifest["movedFiles"][0]["to"]
+    os.link(moved, world_tmp / "backup-of-a-segment")
+    res = invoke(["restore", str(s.qdir)])
+    assert res.exit_code == 0, res.output
+    assert (s.partition / moved.name).read_bytes() == (world_tmp / "backup-of-a-segment").read_bytes()
+
+
 def test_a_version_1_manifest_restores_only_with_paths_into_its_own_dirs(world_tmp: Path, umask077) -> None:
     """A manifest written before version 2 (absolute paths, no hashes) still restores when each path is in
     the dir it belongs to; the same manifest with one path elsewhere is refused."""
