@@ -425,7 +425,7 @@ def load_manifest(qdir: str, *, partition: Optional[str] = None) -> QuarantineMa
 
     The quarantine dir and the manifest are real (not links); the manifest names an existing partition dir
     (`partition`, when given, must be that one) owned by whoever owns the quarantine dir and the manifest
-    (root excepted); every other file it names is a bare name (no separator, no ``..``, never absolute: a
+    (unless that is root or the user running kstore); every other file it names is a bare name (no separator, no ``..``, never absolute: a
     version-1 manifest's absolute path counts only if it is in the right dir) of the kind kstore writes
     there: the segment and moved files in the partition dir, the tail and copies in the quarantine dir,
     checkpoints by their Kafka names (leader-epoch-checkpoint in the partition dir, the others in the data
