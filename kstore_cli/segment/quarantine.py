@@ -300,12 +300,10 @@ class _Checker:
 
 def _check_partition(checker: _Checker, value: Any, qdir_st: os.stat_result, manifest_st: os.stat_result,
                      expected: Optional[str]) -> str:
-    """The manifest's partition dir: an absolute, normalized path of an existing directory (not a link),
-    named like a partition, whose owner wrote the quarantine dir (or root did)."""
+    """The manifest's partition dir: an absolute, normalized path of an existing directory (not a link)
+    whose owner wrote the quarantine dir (or root did)."""
     if not isinstance(value, str) or "\0" in value or not os.path.isabs(value) or os.path.normpath(value) != value:
         raise checker.fail("partition", f"{value!r} is not the absolute path of a partition dir")
-    if names.parse_partition_dir(os.path.basename(value)) is None:
-        raise checker.fail("partition", f"{value!r} is not named like a partition dir (topic-N)")
     if expected is not None and os.path.realpath(value) != os.path.realpath(expected):
         raise checker.fail("partition", f"names {value}, not this partition ({expected})")
     try:
@@ -375,7 +373,7 @@ def _check_cut(c: _Checker, partition: str) -> Dict[str, Any]:
         originals.append({**entry, "file": name, "copy": copy, **(record or {})})
     if "originalIndexes" in d:
         out["originalIndexes"] = originals
-    topic, number = names.parse_partition_dir(os.path.basename(partition))
+    topic, number = names.parse_partition_dir(partition) or (os.path.basename(partition), -1)  # as Partition
     changes = []
     for i, entry in enumerate(c.entries("checkpoints")):
         field = f"checkpoints[{i}]"
