@@ -1,4 +1,4 @@
-"""``kstore restore``: undo a ``rebuild-index --truncate`` from its quarantine dir."""
+"""``kstore restore``: undo a cut (``rebuild-index --truncate``, ``recover``) from its quarantine dir."""
 
 from __future__ import annotations
 
@@ -22,22 +22,31 @@ def command(quarantine_dir: str, dry_run: bool, force: bool, as_json: bool) -> N
     """Undo a `rebuild-index --truncate`: append the cut tail back to its .log, move the later
     segments and snapshots back, and raise the checkpoints it lowered back to their old values.
 
+    The same for the cut of `recover`, which also rolled an empty segment at the cut: restore removes
+    it first (only while it is empty; what else recover did -- indexes rebuilt, the producer snapshot
+    and the recovery point at the cut -- stays, valid for the restored log).
+
     QUARANTINE_DIR is one run's dir, <quarantine root>/<partition>/<UTC time>/ (the one holding
     kstore-quarantine.json). The partition must be exactly as the cut left it: if a broker or
     another tool wrote it since (new data, a moved checkpoint), nothing changes and the command
-    exits 1. Every step is crash-safe; rerun after a kill and it finishes. The data dir's .lock is
-    taken first (a running broker makes this refuse, unless --force). The quarantine dir keeps its
-    manifest (marked restored) and the tail file, now a copy; delete it when done.
+    exits 1. The manifest is trusted with nothing outside its own dirs: every file it names must be a
+    bare name in the partition dir, its data dir or the quarantine dir, the partition must belong to
+    the quarantine dir's owner (or root), and every quarantined file must have the size and sha256
+    recorded; anything else exits 2 and changes nothing (also with --dry-run). A salvage --in-place
+    quarantine dir is refused (exit 2): salvage cannot be undone. Every step is crash-safe; rerun
+    after a kill and it finishes. The data dir's .lock is taken first (a running broker makes this
+    refuse, unless --force). The quarantine dir keeps its manifest (marked restored) and the tail
+    file, now a copy; delete it when done.
 
     \b
-    Exit status: 0 restored (or already restored), 1 the partition changed or is locked, 2 usage,
-    3 a file could not be read or written.
+    Exit status: 0 restored (or already restored), 1 the partition changed or is locked, 2 usage
+    or a manifest refused, 3 a file could not be read or written.
 
     \b
     Example:
       kstore restore /var/lib/kafka/kstore-quarantine/orders-0/20261123T213000123456Z
     """
-    plan = plan_restore(quarantine_dir)
+    plan = plan_restore(quarantine_dir, verify_contents=dry_run)  # the hashes: once, under the lock
     if not dry_run and not plan.nothing_to_do:
         with fileops.lock_data_dirs({plan.data_dir: [plan.partition]}, force=force):
             plan = plan_restore(quarantine_dir)  # again under the lock: nothing may change in between
@@ -52,6 +61,10 @@ def command(quarantine_dir: str, dry_run: bool, force: bool, as_json: bool) -> N
         return
     verb = "would" if dry_run else "restored:"
     parts = []
+    if plan.unroll:
+        rolled = plan.manifest["rolledSegment"]
+        parts.append(f"remove the empty segment {rolled} recover rolled" if dry_run
+                     else f"empty segment {rolled} recover rolled removed")
     if plan.append_bytes:
         parts.append(f"append {plan.append_bytes} bytes to {os.path.basename(plan.segment)}" if dry_run
                      else f"{plan.append_bytes} bytes appended to {os.path.basename(plan.segment)}")

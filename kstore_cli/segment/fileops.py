@@ -771,10 +771,11 @@ def set_mtime(path: str, mtime: float) -> None:
         raise _fail("set the time of", path, exc, _PARTIAL) from None
 
 
-def copy_file(src: str, dst: str) -> None:
-    """Replace dst with a copy of src (atomically, as :func:`atomic_write`)."""
+def copy_file(src: str, dst: str, *, follow_links: bool = True) -> None:
+    """Replace dst with a copy of src (atomically, as :func:`atomic_write`). `follow_links` False: src is
+    never read through a link (a file of a dir another user can write, e.g. a quarantine dir)."""
     try:
-        fd = os.open(src, os.O_RDONLY | _CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(src, os.O_RDONLY | _CLOEXEC | os.O_NONBLOCK | (0 if follow_links else _NOFOLLOW))
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise UnsafeFileError("is not a regular file; refusing to copy it", path=src)

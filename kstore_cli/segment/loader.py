@@ -150,7 +150,8 @@ def recover_partition(path: str, *, quarantine_root: Optional[str] = None, index
         if dry_run:
             result.log_end_offset = damaged.result.next_offset if damaged is not None else _log_end(partition)
             return result
-        report = apply_plan(plan, truncate=True, quarantine_root=quarantine_root)
+        # rolls_after: the manifest names the segment _after_recovery rolls, which `kstore restore` removes
+        report = apply_plan(plan, truncate=True, quarantine_root=quarantine_root, rolls_after=True)
         result.quarantine_dir = report.quarantine_dir
         _after_recovery(Partition(path), result)
     except KstoreError as exc:

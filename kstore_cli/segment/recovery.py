@@ -26,7 +26,6 @@ against a recovery are :mod:`~kstore_cli.segment.verify`'s.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Callable, List, Optional, Tuple
 
@@ -64,12 +63,15 @@ from kstore_cli.segment.logdir import Partition, Segment
 from kstore_cli.segment.producer_state import TxnState, state_at_segment
 from kstore_cli.segment.quarantine import (
     MANIFEST,
+    MANIFEST_VERSION,
     default_quarantine_root,
-    read_manifest,
+    file_record,
+    load_manifest,
     same_bytes,
     new_quarantine_dir,
     quarantine_dirs_of,
     tidy_quarantine,
+    write_manifest,
 )
 from kstore_cli.segment.reader import RELEASE_EVERY, release_pages, map_file, read_batches
 
@@ -549,7 +551,8 @@ class ApplyReport:
         self.quarantine_dir: Optional[str] = None
 
 
-def apply_plan(plan: PartitionPlan, *, truncate: bool = False, quarantine_root: Optional[str] = None) -> ApplyReport:
+def apply_plan(plan: PartitionPlan, *, truncate: bool = False, quarantine_root: Optional[str] = None,
+               rolls_after: bool = False) -> ApplyReport:
     """Write the index files that differ; with `truncate`, also cut a damaged tail the way
     Kafka's recovery does, moving the cut bytes (and any later segments and stale
     snapshots) into ``<quarantine root>/<partition>/<UTC time>/``.
@@ -562,12 +565,14 @@ def apply_plan(plan: PartitionPlan, *, truncate: bool = False, quarantine_root: 
     .log is truncated; the indexes are written. A rerun after a crash finds the cut still to do (or
     done) and finishes it in the same quarantine dir (whose manifest matches the cut and whose tail,
     if copied, has the same bytes), so every cut byte is quarantined exactly once; kstore's own
-    half-written temporary files in the partition's quarantine dirs are removed.
+    half-written temporary files in the partition's quarantine dirs are removed. `rolls_after`: the
+    caller (recover) rolls an empty segment at the new log end after the cut; the manifest names it, so
+    that `kstore restore` removes it.
     """
     report = ApplyReport()
     damaged = plan.damaged
     if damaged is not None and truncate:
-        _cut_tail(plan, damaged, quarantine_root, report)
+        _cut_tail(plan, damaged, quarantine_root, report, rolls_after)
     for splan in plan.segments:
         if splan.result is None or splan.skipped is not None:
             continue
@@ -581,7 +586,8 @@ def apply_plan(plan: PartitionPlan, *, truncate: bool = False, quarantine_root: 
     return report
 
 
-def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Optional[str], report: ApplyReport) -> None:
+def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Optional[str], report: ApplyReport,
+              rolls_after: bool = False) -> None:
     result = damaged.result
     partition = plan.partition
     root = quarantine_root or default_quarantine_root(partition)
@@ -602,13 +608,14 @@ def _cut_tail(plan: PartitionPlan, damaged: SegmentPlan, quarantine_root: Option
     tail = None
     if result.problem.kind != ZERO_TAIL:
         tail = os.path.join(qdir, os.path.basename(log) + ".tail")
-    new_manifest = _cut_manifest(plan, damaged, qdir, moves, tail, checkpoint_writes, manifest)
+    new_manifest = _cut_manifest(plan, damaged, moves, tail, checkpoint_writes, manifest, rolls_after)
     if new_manifest != manifest:
         # The manifest first: a quarantine dir left by a killed run still says what it was for.
-        fileops.atomic_write(os.path.join(qdir, MANIFEST), (json.dumps(new_manifest, indent=2) + "\n").encode())
+        write_manifest(qdir, new_manifest)
     for entry in new_manifest["originalIndexes"]:
-        if entry["copy"] is not None and not os.path.lexists(entry["copy"]):
-            fileops.copy_file(entry["file"], entry["copy"])
+        copy = None if entry["copy"] is None else os.path.join(qdir, entry["copy"])
+        if copy is not None and not os.path.lexists(copy):
+            fileops.copy_file(os.path.join(partition.path, entry["file"]), copy)
     # Nothing may point past the new log end (so no crash from here on leaves a checkpoint
     # ahead of the files, and a rerun that no longer sees the cut has nothing left to do).
     for change in checkpoint_writes:
@@ -638,30 +645,42 @@ def _move_order(path: str) -> Tuple[int, bool, str]:
     return (-int(name.split(".", 1)[0]), name.endswith(names.LOG_SUFFIX), name)
 
 
-def _cut_manifest(plan: PartitionPlan, damaged: SegmentPlan, qdir: str, moves: List[Tuple[str, str]],
-                  tail: Optional[str], checkpoint_writes: List[dict], manifest: Optional[dict]) -> dict:
-    """The quarantine manifest of a cut: what `kstore restore` puts back. A resumed cut keeps what the
-    killed run's `manifest` already recorded (the original indexes, earlier moves, lowered checkpoints)."""
+def _cut_manifest(plan: PartitionPlan, damaged: SegmentPlan, moves: List[Tuple[str, str]], tail: Optional[str],
+                  checkpoint_writes: List[dict], manifest: Optional[dict], rolls_after: bool = False) -> dict:
+    """The quarantine manifest of a cut: what `kstore restore` puts back, every file by its bare name, each
+    quarantined file with the size and sha256 it has (from its source: the manifest is written first). A
+    resumed cut keeps what the killed run's `manifest` (as load_manifest checked it) already recorded (the
+    original indexes, earlier moves, lowered checkpoints)."""
     result = damaged.result
-    checkpoints = [{k: v for k, v in c.items() if k != "_data"} for c in checkpoint_writes]
+    log = damaged.segment.log
+    checkpoints = [{k: (os.path.basename(v) if k == "file" else v) for k, v in c.items() if k != "_data"}
+                   for c in checkpoint_writes]
     new_manifest = {
+        "version": MANIFEST_VERSION,
         "partition": plan.partition.path,
-        "segment": damaged.segment.log,
+        "segment": os.path.basename(log),
         "validBytes": result.valid_bytes,
         "logSizeBefore": result.log_size,
         "nextOffset": result.next_offset,
         "problem": result.problem.to_dict(),
-        "tailFile": tail,
-        "movedFiles": [{"from": a, "to": b} for a, b in moves],
+        "tailFile": None if tail is None else os.path.basename(tail),
+        "movedFiles": [{"from": os.path.basename(a), "to": os.path.basename(b), **file_record(a)} for a, b in moves],
         # What the cut lowered (a resumed cut keeps what the killed run already lowered): what
         # `kstore restore` puts back.
         "checkpoints": checkpoints,
         # The damaged segment's indexes as they were (the cut rewrites them for the shorter .log):
         # restore puts them back with the tail, or a clean load would miss the tail's aborted
         # transactions and time index entries. "copy" null: the file did not exist.
-        "originalIndexes": _original_indexes(damaged.segment, qdir),
+        "originalIndexes": _original_indexes(damaged.segment),
     }
+    if tail is not None:
+        new_manifest["tailSha256"] = file_record(log, result.valid_bytes, result.log_size)["sha256"]
+    if rolls_after and result.next_offset > damaged.segment.base_offset:
+        # recover rolls an empty segment at the new log end (UnifiedLog.roll) right after the cut
+        new_manifest["rolledSegment"] = names.filename_prefix(result.next_offset) + names.LOG_SUFFIX
     if manifest is not None:
+        if "version" not in manifest:
+            del new_manifest["version"]  # a killed older run's entries have no hashes: it stays a version-1 manifest
         if "originalIndexes" in manifest:
             new_manifest["originalIndexes"] = manifest["originalIndexes"]
         seen = {m["from"] for m in new_manifest["movedFiles"]}
@@ -673,13 +692,17 @@ def _cut_manifest(plan: PartitionPlan, damaged: SegmentPlan, qdir: str, moves: L
     return new_manifest
 
 
-def _original_indexes(segment: Segment, qdir: str) -> List[dict]:
-    """Where the cut keeps a copy of each index file of the damaged segment (see the manifest)."""
+def _original_indexes(segment: Segment) -> List[dict]:
+    """The name under which the cut keeps a copy of each index file of the damaged segment in the quarantine
+    dir, with its size and sha256 (see the manifest)."""
     entries = []
     for suffix in (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX):
         path = segment.path(suffix)
-        copy = os.path.join(qdir, os.path.basename(path) + ".orig") if os.path.isfile(path) else None
-        entries.append({"file": path, "copy": copy})
+        name = os.path.basename(path)
+        if os.path.isfile(path):
+            entries.append({"file": name, "copy": name + ".orig", **file_record(path)})
+        else:
+            entries.append({"file": name, "copy": None})
     return entries
 
 
@@ -689,20 +712,20 @@ def _resumable_quarantine(partition_root: str, partition: Partition, log: str,
     tail, if it was copied, with the bytes still beyond the cut), to finish it there: the cut
     bytes must be quarantined once, not once per run."""
     for qdir in reversed(quarantine_dirs_of(partition_root, partition)):
-        manifest = read_manifest(qdir)
-        if manifest is None or manifest.get("restored"):
+        if not os.path.lexists(os.path.join(qdir, MANIFEST)):
             continue
-        try:
-            same = (os.path.realpath(manifest["partition"]) == os.path.realpath(partition.path)
-                    and os.path.basename(manifest["segment"]) == os.path.basename(log)
-                    and manifest["validBytes"] == result.valid_bytes
-                    and manifest["logSizeBefore"] == result.log_size)
-        except (KeyError, TypeError):
+        checked = load_manifest(qdir, partition=partition.path)  # a manifest naming anything else: refused
+        manifest = checked.data
+        if checked.kind != "cut" or manifest.get("restored"):
             continue
+        same = (manifest["segment"] == os.path.basename(log)
+                and manifest["validBytes"] == result.valid_bytes
+                and manifest["logSizeBefore"] == result.log_size)
         if not same:
             continue
         tail = manifest.get("tailFile")
-        if tail and os.path.lexists(tail) and not same_bytes(log, tail, result.valid_bytes, result.log_size):
+        if tail and os.path.lexists(os.path.join(qdir, tail)) and not same_bytes(
+                log, os.path.join(qdir, tail), result.valid_bytes, result.log_size):
             continue
         return qdir, manifest
     return None

@@ -18,7 +18,6 @@ batch, before the next). A zero-filled range that runs to the end of a segment i
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import struct
@@ -40,11 +39,13 @@ from kstore_cli.segment.reader import iterate_source, map_file
 from kstore_cli.segment.quarantine import (
     MANIFEST,
     default_quarantine_root,
+    file_record,
+    load_manifest,
     new_quarantine_dir,
     quarantine_dirs_of,
-    read_manifest,
     same_bytes,
     tidy_quarantine,
+    write_manifest,
 )
 from kstore_cli.segment.recovery import apply_plan, checkpoint_changes, is_zero, plan_partition
 
@@ -427,9 +428,9 @@ def _unfinished(partition_root: str, partition: Partition) -> List[str]:
     """Salvage quarantine dirs of the partition whose run was killed before its last step, oldest first."""
     out = []
     for qdir in quarantine_dirs_of(partition_root, partition):
-        if qdir.endswith("-salvage"):
-            manifest = read_manifest(qdir)
-            if manifest is not None and not manifest.get("finished"):
+        if qdir.endswith("-salvage") and os.path.lexists(os.path.join(qdir, MANIFEST)):
+            # checked as every reader checks a manifest: one that names anything else is refused
+            if not load_manifest(qdir, partition=partition.path).data.get("finished"):
                 out.append(qdir)
     return out
 
@@ -438,15 +439,13 @@ def _range_name(rng: DamagedRange) -> str:
     return f"{os.path.basename(rng.log)}.{rng.start}-{rng.end}.{rng.kind.replace(' ', '-')}"
 
 
-def _resumable(pending: List[str], ranges: List[DamagedRange]) -> Optional[Tuple[str, dict]]:
+def _resumable(pending: List[str], ranges: List[DamagedRange], partition: str) -> Optional[Tuple[str, dict]]:
     """The newest unfinished salvage dir, to finish there, when what it already holds of these ranges is
     still their bytes (the killed run's segments not yet rewritten): each range is quarantined once."""
     if not pending:
         return None
     qdir = pending[-1]
-    manifest = read_manifest(qdir)
-    if manifest is None or not isinstance(manifest.get("ranges"), list):
-        return None
+    manifest = load_manifest(qdir, partition=partition).data  # checked as every reader checks one
     for rng in ranges:
         saved = os.path.join(qdir, _range_name(rng))
         if os.path.lexists(saved) and not same_bytes(rng.log, saved, rng.start, rng.end):
@@ -454,12 +453,10 @@ def _resumable(pending: List[str], ranges: List[DamagedRange]) -> Optional[Tuple
     return qdir, manifest
 
 
-def _mark_finished(qdir: str) -> None:
-    path = os.path.join(qdir, MANIFEST)
-    with open(path, encoding="utf-8") as f:
-        manifest = json.load(f)
+def _mark_finished(qdir: str, partition: str) -> None:
+    manifest = load_manifest(qdir, partition=partition).data
     manifest["finished"] = True
-    fileops.atomic_write(path, (json.dumps(manifest, indent=1) + "\n").encode())
+    write_manifest(qdir, manifest)
 
 
 def _quarantine(src: Partition, partition_root: str, pending: List[str], changed: List[SegmentSalvage],
@@ -468,7 +465,7 @@ def _quarantine(src: Partition, partition_root: str, pending: List[str], changed
     killed run when it can be finished, else a new one, then added to `pending`) and move out the producer
     snapshots past the first damage."""
     ranges = [rng for seg in changed for rng in seg.damaged]
-    resumed = _resumable(pending, ranges)
+    resumed = _resumable(pending, ranges, src.path)
     if resumed is not None:
         qdir, manifest = resumed
     else:
@@ -478,12 +475,13 @@ def _quarantine(src: Partition, partition_root: str, pending: List[str], changed
         manifest = {"partition": src.path, "kind": "salvage", "finished": False, "ranges": []}
     report.quarantine_dir = qdir
     listed = {r.get("savedAs") for r in manifest["ranges"]}
-    added = [{**rng.to_dict(), "savedAs": _range_name(rng)} for rng in ranges if _range_name(rng) not in listed]
+    added = [{**rng.to_dict(), "savedAs": _range_name(rng), **file_record(rng.log, rng.start, rng.end)}
+             for rng in ranges if _range_name(rng) not in listed]
     if added or resumed is None:
         # The manifest first: a dir left by a killed run says what it is for, and the rerun finishes it
         # there instead of quarantining the same bytes again.
         manifest["ranges"] += added
-        fileops.atomic_write(os.path.join(qdir, MANIFEST), (json.dumps(manifest, indent=1) + "\n").encode())
+        write_manifest(qdir, manifest)
     for rng in ranges:
         saved = os.path.join(qdir, _range_name(rng))
         if not os.path.lexists(saved):
@@ -533,5 +531,5 @@ def salvage_in_place(plan: SalvagePlan, quarantine_root: Optional[str] = None) -
             fileops.atomic_write(change["file"], change["_data"])
         _finish(src.path, plan.log_end_offset, report)
         for qdir in pending:
-            _mark_finished(qdir)
+            _mark_finished(qdir, src.path)
     return report

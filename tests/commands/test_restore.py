@@ -311,3 +311,78 @@ def test_truncate_then_restore_is_the_identity(template: Path, tmp_path: Path, s
     res = invoke(["restore", str(qdir)])
     assert res.exit_code == 0, res.output
     assert _state(work / "data") == original
+
+
+def _recovered(template: Path, tmp_path: Path, name: str = "rec") -> Tuple[Path, Path]:
+    """The template after an unclean shutdown (recovery point 0: every segment recovered), then `recover`:
+    the cut, and the empty segment recover rolls at the new log end (UnifiedLog.roll)."""
+    work = fresh(template, tmp_path, name)
+    data = work / "data"
+    path = data / "recovery-point-offset-checkpoint"
+    path.write_text(format_offset_checkpoint({k: 0 for k in read_offset_checkpoint(str(path))}))
+    shutil.copytree(data, work / "before-recover")
+    res = invoke(["recover", "--jobs", "1", "--index-interval-bytes", str(INTERVAL), str(data / "orders-0")])
+    assert res.exit_code == 0 and "rolled an empty segment" in res.output, res.output
+    (qdir,) = quarantine_dirs(work)
+    return work, qdir
+
+
+def _segments(part: Path) -> Dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in part.iterdir() if p.name.endswith(".log")}
+
+
+def test_restore_undoes_recovers_cut(oracle, template: Path, tmp_path: Path) -> None:
+    """Medium: recover rolls an empty segment after its cut, and restore then always refused ("a new segment
+    follows the cut one"). The manifest names the segment recover rolls; restore removes it (empty, as
+    rolled) and puts the cut back: the original segments byte for byte, and Kafka loads the original
+    records. What recover did besides the cut stays (valid for the restored log): indexes rebuilt as
+    Kafka's recovery writes them, the producer snapshot at the cut, the recovery point at the cut."""
+    work, qdir = _recovered(template, tmp_path)
+    manifest = json.loads((qdir / "kstore-quarantine.json").read_text())
+    rolled = f"{manifest['nextOffset']:020d}.log"
+    assert (work / "data" / "orders-0" / rolled).exists()
+    dry = invoke(["restore", "--dry-run", str(qdir)])
+    assert dry.exit_code == 0 and f"would remove the empty segment {rolled}" in dry.output, dry.output
+    res = invoke(["restore", str(qdir)])
+    assert res.exit_code == 0, res.output
+    part, original = work / "data" / "orders-0", work / "before-recover" / "orders-0"
+    assert _segments(part) == _segments(original)
+    assert not [p for p in part.iterdir() if p.name.startswith(rolled[:-4]) and not p.name.endswith(".snapshot")]
+    calls = [("load-log", [str(p), "--unclean"]) for p in (original, part)]
+    before, after = oracle.run_many(calls)
+    assert before.rc == 0 and after.rc == 0, after.stdout[-2000:]
+    assert kafka_records(after) == kafka_records(before) and kafka_records(after)
+    assert manifest.get("rolledSegment") == rolled  # the cut recorded it, before recover rolled it
+
+
+def test_restore_refuses_a_rolled_segment_written_since(template: Path, tmp_path: Path) -> None:
+    """The segment recover rolled is removed only while it is empty: a broker that appended to it wrote
+    after the cut, and restore refuses as for any new segment."""
+    work, qdir = _recovered(template, tmp_path)
+    rolled = f"{json.loads((qdir / 'kstore-quarantine.json').read_text())['nextOffset']:020d}.log"
+    with open(work / "data" / "orders-0" / rolled, "ab") as f:
+        f.write(b"\0" * 10)
+    before = tree_bytes(work)
+    res = invoke(["restore", str(qdir)])
+    assert res.exit_code == 1 and f"a new segment {rolled} follows the cut one" in res.output, res.output
+    assert tree_bytes(work) == before
+
+
+def test_restore_of_recovers_cut_finishes_after_a_kill_at_every_step(template: Path, tmp_path: Path) -> None:
+    ref, ref_q = _recovered(template, tmp_path, "ref")
+    ops = ops_of(["restore", str(ref_q)])
+    want = _state(ref / "data")
+    cut, cut_q = _recovered(template, tmp_path, "cut")
+    killed = 0
+    for n in range(1, ops + 1):
+        work = tmp_path / f"k{n}"
+        shutil.copytree(cut, work)
+        qdir = work / cut_q.relative_to(cut)
+        manifest = qdir / "kstore-quarantine.json"
+        manifest.write_text(manifest.read_text().replace(str(cut), str(work)))
+        killed += forked_crash(["restore", str(qdir)], n)
+        res = invoke(["restore", str(qdir)])
+        assert res.exit_code == 0, (n, res.output)
+        assert _state(work / "data") == want, f"kill before restore op {n}: does not converge"
+        shutil.rmtree(work)
+    assert killed == ops >= 10

@@ -174,3 +174,14 @@ def test_journal_records_nothing_until_a_test_arms_the_hooks(tmp_path, monkeypat
         assert fileops.journal and all(isinstance(entry, tuple) for entry in fileops.journal)
     finally:
         monkeypatch.setattr(fileops, "_recording", False)
+
+
+def test_copy_file_without_following_links_never_reads_through_one(tmp_path: Path) -> None:
+    """restore copies a quarantined original index back with follow_links=False: a link swapped into the
+    quarantine dir after its checks never makes it copy another file's bytes into the partition."""
+    (tmp_path / "secret").write_bytes(b"not yours")
+    (tmp_path / "copy.orig").symlink_to(tmp_path / "secret")
+    with pytest.raises(FileUnreadableError):
+        fileops.copy_file(str(tmp_path / "copy.orig"), str(tmp_path / "00000000000000000000.index"),
+                          follow_links=False)
+    assert not (tmp_path / "00000000000000000000.index").exists()
