@@ -298,6 +298,16 @@ class _Checker:
         return value
 
 
+def _lstat(path: str, missing: str) -> os.stat_result:
+    """lstat(2) of `path`; a missing or unexaminable path is FileUnreadableError (exit 3)."""
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        raise FileUnreadableError(missing, path=path) from None
+    except OSError as exc:
+        raise FileUnreadableError(f"cannot be examined: {exc.strerror or exc}", path=path) from None
+
+
 def _check_partition(checker: _Checker, value: Any, qdir_st: os.stat_result, manifest_st: os.stat_result,
                      expected: Optional[str]) -> str:
     """The manifest's partition dir: an absolute, normalized path of an existing directory (not a link)
@@ -306,12 +316,7 @@ def _check_partition(checker: _Checker, value: Any, qdir_st: os.stat_result, man
         raise checker.fail("partition", f"{value!r} is not the absolute path of a partition dir")
     if expected is not None and os.path.realpath(value) != os.path.realpath(expected):
         raise checker.fail("partition", f"names {value}, not this partition ({expected})")
-    try:
-        st = os.lstat(value)
-    except FileNotFoundError:
-        raise FileUnreadableError("the partition dir of the quarantine manifest does not exist", path=value) from None
-    except OSError as exc:
-        raise FileUnreadableError(f"cannot be examined: {exc.strerror or exc}", path=value) from None
+    st = _lstat(value, "the partition dir of the quarantine manifest does not exist")
     if not stat.S_ISDIR(st.st_mode):
         raise checker.fail("partition", f"{value} is {fileops.describe_kind(st.st_mode)}, not a directory")
     # The quarantine dir and its manifest take the partition's owner: a user who could write them may
@@ -432,12 +437,7 @@ def load_manifest(qdir: str, *, partition: Optional[str] = None) -> QuarantineMa
     (:meth:`QuarantineManifest.check_quarantined`) before its first change.
     """
     qdir = os.path.abspath(qdir)
-    try:
-        qdir_st = os.lstat(qdir)
-    except FileNotFoundError:
-        raise FileUnreadableError("no such directory", path=qdir) from None
-    except OSError as exc:
-        raise FileUnreadableError(f"cannot be examined: {exc.strerror or exc}", path=qdir) from None
+    qdir_st = _lstat(qdir, "no such directory")
     if stat.S_ISLNK(qdir_st.st_mode):
         raise UsageError("is a symbolic link; name the quarantine dir itself", path=qdir)
     if not stat.S_ISDIR(qdir_st.st_mode):

@@ -216,12 +216,13 @@ def test_restore_respects_the_lock(template: Path, tmp_path: Path) -> None:
     assert _state(work / "data") == _state(template / "data")
 
 
-def test_restore_finishes_after_a_kill_at_every_step(template: Path, tmp_path: Path) -> None:
-    ref, ref_q = _cut(template, tmp_path, "ref")
+def _restore_converges_after_a_kill_at_every_step(make, template: Path, tmp_path: Path) -> Dict[str, bytes]:
+    """restore of the quarantine `make` leaves, killed before each of its file operations and rerun: the
+    state of an uninterrupted restore (returned), and no leftovers."""
+    ref, ref_q = make(template, tmp_path, "ref")
     ops = ops_of(["restore", str(ref_q)])
     want = _state(ref / "data")
-    assert want == _state(template / "data")
-    cut, cut_q = _cut(template, tmp_path, "cut")
+    cut, cut_q = make(template, tmp_path, "cut")
     killed = 0
     for n in range(1, ops + 1):
         work = tmp_path / f"k{n}"
@@ -236,6 +237,12 @@ def test_restore_finishes_after_a_kill_at_every_step(template: Path, tmp_path: P
         assert not [p for p in work.rglob("*") if p.name.endswith(LEFTOVER_SUFFIXES)]
         shutil.rmtree(work)
     assert killed == ops >= 10
+    return want
+
+
+def test_restore_finishes_after_a_kill_at_every_step(template: Path, tmp_path: Path) -> None:
+    want = _restore_converges_after_a_kill_at_every_step(_cut, template, tmp_path)
+    assert want == _state(template / "data")  # restore gives back exactly the original
 
 
 def test_kafka_loads_the_restored_partition_with_exactly_the_original_records(oracle, template: Path,
@@ -369,20 +376,4 @@ def test_restore_refuses_a_rolled_segment_written_since(template: Path, tmp_path
 
 
 def test_restore_of_recovers_cut_finishes_after_a_kill_at_every_step(template: Path, tmp_path: Path) -> None:
-    ref, ref_q = _recovered(template, tmp_path, "ref")
-    ops = ops_of(["restore", str(ref_q)])
-    want = _state(ref / "data")
-    cut, cut_q = _recovered(template, tmp_path, "cut")
-    killed = 0
-    for n in range(1, ops + 1):
-        work = tmp_path / f"k{n}"
-        shutil.copytree(cut, work)
-        qdir = work / cut_q.relative_to(cut)
-        manifest = qdir / "kstore-quarantine.json"
-        manifest.write_text(manifest.read_text().replace(str(cut), str(work)))
-        killed += forked_crash(["restore", str(qdir)], n)
-        res = invoke(["restore", str(qdir)])
-        assert res.exit_code == 0, (n, res.output)
-        assert _state(work / "data") == want, f"kill before restore op {n}: does not converge"
-        shutil.rmtree(work)
-    assert killed == ops >= 10
+    _restore_converges_after_a_kill_at_every_step(_recovered, template, tmp_path)
