@@ -615,6 +615,41 @@ def lock_data_dirs(partitions_by_data_dir: Mapping[str, Iterable[str]], *, force
         yield
 
 
+def _nearest_dir(path: str) -> str:
+    """The real path of `path`, or of its nearest existing ancestor when it does not exist yet."""
+    target = os.path.abspath(path)
+    while not os.path.isdir(target) and os.path.dirname(target) != target:
+        target = os.path.dirname(target)
+    return os.path.realpath(target)
+
+
+@contextlib.contextmanager
+def lock_dirs(directories: Iterable[str], what: str) -> Iterator[None]:
+    """An exclusive flock(2) on each directory itself (its nearest existing ancestor when it does not exist
+    yet; each once, in path order), held until the block ends: for outputs built beside their final name
+    (merge's ``<output>.kstore-tmp``), so that two runs never build, or clear, the same temp dir at once.
+    A lock on a directory leaves no file behind; another run holding one is LogDirLockedError (exit 1)."""
+    fds: List[int] = []
+    try:
+        for target in sorted({_nearest_dir(d) for d in directories}):
+            try:
+                fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+            except OSError as exc:
+                raise FileUnreadableError(f"cannot open to lock: {exc.strerror}", path=target) from None
+            fds.append(fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno in (errno.EACCES, errno.EAGAIN, errno.EWOULDBLOCK):
+                    raise LogDirLockedError(f"another kstore process is writing {what} here (it holds a lock "
+                                            "on this directory); wait for it to finish", path=target) from None
+                raise FileUnreadableError(f"cannot lock: {exc.strerror}", path=target) from None
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)  # closing the last descriptor releases its flock
+
+
 def is_locked(data_dir: str) -> bool:
     """Whether another process holds the data dir's lock (read-only probe)."""
     path = os.path.join(os.path.realpath(data_dir), LOCK_FILE)

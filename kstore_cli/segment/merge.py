@@ -259,6 +259,15 @@ def merge(paths: List[str], output_root: str, *, leader_path: Optional[str] = No
     """Merge every partition that has two or more copies among `paths` into `output_root`, all or nothing."""
     output_root = os.path.abspath(output_root)
     keep_diverged = None if keep_diverged is None else os.path.abspath(keep_diverged)
+    # The dirs the outputs are built beside: one merge at a time there (a second would clear the first's
+    # temp dir as a killed run's leftover).
+    with fileops.lock_dirs([os.path.dirname(d) for d in (output_root, keep_diverged) if d is not None],
+                           "a merge's output"):
+        return _merge(paths, output_root, leader_path, keep_diverged)
+
+
+def _merge(paths: List[str], output_root: str, leader_path: Optional[str],
+           keep_diverged: Optional[str]) -> Tuple[List[PartitionCopies], List[MergeResult]]:
     # Paths relative to the output dir: the record is the same for the same command wherever the dirs are.
     record = {"command": "merge", "inputs": sorted(_relative(p, output_root) for p in paths),
               "leader": None if leader_path is None else _relative(leader_path, output_root),

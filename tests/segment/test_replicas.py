@@ -267,3 +267,28 @@ def test_merge_rerun_after_it_finished_writes_nothing_and_another_merge_is_refus
     assert isinstance(other.exception, KstoreError) and other.exception.exit_status == 2
     # Another merge's finished output holds its checkpoints: refused as a Kafka data dir before "not empty".
     assert "inside the Kafka data dir" in str(other.exception) and tree_bytes(tmp_path) == before
+
+
+def test_a_merge_building_beside_an_output_keeps_a_second_one_out(copies, tmp_path) -> None:
+    """Two merges into one output would each clear the other's <output>.kstore-tmp as a killed run's
+    leftover: the dir the output is built beside is flock'ed for the whole run, the second is refused."""
+    import fcntl
+    import os
+
+    from kstore_cli.errors import LogDirLockedError
+    from tests.safety_data import tree_bytes
+
+    root, _leo, _s, _f = copies
+    out = tmp_path / "out"
+    argv = ["merge", "--output-dir", str(out), *(str(root / n) for n in "abc")]
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)  # another merge's hold on the dir, as merge takes it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        before = tree_bytes(tmp_path)
+        res = CliRunner().invoke(cli, argv)
+        assert isinstance(res.exception, LogDirLockedError) and res.exception.exit_status == 1, res.output
+        assert "another kstore process is writing a merge's output" in str(res.exception)
+        assert tree_bytes(tmp_path) == before and not out.exists()
+    finally:
+        os.close(fd)
+    assert CliRunner().invoke(cli, argv).exit_code == 1 and (out / "kstore-merge.json").exists()  # exit 1: diverged
