@@ -55,7 +55,8 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
     \b
     Exit status: 0 recovered (a cut made and quarantined included), 1 a partition could not be
     recovered, something that stops the broker is left, or with --dry-run a log would be cut, 2 usage,
-    3 a file could not be read or written (a full disk, a permission: one line on stderr per partition).
+    3 a file could not be read or written (a full disk, a permission: one line on stderr per partition,
+    or per data dir whose recovery-point checkpoint could not be written, after the rows of what was done).
 
     \b
     Example:
