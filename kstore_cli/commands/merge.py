@@ -7,6 +7,7 @@ from typing import Optional
 
 import click
 
+from kstore_cli.commands._console import echo_skipped
 from kstore_cli.commands._options import ExistingPath, json_option
 from kstore_cli.errors import ExitStatus
 from kstore_cli.segment.merge import merge
@@ -32,7 +33,8 @@ def command(ctx: click.Context, paths, output_dir: str, leader_path: Optional[st
     is not in the result is listed with why, as `kstore replicas` lists it (diverged: at or after the
     truncation point, from the base of the batch holding it, as Kafka truncates whole batches; differs:
     below it, other bytes), and written with --keep-diverged, whole batches. Copies with different topic
-    ids (partition.metadata) are different topics: refused. The output partitions have indexes, the
+    ids (partition.metadata) are different topics: refused. The KRaft metadata log is left out (each copy
+    named as skipped, with why). The output partitions have indexes, the
     merged leader-epoch checkpoint, a producer snapshot, partition.metadata and the offset checkpoints:
     Kafka loads them as they are. All or nothing: built in OUTPUT.kstore-tmp and renamed into place; a
     rerun after a kill finishes.
@@ -45,7 +47,8 @@ def command(ctx: click.Context, paths, output_dir: str, leader_path: Optional[st
     Example:
       kstore merge --output-dir /srv/merged --keep-diverged /srv/diverged /mnt/broker1/data /mnt/broker2/data
     """
-    copies, results = merge(list(paths), output_dir, leader_path=leader_path, keep_diverged=keep_diverged)
+    copies, results, skipped = merge(list(paths), output_dir, leader_path=leader_path, keep_diverged=keep_diverged)
+    echo_skipped(skipped, as_json)
     for r in results:
         if as_json:
             click.echo(json.dumps(r.to_dict(), sort_keys=True))

@@ -12,7 +12,7 @@ import click
 
 from kstore_cli.commands._console import echo_skipped
 from kstore_cli.commands._options import ExistingPath, dry_run_option, force_option, json_option, topics_option
-from kstore_cli.errors import ExitStatus, UsageError
+from kstore_cli.errors import ExitStatus, KstoreError, UsageError
 from kstore_cli.segment import fileops
 from kstore_cli.segment.loader import RecoverResult, advance_recovery_points, check_what_is_left, recover_partition
 from kstore_cli.segment.logdir import group_by_data_dir, nothing_found, resolve
@@ -55,7 +55,8 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
     \b
     Exit status: 0 recovered (a cut made and quarantined included), 1 a partition could not be
     recovered, something that stops the broker is left, or with --dry-run a log would be cut, 2 usage,
-    3 a file could not be read or written (a full disk, a permission: one line on stderr per partition).
+    3 a file could not be read or written (a full disk, a permission: one line on stderr per partition,
+    or per data dir whose recovery-point checkpoint could not be written, after the rows of what was done).
 
     \b
     Example:
@@ -75,6 +76,7 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
                                         ("-delete", "-future", "-stray"))})
     jobs = jobs or os.cpu_count() or 1
     results: List[RecoverResult] = []
+    checkpoint_errors: List[KstoreError] = []
     with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
                                 force=force, enabled=not dry_run):
         kwargs = dict(quarantine_root=quarantine_dir, index_interval_bytes=index_interval_bytes, dry_run=dry_run)
@@ -92,7 +94,12 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
                                      initargs=(os.getpid(), context.Lock())) as pool:
                 results = list(pool.map(_recover, [(p, kwargs) for p in partitions]))
         for data_dir in sorted(groups):
-            advance_recovery_points(data_dir, results)
+            try:
+                advance_recovery_points(data_dir, results)
+            except KstoreError as exc:
+                # Reported after the rows: what the partitions' recovery did (cut, quarantined, rolled) is done
+                # and must be seen; the old checkpoint stays (atomic write), so the broker recovers from there.
+                checkpoint_errors.append(exc)
     dir_left = check_what_is_left(results)
     echo_skipped(skipped, as_json)
     for r in results:
@@ -108,7 +115,7 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
                                "cut": sum(1 for r in results if r.cut_at), "problems": sum(1 for r in results if r.problem),
                                "left": left, "bytesValidated": sum(r.bytes_validated for r in results)},
                               sort_keys=True))
-    errors = [r.error for r in results if r.error is not None]
+    errors = [r.error for r in results if r.error is not None] + checkpoint_errors
     if errors:
         from kstore_cli.cli import report_error  # the one place errors become lines and exit codes
 

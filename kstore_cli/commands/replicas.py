@@ -8,8 +8,9 @@ from typing import Optional
 
 import click
 
+from kstore_cli.commands._console import echo_skipped
 from kstore_cli.commands._options import ExistingPath, json_option
-from kstore_cli.errors import ExitStatus, UsageError
+from kstore_cli.errors import ExitStatus
 from kstore_cli.segment.replicas import REASONS, compare
 
 
@@ -28,7 +29,8 @@ def command(ctx: click.Context, paths, leader_path: Optional[str], as_json: bool
     Batches below that point are compared byte for byte. Every offset of a copy that `kstore merge` would
     not take is listed, with why (diverged: at or after the truncation point, a batch holding it included,
     as Kafka truncates whole batches; differs: below it, other bytes than the merged log's). Copies whose
-    partition.metadata has different topic ids are different topics: each id is reconciled apart. Read-only.
+    partition.metadata has different topic ids are different topics: each id is reconciled apart. The KRaft
+    metadata log is left out, as merge leaves it (each copy named as skipped, with why). Read-only.
 
     \b
     Exit status: 0 the copies agree (a copy that is only behind agrees), 1 a copy diverges, a batch
@@ -38,9 +40,8 @@ def command(ctx: click.Context, paths, leader_path: Optional[str], as_json: bool
     Example:
       kstore replicas /mnt/broker1/data /mnt/broker2/data /mnt/broker3/data
     """
-    found = compare(paths, leader_path)
-    if not found:
-        raise UsageError("no partition has two or more copies in " + ", ".join(paths))
+    found, skipped = compare(paths, leader_path)
+    echo_skipped(skipped, as_json)
     for pc in found:
         if as_json:
             click.echo(json.dumps(pc.to_dict(), sort_keys=True))

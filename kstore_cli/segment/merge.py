@@ -255,8 +255,10 @@ def _build(copies: List[PartitionCopies], results: List[MergeResult], output_roo
 
 
 def merge(paths: List[str], output_root: str, *, leader_path: Optional[str] = None,
-          keep_diverged: Optional[str] = None) -> Tuple[List[PartitionCopies], List[MergeResult]]:
-    """Merge every partition that has two or more copies among `paths` into `output_root`, all or nothing."""
+          keep_diverged: Optional[str] = None
+          ) -> Tuple[List[PartitionCopies], List[MergeResult], List[Tuple[str, str]]]:
+    """Merge every partition that has two or more copies among `paths` into `output_root`, all or nothing;
+    also the (partition path, reason) of each log the walk left out (:func:`replicas.find_copies`)."""
     output_root = os.path.abspath(output_root)
     keep_diverged = None if keep_diverged is None else os.path.abspath(keep_diverged)
     # The dirs the outputs are built beside: one merge at a time there (a second would clear the first's
@@ -283,13 +285,11 @@ def _merge(paths: List[str], output_root: str, leader_path: Optional[str],
         if keep_diverged is not None and not _is_empty(keep_diverged) and _record(keep_diverged) != record:
             raise UsageError("the --keep-diverged dir is not empty: merge writes new partition directories",
                              path=keep_diverged)
-    copies = compare(paths, leader_path)
-    if not copies:
-        raise UsageError("no partition has two or more copies in " + ", ".join(paths))
+    copies, skipped = compare(paths, leader_path)
     _refuse_topic_ids(copies)
     results = [_result(pc, output_root, keep_diverged) for pc in copies]
     if previous is None:
         _build(copies, results, output_root, keep_diverged, record)
     elif previous.get("state") != "done":  # killed after the output was in place: finish
         _complete(output_root, record)
-    return copies, results
+    return copies, results, skipped

@@ -44,7 +44,7 @@ from kstore_cli.segment.checkpoint import (
 )
 from kstore_cli.segment.logdir import Partition, resolve
 from kstore_cli.segment.reader import read_batches
-from kstore_cli.segment.scope import left_alone_reason
+from kstore_cli.segment.scope import split_left_alone
 from kstore_cli.segment.unified_log import DataDirState, log_offsets
 
 UNDEFINED_EPOCH = -1
@@ -286,17 +286,26 @@ def _left_out(pc: PartitionCopies) -> None:
                 copy.left_out.append((first, b[1], reason))
 
 
-def find_copies(paths: Iterable[str]) -> Dict[Tuple[str, int], List[Partition]]:
-    """Partitions present in two or more of the given dirs, by (topic, partition)."""
+def find_copies(paths: Iterable[str]) -> Tuple[Dict[Tuple[str, int], List[Partition]], List[Tuple[str, str]]]:
+    """(partitions present in two or more of the given dirs, by (topic, partition); the (partition path,
+    reason) of every log the walk met and left out, as no command may rewrite it: scope.split_left_alone)."""
     found: Dict[Tuple[str, int], List[Partition]] = {}
-    for target in resolve(paths):
+    targets, skipped = split_left_alone(resolve(paths))
+    for target in targets:
         p = target.partition
-        if p.partition < 0 or p.name.endswith(("-delete", "-future", "-stray")) or left_alone_reason(p) is not None:
+        if p.partition < 0 or p.name.endswith(("-delete", "-future", "-stray")):
             continue
         bucket = found.setdefault((p.topic, p.partition), [])
         if all(os.path.realpath(q.path) != os.path.realpath(p.path) for q in bucket):
             bucket.append(p)
-    return {k: v for k, v in sorted(found.items()) if len(v) >= 2}
+    return {k: v for k, v in sorted(found.items()) if len(v) >= 2}, skipped
+
+
+def no_copies(paths: Iterable[str], skipped: List[Tuple[str, str]]) -> UsageError:
+    """The usage error of a walk that found no partition with two or more copies (naming what it left out)."""
+    reasons = {reason: [path for path, why in skipped if why == reason] for _path, reason in skipped}
+    aside = "".join(f"; left out: {', '.join(where)}: {reason}" for reason, where in reasons.items())
+    return UsageError("no partition has two or more copies in " + ", ".join(paths) + aside)
 
 
 def by_topic_id(copies: List[Copy]) -> Dict[Optional[str], List[Copy]]:
@@ -311,11 +320,16 @@ def by_topic_id(copies: List[Copy]) -> Dict[Optional[str], List[Copy]]:
     return groups
 
 
-def compare(paths: Iterable[str], leader_path: Optional[str] = None) -> List[PartitionCopies]:
-    """Every partition with two or more copies among `paths`, reconciled (per topic id: copies with
-    different topic ids are different topics, each listed with the other ids)."""
+def compare(paths: Iterable[str], leader_path: Optional[str] = None
+            ) -> Tuple[List[PartitionCopies], List[Tuple[str, str]]]:
+    """(every partition with two or more copies among `paths`, reconciled (per topic id: copies with
+    different topic ids are different topics, each listed with the other ids); the logs left out, with why:
+    :func:`find_copies`). None found is a usage error (:func:`no_copies`)."""
     out = []
-    for (topic, partition), parts in find_copies(paths).items():
+    copies, skipped = find_copies(paths)
+    if not copies:
+        raise no_copies(paths, skipped)
+    for (topic, partition), parts in copies.items():
         groups = by_topic_id([load_copy(p) for p in parts])
         for tid, group in groups.items():
             leader = leader_path if leader_path and any(
@@ -323,4 +337,4 @@ def compare(paths: Iterable[str], leader_path: Optional[str] = None) -> List[Par
             pc = reconcile(topic, partition, group, leader)
             pc.other_topic_ids = {k or "none": [c.path for c in g] for k, g in groups.items() if k != tid}
             out.append(pc)
-    return out
+    return out, skipped

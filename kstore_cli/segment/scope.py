@@ -72,6 +72,11 @@ def mutable_targets(paths: Sequence[str], targets: Sequence[Target],
     """(the targets `command` may change, the (partition path, reason) of those a data-dir walk skips);
     a PATH naming a log no command may change is refused (:func:`refuse_named`)."""
     refuse_named(paths, targets, command)
+    return split_left_alone(targets)
+
+
+def split_left_alone(targets: Sequence[Target]) -> Tuple[List[Target], List[Tuple[str, str]]]:
+    """(the targets whose log a command may change, the (partition path, reason) of each other one, once)."""
     kept: List[Target] = []
     skipped: List[Tuple[str, str]] = []
     for target in targets:

@@ -100,13 +100,19 @@ def test_a_partition_without_logs_loses_its_orphans_keeps_its_checkpoints_and_is
         {p.name: p.read_bytes() for p in (tmp_path / "data").iterdir() if p.is_file() and p.name != ".lock"}
 
 
-def _roll_log_write(data: Path) -> int:
-    """The file operation at which recover writes the rolled empty .log of orders-0 (a reference run)."""
+def _write_of(data: Path, ends: str, within: str = "") -> int:
+    """The file operation at which recover writes (to its temp file) the file whose path ends with `ends` and
+    holds `within` (a reference run over `data`)."""
     fileops.arm_crash(None)
     assert run_main(["recover", "--jobs", "1", str(data)])[0] == 0
     journal = list(fileops.journal)
     return next(n for n, (kind, path) in enumerate(journal, 1)
-                if kind == "write" and "orders-0" in path and path.endswith(".log" + fileops.TMP_SUFFIX))
+                if kind == "write" and within in path and path.endswith(ends + fileops.TMP_SUFFIX))
+
+
+def _roll_log_write(data: Path) -> int:
+    """The file operation at which recover writes the rolled empty .log of orders-0 (a reference run)."""
+    return _write_of(data, ".log", "orders-0")
 
 
 def test_a_full_disk_or_no_permission_is_exit_3_on_stderr_and_leaves_no_orphan_index(tmp_path: Path) -> None:
@@ -126,6 +132,41 @@ def test_a_full_disk_or_no_permission_is_exit_3_on_stderr_and_leaves_no_orphan_i
         assert f"{part}: NOT RECOVERED" in out and "kstore: error" not in out, out
         assert _orphans(data) == []  # the roll's indexes went with its .log
         assert run_main(["recover", "--jobs", "1", str(data)])[0] == 0
+
+
+def test_a_failed_recovery_point_write_still_prints_what_was_recovered_cut_and_quarantined(tmp_path: Path) -> None:
+    """The data dir's recovery-point checkpoint is written last, after every partition's work: when that write
+    fails, the rows of what was done (the cut and where its bytes went) come first, then the one error line."""
+    for run in ("ref", "text", "json"):
+        part = make_data_dir(tmp_path / run / "data")
+        with open(next(part.glob("*.log")), "ab") as log:
+            log.write(b"\xff" * 40)  # a torn tail: recovery cuts it and quarantines it
+    at = _write_of(tmp_path / "ref" / "data", "recovery-point-offset-checkpoint")
+    outputs = {}
+    for run in ("text", "json"):
+        checkpoint = tmp_path / run / "data" / "recovery-point-offset-checkpoint"
+        before = checkpoint.read_bytes()
+        fileops.arm_fault(at, errno.ENOSPC)
+        try:
+            code, out, stderr = run_main(["recover", "--jobs", "1", *(["--json"] if run == "json" else []),
+                                          str(tmp_path / run / "data")])
+        finally:
+            fileops.arm_crash(None)
+        lines = stderr.splitlines()
+        assert code == 3 and len(lines) == 1 and lines[0].startswith(f"kstore: error: {checkpoint}"), (code, stderr)
+        assert "no space left on device" in lines[0] and checkpoint.read_bytes() == before, stderr
+        outputs[run] = out
+    part = tmp_path / "text" / "data" / "orders-0"
+    row = next(line for line in outputs["text"].splitlines() if line.startswith(f"{part}: "))
+    assert row.startswith(f"{part}: recovered ") and "CUT at " in row and "quarantined in " in row, outputs["text"]
+    assert f"{tmp_path / 'text' / 'data' / 'clicks-0'}: recovered " in outputs["text"]
+    rows = _rows(outputs["json"])
+    (cut,) = [r for r in rows if r["type"] == "partition" and r["cutAt"] is not None]
+    assert cut["partition"] == str(tmp_path / "json" / "data" / "orders-0") and os.path.isdir(cut["quarantineDir"])
+    assert rows[-1]["type"] == "summary" and rows[-1]["partitions"] == 2 and rows[-1]["cut"] == 1, rows
+    code, out, _err = run_main(["recover", "--jobs", "1", str(tmp_path / "text" / "data")])  # the rerun writes it
+    assert code == 0 and (tmp_path / "text" / "data" / "recovery-point-offset-checkpoint").read_text() == \
+        (tmp_path / "ref" / "data" / "recovery-point-offset-checkpoint").read_text(), out
 
 
 def test_an_error_in_a_worker_process_keeps_its_type_and_exit_status(tmp_path: Path) -> None:

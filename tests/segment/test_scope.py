@@ -124,6 +124,30 @@ def _copies(tmp_path: Path) -> list:
     return [str(tmp_path / "a"), str(tmp_path / "b")]
 
 
+def test_merge_and_replicas_leave_the_metadata_log_out_and_say_so(tmp_path: Path) -> None:
+    """Both walks meet a copy of __cluster_metadata-0 in each dir: never merged nor compared, and each one named
+    with why, as recover and convert-format name what they skip (text and JSON)."""
+    copies = _copies(tmp_path)
+    for copy in copies:
+        shutil.copytree(KRAFT / METADATA, Path(copy) / METADATA)
+    metadata = [str(Path(c) / METADATA) for c in copies]
+    for command in (["merge", "--output-dir", str(tmp_path / "out")], ["replicas"]):
+        result = kstore(*command, *copies)
+        assert status(result) == 0, text(result)
+        for path in metadata:
+            assert f"{path}: skipped: the KRaft metadata log is managed by Kafka's raft layer" in result.output
+        assert "v2-none-0" in result.output
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.is_dir()) == ["v2-none-0"]
+    for command in (["merge", "--output-dir", str(tmp_path / "out-json")], ["replicas"]):
+        result = kstore(*command, "--json", *copies)
+        rows = [json.loads(line) for line in result.output.splitlines()]
+        assert status(result) == 0 and [(r["partition"], "raft" in r["reason"]) for r in rows
+                                        if r["type"] == "skipped"] == [(p, True) for p in metadata], result.output
+        assert [r["type"] for r in rows].count("partition") == 1, result.output
+    result = kstore("replicas", *metadata)  # nothing but the metadata log: the usage error says why
+    assert status(result) == 2 and f"left out: {', '.join(metadata)}: the KRaft metadata log" in text(result)
+
+
 def test_merge_output_inside_a_live_data_dir_is_refused_and_nothing_is_created(tmp_path: Path,
                                                                                live_data: Path) -> None:
     copies = _copies(tmp_path)
