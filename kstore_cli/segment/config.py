@@ -656,13 +656,15 @@ class ConfigResolver:
         merged.update(dynamic)
         return broker_settings(merged, self.static_source, sources)
 
-    def for_topic(self, topic: str, data_dir: Optional[str] = None) -> TopicConfig:
-        """The topic's config as the broker owning `data_dir` has it (its node's cluster metadata)."""
+    def for_topic(self, topic: str, data_dir: Optional[str] = None, *, cluster_topic: bool = True) -> TopicConfig:
+        """The topic's config as the broker owning `data_dir` has it (its node's cluster metadata); without
+        `cluster_topic`, the topic's own overrides in the metadata log are left out (its dynamic broker configs,
+        the node's, stay)."""
         found = self.cluster.get(os.path.abspath(data_dir)) if data_dir is not None else None
         layers: List[Callable[[], Mapping[str, Tuple[Any, str]]]] = [
             lambda: self.flags,
             lambda: self.overrides.lookup(topic) if self.overrides else {},
-            lambda: found[0].topic(topic) if found is not None else {},
+            lambda: found[0].topic(topic) if found is not None and cluster_topic else {},
             lambda: {k: (v, "Kafka's internal topic setting") for k, v in INTERNAL_TOPIC_OVERRIDES.get(topic, {}).items()},
             lambda: self._broker_layer(data_dir),
         ]
@@ -706,16 +708,19 @@ class ConfigResolver:
         return (f"partition.metadata has topic ID {topic_id} and {image}: an old incarnation of a deleted "
                 f"{'and recreated ' if current else ''}topic, {stray}")
 
-    def for_partition(self, partition: "Partition", data_dir: Optional[str]
+    def for_partition(self, partition: "Partition", data_dir: Optional[str], *, other_incarnation: bool = False
                       ) -> Tuple[Optional[TopicConfig], Optional[str]]:
         """(config, None) for a partition directory, or (None, why no config applies): another incarnation
         of its topic (:meth:`incarnation_problem`), or a value from the metadata log that Kafka's ConfigDef
-        rejects (LogConfig would not be created, so the broker would not load the log either)."""
+        rejects (LogConfig would not be created, so the broker would not load the log either).
+
+        With `other_incarnation` (a command whose configs delete nothing), another incarnation gets
+        (config without the topic's overrides from the metadata log, why they were left out) instead."""
         problem = self.incarnation_problem(partition, data_dir)
-        if problem is not None:
+        if problem is not None and not other_incarnation:
             return None, problem
         try:
-            return self.for_topic(partition.topic, data_dir), None
+            return self.for_topic(partition.topic, data_dir, cluster_topic=problem is None), problem
         except InvalidConfigError as exc:
             return None, f"{exc.message}; Kafka refuses this config, so kstore leaves the partition alone"
 
