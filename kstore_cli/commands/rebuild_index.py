@@ -37,10 +37,7 @@ def _render_table(result: PartitionRebuild) -> None:
     for col in ("segment", "status", "files", "detail"):
         table.add_column(col)
     if result.config is not None:
-        note = result.config
-        table.add_row("", "[red]not handled[/]" if note.refused else "config", "",
-                      note.message if note.refused else f"index.interval.bytes {note.index_interval_bytes} from "
-                      f"{note.source}, not from the cluster metadata: {note.message}")
+        table.add_row("", "[red]not handled[/]" if result.config.refused else "config", "", result.config.detail())
     for seg in result.segments:
         files = " ".join(f"{k}:{v}" for k, v in seg.written) or "-"
         detail = seg.message or "; ".join(f"{k}: {r}" for k, r in seg.reasons.items())

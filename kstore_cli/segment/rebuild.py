@@ -156,12 +156,16 @@ class ConfigNote:
     def refused(self) -> bool:
         return self.index_interval_bytes is None
 
+    def detail(self) -> str:
+        """What it says, without the partition."""
+        if self.refused:
+            return self.message
+        return (f"index.interval.bytes {self.index_interval_bytes} from {self.source}, not from the cluster "
+                f"metadata: {self.message}")
+
     def text(self) -> str:
         """The line rebuild-index prints for it."""
-        if self.refused:
-            return f"{self.partition}: not handled: {self.message}"
-        return (f"{self.partition}: index.interval.bytes {self.index_interval_bytes} from {self.source}, not from the "
-                f"cluster metadata: {self.message}")
+        return f"{self.partition}: {'not handled: ' if self.refused else ''}{self.detail()}"
 
     def to_dict(self) -> dict:
         row = {"type": "config", "partition": self.partition, "status": "refused" if self.refused else "applied",
