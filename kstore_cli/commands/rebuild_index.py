@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Optional
+from typing import Any, Optional
 
 import click
 
@@ -22,9 +22,9 @@ from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.errors import ExitStatus
 from kstore_cli.segment import fileops
 from kstore_cli.segment.config import ConfigResolver
-from kstore_cli.segment.logdir import group_by_data_dir, nothing_found, resolve
+from kstore_cli.segment.logdir import Target, group_by_data_dir, nothing_found, resolve
 from kstore_cli.segment.scope import check_quarantine_dir, mutable_targets
-from kstore_cli.segment.rebuild import PartitionRebuild, rebuild_partition
+from kstore_cli.segment.rebuild import ConfigNote, PartitionRebuild, rebuild_partition
 
 
 def _render_table(result: PartitionRebuild) -> None:
@@ -36,6 +36,8 @@ def _render_table(result: PartitionRebuild) -> None:
     table = Table(title=result.partition, title_justify="left")
     for col in ("segment", "status", "files", "detail"):
         table.add_column(col)
+    if result.config is not None:
+        table.add_row("", "[red]not handled[/]" if result.config.refused else "config", "", result.config.detail())
     for seg in result.segments:
         files = " ".join(f"{k}:{v}" for k, v in seg.written) or "-"
         detail = seg.message or "; ".join(f"{k}: {r}" for k, r in seg.reasons.items())
@@ -51,6 +53,8 @@ def _render_table(result: PartitionRebuild) -> None:
 
 
 def _render_text(result: PartitionRebuild) -> None:
+    if result.config is not None:
+        click.echo(result.config.text())
     healthy = 0
     for seg in result.segments:
         if seg.status == "unchanged" and not seg.message:
@@ -72,6 +76,21 @@ def _render_text(result: PartitionRebuild) -> None:
         click.echo(f"{result.partition}: quarantined into {result.quarantine.dir}")
     if healthy:
         click.echo(f"{result.partition}: {healthy} segment(s) with nothing to rebuild")
+
+
+def _rebuild_one(resolver: ConfigResolver, target: Target, data_dir: str, **kwargs: Any) -> PartitionRebuild:
+    """One partition rebuilt with its index.interval.bytes, or refused where Kafka refuses its config. An older
+    incarnation of a recreated topic (a stray replica) is rebuilt without the new topic's overrides from the
+    metadata log, and says so: the interval changes only the index's density, and rebuild-index deletes nothing
+    Kafka's recovery would keep."""
+    config, problem = resolver.for_partition(target.partition, data_dir, other_incarnation=True)
+    if config is None:
+        return PartitionRebuild.refused(target.partition, problem or "")
+    interval = config.get("index.interval.bytes")
+    result = rebuild_partition(target.partition, only=target.only, index_interval_bytes=interval, **kwargs)
+    if problem is not None:
+        result.config = ConfigNote(target.partition.path, problem, interval, config.source("index.interval.bytes"))
+    return result
 
 
 @click.command(name="rebuild-index")
@@ -107,7 +126,10 @@ def command(ctx: click.Context, paths, index_interval_bytes: Optional[int], conf
     every index that differs from recovery's. Files are replaced atomically. The data dir's .lock is
     taken first, so a running broker makes this refuse (unless --force). index.interval.bytes comes
     from the flag, else --topic-config, else the cluster metadata log in the data dirs, else
-    --config (log.index.interval.bytes), else 4096.
+    --config (log.index.interval.bytes), else 4096. A partition whose topic config in the metadata
+    log Kafka rejects is not handled (exit 1); an older incarnation of a recreated topic (its
+    partition.metadata topic ID is not the metadata's) does not take the new topic's settings
+    from the metadata log, and the output says which index.interval.bytes it got instead.
 
     A segment whose tail is damaged (partial batch, CRC mismatch, size field < 14, invalid
     marker) or zero-filled (preallocated) is reported and nothing in its partition changes
@@ -142,10 +164,8 @@ def command(ctx: click.Context, paths, index_interval_bytes: Optional[int], conf
                                 force=force, enabled=not dry_run):
         for data_dir, dir_targets in groups.items():
             for target in dir_targets:
-                interval = resolver.for_topic(target.partition.topic, data_dir).get("index.interval.bytes")
-                result = rebuild_partition(target.partition, only=target.only, index_interval_bytes=interval,
-                                           all_indexes=all_indexes, truncate=truncate, dry_run=dry_run,
-                                           quarantine_dir=quarantine_dir)
+                result = _rebuild_one(resolver, target, data_dir, all_indexes=all_indexes, truncate=truncate,
+                                      dry_run=dry_run, quarantine_dir=quarantine_dir)
                 problems = problems or result.problems
                 if as_json:
                     for item in result.results():

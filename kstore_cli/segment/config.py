@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 MS_PER_MINUTE = 60 * 1000
 MS_PER_HOUR = 60 * MS_PER_MINUTE
 LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
 
 # Value kinds.
 LONG = "long"
@@ -301,20 +302,26 @@ def parse_value(key: str, raw: Any, where: str, multiplier: int = 1, name: Optio
         raise UsageError(f"unknown topic config {key!r} ({where})")
     name = name or key
     kind, validator = BROKER_KEY_DEFS.get(name, (TOPIC_CONFIGS[key][0], TOPIC_VALIDATORS.get(key)))
+    if kind == LIST and key == "cleanup.policy":  # ValidList.in(compact, delete), element by element
+        value = _parse_def(name, kind, None, raw, where)
+        bad = next((item for item in value if item not in CLEANUP_POLICIES), None)
+        if bad is not None:
+            raise _invalid(name, bad, f"String must be one of: {', '.join(CLEANUP_POLICIES)}", where)
+    else:
+        value = _parse_def(name, kind, validator, raw, where)
+    return value * multiplier if multiplier != 1 else value
+
+
+def _parse_def(name: str, kind: str, validator: Optional[Validator], raw: Any, where: str) -> Any:
+    """ConfigDef.parseValue of one definition: the value of `kind`, then its validator."""
     try:
         value = _parse_type(kind, raw)
     except ValueError as exc:
         raise _invalid(name, raw, str(exc), where) from None
-    if kind == LIST and key == "cleanup.policy":  # ValidList.in(compact, delete), element by element
-        bad = next((item for item in value if item not in CLEANUP_POLICIES), None)
-        if bad is not None:
-            raise _invalid(name, bad, f"String must be one of: {', '.join(CLEANUP_POLICIES)}", where)
-    elif validator is not None:
-        reason = validator(value)
-        if reason is not None:
-            shown = f"[{', '.join(value)}]" if kind == LIST else raw
-            raise _invalid(name, shown, reason, where)
-    return value * multiplier if multiplier != 1 else value
+    reason = validator(value) if validator is not None else None
+    if reason is not None:
+        raise _invalid(name, f"[{', '.join(value)}]" if kind == LIST else raw, reason, where)
+    return value
 
 
 def broker_settings(props: Mapping[str, str], source: str = "server.properties",
@@ -656,13 +663,15 @@ class ConfigResolver:
         merged.update(dynamic)
         return broker_settings(merged, self.static_source, sources)
 
-    def for_topic(self, topic: str, data_dir: Optional[str] = None) -> TopicConfig:
-        """The topic's config as the broker owning `data_dir` has it (its node's cluster metadata)."""
+    def for_topic(self, topic: str, data_dir: Optional[str] = None, *, cluster_topic: bool = True) -> TopicConfig:
+        """The topic's config as the broker owning `data_dir` has it (its node's cluster metadata); without
+        `cluster_topic`, the topic's own overrides in the metadata log are left out (its dynamic broker configs,
+        the node's, stay)."""
         found = self.cluster.get(os.path.abspath(data_dir)) if data_dir is not None else None
         layers: List[Callable[[], Mapping[str, Tuple[Any, str]]]] = [
             lambda: self.flags,
             lambda: self.overrides.lookup(topic) if self.overrides else {},
-            lambda: found[0].topic(topic) if found is not None else {},
+            lambda: found[0].topic(topic) if found is not None and cluster_topic else {},
             lambda: {k: (v, "Kafka's internal topic setting") for k, v in INTERNAL_TOPIC_OVERRIDES.get(topic, {}).items()},
             lambda: self._broker_layer(data_dir),
         ]
@@ -706,16 +715,19 @@ class ConfigResolver:
         return (f"partition.metadata has topic ID {topic_id} and {image}: an old incarnation of a deleted "
                 f"{'and recreated ' if current else ''}topic, {stray}")
 
-    def for_partition(self, partition: "Partition", data_dir: Optional[str]
+    def for_partition(self, partition: "Partition", data_dir: Optional[str], *, other_incarnation: bool = False
                       ) -> Tuple[Optional[TopicConfig], Optional[str]]:
         """(config, None) for a partition directory, or (None, why no config applies): another incarnation
         of its topic (:meth:`incarnation_problem`), or a value from the metadata log that Kafka's ConfigDef
-        rejects (LogConfig would not be created, so the broker would not load the log either)."""
+        rejects (LogConfig would not be created, so the broker would not load the log either).
+
+        With `other_incarnation` (a command whose configs delete nothing), another incarnation gets
+        (config without the topic's overrides from the metadata log, why they were left out) instead."""
         problem = self.incarnation_problem(partition, data_dir)
-        if problem is not None:
+        if problem is not None and not other_incarnation:
             return None, problem
         try:
-            return self.for_topic(partition.topic, data_dir), None
+            return self.for_topic(partition.topic, data_dir, cluster_topic=problem is None), problem
         except InvalidConfigError as exc:
             return None, f"{exc.message}; Kafka refuses this config, so kstore leaves the partition alone"
 
@@ -766,16 +778,18 @@ def compaction_flags(*, delete_retention_ms: Optional[int] = None, min_compactio
     return out
 
 
-#: Broker-level cleaner settings (CleanerConfig) kstore's compaction reads from a server.properties,
-#: with Kafka's defaults.
-CLEANER_DEFAULTS: Dict[str, Any] = {
-    "log.cleaner.threads": 1,
-    "log.cleaner.dedupe.buffer.size": 128 * 1024 * 1024,
-    "log.cleaner.io.buffer.load.factor": 0.9,
-    "log.cleaner.io.buffer.size": 512 * 1024,
-    "message.max.bytes": 1048588,
-    "producer.id.expiration.ms": 86400000,
+#: Broker-level settings kstore's compaction reads from a server.properties: kind, Kafka's default and validator,
+#: as their ConfigDefs define them (CleanerConfig.CONFIG_DEF, ServerConfigs' message.max.bytes,
+#: TransactionLogConfig's producer.id.expiration.ms).
+CLEANER_CONFIGS: Dict[str, Tuple[str, Any, Optional[Validator]]] = {
+    "log.cleaner.threads": (INT, 1, _at_least(0)),
+    "log.cleaner.dedupe.buffer.size": (LONG, 128 * 1024 * 1024, None),
+    "log.cleaner.io.buffer.load.factor": (DOUBLE, 0.9, None),
+    "log.cleaner.io.buffer.size": (INT, 512 * 1024, _at_least(0)),
+    "message.max.bytes": (INT, 1048588, _at_least(0)),
+    "producer.id.expiration.ms": (INT, 86400000, _at_least(1)),
 }
+CLEANER_DEFAULTS: Dict[str, Any] = {key: default for key, (_kind, default, _check) in CLEANER_CONFIGS.items()}
 
 
 class CleanerSettings:
@@ -809,31 +823,36 @@ class CleanerSettings:
     @classmethod
     def from_properties(cls, props: Optional[Mapping[str, str]] = None, *, dedupe_buffer_bytes: Optional[int] = None,
                         source: str = "server.properties") -> "CleanerSettings":
-        """Settings from broker properties (Kafka's defaults for what is missing); a flag wins."""
+        """Settings from broker properties (Kafka's defaults for what is missing); a flag wins. Each value is
+        read as KafkaConfig's ConfigDef reads it: one Kafka rejects raises :class:`InvalidConfigError` with
+        ConfigException's message (exit 2). log.cleaner.threads=0 (no cleaner thread in the broker) sizes the
+        buffers as for one thread: ``kstore compact`` is asked to clean."""
         props = props or {}
         sources: Dict[str, str] = {}
 
-        def get(key: str, kind):
+        def get(key: str) -> Any:
             raw = props.get(key)
             if raw is None or not str(raw).strip():
                 return CLEANER_DEFAULTS[key]
-            try:
-                value = kind(str(raw).strip())
-            except ValueError:
-                raise UsageError(f"{key}: {raw!r} is not a valid {kind.__name__} ({source})") from None
-            sources[key] = f"{source}: {key}"
+            kind, _default, validator = CLEANER_CONFIGS[key]
+            where = f"{source}: {key}"
+            value = _parse_def(key, kind, validator, str(raw), where)
+            sources[key] = where
             return value
 
-        threads = max(1, get("log.cleaner.threads", int))
-        dedupe = get("log.cleaner.dedupe.buffer.size", int) // threads
+        threads = max(1, get("log.cleaner.threads"))
+        dedupe = get("log.cleaner.dedupe.buffer.size") // threads
+        if dedupe > INT_MAX:  # LogCleaner.CleanerThread: min(dedupeBufferSize / numThreads, Int.MaxValue), warned
+            dedupe = INT_MAX
+            sources["log.cleaner.dedupe.buffer.size"] += f", capped at {INT_MAX} per cleaner thread as LogCleaner caps it"
         if dedupe_buffer_bytes is not None:
             dedupe = dedupe_buffer_bytes
             sources["log.cleaner.dedupe.buffer.size"] = "--dedupe-buffer-bytes"
         return cls(dedupe_buffer_bytes=dedupe,
-                   load_factor=get("log.cleaner.io.buffer.load.factor", float),
-                   io_buffer_bytes=max(1, get("log.cleaner.io.buffer.size", int) // threads // 2),
-                   max_io_buffer_bytes=get("message.max.bytes", int),
-                   producer_id_expiration_ms=get("producer.id.expiration.ms", int),
+                   load_factor=get("log.cleaner.io.buffer.load.factor"),
+                   io_buffer_bytes=max(1, get("log.cleaner.io.buffer.size") // threads // 2),
+                   max_io_buffer_bytes=get("message.max.bytes"),
+                   producer_id_expiration_ms=get("producer.id.expiration.ms"),
                    sources=sources)
 
     @classmethod

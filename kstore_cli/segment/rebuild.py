@@ -142,6 +142,40 @@ class QuarantineMove:
 
 
 @dataclass
+class ConfigNote:
+    """Why a partition's index.interval.bytes is not what the cluster metadata log says for its topic: the
+    partition refused (`index_interval_bytes` None: nothing done), or another incarnation of its topic rebuilt
+    with the value that does not come from the topic's overrides in the metadata log (`source` says where)."""
+
+    partition: str
+    message: str
+    index_interval_bytes: Optional[int] = None
+    source: Optional[str] = None
+
+    @property
+    def refused(self) -> bool:
+        return self.index_interval_bytes is None
+
+    def detail(self) -> str:
+        """What it says, without the partition."""
+        if self.refused:
+            return self.message
+        return (f"index.interval.bytes {self.index_interval_bytes} from {self.source}, not from the cluster "
+                f"metadata: {self.message}")
+
+    def text(self) -> str:
+        """The line rebuild-index prints for it."""
+        return f"{self.partition}: {'not handled: ' if self.refused else ''}{self.detail()}"
+
+    def to_dict(self) -> dict:
+        row = {"type": "config", "partition": self.partition, "status": "refused" if self.refused else "applied",
+               "message": self.message}
+        if not self.refused:
+            row.update(indexIntervalBytes=self.index_interval_bytes, source=self.source)
+        return row
+
+
+@dataclass
 class PartitionRebuild:
     """What rebuild-index found and did in one partition."""
 
@@ -149,12 +183,19 @@ class PartitionRebuild:
     segments: List[SegmentRebuild]
     dropped: Optional[DroppedFiles] = None
     quarantine: Optional[QuarantineMove] = None
-    #: Damage left in place (not cut, or not cuttable): exit 1.
+    #: Damage left in place (not cut, or not cuttable), or the partition refused: exit 1.
     problems: bool = False
+    config: Optional[ConfigNote] = None
 
-    def results(self) -> List["SegmentRebuild | DroppedFiles | QuarantineMove"]:
-        """Everything to report, in order: the segments, the dropped files, the quarantine dir."""
-        return [*self.segments, *(r for r in (self.dropped, self.quarantine) if r is not None)]
+    @classmethod
+    def refused(cls, partition: Partition, why: str) -> "PartitionRebuild":
+        """A partition left alone because no config applies to it (exit 1)."""
+        return cls(partition.path, [], problems=True, config=ConfigNote(partition.path, why))
+
+    def results(self) -> List["ConfigNote | SegmentRebuild | DroppedFiles | QuarantineMove"]:
+        """Everything to report, in order: the config note, the segments, the dropped files, the quarantine dir."""
+        return [*(r for r in (self.config,) if r is not None), *self.segments,
+                *(r for r in (self.dropped, self.quarantine) if r is not None)]
 
 
 def rebuild_partition(partition: Partition, *, only: Optional[int] = None,

@@ -514,3 +514,18 @@ def test_an_invalid_flag_is_a_usage_error_with_kafkas_message(tmp_path: Path) ->
     assert proc.stderr == ("kstore: error: Invalid value 0 for configuration max.compaction.lag.ms: Value must be "
                            "at least 1 (--max-compaction-lag-ms)\n")
     assert tree_state(tmp_path) == before
+
+
+def test_a_cleaner_setting_kafka_rejects_is_a_usage_error_with_kafkas_message(tmp_path: Path) -> None:
+    """log.cleaner.io.buffer.size=-1 used to be taken (Python's int(), then a 1-byte buffer); KafkaConfig's
+    ConfigDef rejects it (CleanerConfig: atLeast(0))."""
+    write_partition(tmp_path / "data")
+    server = tmp_path / "server.properties"
+    server.write_text("log.cleaner.io.buffer.size = -1\n")
+    before = tree_state(tmp_path)
+    proc = kstore("compact", "--policy", "compact", *CLOCK, "--config", str(server),
+                  str(tmp_path / "data" / "changelog-0"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr == ("kstore: error: Invalid value -1 for configuration log.cleaner.io.buffer.size: Value must "
+                           f"be at least 0 ({server}: log.cleaner.io.buffer.size)\n")
+    assert tree_state(tmp_path) == before

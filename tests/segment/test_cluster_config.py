@@ -272,3 +272,61 @@ def test_a_metadata_log_value_kafka_rejects_refuses_the_partition(tmp_path: Path
         (row,) = [p for p in json_lines_summary(result.stdout)["partitions"] if p["partition"].endswith("cache-0")]
         assert row["problem"].startswith(f"{message} (cluster metadata @ offset {at[(TOPIC, 'cache', key)]})")
         assert _tree(tmp_path) == before
+
+
+def _drop_indexes(part: Path) -> None:
+    for index in part.glob("*.index"):
+        index.unlink()
+
+
+def test_rebuild_index_refuses_only_the_partition_whose_metadata_config_kafka_rejects(tmp_path: Path) -> None:
+    """An index.interval.bytes Kafka's ConfigDef rejects in the metadata log used to stop the whole run (exit 2,
+    nothing rebuilt); now that partition alone is not handled (exit 1) and the others are rebuilt."""
+    data = tmp_path / "data"
+    shutil.copytree(CORPUS / "logs" / "v2-compact-0", data / "cache-0")
+    shutil.copytree(CORPUS / "logs" / "time-roll-0", data / "time-roll-0")
+    at = _cluster(data, [(TOPIC, "cache", "index.interval.bytes", "-1")])
+    message = (f"Invalid value -1 for configuration index.interval.bytes: Value must be at least 0 "
+               f"(cluster metadata @ offset {at[(TOPIC, 'cache', 'index.interval.bytes')]})")
+    for part in (data / "cache-0", data / "time-roll-0"):
+        _drop_indexes(part)
+    result = CliRunner().invoke(cli, ["rebuild-index", "--json", str(data)])
+    assert result.exit_code == 1, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    (refused,) = [r for r in rows if r["partition"].endswith("cache-0")]
+    assert refused["type"] == "config" and refused["status"] == "refused"
+    assert refused["message"].startswith(message)
+    assert not list((data / "cache-0").glob("*.index"))  # left alone
+    assert {r["status"] for r in rows if r["partition"].endswith("time-roll-0")} == {"rebuilt"}
+    assert len(list((data / "time-roll-0").glob("*.index"))) == 4
+    text = CliRunner().invoke(cli, ["rebuild-index", str(data)])
+    assert text.exit_code == 1 and f"cache-0: not handled: {message}" in text.output
+
+
+def test_rebuild_index_gives_an_older_incarnation_no_setting_of_the_recreated_topic(tmp_path: Path) -> None:
+    """The recreated topic's index.interval.bytes=100 from the metadata log used to be applied to the old
+    topic's log; it is rebuilt with the value from elsewhere (Kafka's default here), and the output says so."""
+    data = _recreated(tmp_path, "time-roll", "time-roll-0", [(TOPIC, "time-roll", "index.interval.bytes", "100")])
+    part = data / "time-roll-0"
+    _drop_indexes(part)
+    reference = tmp_path / "reference"
+    for interval in ("4096", "100"):
+        shutil.copytree(part, reference / interval / "time-roll-0")
+        done = CliRunner().invoke(cli, ["rebuild-index", "--no-cluster-metadata", "--index-interval-bytes", interval,
+                                        str(reference / interval / "time-roll-0")])
+        assert done.exit_code == 0, done.output
+    result = CliRunner().invoke(cli, ["rebuild-index", "--json", str(data)])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    (note,) = [r for r in rows if r["type"] == "config"]
+    assert note["status"] == "applied" and note["indexIntervalBytes"] == 4096 and note["source"] == "Kafka default"
+    assert note["message"].startswith(f"partition.metadata has topic ID {OLD_INCARNATION}")
+    for index in part.glob("*.index"):
+        assert index.read_bytes() == (reference / "4096" / "time-roll-0" / index.name).read_bytes(), index.name
+    assert any(index.read_bytes() != (reference / "100" / "time-roll-0" / index.name).read_bytes()
+               for index in part.glob("*.index"))
+    _drop_indexes(part)
+    text = CliRunner().invoke(cli, ["rebuild-index", "--index-interval-bytes", "200", str(part)])
+    assert text.exit_code == 0, text.output
+    assert (f"time-roll-0: index.interval.bytes 200 from --index-interval-bytes, not from the cluster metadata: "
+            f"partition.metadata has topic ID {OLD_INCARNATION}") in text.output

@@ -10,6 +10,7 @@ import pytest
 from kstore_cli.errors import FileUnreadableError, UsageError
 from kstore_cli.segment.config import (
     DEFAULT_SOURCE,
+    CleanerSettings,
     ConfigResolver,
     broker_settings,
     load_broker_config,
@@ -250,3 +251,44 @@ def test_invalid_compaction_flags_are_usage_errors_with_kafkas_message(flag: str
     with pytest.raises(UsageError) as info:
         compaction_flags(**{flag: value})
     assert info.value.message == reason and info.value.exit_status == 2
+
+
+# --------------------------------------------------------------------------- the cleaner's broker settings (issue 29)
+# KafkaConfig's ConfigDef for them: CleanerConfig.CONFIG_DEF, ServerConfigs (message.max.bytes), TransactionLogConfig
+# (producer.id.expiration.ms). They used to be read with Python's int()/float(), which take what Kafka rejects.
+
+
+@pytest.mark.parametrize("key, raw, reason", [
+    ("log.cleaner.dedupe.buffer.size", "1_000_000", "Not a number of type LONG"),
+    ("log.cleaner.dedupe.buffer.size", "64m", "Not a number of type LONG"),
+    ("log.cleaner.threads", "-1", "Value must be at least 0"),
+    ("log.cleaner.threads", "2.0", "Not a number of type INT"),
+    ("log.cleaner.io.buffer.size", "-1", "Value must be at least 0"),
+    ("log.cleaner.io.buffer.size", "4294967296", "Not a number of type INT"),
+    ("log.cleaner.io.buffer.load.factor", "infinity", "Not a number of type DOUBLE"),
+    ("log.cleaner.io.buffer.load.factor", "0_5", "Not a number of type DOUBLE"),
+    ("message.max.bytes", "99999999999", "Not a number of type INT"),
+    ("message.max.bytes", "-1", "Value must be at least 0"),
+    ("producer.id.expiration.ms", "0", "Value must be at least 1"),
+])
+def test_cleaner_settings_kafkas_configdef_rejects_are_refused_with_its_message(key: str, raw: str,
+                                                                               reason: str) -> None:
+    with pytest.raises(UsageError) as info:
+        CleanerSettings.from_properties({key: raw}, source="server.properties")
+    assert info.value.message == f"Invalid value {raw} for configuration {key}: {reason} (server.properties: {key})"
+
+
+def test_cleaner_settings_kafkas_configdef_accepts() -> None:
+    """Java's Double.parseDouble takes a trailing d/f; a value is trimmed; threads=0 (the broker runs no cleaner)
+    sizes the buffers as for one; a dedupe buffer past 2 GiB per thread is capped as LogCleaner caps it, and
+    the source says so."""
+    settings = CleanerSettings.from_properties({"log.cleaner.io.buffer.load.factor": "0.75d",
+                                                "log.cleaner.io.buffer.size": " +1024 ", "log.cleaner.threads": "0",
+                                                "producer.id.expiration.ms": "1"})
+    assert settings.load_factor == 0.75 and settings.io_buffer_bytes == 512
+    assert settings.producer_id_expiration_ms == 1
+    big = CleanerSettings.from_properties({"log.cleaner.dedupe.buffer.size": str(6 << 30),
+                                           "log.cleaner.threads": "2"}, source="s.properties")
+    assert big.dedupe_buffer_bytes == (1 << 31) - 1
+    assert big.sources["log.cleaner.dedupe.buffer.size"] == ("s.properties: log.cleaner.dedupe.buffer.size, capped "
+                                                             "at 2147483647 per cleaner thread as LogCleaner caps it")
