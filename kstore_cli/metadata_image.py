@@ -52,8 +52,14 @@ ACL_OPERATIONS = {0: "UNKNOWN", 1: "ANY", 2: "ALL", 3: "READ", 4: "WRITE", 5: "C
 ACL_PERMISSIONS = {0: "UNKNOWN", 1: "ANY", 2: "DENY", 3: "ALLOW"}
 SCRAM_MECHANISMS = {1: "SCRAM_SHA_256", 2: "SCRAM_SHA_512"}
 ZK_MIGRATION_STATES = {0: "NONE", 1: "MIGRATION", 2: "PRE_MIGRATION", 3: "POST_MIGRATION", 4: "ZK"}
-#: ``DirectoryId.MIGRATING``: the directory of a replica whose record predates directory assignment
+#: Kafka's reserved directory ids (``org.apache.kafka.common.DirectoryId``, as the Kafka of the oracle defines them;
+#: early 3.7 code had UNASSIGNED and MIGRATING the other way round): MIGRATING = Uuid(0, 0), the dir of a replica
+#: whose record predates directory assignment; UNASSIGNED = Uuid(0, 1), a replica not yet placed in a dir;
+#: LOST = Uuid(0, 2), an unspecified offline dir
 MIGRATING_DIR = "AAAAAAAAAAAAAAAAAAAAAA"
+UNASSIGNED_DIR = "AAAAAAAAAAAAAAAAAAAAAQ"
+LOST_DIR = "AAAAAAAAAAAAAAAAAAAAAg"
+RESERVED_DIRECTORY_IDS: Dict[str, str] = {UNASSIGNED_DIR: "UNASSIGNED", LOST_DIR: "LOST", MIGRATING_DIR: "MIGRATING"}
 NO_LEADER_CHANGE = -2
 
 _BEGIN, _END, _ABORT = 23, 24, 25
@@ -350,9 +356,14 @@ def _topic_or_fault(img: MetadataImage, topic_id: str, what: str) -> Dict[str, A
     return topic
 
 
+def directory_label(directory: str) -> str:
+    """A replica's directory id as printed: the name of a reserved id (``MIGRATING``), else the id."""
+    return RESERVED_DIRECTORY_IDS.get(directory, directory)
+
+
 def _directories(dirs: Optional[List[str]], replicas: int) -> List[str]:
-    # PartitionRegistration.defaultToMigrating: no directories = every replica MIGRATING
-    out = list(dirs) if dirs else [MIGRATING_DIR] * replicas
+    # PartitionRegistration.defaultToMigrating: none, or only MIGRATING ones (any count) = every replica MIGRATING
+    out = [MIGRATING_DIR] * replicas if all(d == MIGRATING_DIR for d in dirs or []) else list(dirs or [])
     if len(out) != replicas:
         raise ReplayFault("The lengths for replicas and directories do not match.")
     return out

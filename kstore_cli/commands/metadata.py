@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import shlex
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
 from kstore_cli.errors import ExitStatus, UsageError
-from kstore_cli.metadata_image import LoadResult, MetadataImage, find_metadata, image_json, load_image
+from kstore_cli.commands._options import topics_option
+from kstore_cli.metadata_image import (
+    LoadResult, MetadataImage, RESERVED_DIRECTORY_IDS, directory_label, find_metadata, image_json, load_image,
+)
+from kstore_cli.segment.logdir import topic_matcher
 
 #: topics Kafka creates itself: a recreate script leaves them commented out
 INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state", "__share_group_state")
@@ -34,6 +39,17 @@ def parse_as_of(text: Optional[str]) -> Tuple[Optional[int], Optional[int]]:
 
 def _ids(values: List[int]) -> str:
     return ",".join(str(v) for v in values) or "-"
+
+
+def only_topics(img: MetadataImage, wanted: Callable[[str], bool]) -> MetadataImage:
+    """The image with only the topics ``wanted`` takes (their partitions and TOPIC configs along); the rest as is.
+    ACLs on topic resources are kept: a PREFIXED or wildcard pattern is not a topic name to match."""
+    topics = {tid: t for tid, t in img.topics.by_id.items() if wanted(t["name"])}
+    keep = {t["name"] for t in topics.values()}
+    configs = {k: v for k, v in img.configs.resource_data.items() if k[0] != "TOPIC" or k[1] in keep}
+    set_at = {k: v for k, v in img.configs.set_at.items() if k[0] != "TOPIC" or k[1] in keep}
+    return dataclasses.replace(img, topics=dataclasses.replace(img.topics, by_id=topics),
+                               configs=dataclasses.replace(img.configs, resource_data=configs, set_at=set_at))
 
 
 def render_text(result: LoadResult) -> None:
@@ -68,7 +84,7 @@ def render_text(result: LoadResult) -> None:
             if p["leaderRecoveryState"] != "RECOVERED":
                 extra += f"  {p['leaderRecoveryState']}"
             click.echo(f"    {n}: leader {p['leader']} (epoch {p['leaderEpoch']})  replicas {_ids(p['replicas'])}"
-                       f"  isr {_ids(p['isr'])}  dirs {','.join(p['directories'])}{extra}")
+                       f"  isr {_ids(p['isr'])}  dirs {','.join(map(directory_label, p['directories']))}{extra}")
     click.echo(f"configs ({len(img.configs.resource_data)}):")
     for (rtype, name), data in sorted(img.configs.resource_data.items()):
         label = f"{rtype.lower()} {name}" if name else f"{rtype.lower()} (cluster default)"
@@ -160,7 +176,9 @@ def topic_commands(img: MetadataImage, bootstrap: str) -> Tuple[List[str], List[
               help="commands: kafka-topics.sh/kafka-configs.sh lines that recreate topics and configs.")
 @click.option("--bootstrap-server", default=BOOTSTRAP_PLACEHOLDER, show_default=False,
               help="The --bootstrap-server of the --format commands lines (default: $BOOTSTRAP_SERVER, required).")
-def command(paths: Tuple[str, ...], as_of: Optional[str], as_json: bool, fmt: str, bootstrap_server: str) -> int:
+@topics_option
+def command(paths: Tuple[str, ...], as_of: Optional[str], as_json: bool, fmt: str, bootstrap_server: str,
+            topics: Optional[str]) -> int:
     """The cluster from a KRaft metadata log: brokers, topics, configs, ACLs, quotas, features.
 
     PATH is a data dir holding __cluster_metadata-0, that dir itself, or a snapshot .checkpoint file.
@@ -187,11 +205,17 @@ def command(paths: Tuple[str, ...], as_of: Optional[str], as_json: bool, fmt: st
         raise UsageError("--json and --format commands do not go together")
     offset, ms = parse_as_of(as_of)
     result = load_image(find_metadata(list(paths)), as_of_offset=offset, as_of_time=ms)
+    if topics is not None:
+        result.image = only_topics(result.image, topic_matcher(topics))
     if as_json:
         src: Dict[str, Any] = {"type": "source", **result.source, "problems": result.problems,
                                "warnings": result.warnings, "notes": result.notes}
         click.echo(json.dumps(src))
         for obj in image_json(result.image):
+            if obj["type"] == "topic":
+                # beside each raw directory id, the name of a reserved one (DirectoryId), else null
+                obj["partitions"] = [{**p, "directoryNames": [RESERVED_DIRECTORY_IDS.get(d) for d in p["directories"]]}
+                                     for p in obj["partitions"]]
             click.echo(json.dumps(obj))
     elif fmt == "commands":
         lines, left_out = topic_commands(result.image, bootstrap_server)

@@ -20,7 +20,7 @@ from kstore_cli.cli import cli, _register_commands
 from kstore_cli.segment.builder import RecordSpec, build_v2_batch
 from kstore_cli.segment.reader import read_batches
 from tests.make_metadata_cluster import (
-    BASE_TS, SCRAM_SALT, SCRAM_SERVER_KEY, SCRAM_STORED_KEY, rec, uid,
+    BASE_TS, DIR_A, SCRAM_SALT, SCRAM_SERVER_KEY, SCRAM_STORED_KEY, partition, rec, uid,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -471,3 +471,76 @@ def test_commands_values_that_need_quoting_or_brackets(fake_tools, tmp_path):
               re.split(r",(?=[^\]]*(?:\[|$))", default["add-config"][0]))
     assert _properties_value(kv["listener.security.protocol.map"]) == "A:PLAINTEXT,B:SSL"
     assert all(c[1]["bootstrap-server"] == ["h:1"] for c in calls)
+
+
+# ---- --topics and Kafka's reserved directory ids -------------------------------------------------
+
+def _json_lines(text: str):
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_topics_filters_topics_partitions_and_topic_configs_in_text(runner):
+    res = run(runner, "--topics", "ord*,nothing-matches", CASES / "full")
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert "topics (1):" in out and "  orders  id" in out and "txn-topic" not in out and "__consumer_offsets" not in out
+    assert "topic orders: min.insync.replicas=2" in out and "topic txn-topic" not in out
+    # the other sections are the whole cluster's
+    assert "broker (cluster default): log.retention.hours=100" in out and "brokers (3):" in out
+    assert "ALLOW User:alice READ on TOPIC LITERAL orders" in out and "acls (2):" in out
+
+
+def test_topics_filters_json(runner):
+    everything = _json_lines(run(runner, "--json", CASES / "full").stdout)
+    res = run(runner, "--json", "--topics", "txn-*", CASES / "full")
+    assert res.exit_code == 0
+    lines = _json_lines(res.stdout)
+    assert [e["name"] for e in lines if e["type"] == "topic"] == ["txn-topic"]
+    assert {e["name"] for e in lines if e["type"] == "config" and e["resource_type"] == "TOPIC"} <= {"txn-topic"}
+    assert "orders" in {e["name"] for e in everything if e["type"] == "config" and e["resource_type"] == "TOPIC"}
+    assert [e for e in lines if e["type"] not in ("topic", "config")] == \
+        [e for e in everything if e["type"] not in ("topic", "config")]
+
+
+def test_topics_filters_commands(runner):
+    res = run(runner, "--format", "commands", "--topics", "orders", CASES / "full")
+    assert res.exit_code == 0
+    creates = [line for line in res.stdout.splitlines() if "--create" in line]
+    assert len(creates) == 1 and "--topic orders" in creates[0] and "min.insync.replicas=2" in creates[0]
+    assert "kafka-configs.sh" in res.stdout  # broker configs are not topic-scoped: still there
+
+
+def test_topics_matching_nothing_lists_no_topic(runner):
+    res = run(runner, "--json", "--topics", "no-such-*", CASES / "full")
+    assert res.exit_code == 0
+    lines = _json_lines(res.stdout)
+    assert not [e for e in lines if e["type"] == "topic" or (e["type"] == "config" and e["resource_type"] == "TOPIC")]
+
+
+MIGRATING, UNASSIGNED, LOST = "AAAAAAAAAAAAAAAAAAAAAA", "AAAAAAAAAAAAAAAAAAAAAQ", "AAAAAAAAAAAAAAAAAAAAAg"
+
+
+def _reserved_case(tmp_path: Path) -> Path:
+    data_dir = _copy(tmp_path)
+    _append(data_dir, [rec("TopicRecord", 0, Name="reserved", TopicId=uid(90)),
+                       partition(uid(90), 0, [1, 2, 3, 1], [UNASSIGNED, LOST, MIGRATING, DIR_A]),
+                       partition(uid(90), 1, [2, 3], [], version=0)])
+    return data_dir
+
+
+def test_reserved_directory_ids_are_named(tmp_path, runner):
+    """DirectoryId.MIGRATING / UNASSIGNED / LOST are Uuid(0, 0/1/2) (checked against the oracle's Kafka in
+    test_metadata_image_oracle); a PartitionRecord without directories is every replica MIGRATING
+    (PartitionRegistration.defaultToMigrating)."""
+    assert base64.urlsafe_b64decode(LOST + "==") == bytes(15) + b"\x02"
+    data_dir = _reserved_case(tmp_path)
+    out = run(runner, "--topics", "reserved", data_dir).stdout
+    assert f"dirs UNASSIGNED,LOST,MIGRATING,{DIR_A}" in out
+    assert "replicas 2,3  isr 2,3  dirs MIGRATING,MIGRATING" in out
+    assert "AAAAAAAAAAAAAAAAAAAA" not in out.split("topics (")[1].split("configs (")[0]
+    topic = [e for e in _json_lines(run(runner, "--json", "--topics", "reserved", data_dir).stdout)
+             if e["type"] == "topic"][0]
+    p0, p1 = topic["partitions"]
+    assert p0["directories"] == [UNASSIGNED, LOST, MIGRATING, DIR_A]  # the raw ids stay
+    assert p0["directoryNames"] == ["UNASSIGNED", "LOST", "MIGRATING", None]
+    assert p1["directories"] == [MIGRATING, MIGRATING] and p1["directoryNames"] == ["MIGRATING", "MIGRATING"]
