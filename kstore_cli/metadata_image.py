@@ -246,6 +246,7 @@ class MetadataDelta:
     def _partition(img: MetadataImage, r: Dict[str, Any]) -> None:
         topic = _topic_or_fault(img, r["TopicId"], "PartitionRecord")
         replicas = list(r["Replicas"])
+        _check_record_directories(r["Directories"], replicas)
         topic["partitions"][r["PartitionId"]] = {
             "partition": r["PartitionId"], "replicas": replicas, "isr": list(r["Isr"]), "leader": r["Leader"],
             "leaderEpoch": r["LeaderEpoch"], "partitionEpoch": r["PartitionEpoch"],
@@ -267,6 +268,7 @@ class MetadataDelta:
                           ("lastKnownElr", "LastKnownElr")):
             if r[name] is not None:
                 q[key] = list(r[name])
+        _check_record_directories(r["Directories"], r["Replicas"])
         dirs = p["directories"] if r["Directories"] is None else r["Directories"]
         q["directories"] = _directories(dirs, len(q["replicas"]))
         if r["Leader"] != NO_LEADER_CHANGE:
@@ -359,6 +361,14 @@ def _topic_or_fault(img: MetadataImage, topic_id: str, what: str) -> Dict[str, A
 def directory_label(directory: str) -> str:
     """A replica's directory id as printed: the name of a reserved id (``MIGRATING``), else the id."""
     return RESERVED_DIRECTORY_IDS.get(directory, directory)
+
+
+def _check_record_directories(dirs: Optional[List[str]], replicas: Optional[List[int]]) -> None:
+    """PartitionRegistration.checkDirectories: a record that carries both replicas and directories must
+    carry as many of each (before any defaulting to MIGRATING)."""
+    if replicas is not None and dirs and len(dirs) != len(replicas):
+        raise ReplayFault("InvalidReplicaDirectoriesException: the record's replicas and directories differ in "
+                          f"length ({len(replicas)} and {len(dirs)})")
 
 
 def _directories(dirs: Optional[List[str]], replicas: int) -> List[str]:

@@ -544,3 +544,23 @@ def test_reserved_directory_ids_are_named(tmp_path, runner):
     assert p0["directories"] == [UNASSIGNED, LOST, MIGRATING, DIR_A]  # the raw ids stay
     assert p0["directoryNames"] == ["UNASSIGNED", "LOST", "MIGRATING", None]
     assert p1["directories"] == [MIGRATING, MIGRATING] and p1["directoryNames"] == ["MIGRATING", "MIGRATING"]
+
+
+def test_directories_all_migrating_follow_the_replicas_and_a_record_of_unequal_lengths_stops(tmp_path, runner):
+    """PartitionRegistration.merge: directories that are all MIGRATING (a partition from before directory
+    assignment) default to one MIGRATING per replica when a PartitionChangeRecord changes the replicas;
+    checkDirectories: a record whose own replicas and directories differ in length stops the load."""
+    data_dir = _copy(tmp_path / "grow")
+    _append(data_dir, [rec("TopicRecord", 0, Name="grown", TopicId=uid(91)),
+                       partition(uid(91), 0, [1, 2], [MIGRATING, MIGRATING]),
+                       rec("PartitionChangeRecord", 1, PartitionId=0, TopicId=uid(91), Replicas=[1, 2, 3],
+                           Isr=[1, 2, 3])])
+    res = run(runner, "--json", "--topics", "grown", data_dir)
+    assert res.exit_code == 0, res.stderr
+    (topic,) = [e for e in _json_lines(res.stdout) if e["type"] == "topic"]
+    assert topic["partitions"][0]["directories"] == [MIGRATING] * 3
+    data_dir = _copy(tmp_path / "unequal")
+    _append(data_dir, [rec("TopicRecord", 0, Name="unequal", TopicId=uid(92)),
+                       partition(uid(92), 0, [1, 2], [MIGRATING, MIGRATING, MIGRATING])])
+    res = run(runner, data_dir)
+    assert res.exit_code == 1 and "InvalidReplicaDirectoriesException" in res.stderr, (res.stdout, res.stderr)
