@@ -111,10 +111,10 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
     _findings(dir_left, as_json)
     left = sum(len(r.left) for r in results) + len(dir_left)
     if as_json:
-        click.echo(json.dumps({"type": "summary", "partitions": len(results), "skipped": len(skipped), "dryRun": dry_run, "jobs": jobs,
-                               "cut": sum(1 for r in results if r.cut_at), "problems": sum(1 for r in results if r.problem),
-                               "left": left, "bytesValidated": sum(r.bytes_validated for r in results)},
-                              sort_keys=True))
+        click.echo(json.dumps({"type": "summary", "partitions": len(results), "skipped": len(skipped),
+                               "dryRun": dry_run, "jobs": jobs, "cut": sum(1 for r in results if r.cut_at),
+                               "problems": sum(1 for r in results if r.problem), "left": left,
+                               "bytesValidated": sum(r.bytes_validated for r in results)}, sort_keys=True))
     errors = [r.error for r in results if r.error is not None] + checkpoint_errors
     if errors:
         from kstore_cli.cli import report_error  # the one place errors become lines and exit codes
