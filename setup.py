@@ -1,6 +1,6 @@
 """Build of the optional native record decoder (everything else is in pyproject.toml).
 
-The C extension ``kstore_cli.segment._decode_c`` is optional: when it cannot be compiled
+The C extension ``kstore_cli.record._decode_c`` is optional: when it cannot be compiled
 (no compiler, no Python headers) the install still succeeds and kstore uses the pure-Python
 twin (``kstore --version`` names the decoder in use). Portable flags only: the CPU-specific
 CRC-32C instruction is chosen at run time inside the C code.
@@ -42,36 +42,36 @@ _LDFLAGS = os.environ.get("KSTORE_EXTRA_LDFLAGS", "").split()
 setup(
     ext_modules=[
         Extension(
-            "kstore_cli.segment._decode_c",
-            sources=["kstore_cli/segment/_decode_c.c"],
-            depends=["kstore_cli/segment/_crc.h"],
+            "kstore_cli.record._decode_c",
+            sources=["kstore_cli/record/_decode_c.c"],
+            depends=["kstore_cli/record/_crc.h"],
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,
         ),
-        # The record encoder (convert-format's write path; kstore_cli/segment/encode.py falls back to Python).
+        # The record encoder (convert-format's write path; kstore_cli/record/encode.py falls back to Python).
         Extension(
-            "kstore_cli.segment._encode_c",
-            sources=["kstore_cli/segment/_encode_c.c"],
-            depends=["kstore_cli/segment/_crc.h"],
+            "kstore_cli.record._encode_c",
+            sources=["kstore_cli/record/_encode_c.c"],
+            depends=["kstore_cli/record/_crc.h"],
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,
         ),
-        # dump-segment's native text formatter (kstore_cli/segment/dumplog.py falls back to Python without it).
+        # dump-segment's native text formatter (kstore_cli/dump/dumplog.py falls back to Python without it).
         Extension(
-            "kstore_cli.segment._dumptext_c",
-            sources=["kstore_cli/segment/_dumptext_c.c"],
-            depends=["kstore_cli/segment/_crc.h"],
+            "kstore_cli.record._dumptext_c",
+            sources=["kstore_cli/record/_dumptext_c.c"],
+            depends=["kstore_cli/record/_crc.h"],
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,
         ),
-        # compact's native write path (kstore_cli/segment/record_filter.py falls back to Python without it).
+        # compact's native write path (kstore_cli/record/record_filter.py falls back to Python without it).
         Extension(
-            "kstore_cli.segment._cleaner_c",
-            sources=["kstore_cli/segment/_cleaner_c.c"],
-            depends=["kstore_cli/segment/_crc.h"],
+            "kstore_cli.record._cleaner_c",
+            sources=["kstore_cli/record/_cleaner_c.c"],
+            depends=["kstore_cli/record/_crc.h"],
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,

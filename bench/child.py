@@ -47,7 +47,7 @@ def best_of(fn: Callable[[], object], max_runs: int = 3, budget_s: float = 3.0,
 
 def kstore_backend() -> str:
     try:
-        from kstore_cli.segment import decode
+        from kstore_cli.record import decode
     except ImportError:
         return "unknown"
     return getattr(decode, "BACKEND", "unknown")
@@ -77,7 +77,7 @@ def _decode_kstore(path: str):
     """The object API, iterating each batch (``for r in batch``, the peers' loop: a plain batch's records are
     built one at a time); ``batch.records()`` (all of a batch's records in a list) is timed too, as
     ``records_list_seconds``."""
-    from kstore_cli.segment import read_batches
+    from kstore_cli.record.reader import read_batches
 
     def records():
         for b in read_batches(path):
@@ -115,7 +115,7 @@ def _decode_kstore_columns(path: str):
     ``RecordBatch.columns`` (no headers there, so the digest's header count is None for them)."""
     from array import array
 
-    from kstore_cli.segment import RecordColumns, read_columns
+    from kstore_cli.record.columns import RecordColumns, read_columns
 
     def digest():
         n = off = kv = ts = 0
@@ -207,7 +207,7 @@ def task_decode(impl: str, path: str) -> dict:
 # ----------------------------------------------------------------------------- shallow scan + CRC
 def task_scan(path: str) -> dict:
     """Frame every batch and check its CRC (Kafka's ensureValid), nothing decompressed or decoded."""
-    from kstore_cli.segment import read_batches
+    from kstore_cli.record.reader import read_batches
 
     def scan():
         n = 0
@@ -225,8 +225,8 @@ def task_scan(path: str) -> dict:
 def task_crc(path: str) -> dict:
     """The floor of any CRC-checking scan: one CRC-32C call over the whole mapped file (its own process,
     so the scan's peak RSS does not count these mapped pages)."""
-    from kstore_cli.segment import map_file
-    from kstore_cli.segment.crc import crc32c
+    from kstore_cli.record.reader import map_file
+    from kstore_cli.record.crc import crc32c
 
     def crc_only():
         view = map_file(path)
@@ -395,10 +395,10 @@ def task_convert_codec(source_dir: str, workdir: str) -> dict:
 
     import zstandard
     from kstore_cli.codecs import ZSTD, get_codec
-    from kstore_cli.segment import decode
-    from kstore_cli.segment.convert import ConvertOptions, convert_partition
-    from kstore_cli.segment.logdir import Partition, Target
-    from kstore_cli.segment.reader import read_batches
+    from kstore_cli.record import decode
+    from kstore_cli.operations.convert import ConvertOptions, convert_partition
+    from kstore_cli.log.logdir import Partition, Target
+    from kstore_cli.record.reader import read_batches
 
     partition = Partition(source_dir)
     out_root = os.path.join(workdir, "convert-codec-out")

@@ -39,9 +39,9 @@ from typing import Dict, Optional, Tuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kstore_cli.segment.builder import RecordSpec, build_control_batch, build_v2_batch  # noqa: E402
-from kstore_cli.segment.names import filename_prefix  # noqa: E402
-from kstore_cli.segment.reader import read_batches  # noqa: E402
+from kstore_cli.record.builder import RecordSpec, build_control_batch, build_v2_batch  # noqa: E402
+from kstore_cli.log.names import filename_prefix  # noqa: E402
+from kstore_cli.record.reader import read_batches  # noqa: E402
 
 T0 = 1_700_000_000_000
 GROUPS, TOPICS, PARTITIONS = 100, 10, 10  # 10k keys

@@ -1,5 +1,5 @@
 """Long mutation-fuzzing run of the segment core and the read-only commands, with the mutators of
-tests/segment/test_fuzz.py, per record decoder.
+tests/record/test_fuzz.py, per record decoder.
 
     python bench/fuzz_long.py 100000                      # 100k inputs per decoder, every file kind
     python bench/fuzz_long.py 100000 --decoder python     # only the pure-Python decoder
@@ -37,7 +37,7 @@ KINDS = tuple(SHARES)
 
 def child(args) -> int:
     """One kind, inputs [start, n), in this process: FAIL lines as they come, then a JSON summary."""
-    from tests.segment import test_fuzz as fz  # noqa: E402  (the same mutators and harness as CI)
+    from tests.record import test_fuzz as fz  # noqa: E402  (the same mutators and harness as CI)
 
     progress_fd = os.open(args.progress, os.O_WRONLY | os.O_CREAT, 0o644)
 

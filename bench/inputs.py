@@ -1,6 +1,6 @@
 """Generated inputs for bench/run.py: single segments for record decoding and partitions (with indexes).
 
-Every batch is built once by kstore's own builder (``kstore_cli.segment.builder``) into a small
+Every batch is built once by kstore's own builder (``kstore_cli.record.builder``) into a small
 pool of templates; the file is then filled with copies that only get a new base offset and new
 timestamps (v2: base/max timestamp patched and the CRC-32C recomputed; legacy: the wrapper
 offset, which the message CRC does not cover). So a 1 GiB file takes seconds, the data is still
@@ -24,7 +24,7 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 from crc32c import crc32c
 
 from kstore_cli.codecs import GZIP, LZ4, NONE, ZSTD
-from kstore_cli.segment.builder import RecordSpec, build_legacy_batch, build_v2_batch
+from kstore_cli.record.builder import RecordSpec, build_legacy_batch, build_v2_batch
 
 TS0 = 1_700_000_000_000
 CODECS = {"none": NONE, "gzip": GZIP, "lz4": LZ4, "zstd": ZSTD}
@@ -212,7 +212,7 @@ def write_partition(directory: str, kind: Kind, *, total_records: Optional[int] 
                     total_bytes: Optional[int] = None, segment_bytes: Optional[int] = None,
                     index_interval_bytes: int = 4096, seed: int = 1) -> Dict[str, int]:
     """A partition directory (.log, .index, .timeindex) written by kstore's PartitionWriter."""
-    from kstore_cli.segment.writer import PartitionWriter
+    from kstore_cli.log.writer import PartitionWriter
 
     os.makedirs(directory, exist_ok=True)
     n = count = size = 0

@@ -6,7 +6,7 @@
 
 Each seed damages a copy of fixtures/kafka-written/leader-4.0 (Kafka-written: 250 batches, lz4 and
 uncompressed, transactions) in 1 to 5 places (bit flips, zeroed ranges, batches cut short, garbage
-inserted: tests/segment/test_salvage.py's generator), then counts the batches and records kept by
+inserted: tests/operations/test_salvage.py's generator), then counts the batches and records kept by
 `kstore salvage` and by Kafka's LogLoader (the oracle's load-log --unclean, which truncates at the first
 invalid batch and deletes the later segments), and the intact batches (those whose bytes are still whole
 in the damaged files). Needs ../shared/kafka-oracle.
@@ -30,10 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kstore_cli.segment.logdir import Partition  # noqa: E402
-from kstore_cli.segment.salvage import plan_salvage, salvage_to  # noqa: E402
+from kstore_cli.log.logdir import Partition  # noqa: E402
+from kstore_cli.operations.salvage import plan_salvage, salvage_to  # noqa: E402
 from tests.oracle import require_oracle  # noqa: E402
-from tests.segment.test_salvage import SOURCE, _batches, _intact, damage  # noqa: E402
+from tests.operations.test_salvage import SOURCE, _batches, _intact, damage  # noqa: E402
 
 
 def garbage(size: int, crafted: bool) -> bytes:

@@ -40,12 +40,12 @@ def _print_traceback() -> None:
     sys.stderr.flush()
 
 
-#: The twins --version names: (label, the native extension under kstore_cli.segment).
+#: The twins --version names: (label, the native extension under kstore_cli.record).
 _TWINS = (("record decoder", "_decode_c"), ("record encoder", "_encode_c"), ("cleaner", "_cleaner_c"))
 
 
 def _twin_backend(native_name: str) -> str:
-    """The twin decode.choose_twin picks for `native_name`, found without importing the segment core
+    """The twin decode.choose_twin picks for `native_name`, found without importing the record core
     (~100 ms: `kstore --version` must start as fast as click): KSTORE_DECODER, then the native
     extension when one is built for this interpreter."""
     policy = os.environ.get("KSTORE_DECODER", "").strip().lower()
@@ -57,9 +57,9 @@ def _twin_backend(native_name: str) -> str:
 
     import kstore_cli
 
-    segment_dir = os.path.join(os.path.dirname(os.path.abspath(kstore_cli.__file__)), "segment")
-    # PathFinder with an explicit path: looks for the file without importing kstore_cli.segment.
-    spec = importlib.machinery.PathFinder.find_spec(f"kstore_cli.segment.{native_name}", [segment_dir])
+    segment_dir = os.path.join(os.path.dirname(os.path.abspath(kstore_cli.__file__)), "record")
+    # PathFinder with an explicit path: looks for the file without importing kstore_cli.record.
+    spec = importlib.machinery.PathFinder.find_spec(f"kstore_cli.record.{native_name}", [segment_dir])
     if spec is not None and isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
         return "native"
     return "none, KSTORE_DECODER=native but it is not built" if policy == "native" else "python"

@@ -11,8 +11,8 @@ from typing import Iterator, List, Optional, Tuple
 
 from kstore_cli.codecs import GZIP, LZ4, ZSTD
 from kstore_cli.codecs import lz4 as lz4_codec
-from kstore_cli.segment.builder import write_varint, write_varlong
-from kstore_cli.segment.crc import crc32c
+from kstore_cli.record.builder import write_varint, write_varlong
+from kstore_cli.record.crc import crc32c
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -133,7 +133,7 @@ def write_partition(root: Path, name: str, batches: List[bytes], next_offset: Op
     """A partition dir holding a segment of `batches` at base offset 0 with empty index files (as a
     broker leaves a segment it has not indexed yet); with `next_offset`, an active segment after it
     holding one small uncompressed record, so the first one is cleanable."""
-    from kstore_cli.segment.builder import RecordSpec, build_v2_batch
+    from kstore_cli.record.builder import RecordSpec, build_v2_batch
 
     part = root / name
     part.mkdir(parents=True)

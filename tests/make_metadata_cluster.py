@@ -1,7 +1,7 @@
 """Writes fixtures/kraft-cluster/: KRaft metadata logs of a small cluster's history, as a controller writes them.
 
 Run from the repository root: ``python -m tests.make_metadata_cluster``. The records are written by kstore's
-own builders (``write_message`` + ``build_v2_batch``); tests/test_metadata_image_oracle.py checks that
+own builders (``write_message`` + ``build_v2_batch``); tests/cluster/test_metadata_image_oracle.py checks that
 Kafka's own loader (the oracle's ``metadata-image``) reads every one of them and builds the same image.
 
 Cases (each a data dir holding ``meta.properties`` and ``__cluster_metadata-0``):
@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from kstore_cli.parsers.metadata import METADATA_RECORD_TYPES
 from kstore_cli.parsers.schema import write_message
 from kstore_cli.parsers.schemas import LEADER_CHANGE_MESSAGE, SNAPSHOT_FOOTER_RECORD, SNAPSHOT_HEADER_RECORD
-from kstore_cli.segment.builder import RecordSpec, build_v2_batch
+from kstore_cli.record.builder import RecordSpec, build_v2_batch
 
 ROOT = Path(__file__).resolve().parent.parent / "fixtures" / "kraft-cluster"
 BASE_TS = 1_700_000_000_000
@@ -288,7 +288,7 @@ def main() -> int:
     i = nlog.index(b"\x01\x0c\x00", len(before))  # frame 1, api key 12, version 0: the version byte -> 1
     body = bytearray(nlog[len(before):])
     body[i - len(before) + 2] = 1
-    from kstore_cli.segment.crc import crc32c
+    from kstore_cli.record.crc import crc32c
     end = 12 + struct.unpack_from(">i", body, 8)[0]  # the changed batch only
     struct.pack_into(">I", body, 17, crc32c(bytes(body[21:end])))
     (d / f"{0:020d}.log").write_bytes(before + bytes(body))

@@ -15,9 +15,9 @@ import struct
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from kstore_cli.segment.batch import LOG_APPEND_TIME
-from kstore_cli.segment.builder import RecordSpec, build_control_batch, build_legacy_batch, build_v2_batch
-from kstore_cli.segment.snapshot import ProducerEntry
+from kstore_cli.record.batch import LOG_APPEND_TIME
+from kstore_cli.record.builder import RecordSpec, build_control_batch, build_legacy_batch, build_v2_batch
+from kstore_cli.log.snapshot import ProducerEntry
 
 T0 = 1_700_000_000_000
 NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)

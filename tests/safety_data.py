@@ -18,19 +18,19 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from kstore_cli.codecs import CODEC_IDS
 from kstore_cli.errors import KstoreError
-from kstore_cli.segment import swap
-from kstore_cli.segment.builder import RecordSpec, build_control_batch, build_legacy_batch, build_v2_batch
-from kstore_cli.segment.checkpoint import (
+from kstore_cli.log import swap
+from kstore_cli.record.builder import RecordSpec, build_control_batch, build_legacy_batch, build_v2_batch
+from kstore_cli.log.checkpoint import (
     format_leader_epoch_checkpoint,
     format_offset_checkpoint,
     read_leader_epoch_checkpoint,
     read_offset_checkpoint,
 )
-from kstore_cli.segment.logdir import Partition
-from kstore_cli.segment.names import filename_prefix
-from kstore_cli.segment.reader import read_batches
-from kstore_cli.segment.recovery import apply_plan, plan_partition
-from kstore_cli.segment.snapshot import ProducerEntry, build_snapshot
+from kstore_cli.log.logdir import Partition
+from kstore_cli.log.names import filename_prefix
+from kstore_cli.record.reader import read_batches
+from kstore_cli.operations.recovery import apply_plan, plan_partition
+from kstore_cli.log.snapshot import ProducerEntry, build_snapshot
 
 T0 = 1_700_000_000_000
 DAY = 24 * 3_600_000
@@ -410,7 +410,7 @@ def check_loadable(view: Path) -> List[str]:
 #: operation creates <paused-flag> and waits until <go-flag> exists (a run caught holding the lock).
 PAUSED_RUN = (
     "import os, sys, time\n"
-    "from kstore_cli.segment import fileops\n"
+    "from kstore_cli.log import fileops\n"
     "def pause(n, kind, path):\n"
     "    open(sys.argv[1], 'w').close()\n"
     "    while not os.path.exists(sys.argv[2]):\n"

@@ -73,7 +73,7 @@ def test_help_and_version_import_no_command_module_and_no_core() -> None:
     text, mods = _imported_by(["dump-segment", "--help"])
     assert "Example" in text
     assert {m for m in mods if m.startswith("kstore_cli.commands.")} == {"kstore_cli.commands.dump_segment"}
-    assert not any(m.startswith("kstore_cli.segment") for m in mods)
+    assert not any(m.startswith(("kstore_cli.record", "kstore_cli.log", "kstore_cli.operations")) for m in mods)
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c.name)
@@ -99,7 +99,7 @@ def test_version_names_the_decoder_the_core_picks(policy) -> None:
         "try:\n    runpy.run_module('kstore_cli', run_name='__main__')\n"
         "except SystemExit:\n    pass\n"
         "for name in ('decode', 'encode', 'record_filter'):\n"
-        "    try:\n        m = __import__('kstore_cli.segment.' + name, fromlist=['BACKEND'])\n"
+        "    try:\n        m = __import__('kstore_cli.record.' + name, fromlist=['BACKEND'])\n"
         "        print('CORE', m.BACKEND)\n"
         "    except ImportError:\n        print('CORE none')\n"
     )
@@ -128,7 +128,7 @@ def _core_modules() -> list:
 
 def test_core_does_not_import_click_or_rich() -> None:
     modules = _core_modules()
-    assert "kstore_cli.segment.cleaner" in modules and "kstore_cli.metadata_image" in modules
+    assert "kstore_cli.cleaner.cleaner" in modules and "kstore_cli.cluster.metadata_image" in modules
     code = (
         "import importlib, sys\n"
         f"for name in {modules!r}:\n"

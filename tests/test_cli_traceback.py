@@ -77,7 +77,7 @@ def test_traceback_flag_does_not_leak_into_the_next_run(tmp_path, monkeypatch) -
 
 
 def test_internal_error_with_traceback_exits_1(tmp_path, monkeypatch) -> None:
-    import kstore_cli.segment.dumplog as dumplog
+    import kstore_cli.dump.dumplog as dumplog
 
     def boom(*_a, **_k):
         raise RuntimeError("a bug")

@@ -3,7 +3,7 @@ operations, then rerun.
 
 For each scenario the command first runs uninterrupted on a copy of a realistic data dir
 (tests/safety_data.py), which gives the number of file operations N (every write, fsync, rename,
-unlink, truncate, mkdir and checkpoint write goes through kstore_cli.segment.fileops) and the
+unlink, truncate, mkdir and checkpoint write goes through kstore_cli.log.fileops) and the
 reference final state. Then for every n in 1..N, on a fresh copy:
 
 1. a forked child arms ``fileops.arm_crash(n)`` and runs the CLI in-process; it must die of
@@ -50,10 +50,10 @@ from click.testing import CliRunner
 
 from kstore_cli.cli import _register_commands, cli, main
 from kstore_cli.errors import KstoreError
-from kstore_cli.segment import fileops
-from kstore_cli.segment import swap as swap_module
-from kstore_cli.segment.logdir import Partition
-from kstore_cli.segment.reader import read_batches
+from kstore_cli.log import fileops
+from kstore_cli.log import swap as swap_module
+from kstore_cli.log.logdir import Partition
+from kstore_cli.record.reader import read_batches
 from tests.safety_data import (
     DAY,
     GZIP,
@@ -116,7 +116,7 @@ def _unclean_damaged_tail(data: Path) -> None:
     """_damaged_tail after an unclean shutdown whose recovery point is still 0: the broker's startup
     recovers every segment, and cuts at the damage."""
     _damaged_tail(data)
-    from kstore_cli.segment.checkpoint import format_offset_checkpoint, read_offset_checkpoint
+    from kstore_cli.log.checkpoint import format_offset_checkpoint, read_offset_checkpoint
 
     path = data / "recovery-point-offset-checkpoint"
     entries = read_offset_checkpoint(str(path))
@@ -146,8 +146,8 @@ def _compactable_many(data: Path) -> None:
 def _replica_copies(data: Path) -> None:
     """Two brokers' copies beside an empty output dir `data`: broker2 the leader at epoch 3 from offset 62
     (a batch of its own there), broker1 the old leader whose last two batches (62..71, epoch 2) diverged."""
-    from kstore_cli.segment.builder import RecordSpec, build_v2_batch
-    from kstore_cli.segment.checkpoint import format_leader_epoch_checkpoint, format_offset_checkpoint
+    from kstore_cli.record.builder import RecordSpec, build_v2_batch
+    from kstore_cli.log.checkpoint import format_leader_epoch_checkpoint, format_offset_checkpoint
 
     data.mkdir(parents=True)
     make_data_dir(data.parent / "broker1")
@@ -168,7 +168,7 @@ def _replica_copies(data: Path) -> None:
         [tuple(map(int, e.split())) for e in epochs] + [(3, fork)]))
     for name in ("recovery-point-offset-checkpoint", "replication-offset-checkpoint"):
         (part.parent / name).write_text(format_offset_checkpoint({("orders", 0): fork + 4, ("clicks", 0): 6}))
-    from kstore_cli.segment.recovery import apply_plan, plan_partition
+    from kstore_cli.operations.recovery import apply_plan, plan_partition
 
     apply_plan(plan_partition(Partition(str(part)), index_interval_bytes=INTERVAL))
 
@@ -673,7 +673,7 @@ def test_the_matrix_knows_every_mutating_command() -> None:
 def test_truncate_brings_the_data_dir_checkpoints_down_to_the_new_log_end(tmp_path: Path) -> None:
     """rebuild-index --truncate used to leave recovery point and high watermark at the old log end
     (72), past the files; LogLoader clamps them, and a cleaner offset past the end is reset."""
-    from kstore_cli.segment.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
+    from kstore_cli.log.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
 
     data = tmp_path / "data"
     _damaged_tail(data)

@@ -36,12 +36,12 @@ from click.testing import CliRunner
 
 from kstore_cli.cli import main
 from kstore_cli.codecs import get_codec
-from kstore_cli.segment.builder import RecordSpec, build_legacy_batch, build_legacy_entry, build_v2_batch
-from kstore_cli.segment.logdir import Partition
-from kstore_cli.segment.names import filename_prefix
-from kstore_cli.segment.recovery import apply_plan, plan_partition
-from kstore_cli.segment.snapshot import build_snapshot
-from kstore_cli.segment.text import ScalaHashMapOrder, scala_hashmap_order
+from kstore_cli.record.builder import RecordSpec, build_legacy_batch, build_legacy_entry, build_v2_batch
+from kstore_cli.log.logdir import Partition
+from kstore_cli.log.names import filename_prefix
+from kstore_cli.operations.recovery import apply_plan, plan_partition
+from kstore_cli.log.snapshot import build_snapshot
+from kstore_cli.record.text import ScalaHashMapOrder, scala_hashmap_order
 from tests.conftest import CORPUS, GOLDEN
 from tests.oracle_gen import GZIP, T0, Gen, damage_partition
 from tests.commands.test_dump_segment_golden import _PROBLEM_MARKS_STDERR, _PROBLEM_MARKS_STDOUT
@@ -347,10 +347,10 @@ def test_kafka_reads_legacy_sizes_lazily(dumped) -> None:
     assert negative.endswith(" payload: no key\n")
 
 
-@pytest.mark.xfail(strict=True, reason="kstore_cli/segment/batch.py LegacyBatch._outer_entry and "
+@pytest.mark.xfail(strict=True, reason="kstore_cli/record/batch.py LegacyBatch._outer_entry and "
                    "the legacy decoders (_decode_py.py, _decode_c.c build_legacy_records; owner: memory) reject a "
                    "message whose key/value sizes overrun it ('Found invalid record structure') before "
-                   "kstore_cli/segment/dumplog.py (owner: meta) prints anything, and keep a negative size other than -1 as "
+                   "kstore_cli/dump/dumplog.py (owner: meta) prints anything, and keep a negative size other than -1 as "
                    "-1; Kafka's LegacyRecord reads keySize/valueSize/timestamp lazily and raw, and only fails "
                    "slicing the key or value")
 @pytest.mark.parametrize("name", LEGACY_BAD_SIZE)

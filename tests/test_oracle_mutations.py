@@ -38,14 +38,14 @@ import pytest
 from click.testing import CliRunner
 
 from kstore_cli.cli import main
-from kstore_cli.segment.checkpoint import read_offset_checkpoint
-from kstore_cli.segment.logdir import Partition
-from kstore_cli.segment.reader import read_batches
+from kstore_cli.log.checkpoint import read_offset_checkpoint
+from kstore_cli.log.logdir import Partition
+from kstore_cli.record.reader import read_batches
 from tests import safety_data
 from tests.conftest import CORPUS, GOLDEN, json_lines_summary
 from tests.oracle_gen import Gen, damage_partition
-from kstore_cli.segment.names import filename_prefix
-from kstore_cli.segment.recovery import apply_plan, plan_partition
+from kstore_cli.log.names import filename_prefix
+from kstore_cli.operations.recovery import apply_plan, plan_partition
 
 NOW = 1_800_000_000_000  # the clock of every retention run, far past every fixture's timestamps
 
@@ -191,7 +191,7 @@ def safety(**kw) -> Callable[[Path], Path]:
 def with_cluster_metadata(make: Callable[[Path], Path], topic: str, **configs: str) -> Callable[[Path], Path]:
     """The data dir `make` builds, plus a KRaft metadata log holding `topic`'s overrides (ConfigRecords), its
     TopicRecord with the topic ID of the partition's partition.metadata (the metadata's incarnation)."""
-    from kstore_cli.segment.checkpoint import read_partition_metadata
+    from kstore_cli.log.checkpoint import read_partition_metadata
     from tests.make_metadata_cluster import write_config_log
 
     def build(dst: Path) -> Path:

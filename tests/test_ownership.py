@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import List
 
 import pytest
-from kstore_cli.segment.logdir import Partition
+from kstore_cli.log.logdir import Partition
 from tests.conftest import lock_held
 from tests.ownership import (  # noqa: F401
     GID, UID, as_root, invoke, kafka_dir, owner, umask077, unopenable_as, world_tmp)

@@ -33,7 +33,7 @@ from typing import List, Optional, Tuple
 import pytest
 
 from kstore_cli.cli import main
-from kstore_cli.segment import fileops
+from kstore_cli.log import fileops
 from tests.conftest import ROOT, lock_held
 from tests.safety_data import LEFTOVER_SUFFIXES, PAUSED_RUN, T0, check_loadable, diff, loader_view, make_data_dir, tree_bytes
 from tests.test_crash_matrix import SCENARIOS, Scenario, _damaged_tail
@@ -387,9 +387,9 @@ def test_a_full_disk_while_finishing_a_segment_leaves_no_new_file(tmp_path: Path
     segment's .cleaned files behind: the segment was neither current nor finished, so abort()
     did not know it."""
     from kstore_cli.errors import FileUnreadableError
-    from kstore_cli.segment.builder import RecordSpec, build_v2_batch
-    from kstore_cli.segment.reader import read_batches
-    from kstore_cli.segment.writer import PartitionWriter
+    from kstore_cli.record.builder import RecordSpec, build_v2_batch
+    from kstore_cli.record.reader import read_batches
+    from kstore_cli.log.writer import PartitionWriter
 
     (batch,) = read_batches(build_v2_batch([RecordSpec(0, T0, b"k", b"v")]))
     for n in range(2, 8):  # the .log's fsync, the index files' create/fsync, ...

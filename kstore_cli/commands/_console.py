@@ -42,7 +42,7 @@ def exit_with_problems(ctx: click.Context, problems: List[Tuple[str, str]], stat
 def echo_skipped(skipped: List[Tuple[str, str]], as_json: bool) -> None:
     """A line per (partition, reason) a mutating command's walk left alone (scope.mutable_targets): never
     silent; JSON ``{"type": "skipped", ...}``."""
-    from kstore_cli.segment.scope import skipped_dict
+    from kstore_cli.log.scope import skipped_dict
 
     for path, reason in skipped:
         click.echo(json.dumps(skipped_dict(path, reason), sort_keys=True) if as_json else f"{path}: skipped: {reason}")

@@ -18,8 +18,8 @@ from kstore_cli.commands._options import (
     now_option,
     topics_option,
 )
-from kstore_cli.segment.config import compaction_flags
-from kstore_cli.segment.log_cleaner import CompactRequest, CompactRun, LogCleaner, PartitionCompaction
+from kstore_cli.log.config import compaction_flags
+from kstore_cli.cleaner.log_cleaner import CompactRequest, CompactRun, LogCleaner, PartitionCompaction
 
 
 def _status(p: PartitionCompaction, dry_run: bool) -> str:

@@ -23,7 +23,7 @@ from kstore_cli.commands._console import byte_progress, echo_skipped
 from kstore_cli.commands._console import human_bytes as _human
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.codecs import CODEC_IDS
-from kstore_cli.segment.convert import (
+from kstore_cli.operations.convert import (
     LOSS_DESCRIPTIONS,
     ConvertOptions,
     ConvertRun,
@@ -33,9 +33,9 @@ from kstore_cli.segment.convert import (
     convert_targets,
     output_guard,
 )
-from kstore_cli.segment.index import DEFAULT_INDEX_INTERVAL_BYTES
-from kstore_cli.segment.logdir import resolve_some
-from kstore_cli.segment.scope import mutable_targets
+from kstore_cli.log.index import DEFAULT_INDEX_INTERVAL_BYTES
+from kstore_cli.log.logdir import resolve_some
+from kstore_cli.log.scope import mutable_targets
 
 
 def _summary_line(stats: ConvertStats) -> str:

@@ -12,13 +12,13 @@ from kstore_cli.commands._console import byte_progress
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.commands._options import json_option, topics_option
 from kstore_cli.errors import ExitStatus, UsageError
-from kstore_cli.metadata_image import is_torn_tail
-from kstore_cli.segment import recovery, verify
-from kstore_cli.segment.fileops import is_locked
-from kstore_cli.segment.logdir import nothing_found
-from kstore_cli.segment.names import METADATA_PARTITION_DIR
-from kstore_cli.segment.verify import verify_partition
-from kstore_cli.segment.startup import (
+from kstore_cli.cluster.metadata_image import is_torn_tail
+from kstore_cli.operations import recovery, verify
+from kstore_cli.log.fileops import is_locked
+from kstore_cli.log.logdir import nothing_found
+from kstore_cli.log.names import METADATA_PARTITION_DIR
+from kstore_cli.operations.verify import verify_partition
+from kstore_cli.operations.startup import (
     ERROR,
     NOTE,
     WARNING,

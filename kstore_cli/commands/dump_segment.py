@@ -1,4 +1,4 @@
-"""``kstore dump-segment``: a drop-in for Kafka's ``kafka-dump-log.sh`` (the work is in kstore_cli.segment.dumplog)."""
+"""``kstore dump-segment``: a drop-in for Kafka's ``kafka-dump-log.sh`` (the work is in kstore_cli.dump.dumplog)."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def command(
     value_decoder: Optional[str],
     json_lines: bool,
 ) -> int:
-    from kstore_cli.segment.dumplog import DumpOptions, dump_files, files_to_dump
+    from kstore_cli.dump.dumplog import DumpOptions, dump_files, files_to_dump
 
     files = files_to_dump(files_opts, paths)
     if not files:

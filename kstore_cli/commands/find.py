@@ -9,9 +9,9 @@ import click
 
 from kstore_cli.commands._options import ExistingPath, TIME, json_option
 
-from kstore_cli.segment.dumplog import format_batch_line, format_record_line, record_json
+from kstore_cli.dump.dumplog import format_batch_line, format_record_line, record_json
 from kstore_cli.errors import ExitStatus
-from kstore_cli.segment.logdir import Lookup
+from kstore_cli.log.logdir import Lookup
 
 
 @click.command(name="find")

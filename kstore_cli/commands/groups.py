@@ -10,7 +10,7 @@ import click
 from kstore_cli.commands._options import json_option
 
 from kstore_cli.errors import ExitStatus
-from kstore_cli.groups import DEFAULT_OFFSETS_PARTITIONS, OFFSETS_TOPIC, GroupsState, load_groups, reset_offsets_csv
+from kstore_cli.cluster.groups import DEFAULT_OFFSETS_PARTITIONS, OFFSETS_TOPIC, GroupsState, load_groups, reset_offsets_csv
 
 
 def _json(state: GroupsState) -> str:

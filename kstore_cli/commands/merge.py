@@ -10,8 +10,8 @@ import click
 from kstore_cli.commands._console import echo_skipped
 from kstore_cli.commands._options import ExistingPath, json_option
 from kstore_cli.errors import ExitStatus
-from kstore_cli.segment.merge import merge
-from kstore_cli.segment.replicas import REASONS
+from kstore_cli.operations.merge import merge
+from kstore_cli.cluster.replicas import REASONS
 
 
 @click.command(name="merge")

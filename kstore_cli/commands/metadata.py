@@ -12,10 +12,10 @@ import click
 
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.commands._options import topics_option
-from kstore_cli.metadata_image import (
+from kstore_cli.cluster.metadata_image import (
     LoadResult, MetadataImage, RESERVED_DIRECTORY_IDS, directory_label, find_metadata, image_json, load_image,
 )
-from kstore_cli.segment.logdir import topic_matcher
+from kstore_cli.log.logdir import topic_matcher
 
 #: topics Kafka creates itself: a recreate script leaves them commented out
 INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state", "__share_group_state")

@@ -20,11 +20,11 @@ from kstore_cli.commands._options import (
 from kstore_cli.commands._console import echo_skipped
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.errors import ExitStatus
-from kstore_cli.segment import fileops
-from kstore_cli.segment.config import ConfigResolver
-from kstore_cli.segment.logdir import Target, group_by_data_dir, nothing_found, resolve
-from kstore_cli.segment.scope import check_quarantine_dir, mutable_targets
-from kstore_cli.segment.rebuild import ConfigNote, PartitionRebuild, rebuild_partition
+from kstore_cli.log import fileops
+from kstore_cli.log.config import ConfigResolver
+from kstore_cli.log.logdir import Target, group_by_data_dir, nothing_found, resolve
+from kstore_cli.log.scope import check_quarantine_dir, mutable_targets
+from kstore_cli.operations.rebuild import ConfigNote, PartitionRebuild, rebuild_partition
 
 
 def _render_table(result: PartitionRebuild) -> None:

@@ -13,11 +13,11 @@ import click
 from kstore_cli.commands._console import echo_skipped
 from kstore_cli.commands._options import ExistingPath, dry_run_option, force_option, json_option, topics_option
 from kstore_cli.errors import ExitStatus, KstoreError, UsageError
-from kstore_cli.segment import fileops
-from kstore_cli.segment.loader import RecoverResult, advance_recovery_points, check_what_is_left, recover_partition
-from kstore_cli.segment.logdir import group_by_data_dir, nothing_found, resolve
-from kstore_cli.segment.scope import check_quarantine_dir, mutable_targets
-from kstore_cli.segment.startup import Issue
+from kstore_cli.log import fileops
+from kstore_cli.operations.loader import RecoverResult, advance_recovery_points, check_what_is_left, recover_partition
+from kstore_cli.log.logdir import group_by_data_dir, nothing_found, resolve
+from kstore_cli.log.scope import check_quarantine_dir, mutable_targets
+from kstore_cli.operations.startup import Issue
 
 
 @click.command(name="recover")

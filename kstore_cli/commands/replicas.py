@@ -11,7 +11,7 @@ import click
 from kstore_cli.commands._console import echo_skipped
 from kstore_cli.commands._options import ExistingPath, json_option
 from kstore_cli.errors import ExitStatus
-from kstore_cli.segment.replicas import REASONS, compare
+from kstore_cli.cluster.replicas import REASONS, compare
 
 
 @click.command(name="replicas")

@@ -9,8 +9,8 @@ import click
 
 from kstore_cli.commands._options import dry_run_option, force_option, json_option
 
-from kstore_cli.segment import fileops
-from kstore_cli.segment.restore import apply_restore, plan_restore
+from kstore_cli.log import fileops
+from kstore_cli.operations.restore import apply_restore, plan_restore
 
 
 @click.command(name="restore")

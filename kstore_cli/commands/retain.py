@@ -19,8 +19,8 @@ from kstore_cli.commands._options import (
     now_option,
     topics_option,
 )
-from kstore_cli.segment.config import retention_flags
-from kstore_cli.segment.retention import PartitionRetention, RetainRequest, RetentionPlan, retain
+from kstore_cli.log.config import retention_flags
+from kstore_cli.operations.retention import PartitionRetention, RetainRequest, RetentionPlan, retain
 
 
 def _status(result: PartitionRetention, dry_run: bool) -> str:

@@ -10,10 +10,10 @@ import click
 
 from kstore_cli.commands._options import ExistingPath, force_option, json_option
 from kstore_cli.errors import ExitStatus, UsageError
-from kstore_cli.segment import fileops
-from kstore_cli.segment.logdir import Partition, Target, is_partition_dir
-from kstore_cli.segment.salvage import describe, plan_salvage, salvage_in_place, salvage_to
-from kstore_cli.segment.scope import check_quarantine_dir, output_dir_guard, refuse_named
+from kstore_cli.log import fileops
+from kstore_cli.log.logdir import Partition, Target, is_partition_dir
+from kstore_cli.operations.salvage import describe, plan_salvage, salvage_in_place, salvage_to
+from kstore_cli.log.scope import check_quarantine_dir, output_dir_guard, refuse_named
 
 
 @click.command(name="salvage")

@@ -11,7 +11,7 @@ import click
 
 from kstore_cli.commands._options import ExistingPath, format_time_ms, json_option, now_option, topics_option
 from kstore_cli.errors import ExitStatus
-from kstore_cli.transactions import (
+from kstore_cli.cluster.transactions import (
     DEFAULT_MAX_TRANSACTION_TIMEOUT_MINUTES,
     DEFAULT_TRANSACTION_PARTITIONS,
     TRANSACTION_TOPIC,

@@ -11,7 +11,7 @@ import click
 from kstore_cli.commands._console import is_tty
 from kstore_cli.commands._options import json_option, topics_option
 from kstore_cli.errors import ExitStatus
-from kstore_cli.segment.verify import ERROR, Finding, PartitionVerdict, VerifyRun
+from kstore_cli.operations.verify import ERROR, Finding, PartitionVerdict, VerifyRun
 
 
 @click.command(name="verify-index")

@@ -17,7 +17,7 @@ _INT32 = struct.Struct(">i")  # IntegerDecoder: ByteBuffer.wrap(bytes).getInt()
 _INT64 = struct.Struct(">q")  # LongDecoder: ByteBuffer.wrap(bytes).getLong()
 
 
-from kstore_cli.segment.text import java_utf8 as decode_utf8_java  # noqa: E402
+from kstore_cli.record.text import java_utf8 as decode_utf8_java  # noqa: E402
 
 
 def _string(data: bytes) -> str:

@@ -25,7 +25,7 @@ import base64
 import math
 import struct
 
-from kstore_cli.segment.text import java_utf8
+from kstore_cli.record.text import java_utf8
 from kstore_cli.parsers.wire import JavaError, WireReader, encode_unsigned_varint
 
 ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"

@@ -18,7 +18,7 @@ from kstore_cli.parsers import RAW, JsonDecoded
 from kstore_cli.parsers.schema import plain, read_message, to_json
 from kstore_cli.parsers.schemas import TRANSACTION_LOG_KEY, TRANSACTION_LOG_VALUE
 from kstore_cli.parsers.wire import JavaError, WireReader
-from kstore_cli.segment.text import int32, java_string_hash
+from kstore_cli.record.text import int32, java_string_hash
 
 #: TransactionState ids and their Scala case-object names.
 STATES: Dict[int, str] = {

@@ -30,8 +30,8 @@ from typing import List, Optional, Sequence, Tuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kstore_cli.segment import decode
-from kstore_cli.segment.columns import RecordColumns
+from kstore_cli.record import decode
+from kstore_cli.record.columns import RecordColumns
 
 KAFKA_DDL = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 HEADERS_DDL = "headers array<struct<key:string,value:binary>>"

@@ -173,7 +173,7 @@ class ExportRequest:
                             f"'{plan.internal_left_out[0].rsplit('-', 1)[0]}' or '__*')")
             raise NothingToExportError(message)
         if "://" not in self.output or self.output.startswith("file://"):
-            from kstore_cli.segment.scope import check_output_dir
+            from kstore_cli.log.scope import check_output_dir
 
             # A local output: never in an input nor a Kafka data dir (--mode overwrite would replace it).
             check_output_dir(self.output[len("file://"):] if self.output.startswith("file://") else self.output,

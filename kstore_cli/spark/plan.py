@@ -33,11 +33,11 @@ import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from kstore_cli.errors import KstoreError, UsageError
-from kstore_cli.segment import fileops, logdir
-from kstore_cli.segment.index import OffsetIndex, TransactionIndex
-from kstore_cli.segment.log_segment import max_timestamp_so_far
-from kstore_cli.segment.logdir import LookupStats, Partition, Segment
-from kstore_cli.segment.reader import read_batches
+from kstore_cli.log import fileops, logdir
+from kstore_cli.log.index import OffsetIndex, TransactionIndex
+from kstore_cli.log.log_segment import max_timestamp_so_far
+from kstore_cli.log.logdir import LookupStats, Partition, Segment
+from kstore_cli.record.reader import read_batches
 from kstore_cli.spark.options import EARLIEST, LATEST, OffsetSpec, ReadOptions, is_internal
 
 
@@ -299,7 +299,7 @@ def _aborted_transactions(partition: Partition, stats: LookupStats) -> Dict[int,
 def _open_transactions(partition: Partition, _stats: LookupStats) -> Dict[int, int]:
     """Producer id -> first offset of each transaction with no marker by the end of the log
     (ProducerStateManager at the log end: the newest readable snapshot, then the log after it)."""
-    from kstore_cli.segment.producer_state import ProducerStateManager
+    from kstore_cli.log.producer_state import ProducerStateManager
 
     state = ProducerStateManager.load(partition)
     return {e.producer_id: e.current_txn_first_offset for e in state.open_transactions()}

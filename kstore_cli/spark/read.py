@@ -23,10 +23,10 @@ from typing import Iterator, List, Optional
 import pyarrow as pa
 
 from kstore_cli.errors import CorruptDataError, CorruptRecordError, KstoreError
-from kstore_cli.segment import decode
-from kstore_cli.segment.batch import LOG_OVERHEAD
-from kstore_cli.segment.columns import RecordColumns, read_columns
-from kstore_cli.segment.reader import read_batches
+from kstore_cli.record import decode
+from kstore_cli.record.batch import LOG_OVERHEAD
+from kstore_cli.record.columns import RecordColumns, read_columns
+from kstore_cli.record.reader import read_batches
 from kstore_cli.spark.columns import ColumnBuilder
 from kstore_cli.spark.plan import Slice, Task
 

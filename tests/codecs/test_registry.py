@@ -10,8 +10,8 @@ import pytest
 from kstore_cli.codecs import CODEC_NAMES, get_codec
 from kstore_cli.codecs import zstd as zstd_codec
 from kstore_cli.errors import CodecError, CodecUnavailableError
-from kstore_cli.segment import read_batches
-from kstore_cli.segment.builder import RecordSpec, build_v2_batch
+from kstore_cli.record.reader import read_batches
+from kstore_cli.record.builder import RecordSpec, build_v2_batch
 
 
 def test_ids_and_names_are_kafkas() -> None:

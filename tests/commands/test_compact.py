@@ -17,16 +17,16 @@ from click.testing import CliRunner
 
 from kstore_cli.cli import _register_commands, cli
 from kstore_cli.errors import LogDirLockedError, UsageError
-from kstore_cli.segment import fileops
-from kstore_cli.segment.builder import RecordSpec, build_v2_batch
-from kstore_cli.segment.checkpoint import format_offset_checkpoint, read_offset_checkpoint
-from kstore_cli.segment.index import OffsetIndex, TimeIndex
-from kstore_cli.segment.logdir import Partition
-from kstore_cli.segment.names import filename_prefix
-from kstore_cli.segment.reader import read_batches
-from kstore_cli.segment.swap import resolve_leftovers
+from kstore_cli.log import fileops
+from kstore_cli.record.builder import RecordSpec, build_v2_batch
+from kstore_cli.log.checkpoint import format_offset_checkpoint, read_offset_checkpoint
+from kstore_cli.log.index import OffsetIndex, TimeIndex
+from kstore_cli.log.logdir import Partition
+from kstore_cli.log.names import filename_prefix
+from kstore_cli.record.reader import read_batches
+from kstore_cli.log.swap import resolve_leftovers
 from tests.conftest import GOLDEN, ROOT, lock_held, json_lines_summary
-from tests.segment.partition_factory import tree_state
+from tests.log.partition_factory import tree_state
 
 _register_commands()
 

@@ -15,13 +15,13 @@ from click.testing import CliRunner
 
 from kstore_cli.cli import _register_commands, cli
 from kstore_cli.errors import KstoreError, LogDirLockedError
-from kstore_cli.segment import fileops
-from kstore_cli.segment.logdir import Partition
-from kstore_cli.segment.reader import read_batches
-from kstore_cli.segment.snapshot import ProducerEntry, build_snapshot, read_snapshot
+from kstore_cli.log import fileops
+from kstore_cli.log.logdir import Partition
+from kstore_cli.record.reader import read_batches
+from kstore_cli.log.snapshot import ProducerEntry, build_snapshot, read_snapshot
 from tests.commands.test_rebuild_index import dir_hash
 from tests.conftest import CORPUS, ROOT, lock_held
-from tests.segment.test_convert import (
+from tests.operations.test_convert import (
     IMPLS,
     expected_after,
     kstore_records,

@@ -217,7 +217,7 @@ def test_stray_directory_stops_the_broker(tmp_path, name):
 
 def test_unreadable_partition_dir_is_a_finding_not_the_end(tmp_path, monkeypatch):
     from kstore_cli.errors import FileUnreadableError
-    from kstore_cli.segment import logdir
+    from kstore_cli.log import logdir
 
     data = make_data_dir(tmp_path)
     real = logdir.Partition._scan

@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from kstore_cli.cli import _register_commands, cli
-from kstore_cli.segment.builder import RecordSpec, build_v2_batch
-from kstore_cli.segment.logdir import LookupStats, Partition, find_offset, find_timestamp
-from kstore_cli.segment.reader import read_batches
-from kstore_cli.segment.recovery import apply_plan, plan_partition
+from kstore_cli.record.builder import RecordSpec, build_v2_batch
+from kstore_cli.log.logdir import LookupStats, Partition, find_offset, find_timestamp
+from kstore_cli.record.reader import read_batches
+from kstore_cli.operations.recovery import apply_plan, plan_partition
 from tests.conftest import CORPUS, load_manifest
 
 _register_commands()

@@ -10,7 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from kstore_cli.cli import _register_commands, cli
-from kstore_cli.segment.index import TransactionIndex
+from kstore_cli.log.index import TransactionIndex
 from tests.conftest import CORPUS
 
 _register_commands()

@@ -142,8 +142,8 @@ def test_find_streams_many_small_records(parts: Dict[str, Path]) -> None:
 
 SPARK_READER = """
 import sys
-from kstore_cli.segment.batch import Batch
-from kstore_cli.segment.columns import read_columns
+from kstore_cli.record.batch import Batch
+from kstore_cli.record.columns import read_columns
 from kstore_cli.errors import KstoreError
 try:
     for piece in read_columns(sys.argv[1], check_crc=True):
@@ -179,7 +179,7 @@ def test_bound_set_by_environment(parts: Dict[str, Path]) -> None:
 @pytest.fixture(scope="module")
 def sparse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A partition whose .index and .timeindex are sparse 10 GiB files of zeros (no disk used)."""
-    from kstore_cli.segment.builder import RecordSpec, build_v2_batch
+    from kstore_cli.record.builder import RecordSpec, build_v2_batch
 
     part = tmp_path_factory.mktemp("sparse") / "topic-0"
     part.mkdir()

@@ -17,8 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from kstore_cli.cli import cli, _register_commands
-from kstore_cli.segment.builder import RecordSpec, build_v2_batch
-from kstore_cli.segment.reader import read_batches
+from kstore_cli.record.builder import RecordSpec, build_v2_batch
+from kstore_cli.record.reader import read_batches
 from tests.make_metadata_cluster import (
     BASE_TS, DIR_A, SCRAM_SALT, SCRAM_SERVER_KEY, SCRAM_STORED_KEY, partition, rec, uid,
 )
@@ -328,7 +328,7 @@ def test_unlistable_metadata_dir_exit_3(capsys):
     from kstore_cli.cli import main
 
     denied = PermissionError(13, "Permission denied")
-    with mock.patch("kstore_cli.metadata_image.os.listdir", side_effect=denied), pytest.raises(SystemExit) as e:
+    with mock.patch("kstore_cli.cluster.metadata_image.os.listdir", side_effect=denied), pytest.raises(SystemExit) as e:
         main(["metadata", str(CASES / "full")])
     err = capsys.readouterr().err
     assert e.value.code == 3 and err.count("\n") == 1 and "could not list: Permission denied" in err

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import List
 
 from kstore_cli.errors import ExitStatus, FileUnreadableError
-from kstore_cli.segment import fileops
-from kstore_cli.segment.loader import RecoverResult
-from kstore_cli.segment.logdir import Partition
+from kstore_cli.log import fileops
+from kstore_cli.operations.loader import RecoverResult
+from kstore_cli.log.logdir import Partition
 from tests.safety_data import make_data_dir
 from tests.test_safety import run_main
 

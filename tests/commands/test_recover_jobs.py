@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from kstore_cli.segment import fileops
-from kstore_cli.segment.checkpoint import read_offset_checkpoint
-from kstore_cli.segment.loader import recover_partition
+from kstore_cli.log import fileops
+from kstore_cli.log.checkpoint import read_offset_checkpoint
+from kstore_cli.operations.loader import recover_partition
 from tests.conftest import ROOT
 from tests.safety_data import PAUSED_RUN, alive, check_loadable, child_pids, diff, make_partitions_to_recover, tree_bytes
 

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kstore_cli.cli import main
-from kstore_cli.segment import fileops
-from kstore_cli.segment.checkpoint import (
+from kstore_cli.log import fileops
+from kstore_cli.log.checkpoint import (
     format_offset_checkpoint, read_leader_epoch_checkpoint, read_offset_checkpoint)
-from kstore_cli.segment.logdir import Partition
+from kstore_cli.log.logdir import Partition
 from tests.conftest import lock_held
 from tests.oracle import kafka_records
 from tests.ownership import invoke

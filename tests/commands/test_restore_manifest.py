@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Tuple
 
 import pytest
 
-from kstore_cli.segment.logdir import Partition
+from kstore_cli.log.logdir import Partition
 from tests.commands.test_restore import TRUNCATE, damaged_in_place, forked_crash
 from tests.ownership import UID, as_root, invoke, kafka_dir, umask077, world_tmp  # noqa: F401
 from tests.safety_data import make_data_dir

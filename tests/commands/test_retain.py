@@ -17,12 +17,12 @@ from click.testing import CliRunner
 
 from kstore_cli.cli import _register_commands, cli
 from kstore_cli.errors import LogDirLockedError
-from kstore_cli.segment import fileops
-from kstore_cli.segment.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
-from kstore_cli.segment.logdir import Partition
-from kstore_cli.segment.names import filename_prefix
+from kstore_cli.log import fileops
+from kstore_cli.log.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
+from kstore_cli.log.logdir import Partition
+from kstore_cli.log.names import filename_prefix
 from tests.conftest import CORPUS, ROOT, lock_held, json_lines_summary
-from tests.segment.partition_factory import DAY, T0, SegSpec, make_partition, tree_state
+from tests.log.partition_factory import DAY, T0, SegSpec, make_partition, tree_state
 from tests.safety_data import PAUSED_RUN
 
 _register_commands()

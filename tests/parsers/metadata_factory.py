@@ -22,7 +22,7 @@ from kstore_cli.parsers.schemas import (
     VOTERS_RECORD,
 )
 from kstore_cli.parsers.wire import encode_unsigned_varint
-from kstore_cli.segment.builder import RecordSpec, build_v2_batch
+from kstore_cli.record.builder import RecordSpec, build_v2_batch
 
 BASE_TS = 1_700_000_000_000
 VARIANTS = 4

@@ -11,7 +11,7 @@ import pytest
 
 from kstore_cli.errors import RecordParseError
 from kstore_cli.parsers import make_parser, render_control
-from kstore_cli.segment import read_batches
+from kstore_cli.record.reader import read_batches
 
 GOLDEN = Path(__file__).resolve().parents[2] / "fixtures" / "kafka-golden"
 

@@ -10,9 +10,9 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 import pytest
 
-from kstore_cli.segment.batch import parse_control_key
-from kstore_cli.segment.logdir import resolve
-from kstore_cli.segment.reader import read_batches
+from kstore_cli.record.batch import parse_control_key
+from kstore_cli.log.logdir import resolve
+from kstore_cli.record.reader import read_batches
 
 from tests.spark.datagen import write_data_dir
 

@@ -11,9 +11,9 @@ import os
 import random
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from kstore_cli.segment.builder import RecordSpec, build_v2_batch
-from kstore_cli.segment.index import SegmentIndexBuilder
-from kstore_cli.segment.names import filename_prefix
+from kstore_cli.record.builder import RecordSpec, build_v2_batch
+from kstore_cli.log.index import SegmentIndexBuilder
+from kstore_cli.log.names import filename_prefix
 
 CODECS = (0, 1, 2, 3, 4)  # none, gzip, snappy, lz4, zstd
 

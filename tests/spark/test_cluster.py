@@ -102,7 +102,7 @@ def test_export_on_a_standalone_cluster_matches_local(tmp_path, spark):
         modules = {t["module"] for t in traces}
         assert all(m.startswith("./kstore_cli.zip/") for m in modules), modules  # relative to the executor dir
         # ... and with the same record decoder as this process (the native one comes out of the zip).
-        from kstore_cli.segment import decode
+        from kstore_cli.record import decode
 
         assert {t["decoder"] for t in traces} == {decode.BACKEND}
     finally:

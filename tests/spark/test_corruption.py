@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from kstore_cli.errors import CorruptDataError, CorruptRecordError, UsageError
-from kstore_cli.segment.reader import read_batches
+from kstore_cli.record.reader import read_batches
 from kstore_cli.spark.options import ReadOptions
 from kstore_cli.spark.plan import plan_read, select_partitions
 from kstore_cli.spark.read import SkippedBatch, read_task

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kstore_cli.errors import UsageError
-from kstore_cli.segment.logdir import Partition
-from kstore_cli.segment.reader import read_batches
+from kstore_cli.log.logdir import Partition
+from kstore_cli.record.reader import read_batches
 from kstore_cli.spark.columns import arrow_schema
 from kstore_cli.spark.options import ReadOptions
 from kstore_cli.spark.plan import Pushed, plan_read

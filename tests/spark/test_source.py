@@ -27,7 +27,7 @@ from pyspark.sql.types import (  # noqa: E402
 )
 
 from kstore_cli.errors import CorruptRecordError  # noqa: E402
-from kstore_cli.segment.logdir import Partition, resolve  # noqa: E402
+from kstore_cli.log.logdir import Partition, resolve  # noqa: E402
 from kstore_cli.spark.export import ExportRequest, SparkJobError, export_with  # noqa: E402
 
 from tests.spark.conftest import (  # noqa: E402
@@ -147,7 +147,7 @@ def test_offset_range_reads_only_segments_inside_it(spark, gen_dir, tmp_path):
     read = sum(t["bytesRead"] for t in touched)
     assert read < sum(os.path.getsize(s.log) for s in part.segments[1:4])
     # Executors read with the driver's record decoder (test_cluster checks it from the shipped zip).
-    from kstore_cli.segment import decode
+    from kstore_cli.record import decode
 
     assert {t["decoder"] for t in touched} == {decode.BACKEND}
 
@@ -296,7 +296,7 @@ def test_the_arrow_writer_leaves_the_callers_job_group_alone(spark, tmp_path):
 def damaged(tmp_path_factory):
     """orders-0 with a flipped byte inside a record (segment 1) and 100 bytes cut from the end of
     segment 2 (not the last); clicks-0 intact. Returns (data dir, expected rows, [(log, position)])."""
-    from kstore_cli.segment.reader import read_batches
+    from kstore_cli.record.reader import read_batches
 
     from tests.spark.datagen import write_partition
 

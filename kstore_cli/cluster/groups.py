@@ -1,0 +1,237 @@
+"""Committed offsets of consumer groups, loaded from ``__consumer_offsets-N`` as the group coordinator does.
+
+Loading follows Kafka's group coordinator (CoordinatorLoaderImpl feeding GroupMetadataManager /
+OffsetMetadataManager.replay): records in offset order, the latest record per key wins, a null value
+(tombstone) deletes; offset commits in a transactional batch are pending until their producer's
+COMMIT marker applies them (an ABORT marker discards them). Lag is joined from the high watermark
+(replication-offset-checkpoint) and log end offset of partitions found in the same data dirs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from kstore_cli.errors import UsageError
+from kstore_cli.parsers.coordinator import _UnknownRecordType, deserialize
+from kstore_cli.parsers.schemas import GROUP_COORDINATOR_RECORDS
+from kstore_cli.parsers.wire import JavaError
+from kstore_cli.record.batch import COMMIT, parse_control_key
+from kstore_cli.log.checkpoint import read_offset_checkpoint
+from kstore_cli.log.logdir import Partition, coordinator_partitions
+from kstore_cli.record.reader import read_batches
+from kstore_cli.record.text import java_string_hash
+
+OFFSETS_TOPIC = "__consumer_offsets"
+#: offsets.topic.num.partitions default (GroupCoordinatorConfig).
+DEFAULT_OFFSETS_PARTITIONS = 50
+
+# Record types of CoordinatorRecordType (the key's version prefix).
+_OFFSET_COMMIT = (0, 1)
+_GROUP_METADATA = 2
+_CONSUMER_GROUP_METADATA = 3
+_SHARE_GROUP_METADATA = 11
+
+
+def partition_for(group: str, num_partitions: int) -> int:
+    """GroupCoordinator.partitionFor: ``Utils.abs(groupId.hashCode) % numPartitions``."""
+    h = java_string_hash(group)
+    h = 0 if h == -(1 << 31) else abs(h)  # Utils.abs maps Integer.MIN_VALUE to 0
+    return h % num_partitions
+
+
+@dataclass
+class CommittedOffset:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+    log_end_offset: Optional[int] = None
+    high_watermark: Optional[int] = None
+
+    @property
+    def lag(self) -> Optional[int]:
+        """High watermark minus committed offset (what kafka-consumer-groups.sh shows), None if unknown."""
+        if self.high_watermark is None:
+            return None
+        return max(self.high_watermark - self.offset, 0)
+
+
+@dataclass
+class Group:
+    group_id: str
+    coordinator_partition: int
+    #: classic (GroupMetadata), consumer (KIP-848), share, or "offsets-only" (no live group record).
+    kind: str = "offsets-only"
+    protocol_type: Optional[str] = None
+    generation: Optional[int] = None
+    members: int = 0
+    offsets: Dict[Tuple[str, int], CommittedOffset] = field(default_factory=dict)
+
+
+@dataclass
+class GroupsState:
+    groups: Dict[str, Group]
+    num_partitions: int
+    loaded_partitions: List[int]
+    missing_partitions: List[int]
+    #: Groups asked for by name whose coordinator partition is not in the dirs.
+    unknown_groups: Dict[str, int]
+    #: (path, offset, why) of records the loader could not decode (not applied).
+    skipped: List[Tuple[str, int, str]]
+
+
+class _Loader:
+    def __init__(self, num_partitions: int) -> None:
+        self.num_partitions = num_partitions
+        self.groups: Dict[str, Group] = {}
+        self.pending: Dict[int, List[Tuple[str, str, int, Optional[dict]]]] = {}
+        self.skipped: List[Tuple[str, int, str]] = []
+
+    def _group(self, group_id: str) -> Group:
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id, partition_for(group_id, self.num_partitions))
+        return group
+
+    def _apply_offset(self, group_id: str, topic: str, partition: int, value: Optional[dict]) -> None:
+        if value is None:
+            group = self.groups.get(group_id)
+            if group is not None:
+                group.offsets.pop((topic, partition), None)
+            return
+        self._group(group_id).offsets[(topic, partition)] = CommittedOffset(
+            topic, partition, value["offset"], value.get("leaderEpoch", -1), value.get("metadata") or "",
+            value["commitTimestamp"])
+
+    def load_partition(self, partition: Partition) -> None:
+        for segment in partition.segments:
+            for batch in read_batches(segment.log, check_crc=True):
+                batch.ensure_valid()
+                if batch.is_control:
+                    pending = self.pending.pop(batch.producer_id, [])
+                    for record in batch.records():
+                        if parse_control_key(record.key)[1] == COMMIT:
+                            for args in pending:
+                                self._apply_offset(*args)
+                    continue
+                transactional = batch.is_transactional
+                for record in batch.records():
+                    self._replay(segment.log, record, transactional, batch.producer_id if transactional else -1)
+
+    def _replay(self, path: str, record, transactional: bool, producer_id: int) -> None:
+        if record.key is None:
+            self.skipped.append((path, record.offset, "record without a key"))
+            return
+        try:
+            rtype, _km, key, _vv, _vm, value = deserialize(GROUP_COORDINATOR_RECORDS, record.key, record.value)
+        except _UnknownRecordType as exc:
+            self.skipped.append((path, record.offset, f"unknown record type {exc.record_type}"))
+            return
+        except JavaError as exc:
+            self.skipped.append((path, record.offset, exc.text))
+            return
+        if rtype in _OFFSET_COMMIT:
+            args = (key["group"], key["topic"], key["partition"], value)
+            if transactional:
+                self.pending.setdefault(producer_id, []).append(args)
+            else:
+                self._apply_offset(*args)
+        elif rtype == _GROUP_METADATA:
+            self._group_record(key["group"], "classic", value)
+        elif rtype == _CONSUMER_GROUP_METADATA:
+            self._group_record(key["GroupId"], "consumer", value)
+        elif rtype == _SHARE_GROUP_METADATA:
+            self._group_record(key["GroupId"], "share", value)
+        # Member, assignment and partition-metadata records describe membership only: no offsets.
+
+    def _group_record(self, group_id: str, kind: str, value: Optional[dict]) -> None:
+        group = self._group(group_id)
+        if value is None:  # tombstone: the group is gone; offsets have their own records
+            group.kind, group.protocol_type, group.generation, group.members = "offsets-only", None, None, 0
+            if not group.offsets:
+                del self.groups[group_id]
+            return
+        group.kind = kind
+        if kind == "classic":
+            group.protocol_type = value.get("protocolType")
+            group.generation = value.get("generation")
+            group.members = len(value.get("members") or [])
+        else:
+            group.generation = value.get("Epoch")
+
+
+def _log_end_offset(partition: Partition) -> Optional[int]:
+    for segment in reversed(partition.segments):
+        last = None
+        for batch in read_batches(segment.log):
+            last = batch.next_offset
+        if last is not None:
+            return last
+    return None
+
+
+def load_groups(paths: Iterable[str], *, num_partitions: int = DEFAULT_OFFSETS_PARTITIONS,
+                groups: Optional[List[str]] = None, topics: Optional[List[str]] = None) -> GroupsState:
+    """Committed offsets of every group in the ``__consumer_offsets`` partitions under `paths`."""
+    partitions, offsets_parts, found = coordinator_partitions(
+        paths, OFFSETS_TOPIC, num_partitions, "--offsets-partitions to offsets.topic.num.partitions")
+    loader = _Loader(num_partitions)
+    for partition in offsets_parts:
+        loader.load_partition(partition)
+    state = loader.groups
+    if groups:
+        state = {g: state[g] for g in groups if g in state}
+    if topics:
+        for group in state.values():
+            group.offsets = {k: v for k, v in group.offsets.items() if k[0] in topics}
+        state = {g: grp for g, grp in state.items() if grp.offsets}
+    missing = [n for n in range(num_partitions) if n not in found]
+    unknown = {}
+    for g in groups or []:
+        if g not in state and partition_for(g, num_partitions) in missing:
+            unknown[g] = partition_for(g, num_partitions)
+    _join_log_ends(partitions, state)
+    return GroupsState(state, num_partitions, found, missing, unknown, loader.skipped)
+
+
+def _join_log_ends(partitions: List[Partition], state: Dict[str, Group]) -> None:
+    wanted = {k for g in state.values() for k in g.offsets}
+    by_key = {(p.topic, p.partition): p for p in partitions if (p.topic, p.partition) in wanted}
+    hw_cache: Dict[str, Dict[Tuple[str, int], int]] = {}
+    ends: Dict[Tuple[str, int], Tuple[Optional[int], Optional[int]]] = {}
+    for key, partition in by_key.items():
+        data_dir = partition.data_dir
+        if data_dir not in hw_cache:
+            path = os.path.join(data_dir, "replication-offset-checkpoint")
+            hw_cache[data_dir] = read_offset_checkpoint(path) if os.path.exists(path) else {}
+        ends[key] = (_log_end_offset(partition), hw_cache[data_dir].get(key))
+    for group in state.values():
+        for key, committed in group.offsets.items():
+            committed.log_end_offset, committed.high_watermark = ends.get(key, (None, None))
+
+
+def _csv_field(text: str) -> str:
+    """A CSV field as Jackson's CsvMapper reads it (ConsumerGroupCommand's CsvUtils): quoted, with doubled
+    quotes, when it holds a comma or a quote. parseResetPlan splits the file on newlines first, so a field
+    holding one cannot be carried at all."""
+    if "\n" in text or "\r" in text:
+        raise UsageError(f"group {text!r} holds a line break: kafka-consumer-groups.sh --from-file splits the file "
+                         "on newlines and cannot read it; reset that group with --to-offset instead")
+    if "," in text or '"' in text or text != text.strip():
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def reset_offsets_csv(groups: List[Group], *, single_group: bool) -> str:
+    """``kafka-consumer-groups.sh --reset-offsets --from-file`` input. ConsumerGroupCommand.parseResetPlan
+    takes ``TOPIC,PARTITION,OFFSET`` only when exactly one ``--group`` is given, ``GROUP,TOPIC,PARTITION,OFFSET``
+    otherwise (several groups, ``--all-groups``): `single_group` says the plan is for one named group.
+    Topic names never need quoting (``[a-zA-Z0-9._-]``); group ids may."""
+    if single_group and len(groups) == 1:
+        return "".join(f"{c.topic},{c.partition},{c.offset}\n" for _k, c in sorted(groups[0].offsets.items()))
+    return "".join(f"{_csv_field(g.group_id)},{c.topic},{c.partition},{c.offset}\n"
+                   for g in sorted(groups, key=lambda g: g.group_id) for _k, c in sorted(g.offsets.items()))

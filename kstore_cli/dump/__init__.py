@@ -1,0 +1,1 @@
+"""``kstore dump-segment``: Kafka's DumpLogSegments tool, byte for byte, plus ``--json``."""

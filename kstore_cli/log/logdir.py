@@ -1,0 +1,546 @@
+"""Finding segments: a PATH given on the command line as a ``.log`` file, a partition
+directory or a data directory (a ``log.dirs`` entry), resolved to partitions and
+their segments in base-offset order.
+
+What counts as a partition directory (LocalLog.parseTopicPartitionName):
+``<topic>-<partition>``. In a data directory, ``-delete``, ``-future`` and
+``-stray`` directories are skipped (a replica being deleted, moved in, or left
+over; the broker does not serve them) and listed in :attr:`DataDir.skipped`,
+as are directories that are not partitions at all (``remote-log-index-cache``).
+``__cluster_metadata-0`` is a normal log (KafkaMetadataLog wraps the same
+UnifiedLog), so it is included for reading; the commands that change logs
+leave it alone (:mod:`kstore_cli.log.scope`). A skipped directory can
+still be named explicitly as a PATH.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+from kstore_cli.errors import FileUnreadableError, UsageError
+from kstore_cli.log import names
+from kstore_cli.log.checkpoint import (
+    CLEAN_SHUTDOWN,
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    META_PROPERTIES,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+)
+from kstore_cli.log.fileops import LOCK_FILE, TMP_SUFFIX
+
+_INDEX_SUFFIXES = (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX)
+_LEFTOVER_SUFFIXES = (names.DELETED_SUFFIX, names.CLEANED_SUFFIX, names.SWAP_SUFFIX, TMP_SUFFIX, ".tmp")
+_SKIPPED_DIR_SUFFIXES = ("-delete", "-future", "-stray")
+#: Files only a data directory (a ``log.dirs`` entry) holds, never a partition directory.
+DATA_DIR_FILES = frozenset({
+    META_PROPERTIES, RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
+    CLEANER_OFFSET_CHECKPOINT, CLEAN_SHUTDOWN, LOCK_FILE,
+})
+#: How many folder levels below a PATH are searched for data directories (folder/broker/data dir).
+FIND_DEPTH = 2
+
+
+def _offset_of(name: str) -> Optional[int]:
+    head = name.split(".", 1)[0]
+    if len(head) < 20 or not head.isdigit():
+        return None
+    return int(head)
+
+
+class Segment:
+    """One segment's files. Paths are None when the file does not exist."""
+
+    __slots__ = ("base_offset", "log", "index", "timeindex", "txnindex")
+
+    def __init__(self, base_offset: int, directory: str) -> None:
+        self.base_offset = base_offset
+        prefix = os.path.join(directory, names.filename_prefix(base_offset))
+        self.log = prefix + names.LOG_SUFFIX
+        self.index: Optional[str] = None
+        self.timeindex: Optional[str] = None
+        self.txnindex: Optional[str] = None
+
+    def path(self, suffix: str) -> str:
+        """The path this segment's file with `suffix` has (or would have)."""
+        return names.sibling(self.log, suffix)
+
+    @property
+    def log_size(self) -> int:
+        return os.path.getsize(self.log)
+
+    def __repr__(self) -> str:
+        return f"Segment({self.base_offset})"
+
+
+class Partition:
+    """A partition directory: its segments, snapshots, and files a broker would not load."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+        parsed = names.parse_partition_dir(self.path)
+        self.topic, self.partition = parsed if parsed else (os.path.basename(self.path), -1)
+        self.segments: List[Segment] = []
+        #: {offset: path} of <offset>.snapshot files.
+        self.snapshots: Dict[int, str] = {}
+        #: .deleted / .cleaned / .swap / temporary files left by an interrupted operation.
+        self.leftovers: List[str] = []
+        #: Index files whose .log does not exist (LogLoader deletes them as "orphaned").
+        self.orphan_indexes: List[str] = []
+        #: Other regular files (checkpoints, partition.metadata, unknown files).
+        self.other_files: List[str] = []
+        self._scan()
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def data_dir(self) -> str:
+        """The data directory holding this partition (where ``.lock`` and the checkpoints are): from the
+        real path, so a partition reached through a symlinked alias has its real data dir's lock and
+        checkpoints, not the alias's parent."""
+        return os.path.dirname(os.path.realpath(self.path))
+
+    def _scan(self) -> None:
+        try:
+            entries = sorted(os.listdir(self.path))
+        except FileNotFoundError:
+            raise FileUnreadableError("no such directory", path=self.path) from None
+        except NotADirectoryError:
+            raise FileUnreadableError("not a directory", path=self.path) from None
+        except OSError as exc:
+            raise FileUnreadableError(f"cannot be listed: {exc.strerror}", path=self.path) from None
+        by_offset: Dict[int, Segment] = {}
+        indexes: List[Tuple[int, str, str]] = []
+        for name in entries:
+            full = os.path.join(self.path, name)
+            if not os.path.isfile(full):
+                continue
+            if name.endswith(_LEFTOVER_SUFFIXES):
+                self.leftovers.append(full)
+                continue
+            offset = _offset_of(name)
+            suffix = "." + name.split(".", 1)[1] if "." in name else ""
+            if offset is None:
+                self.other_files.append(full)
+            elif suffix == names.LOG_SUFFIX:
+                by_offset[offset] = Segment(offset, self.path)
+            elif suffix in _INDEX_SUFFIXES:
+                indexes.append((offset, suffix, full))
+            elif suffix == names.SNAPSHOT_SUFFIX:
+                self.snapshots[offset] = full
+            else:
+                self.other_files.append(full)
+        for offset, suffix, full in indexes:
+            segment = by_offset.get(offset)
+            if segment is None:
+                self.orphan_indexes.append(full)
+            elif suffix == names.INDEX_SUFFIX:
+                segment.index = full
+            elif suffix == names.TIME_INDEX_SUFFIX:
+                segment.timeindex = full
+            else:
+                segment.txnindex = full
+        self.segments = [by_offset[o] for o in sorted(by_offset)]
+
+    def segment(self, base_offset: int) -> Segment:
+        for segment in self.segments:
+            if segment.base_offset == base_offset:
+                return segment
+        raise UsageError(f"no segment with base offset {base_offset}", path=self.path)
+
+    def snapshot_at(self, offset: int) -> Optional[str]:
+        return self.snapshots.get(offset)
+
+    def __repr__(self) -> str:
+        return f"Partition({self.path!r}, segments={len(self.segments)})"
+
+
+class Target:
+    """What one PATH argument resolved to: a partition, and optionally a single segment of it."""
+
+    __slots__ = ("partition", "only")
+
+    def __init__(self, partition: Partition, only: Optional[int] = None) -> None:
+        self.partition = partition
+        #: Base offset of the one segment named by a ``.log`` PATH; None means every segment.
+        self.only = only
+
+    @property
+    def segments(self) -> List[Segment]:
+        if self.only is None:
+            return self.partition.segments
+        return [self.partition.segment(self.only)]
+
+
+class DataDir:
+    """A data directory's partitions, and the directories that were skipped."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+        self.partitions: List[Partition] = []
+        #: (path, why) of child directories that are not loaded.
+        self.skipped: List[Tuple[str, str]] = []
+        for name in sorted(os.listdir(self.path)):
+            full = os.path.join(self.path, name)
+            if not os.path.isdir(full):
+                continue
+            if name.endswith(_SKIPPED_DIR_SUFFIXES):
+                self.skipped.append((full, f"{name.rsplit('-', 1)[1]} replica directory"))
+            elif holds_data_dir_files(full):
+                self.skipped.append((full, "a data directory of its own, not a partition"))
+            elif names.parse_partition_dir(name) is None:
+                self.skipped.append((full, "not a partition directory"))
+            else:
+                self.partitions.append(Partition(full))
+
+
+def _listdir(path: str) -> List[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def holds_data_dir_files(path: str) -> bool:
+    """Whether `path` holds a file only a data directory has (meta.properties, a data-dir checkpoint, .lock)."""
+    return any(n in DATA_DIR_FILES for n in _listdir(path))
+
+
+def is_partition_dir(path: str) -> bool:
+    """A directory that holds segment files, or is named like a partition and holds no partitions
+    (and none of a data directory's own files: a broker's data dir may be named ``kafka-1``)."""
+    try:
+        entries = os.listdir(path)
+    except OSError:
+        return False
+    if any(n in DATA_DIR_FILES for n in entries):
+        return False
+    if any(_offset_of(n) is not None for n in entries):
+        return True
+    if names.parse_partition_dir(path) is None:
+        return False
+    return not any(
+        os.path.isdir(os.path.join(path, n)) and names.parse_partition_dir(n) is not None for n in entries
+    )
+
+
+def is_data_dir(path: str) -> bool:
+    """A directory a broker could have as a ``log.dirs`` entry: not a partition, and holding a data
+    directory's own files or at least one partition directory."""
+    if not os.path.isdir(path) or is_partition_dir(path):
+        return False
+    if holds_data_dir_files(path):
+        return True
+    return any(
+        names.parse_partition_dir(n) is not None and os.path.isdir(os.path.join(path, n))
+        and is_partition_dir(os.path.join(path, n))
+        for n in _listdir(path)
+    )
+
+
+def find_data_dirs(path: str, depth: int = FIND_DEPTH) -> List[str]:
+    """The data directories at or below `path` (up to `depth` folder levels down), in name order:
+    a folder holding several brokers' data dirs yields each of them."""
+    path = os.path.abspath(path)
+    if is_data_dir(path):
+        return [path]
+    if depth <= 0:
+        return []
+    found: List[str] = []
+    for name in sorted(_listdir(path)):
+        child = os.path.join(path, name)
+        if os.path.isdir(child) and not os.path.islink(child):
+            found.extend(find_data_dirs(child, depth - 1))
+    return found
+
+
+def topic_matcher(globs: Optional[str]) -> Callable[[str], bool]:
+    """A test of topic names against comma-separated globs (``orders*,payments``); None matches all."""
+    patterns = [g.strip() for g in (globs or "").split(",") if g.strip()]
+    if not patterns:
+        return lambda topic: True
+    return lambda topic: any(fnmatch.fnmatchcase(topic, p) for p in patterns)
+
+
+def resolve(paths: Iterable[str], topics: Optional[str] = None) -> List[Target]:
+    """Each PATH as targets: a ``.log`` -> one segment; a partition dir -> it; a data dir -> its partitions;
+    with `topics` (comma-separated globs), only the partitions of matching topics."""
+    targets: List[Target] = []
+    for raw in paths:
+        path = os.path.abspath(raw)
+        if os.path.isfile(path):
+            if not path.endswith(names.LOG_SUFFIX):
+                raise UsageError("expected a .log file, a partition directory or a data directory", path=raw)
+            partition = Partition(os.path.dirname(path))
+            targets.append(Target(partition, names.base_offset_from_name(path)))
+        elif os.path.isdir(path):
+            if is_partition_dir(path):
+                targets.append(Target(Partition(path)))
+            else:
+                for data_dir in find_data_dirs(path) or [path]:
+                    targets.extend(Target(p) for p in DataDir(data_dir).partitions)
+        else:
+            raise FileUnreadableError("no such file or directory", path=raw)
+    if topics is not None:
+        wanted = topic_matcher(topics)
+        targets = [t for t in targets if wanted(t.partition.topic)]
+    return targets
+
+
+def nothing_found(paths: Iterable[str], topics: Optional[str] = None) -> UsageError:
+    """The usage error of PATHS (and --topics) leaving no partition to work on."""
+    return UsageError("no partitions found in " + ", ".join(paths) + (f" matching --topics {topics!r}" if topics else ""))
+
+
+def resolve_some(paths: Iterable[str], topics: Optional[str] = None) -> List[Target]:
+    """:func:`resolve`, refusing (usage error) when nothing is found."""
+    paths = list(paths)
+    targets = resolve(paths, topics)
+    if not targets:
+        raise nothing_found(paths, topics)
+    return targets
+
+
+def coordinator_partitions(paths: Iterable[str], topic: str, num_partitions: int,
+                           option: str) -> Tuple[List["Partition"], List["Partition"], List[int]]:
+    """Every partition under `paths`, those of a coordinator's internal `topic` (by partition number), and
+    the numbers found; a partition number past `num_partitions` is a usage error naming `option`."""
+    if num_partitions < 1:
+        raise UsageError(f"the number of {topic} partitions must be at least 1, not {num_partitions}")
+    partitions = [t.partition for t in resolve(paths)]
+    internal = sorted((p for p in partitions if p.topic == topic), key=lambda p: p.partition)
+    found = sorted({p.partition for p in internal})
+    beyond = [n for n in found if n >= num_partitions]
+    if beyond:
+        raise UsageError(f"{topic}-{beyond[0]} found but the topic has {num_partitions} partitions (set {option})")
+    return partitions, internal, found
+
+
+def group_by_data_dir(targets: Iterable[Target]) -> Dict[str, List[Target]]:
+    """Targets keyed by their data directory (one lock per data dir)."""
+    out: Dict[str, List[Target]] = {}
+    for target in targets:
+        out.setdefault(target.partition.data_dir, []).append(target)
+    return out
+
+
+def lock_path(data_dir: str) -> str:
+    return os.path.join(data_dir, LOCK_FILE)
+
+
+# --------------------------------------------------------------------------- lookups
+
+
+class LookupStats:
+    """What a lookup read: index bytes, log bytes, and whether indexes were used."""
+
+    __slots__ = ("index_bytes", "log_bytes", "batches_scanned", "segments_scanned", "notes")
+
+    def __init__(self) -> None:
+        self.index_bytes = 0
+        self.log_bytes = 0
+        self.batches_scanned = 0
+        #: Segments read from their first byte because an index was missing or unusable.
+        self.segments_scanned: List[int] = []
+        self.notes: List[str] = []
+
+    @property
+    def used_index(self) -> bool:
+        return not self.segments_scanned
+
+    @property
+    def bytes_read(self) -> int:
+        return self.index_bytes + self.log_bytes
+
+    def copy(self) -> "LookupStats":
+        other = LookupStats()
+        other.index_bytes, other.log_bytes, other.batches_scanned = self.index_bytes, self.log_bytes, self.batches_scanned
+        other.segments_scanned, other.notes = list(self.segments_scanned), list(self.notes)
+        return other
+
+    def to_dict(self) -> dict:
+        return {
+            "bytesRead": self.bytes_read,
+            "indexBytesRead": self.index_bytes,
+            "logBytesRead": self.log_bytes,
+            "batchesScanned": self.batches_scanned,
+            "usedIndex": self.used_index,
+            "scannedSegments": self.segments_scanned,
+            "notes": self.notes,
+        }
+
+
+def open_index(cls, path: Optional[str], base: int, stats: LookupStats):
+    """An index usable for lookups (its zero tail excluded), or None."""
+    if path is None:
+        return None, 0
+    try:
+        index = cls(path, base)
+    except Exception:  # noqa: BLE001 - any unreadable index means "scan instead"
+        return None, 0
+    if index.length % index.entry_size:
+        return None, 0
+    entries = index.entries
+    if entries and index._buf[(entries - 1) * index.entry_size : entries * index.entry_size] == bytes(index.entry_size):
+        # A preallocated (crash-state) index: the zero slots would break the binary search.
+        entries = index.zero_tail_start()
+        stats.index_bytes += (index.entries - entries) * index.entry_size
+        stats.notes.append(f"{os.path.basename(path)}: ignoring {index.entries - entries} preallocated zero slots")
+    return index, entries
+
+
+def _lower_bound_slot(index, entries: int, target: int, key, stats: LookupStats) -> int:
+    """AbstractIndex.largestLowerBoundSlotFor over the first `entries` slots, counting reads."""
+    from kstore_cli.log.index import largest_lower_bound_slot
+
+    class _View:
+        entry_size = index.entry_size
+
+    view = _View()
+    view.entries = entries  # type: ignore[attr-defined]
+
+    def counted(n: int) -> int:
+        stats.index_bytes += index.entry_size
+        return key(n)
+
+    return largest_lower_bound_slot(view, target, counted)  # type: ignore[arg-type]
+
+
+def offset_position(segment: Segment, target: int, stats: LookupStats) -> int:
+    """OffsetIndex.lookup(target).position, or 0 (scan the segment) with no usable index."""
+    from kstore_cli.log.index import OffsetIndex
+
+    index, entries = open_index(OffsetIndex, segment.index, segment.base_offset, stats)
+    if index is None:
+        if segment.base_offset not in stats.segments_scanned:
+            stats.segments_scanned.append(segment.base_offset)
+        return 0
+    slot = _lower_bound_slot(index, entries, target, lambda n: index.entry(n)[0], stats)
+    if slot < 0:
+        return 0
+    position = index.entry(slot)[1]
+    if not 0 <= position <= os.path.getsize(segment.log):
+        # A damaged entry pointing outside the .log: the index is not usable, scan instead.
+        if segment.base_offset not in stats.segments_scanned:
+            stats.segments_scanned.append(segment.base_offset)
+        return 0
+    return position
+
+
+def _records_from(partition: Partition, seg_idx: int, position: int, stats: LookupStats,
+                  accept_batch, accept_record):
+    """Records (segment, batch, record) from `position` of segment `seg_idx` onward, in log order,
+    starting at the first record of an accepted batch that is accepted."""
+    from kstore_cli.record.reader import read_batches
+
+    started = False
+    for i in range(seg_idx, len(partition.segments)):
+        segment = partition.segments[i]
+        start = position if i == seg_idx else 0
+        for batch in read_batches(segment.log, start=start):
+            stats.log_bytes += batch.size
+            if not started:
+                stats.batches_scanned += 1
+                if not accept_batch(batch):
+                    continue
+            for record in batch:  # streamed: a huge compressed batch is not held whole
+                if not started:
+                    if not accept_record(record):
+                        continue
+                    started = True
+                yield segment, batch, record
+
+
+def find_offset(partition: Partition, target: int, stats: Optional[LookupStats] = None):
+    """Records from the first one with offset >= target (the segment by base offset, then the
+    sparse offset index, then a forward scan: LogSegment.translateOffset)."""
+    import bisect
+
+    stats = stats if stats is not None else LookupStats()
+    bases = [s.base_offset for s in partition.segments]
+    if not bases:
+        return iter(())
+    i = max(0, bisect.bisect_right(bases, target) - 1)
+    position = offset_position(partition.segments[i], target, stats)
+    return _records_from(partition, i, position, stats,
+                         lambda b: b.last_offset >= target, lambda r: r.offset >= target)
+
+
+def find_timestamp(partition: Partition, timestamp: int, stats: Optional[LookupStats] = None):
+    """Records from the first one with timestamp >= `timestamp` (fetchOffsetByTimestamp: the first
+    segment whose largest timestamp reaches it, its time index, its offset index, a scan)."""
+    from kstore_cli.log.index import TimeIndex
+    from kstore_cli.log.log_segment import largest_timestamp
+
+    stats = stats if stats is not None else LookupStats()
+    for i, segment in enumerate(partition.segments):
+        if largest_timestamp(segment, stats)[0] < timestamp:  # UnifiedLog.fetchOffsetByTimestamp's skip
+            continue
+        index, entries = open_index(TimeIndex, segment.timeindex, segment.base_offset, stats)
+        offset = segment.base_offset
+        if index is not None and entries:
+            slot = _lower_bound_slot(index, entries, timestamp, lambda n: index.entry(n)[0], stats)
+            if slot >= 0:
+                offset = index.entry(slot)[1]
+        elif segment.base_offset not in stats.segments_scanned:
+            stats.segments_scanned.append(segment.base_offset)
+        position = offset_position(segment, offset, stats)
+        return _records_from(partition, i, position, stats,
+                             lambda b: b.max_timestamp >= timestamp, lambda r: r.timestamp >= timestamp)
+    return iter(())
+
+
+class Lookup:
+    """``kstore find``: the records from an offset or a timestamp on, found as the broker finds them,
+    and what the lookup read to get to the first one."""
+
+    def __init__(self, partition_dir: str, *, offset: Optional[int] = None, timestamp: Optional[int] = None,
+                 count: int = 1) -> None:
+        if (offset is None) == (timestamp is None):
+            raise UsageError("give exactly one of --offset and --timestamp")
+        if not is_partition_dir(partition_dir):
+            raise UsageError("not a partition directory (it holds no segments)", path=partition_dir)
+        self.partition = Partition(partition_dir)
+        self.target = f"offset {offset}" if offset is not None else f"timestamp {timestamp}"
+        self.count = count
+        self.stats = LookupStats()
+        self._found = (find_offset(self.partition, offset, self.stats) if offset is not None
+                       else find_timestamp(self.partition, timestamp, self.stats))
+        #: (segment base offset, batch position, offset) of the first record found, and the lookup's cost then.
+        self.first: Optional[Tuple[int, int, int]] = None
+        self.first_stats: Optional[LookupStats] = None
+        self.printed = 0
+
+    def records(self):
+        """Up to ``count`` (segment, batch, record) from the target on."""
+        for segment, batch, record in self._found:
+            if self.first is None:
+                self.first = (segment.base_offset, batch.position, record.offset)
+                self.first_stats = self.stats.copy()
+            yield segment, batch, record
+            self.printed += 1
+            if self.printed >= self.count:
+                return
+
+    def summary(self) -> dict:
+        """The lookup line (JSON's last object): found or not, where, bytes read to get there."""
+        out = {"type": "lookup", "target": self.target, "found": self.first is not None, "records": self.printed}
+        if self.first is not None:
+            out.update(segment=self.first[0], batchPosition=self.first[1], offset=self.first[2])
+            out.update(self.first_stats.to_dict())
+        else:
+            out.update(self.stats.to_dict())
+        return out
+
+
+def partitions_of(targets: Iterable[Target]) -> List[Partition]:
+    """The partitions of `targets`, each once, in the order first named (several .log files of one
+    partition name it once)."""
+    seen: Dict[str, Partition] = {}
+    for target in targets:
+        seen.setdefault(target.partition.path, target.partition)
+    return list(seen.values())

@@ -1,0 +1,110 @@
+"""One partition summarised as ``kstore inspect`` reports it: segments, offsets, formats, producers,
+transactions and index health (what verify-index finds), from one read of its segments."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+from kstore_cli.codecs import CODEC_NAMES
+from kstore_cli.log.logdir import Partition
+from kstore_cli.operations.verify import ERROR, verify_partition
+from kstore_cli.log.unified_log import DataDirState, log_offsets
+
+
+@dataclass
+class PartitionSummary:
+    """What inspect reports about one partition (``to_dict`` is its JSON line)."""
+
+    partition: str
+    topic: str
+    partition_id: int
+    base_offsets: List[int]
+    log_start_offset: Optional[int]
+    log_start_offset_source: str
+    last_offset: Optional[int]
+    log_end_offset: Optional[int]
+    size_bytes: int
+    min_timestamp: Optional[int]
+    max_timestamp: Optional[int]
+    batches: int
+    magics: List[int]
+    codecs: List[str]
+    producer_ids: List[int]
+    open_transactions: List[Tuple[int, int]]
+    aborted_transactions: int
+    snapshots: List[str]
+    problems: List[dict]
+    notes: int
+    leftover_files: List[str] = field(default_factory=list)
+    orphan_indexes: List[str] = field(default_factory=list)
+
+    @property
+    def segments(self) -> int:
+        return len(self.base_offsets)
+
+    @property
+    def index_health(self) -> str:
+        return "ok" if not self.problems else f"{len(self.problems)} problem(s)"
+
+    def to_dict(self) -> dict:
+        return {
+            "type": "partition", "partition": self.partition, "topic": self.topic, "partitionId": self.partition_id,
+            "segments": self.segments, "baseOffsets": self.base_offsets,
+            "logStartOffset": self.log_start_offset, "logStartOffsetSource": self.log_start_offset_source,
+            "lastOffset": self.last_offset, "logEndOffset": self.log_end_offset, "sizeBytes": self.size_bytes,
+            "minTimestamp": self.min_timestamp, "maxTimestamp": self.max_timestamp, "batches": self.batches,
+            "magics": self.magics, "codecs": self.codecs, "producerIds": self.producer_ids,
+            "openTransactions": [{"producerId": p, "firstOffset": f} for p, f in self.open_transactions],
+            "abortedTransactions": self.aborted_transactions, "snapshots": self.snapshots,
+            "indexHealth": self.index_health, "problems": self.problems, "notes": self.notes,
+            "leftoverFiles": self.leftover_files, "orphanIndexes": self.orphan_indexes,
+        }
+
+
+class DataDirStates:
+    """Each data dir's checkpoints read once, tolerantly: a report goes on past a bad checkpoint."""
+
+    def __init__(self) -> None:
+        self._states: Dict[str, DataDirState] = {}
+
+    def __getitem__(self, data_dir: str) -> DataDirState:
+        if data_dir not in self._states:
+            self._states[data_dir] = DataDirState(data_dir, tolerant=True)
+        return self._states[data_dir]
+
+
+def summarize_partition(partition: Partition, states: DataDirStates,
+                        progress: Optional[Callable[[int], None]] = None) -> PartitionSummary:
+    """Read the partition once (as verify-index does) and summarise it."""
+    findings, plan = verify_partition(partition, progress=progress)
+    results = [s.result for s in plan.segments if s.result is not None]
+    first_base = partition.segments[0].base_offset if partition.segments else None
+    offsets = log_offsets(partition, states[partition.data_dir],
+                          log_end_offset=results[-1].next_offset if results else None)
+    last_offsets = [r.last_offset for r in results if r.last_offset is not None]
+    timestamps = [r.min_timestamp for r in results if r.min_timestamp is not None]
+    max_ts = [r.max_timestamp for r in results if r.max_timestamp >= 0]
+    errors = [f for f in findings if f.severity == ERROR]
+    return PartitionSummary(
+        partition=partition.path, topic=partition.topic, partition_id=partition.partition,
+        base_offsets=[s.base_offset for s in partition.segments],
+        log_start_offset=offsets.log_start_offset if partition.segments else None,
+        log_start_offset_source=offsets.log_start_offset_source,
+        last_offset=max(last_offsets) if last_offsets else None,
+        log_end_offset=results[-1].next_offset if results else first_base,
+        size_bytes=sum(r.log_size for r in results),
+        min_timestamp=min(timestamps) if timestamps else None, max_timestamp=max(max_ts) if max_ts else None,
+        batches=sum(r.batches for r in results),
+        magics=sorted(set().union(*[r.magics for r in results])) if results else [],
+        codecs=[CODEC_NAMES.get(c, f"unknown({c})") for c in sorted(set().union(*[r.codecs for r in results]))]
+        if results else [],
+        producer_ids=sorted(set().union(*[r.producer_ids for r in results])) if results else [],
+        open_transactions=plan.final_state.open_transactions() if plan.final_state is not None else [],
+        aborted_transactions=sum(len(r.aborted) for r in results),
+        snapshots=sorted(partition.snapshots),
+        problems=[f.to_dict() for f in errors], notes=len(findings) - len(errors),
+        leftover_files=[os.path.basename(p) for p in partition.leftovers],
+        orphan_indexes=[os.path.basename(p) for p in partition.orphan_indexes],
+    )

@@ -1,0 +1,1268 @@
+/*
+ * The native twin of kstore_cli/record/_cleaner_py.py: the cleaner's per-record work without a
+ * Python object per record (pick through kstore_cli/record/record_filter.py).
+ *
+ *   OffsetMap       Kafka's SkimpyOffsetMap: MD5(key) -> offset, 24-byte slots (16-byte hash,
+ *                   big-endian int64 offset), linear probing as SkimpyOffsetMap.positionOf, the
+ *                   table grown the way kstore_cli/cleaner/offset_map.py grows it (its docstring).
+ *   frame_end       how far a chunk of the I/O buffer holds complete entries (FileLogInputStream).
+ *   map_batches     Cleaner.buildOffsetMapForSegment over a run of plain data batches.
+ *   filter_batches  MemoryRecords.filterTo with the cleaner's RecordFilter over a run of plain data
+ *                   batches: records retained, whole batches copied, or rebuilt (offset deltas,
+ *                   delete horizon, CRC-32C) as MemoryRecords.buildRetainedRecordsInto.
+ *
+ * The run functions take only what needs no Python state: a magic v2 batch that is not a control
+ * or transactional batch, whose records decode cleanly and whose offsets/timestamps fit int64.
+ * Anything else (and any batch whose last offset is in `specials`) stops the run at that batch:
+ * the caller's per-batch Python path (kstore_cli/cleaner/cleaner.py, the reference) takes it,
+ * raising Kafka's errors where there are any. A batch's records are all decoded before anything
+ * is done with them, so a stopped batch has had no effect.
+ *
+ * Compression stays in the codec libraries: `decompress(codec, payload)` and `compress(codec,
+ * data)` are Python callables, called once per compressed batch.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <nmmintrin.h>
+#define KSTORE_HW_CRC 1
+#endif
+
+#define LOG_OVERHEAD 12
+#define V2_HEADER_SIZE 61
+#define V2_CRC_POS 17
+#define V2_CRC_START 21
+#define MIN_ENTRY_SIZE 14
+#define HASH_SIZE 16
+#define BYTES_PER_ENTRY 24
+#define INITIAL_SLOTS 4096
+#define GROW_AT 0.7
+#define SMALL_FRACTION 64
+
+/* Run statuses (the twin's RUN_* constants). */
+#define RUN_DONE 0         /* every entry up to stop was taken */
+#define RUN_PYTHON 1       /* the entry at the returned position is for the per-batch Python path */
+#define RUN_MAP_FULL 2     /* map_batches: the map is full; the offset that did not fit is in the state */
+#define RUN_OUTPUT_FULL 3  /* filter_batches: the output outgrew the capacity (KAFKA-5316) */
+
+/* map_batches' state slots (int64). */
+enum { M_MESSAGES_READ, M_LAST_OFFSET, M_STOP_OFFSET, M_SLOTS };
+/* filter_batches' state slots (int64): the chunk's FilterResult, then CleanerStats deltas. */
+enum {
+    F_HAS_FIRST, F_FIRST_OFFSET, F_MAX_OFFSET, F_MAX_TIMESTAMP, F_OFFSET_OF_MAX_TIMESTAMP, F_BYTES_READ,
+    F_LAST_OFFSET, F_MESSAGES_READ, F_INVALID_MESSAGES, F_TOMBSTONES_REMOVED, F_BATCHES_READ,
+    F_BATCHES_WRITTEN, F_BATCHES_REBUILT, F_MESSAGES_WRITTEN, F_MARKERS_REMOVED, F_SLOTS
+};
+
+/* ------------------------------------------------------------------ wire helpers */
+
+static inline uint32_t be32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+static inline uint64_t be64(const uint8_t *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
+static inline int32_t s32(uint32_t v) { return v < 0x80000000u ? (int32_t)v : -(int32_t)(~v) - 1; }
+static inline int64_t s64(uint64_t v) { return v < 0x8000000000000000ull ? (int64_t)v : -(int64_t)(~v) - 1; }
+static inline void put_be32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+static inline void put_be64(uint8_t *p, uint64_t v) { put_be32(p, (uint32_t)(v >> 32)); put_be32(p + 4, (uint32_t)v); }
+
+/* ByteUtils.readVarint / readVarlong; -1 on anything Kafka would reject (the run stops there). */
+static inline int rd_varint(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, int32_t *out) {
+    uint32_t value = 0;
+    Py_ssize_t p = *pos;
+    for (int i = 0, shift = 0;; i++, shift += 7) {
+        if (p >= end) return -1;
+        uint32_t c = b[p++];
+        if (i == 4) {
+            if (c & 0x80) return -1;
+            value |= c << shift;
+            break;
+        }
+        value |= (c & 0x7F) << shift;
+        if (!(c & 0x80)) break;
+    }
+    *out = (int32_t)((int64_t)(value >> 1) ^ -(int64_t)(value & 1));
+    *pos = p;
+    return 0;
+}
+
+static inline int rd_varlong(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, int64_t *out) {
+    uint64_t value = 0;
+    Py_ssize_t p = *pos;
+    for (int shift = 0;; shift += 7) {
+        if (p >= end || shift > 63) return -1;
+        uint64_t c = b[p++];
+        value |= (c & 0x7F) << shift;
+        if (!(c & 0x80)) break;
+    }
+    *out = (int64_t)(value >> 1) ^ -(int64_t)(value & 1);
+    *pos = p;
+    return 0;
+}
+
+/* ByteUtils.writeVarint / writeVarlong (zigzag, minimal): builder.write_varint / write_varlong. */
+static inline Py_ssize_t wr_uvarint(uint8_t *out, uint64_t u) {
+    Py_ssize_t n = 0;
+    while (u >= 0x80) { out[n++] = (uint8_t)((u & 0x7F) | 0x80); u >>= 7; }
+    out[n++] = (uint8_t)u;
+    return n;
+}
+static inline Py_ssize_t wr_varint(uint8_t *out, int32_t v) {
+    return wr_uvarint(out, ((uint32_t)v << 1) ^ (uint32_t)(v >> 31));
+}
+static inline Py_ssize_t wr_varlong(uint8_t *out, int64_t v) {
+    return wr_uvarint(out, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+}
+
+#include "_crc.h"
+
+/* CRC-32C of the two pieces a rebuilt batch is written from (header tail, records). */
+static uint32_t crc32c2(const uint8_t *a, size_t na, const uint8_t *b, size_t nb) {
+    return crc32c_update(crc32c_update(0xFFFFFFFFu, a, na), b, nb) ^ 0xFFFFFFFFu;
+}
+
+/* ------------------------------------------------------------------ MD5 (RFC 1321) */
+
+#define MD5_F(x, y, z) ((z) ^ ((x) & ((y) ^ (z))))
+#define MD5_G(x, y, z) ((y) ^ ((z) & ((x) ^ (y))))
+#define MD5_H(x, y, z) ((x) ^ (y) ^ (z))
+#define MD5_I(x, y, z) ((y) ^ ((x) | ~(z)))
+#define STEP(f, a, b, c, d, x, t, s) \
+    (a) += MD5_##f((b), (c), (d)) + (x) + (t); \
+    (a) = ((a) << (s)) | ((a) >> (32 - (s))); \
+    (a) += (b)
+
+static void md5_block(uint32_t st[4], const uint8_t *p) {
+    uint32_t x[16];
+    for (int i = 0; i < 16; i++)
+        x[i] = (uint32_t)p[4 * i] | ((uint32_t)p[4 * i + 1] << 8) | ((uint32_t)p[4 * i + 2] << 16) |
+               ((uint32_t)p[4 * i + 3] << 24);
+    uint32_t a = st[0], b = st[1], c = st[2], d = st[3];
+    STEP(F, a, b, c, d, x[0], 0xd76aa478u, 7);
+    STEP(F, d, a, b, c, x[1], 0xe8c7b756u, 12);
+    STEP(F, c, d, a, b, x[2], 0x242070dbu, 17);
+    STEP(F, b, c, d, a, x[3], 0xc1bdceeeu, 22);
+    STEP(F, a, b, c, d, x[4], 0xf57c0fafu, 7);
+    STEP(F, d, a, b, c, x[5], 0x4787c62au, 12);
+    STEP(F, c, d, a, b, x[6], 0xa8304613u, 17);
+    STEP(F, b, c, d, a, x[7], 0xfd469501u, 22);
+    STEP(F, a, b, c, d, x[8], 0x698098d8u, 7);
+    STEP(F, d, a, b, c, x[9], 0x8b44f7afu, 12);
+    STEP(F, c, d, a, b, x[10], 0xffff5bb1u, 17);
+    STEP(F, b, c, d, a, x[11], 0x895cd7beu, 22);
+    STEP(F, a, b, c, d, x[12], 0x6b901122u, 7);
+    STEP(F, d, a, b, c, x[13], 0xfd987193u, 12);
+    STEP(F, c, d, a, b, x[14], 0xa679438eu, 17);
+    STEP(F, b, c, d, a, x[15], 0x49b40821u, 22);
+    STEP(G, a, b, c, d, x[1], 0xf61e2562u, 5);
+    STEP(G, d, a, b, c, x[6], 0xc040b340u, 9);
+    STEP(G, c, d, a, b, x[11], 0x265e5a51u, 14);
+    STEP(G, b, c, d, a, x[0], 0xe9b6c7aau, 20);
+    STEP(G, a, b, c, d, x[5], 0xd62f105du, 5);
+    STEP(G, d, a, b, c, x[10], 0x02441453u, 9);
+    STEP(G, c, d, a, b, x[15], 0xd8a1e681u, 14);
+    STEP(G, b, c, d, a, x[4], 0xe7d3fbc8u, 20);
+    STEP(G, a, b, c, d, x[9], 0x21e1cde6u, 5);
+    STEP(G, d, a, b, c, x[14], 0xc33707d6u, 9);
+    STEP(G, c, d, a, b, x[3], 0xf4d50d87u, 14);
+    STEP(G, b, c, d, a, x[8], 0x455a14edu, 20);
+    STEP(G, a, b, c, d, x[13], 0xa9e3e905u, 5);
+    STEP(G, d, a, b, c, x[2], 0xfcefa3f8u, 9);
+    STEP(G, c, d, a, b, x[7], 0x676f02d9u, 14);
+    STEP(G, b, c, d, a, x[12], 0x8d2a4c8au, 20);
+    STEP(H, a, b, c, d, x[5], 0xfffa3942u, 4);
+    STEP(H, d, a, b, c, x[8], 0x8771f681u, 11);
+    STEP(H, c, d, a, b, x[11], 0x6d9d6122u, 16);
+    STEP(H, b, c, d, a, x[14], 0xfde5380cu, 23);
+    STEP(H, a, b, c, d, x[1], 0xa4beea44u, 4);
+    STEP(H, d, a, b, c, x[4], 0x4bdecfa9u, 11);
+    STEP(H, c, d, a, b, x[7], 0xf6bb4b60u, 16);
+    STEP(H, b, c, d, a, x[10], 0xbebfbc70u, 23);
+    STEP(H, a, b, c, d, x[13], 0x289b7ec6u, 4);
+    STEP(H, d, a, b, c, x[0], 0xeaa127fau, 11);
+    STEP(H, c, d, a, b, x[3], 0xd4ef3085u, 16);
+    STEP(H, b, c, d, a, x[6], 0x04881d05u, 23);
+    STEP(H, a, b, c, d, x[9], 0xd9d4d039u, 4);
+    STEP(H, d, a, b, c, x[12], 0xe6db99e5u, 11);
+    STEP(H, c, d, a, b, x[15], 0x1fa27cf8u, 16);
+    STEP(H, b, c, d, a, x[2], 0xc4ac5665u, 23);
+    STEP(I, a, b, c, d, x[0], 0xf4292244u, 6);
+    STEP(I, d, a, b, c, x[7], 0x432aff97u, 10);
+    STEP(I, c, d, a, b, x[14], 0xab9423a7u, 15);
+    STEP(I, b, c, d, a, x[5], 0xfc93a039u, 21);
+    STEP(I, a, b, c, d, x[12], 0x655b59c3u, 6);
+    STEP(I, d, a, b, c, x[3], 0x8f0ccc92u, 10);
+    STEP(I, c, d, a, b, x[10], 0xffeff47du, 15);
+    STEP(I, b, c, d, a, x[1], 0x85845dd1u, 21);
+    STEP(I, a, b, c, d, x[8], 0x6fa87e4fu, 6);
+    STEP(I, d, a, b, c, x[15], 0xfe2ce6e0u, 10);
+    STEP(I, c, d, a, b, x[6], 0xa3014314u, 15);
+    STEP(I, b, c, d, a, x[13], 0x4e0811a1u, 21);
+    STEP(I, a, b, c, d, x[4], 0xf7537e82u, 6);
+    STEP(I, d, a, b, c, x[11], 0xbd3af235u, 10);
+    STEP(I, c, d, a, b, x[2], 0x2ad7d2bbu, 15);
+    STEP(I, b, c, d, a, x[9], 0xeb86d391u, 21);
+    st[0] += a;
+    st[1] += b;
+    st[2] += c;
+    st[3] += d;
+}
+
+static void md5(const uint8_t *p, size_t n, uint8_t out[HASH_SIZE]) {
+    uint32_t st[4] = {0x67452301u, 0xefcdab89u, 0x98badcfeu, 0x10325476u};
+    uint64_t bits = (uint64_t)n * 8;
+    while (n >= 64) {
+        md5_block(st, p);
+        p += 64;
+        n -= 64;
+    }
+    uint8_t tail[128];
+    memcpy(tail, p, n);
+    tail[n] = 0x80;
+    size_t total = n + 9 <= 64 ? 64 : 128;
+    memset(tail + n + 1, 0, total - n - 1);
+    for (int i = 0; i < 8; i++) tail[total - 8 + i] = (uint8_t)(bits >> (8 * i));
+    md5_block(st, tail);
+    if (total == 128) md5_block(st, tail + 64);
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < 4; k++) out[4 * i + k] = (uint8_t)(st[i] >> (8 * k));
+}
+
+/* ------------------------------------------------------------------ digest memo */
+
+/*
+ * MD5 of a key is most of the cleaner's work (twice per record: building the map, then looking
+ * each record up). Compacted topics repeat a bounded set of keys, so digests are remembered in a
+ * 4-way set-associative memo keyed by the key's bytes (compared in full: a hit is the MD5 of
+ * exactly those bytes). 8192 sets of 4 entries of 128 bytes (4 MiB), allocated on first use;
+ * longer keys are always hashed.
+ */
+#define MEMO_SETS 8192
+#define MEMO_WAYS 4
+#define MEMO_KEY_MAX 110
+typedef struct {
+    uint16_t len; /* key length + 1; 0 = empty */
+    uint8_t key[MEMO_KEY_MAX];
+    uint8_t digest[HASH_SIZE];
+} memo_t;
+
+static inline uint64_t memo_hash(const uint8_t *p, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+        h ^= h >> 32;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, n);
+    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+    return h ^ (h >> 29);
+}
+
+/* ------------------------------------------------------------------ OffsetMap */
+
+typedef struct {
+    PyObject_HEAD
+    long long memory;       /* the dedupe buffer this map stands for */
+    long long max_slots;    /* Kafka's slot count: memory / 24 */
+    long long max_entries;  /* int(max_slots * load_factor) */
+    long long slots;        /* slots of the table in use */
+    long long entries;
+    long long latest_offset;
+    uint8_t *table;
+    size_t table_bytes;
+    int mapped;             /* the full table is an anonymous mapping (zero pages cost nothing) */
+    memo_t *memo;
+} OffsetMapObject;
+
+static inline void key_digest(OffsetMapObject *m, const uint8_t *key, size_t n, uint8_t out[HASH_SIZE]) {
+    if (n > MEMO_KEY_MAX) { md5(key, n, out); return; }
+    if (!m->memo) {
+        m->memo = PyMem_Calloc((size_t)MEMO_SETS * MEMO_WAYS, sizeof(memo_t));
+        if (!m->memo) { md5(key, n, out); return; }
+    }
+    memo_t *set = &m->memo[(memo_hash(key, n) & (MEMO_SETS - 1)) * MEMO_WAYS];
+    for (int w = 0; w < MEMO_WAYS; w++) {
+        if (set[w].len == n + 1 && memcmp(set[w].key, key, n) == 0) {
+            memcpy(out, set[w].digest, HASH_SIZE);
+            return;
+        }
+    }
+    md5(key, n, out);
+    memmove(set + 1, set, (MEMO_WAYS - 1) * sizeof(memo_t)); /* the newest first, the oldest out */
+    set->len = (uint16_t)(n + 1);
+    memcpy(set->key, key, n);
+    memcpy(set->digest, out, HASH_SIZE);
+}
+
+/* SkimpyOffsetMap.positionOf, as a slot number. */
+static inline long long slot_of(const uint8_t *d, long long attempt, long long slots) {
+    uint32_t probe = be32(d + (attempt < HASH_SIZE - 4 ? attempt : HASH_SIZE - 4));
+    if (attempt > HASH_SIZE - 4) probe += (uint32_t)(uint64_t)(attempt - (HASH_SIZE - 4)); /* Java int wraps */
+    int32_t p = s32(probe);
+    uint32_t a = p == INT32_MIN ? 0 : (uint32_t)(p < 0 ? -p : p); /* Utils.abs */
+    return (long long)(a % (uint64_t)slots);
+}
+
+static inline int slot_empty(const uint8_t *slot) {
+    uint64_t a, b, c;
+    memcpy(&a, slot, 8);
+    memcpy(&b, slot + 8, 8);
+    memcpy(&c, slot + 16, 8);
+    return (a | b | c) == 0;
+}
+
+static inline int slot_holds(const uint8_t *slot, const uint8_t *d) {
+    uint64_t a, b, x, y;
+    memcpy(&a, slot, 8);
+    memcpy(&b, slot + 8, 8);
+    memcpy(&x, d, 8);
+    memcpy(&y, d + 8, 8);
+    return ((a ^ x) | (b ^ y)) == 0;
+}
+
+static int table_alloc(OffsetMapObject *m, long long slots) {
+    size_t bytes = (size_t)slots * BYTES_PER_ENTRY;
+    int full = slots == m->max_slots && slots > INITIAL_SLOTS;
+    uint8_t *t;
+    if (full) {
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        t = p == MAP_FAILED ? NULL : p;
+    } else {
+        t = PyMem_Calloc(bytes, 1);
+    }
+    if (!t) { PyErr_NoMemory(); return -1; }
+    m->table = t;
+    m->table_bytes = bytes;
+    m->mapped = full;
+    m->slots = slots;
+    return 0;
+}
+
+static void table_free(uint8_t *t, size_t bytes, int mapped) {
+    if (!t) return;
+    if (mapped) munmap(t, bytes);
+    else PyMem_Free(t);
+}
+
+static int map_grow(OffsetMapObject *m);
+
+/* Associate offset with the digest (overwriting); may grow the table. */
+static int map_put_digest(OffsetMapObject *m, const uint8_t *d, int64_t offset) {
+    uint8_t *t = m->table;
+    long long attempt = 0, limit = m->slots + HASH_SIZE - 4;
+    uint8_t *slot;
+    for (;; attempt++) {
+        if (attempt >= limit) {
+            PyErr_SetString(PyExc_RuntimeError, "Attempt to add a new entry to a full offset map.");
+            return -1;
+        }
+        slot = t + slot_of(d, attempt, m->slots) * BYTES_PER_ENTRY;
+        if (slot_empty(slot)) break;
+        if (slot_holds(slot, d)) {
+            put_be64(slot + HASH_SIZE, (uint64_t)offset);
+            return 0;
+        }
+    }
+    memcpy(slot, d, HASH_SIZE);
+    put_be64(slot + HASH_SIZE, (uint64_t)offset);
+    m->entries++;
+    if (m->slots < m->max_slots && (double)m->entries > (double)m->slots * GROW_AT) return map_grow(m);
+    return 0;
+}
+
+/* The offset stored for the digest, or -1 (SkimpyOffsetMap.get). */
+static int64_t map_get_digest(OffsetMapObject *m, const uint8_t *d) {
+    long long limit = m->slots + HASH_SIZE - 4;
+    for (long long attempt = 0; attempt < limit; attempt++) {
+        const uint8_t *slot = m->table + slot_of(d, attempt, m->slots) * BYTES_PER_ENTRY;
+        if (slot_empty(slot)) return -1;
+        if (slot_holds(slot, d)) return s64(be64(slot + HASH_SIZE));
+    }
+    return -1;
+}
+
+/* Double the small table, or move to Kafka's full table; re-insert every entry in table order. */
+static int map_grow(OffsetMapObject *m) {
+    uint8_t *old = m->table;
+    size_t old_bytes = m->table_bytes;
+    int old_mapped = m->mapped;
+    long long doubled = m->slots * 2;
+    long long slots = (doubled > m->memory / (BYTES_PER_ENTRY * SMALL_FRACTION) || doubled >= m->max_slots)
+                          ? m->max_slots : doubled;
+    if (table_alloc(m, slots) < 0) {
+        m->table = old;
+        return -1;
+    }
+    m->entries = 0;
+    int rc = 0;
+    for (size_t pos = 0; pos < old_bytes && rc == 0; pos += BYTES_PER_ENTRY)
+        if (!slot_empty(old + pos))
+            rc = map_put_digest(m, old + pos, s64(be64(old + pos + HASH_SIZE)));
+    table_free(old, old_bytes, old_mapped);
+    return rc;
+}
+
+static int map_clear(OffsetMapObject *m) {
+    table_free(m->table, m->table_bytes, m->mapped);
+    m->table = NULL;
+    long long slots = (long long)INITIAL_SLOTS * BYTES_PER_ENTRY * SMALL_FRACTION >= m->memory ? m->max_slots
+                                                                                               : INITIAL_SLOTS;
+    if (table_alloc(m, slots) < 0) return -1;
+    m->entries = 0;
+    m->latest_offset = -1;
+    return 0;
+}
+
+static int om_init(OffsetMapObject *m, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"memory", "load_factor", NULL};
+    long long memory = 128LL * 1024 * 1024;
+    PyObject *load_factor = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|LO", kwlist, &memory, &load_factor)) return -1;
+    m->memory = memory;
+    m->max_slots = memory >= 0 ? memory / BYTES_PER_ENTRY : -((-memory + BYTES_PER_ENTRY - 1) / BYTES_PER_ENTRY);
+    /* int(max_slots * load_factor), with Python's own arithmetic */
+    PyObject *slots = PyLong_FromLongLong(m->max_slots), *lf = load_factor ? load_factor : PyFloat_FromDouble(0.9);
+    PyObject *product = slots && lf ? PyNumber_Multiply(slots, lf) : NULL;
+    PyObject *as_int = product ? PyNumber_Long(product) : NULL;
+    Py_XDECREF(slots);
+    if (!load_factor) Py_XDECREF(lf);
+    Py_XDECREF(product);
+    if (!as_int) return -1;
+    m->max_entries = PyLong_AsLongLong(as_int);
+    Py_DECREF(as_int);
+    if (m->max_entries == -1 && PyErr_Occurred()) return -1;
+    if (m->max_entries < 1) {
+        PyErr_SetString(PyExc_ValueError, "offset map is too small to fit in even a single message, so log cleaning "
+                                          "will never make progress; increase the dedupe buffer");
+        return -1;
+    }
+    return map_clear(m);
+}
+
+static void om_dealloc(OffsetMapObject *m) {
+    table_free(m->table, m->table_bytes, m->mapped);
+    PyMem_Free(m->memo);
+    Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+/* A key's digest through the memo, from any buffer. */
+static int arg_digest(OffsetMapObject *m, PyObject *key, uint8_t d[HASH_SIZE]) {
+    Py_buffer v;
+    if (PyObject_GetBuffer(key, &v, PyBUF_SIMPLE) < 0) return -1;
+    key_digest(m, v.buf, (size_t)v.len, d);
+    PyBuffer_Release(&v);
+    return 0;
+}
+
+static PyObject *om_put(OffsetMapObject *m, PyObject *args) {
+    PyObject *key;
+    long long offset;
+    uint8_t d[HASH_SIZE];
+    if (!PyArg_ParseTuple(args, "OL", &key, &offset) || arg_digest(m, key, d) < 0) return NULL;
+    if (map_put_digest(m, d, offset) < 0) return NULL;
+    m->latest_offset = offset;
+    Py_RETURN_NONE;
+}
+
+static PyObject *om_get(OffsetMapObject *m, PyObject *key) {
+    uint8_t d[HASH_SIZE];
+    if (arg_digest(m, key, d) < 0) return NULL;
+    return PyLong_FromLongLong(map_get_digest(m, d));
+}
+
+static PyObject *om_update_latest_offset(OffsetMapObject *m, PyObject *arg) {
+    long long offset = PyLong_AsLongLong(arg);
+    if (offset == -1 && PyErr_Occurred()) return NULL;
+    m->latest_offset = offset;
+    Py_RETURN_NONE;
+}
+
+static PyObject *om_clear(OffsetMapObject *m, PyObject *unused) {
+    if (map_clear(m) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *om_size(OffsetMapObject *m, void *c) { return PyLong_FromLongLong(m->entries); }
+static PyObject *om_slots(OffsetMapObject *m, void *c) { return PyLong_FromLongLong(m->max_slots); }
+static PyObject *om_allocated(OffsetMapObject *m, void *c) { return PyLong_FromSize_t(m->table_bytes); }
+static PyObject *om_full(OffsetMapObject *m, void *c) { return PyBool_FromLong(m->entries >= m->max_entries); }
+static PyObject *om_utilization(OffsetMapObject *m, void *c) {
+    return PyFloat_FromDouble(m->max_slots ? (double)m->entries / (double)m->max_slots : 0.0);
+}
+
+static PyMethodDef om_methods[] = {
+    {"put", (PyCFunction)om_put, METH_VARARGS, "Associate offset with the key's MD5 (overwriting); the latest offset."},
+    {"get", (PyCFunction)om_get, METH_O, "The offset stored for the key's MD5, or -1."},
+    {"update_latest_offset", (PyCFunction)om_update_latest_offset, METH_O, "Set the latest offset."},
+    {"clear", (PyCFunction)om_clear, METH_NOARGS, "An empty map (SkimpyOffsetMap.clear)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef om_getset[] = {
+    {"size", (getter)om_size, NULL, "Entries put (distinct MD5s).", NULL},
+    {"slots", (getter)om_slots, NULL, "Kafka's slot count.", NULL},
+    {"allocated_bytes", (getter)om_allocated, NULL, "Bytes the table holds now.", NULL},
+    {"full", (getter)om_full, NULL, "map.size >= maxDesiredMapSize.", NULL},
+    {"utilization", (getter)om_utilization, NULL, "size / slots.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef om_members[] = {
+    {"memory", T_LONGLONG, offsetof(OffsetMapObject, memory), READONLY, "The dedupe buffer (bytes)."},
+    {"max_slots", T_LONGLONG, offsetof(OffsetMapObject, max_slots), READONLY, "memory // 24."},
+    {"max_entries", T_LONGLONG, offsetof(OffsetMapObject, max_entries), READONLY, "int(max_slots * load_factor)."},
+    {"latest_offset", T_LONGLONG, offsetof(OffsetMapObject, latest_offset), 0, "The latest offset put, or -1."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject OffsetMapType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kstore_cli.record._cleaner_c.OffsetMap",
+    .tp_basicsize = sizeof(OffsetMapObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "MD5(key) -> offset, latest put wins; Kafka's SkimpyOffsetMap (see offset_map.py).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)om_init,
+    .tp_dealloc = (destructor)om_dealloc,
+    .tp_methods = om_methods,
+    .tp_getset = om_getset,
+    .tp_members = om_members,
+};
+
+/* ------------------------------------------------------------------ decoding a batch's records */
+
+typedef struct {
+    int64_t offset, timestamp;
+    Py_ssize_t key_pos, value_pos, headers_pos, end; /* headers_pos: the header count varint */
+    int32_t key_len, value_len;                   /* -1: null */
+    int keep;
+} rec_t;
+
+typedef struct {
+    int64_t base_offset, base_ts, max_ts, producer_id, last_offset;
+    int32_t length, leader_epoch, last_offset_delta, base_sequence, count;
+    int16_t producer_epoch;
+    uint16_t attributes;
+    int magic;
+} head_t;
+
+/* What a run needs across batches: the views, the record scratch, the state slots, the codecs. */
+typedef struct {
+    OffsetMapObject *map;
+    const uint8_t *b;
+    int64_t *state;
+    rec_t *recs;
+    Py_ssize_t nrecs, caprecs;
+    uint8_t *body; /* a rebuilt batch's records */
+    Py_ssize_t body_len, body_cap;
+    PyObject *decompress, *compress, *data; /* data: the decompressed records of the current batch */
+    /* CleanedTransactionMetadata's view (transaction_view()), or NULL: transactional batches go to Python.
+     * committed: set of producer ids; aborted: dict keyed by producer id (ongoing aborted transactions);
+     * next_abort: the first offset of the next aborted transaction not yet ongoing. */
+    PyObject *committed, *aborted;
+    int64_t next_abort;
+    /* filter_batches: producers whose last entry is a marker (isBatchLastRecordOfProducer keeps their
+     * markers' place): their control batches go to Python. NULL in map runs. */
+    PyObject *marker_last;
+    /* map runs: a batch whose CRC-32C fails is left to Python (which refuses it: ensureValid) */
+    int check_crc;
+} run_t;
+
+static void read_head(const uint8_t *p, head_t *h) {
+    h->base_offset = s64(be64(p));
+    h->length = s32(be32(p + 8));
+    h->leader_epoch = s32(be32(p + 12));
+    h->magic = (int8_t)p[16];
+    h->attributes = (uint16_t)((p[21] << 8) | p[22]);
+    h->last_offset_delta = s32(be32(p + 23));
+    h->base_ts = s64(be64(p + 27));
+    h->max_ts = s64(be64(p + 35));
+    h->producer_id = s64(be64(p + 43));
+    h->producer_epoch = (int16_t)(uint16_t)((p[51] << 8) | p[52]);
+    h->base_sequence = s32(be32(p + 53));
+    h->count = s32(be32(p + 57));
+}
+
+static int recs_reserve(run_t *r, Py_ssize_t n) {
+    if (r->caprecs >= n) return 0;
+    rec_t *p = PyMem_Realloc(r->recs, (size_t)n * sizeof(rec_t));
+    if (!p) { PyErr_NoMemory(); return -1; }
+    r->recs = p;
+    r->caprecs = n;
+    return 0;
+}
+
+/* The header section of a record from its count varint: -1 when malformed (parse_v2's checks). */
+static int skip_headers(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end) {
+    int32_t count, kl, vl;
+    Py_ssize_t p = *pos;
+    if (rd_varint(b, &p, end, &count) < 0 || count < 0 || (Py_ssize_t)count > end - p) return -1;
+    for (int32_t h = 0; h < count; h++) {
+        if (rd_varint(b, &p, end, &kl) < 0 || kl < 0) return -1;
+        p += kl;
+        if (rd_varint(b, &p, end, &vl) < 0) return -1;
+        if (vl >= 0) p += vl;
+        if (p > end) return -1;
+    }
+    *pos = p;
+    return 0;
+}
+
+/*
+ * DefaultRecord.readFrom for `count` records in b[pos:end], exactly the checks of parse_v2 in
+ * _decode_c.c, with offsets and timestamps as DefaultRecordBatch gives them. 1 when the batch is
+ * not for this path (malformed, or a value outside int64), 0 when decoded, -1 on a Python error.
+ */
+static int decode_records(run_t *r, const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, const head_t *h) {
+    Py_ssize_t want = h->count < (end - pos) / 7 + 1 ? h->count : (end - pos) / 7 + 1;
+    if (recs_reserve(r, want < 1 ? 1 : want) < 0) return -1;
+    r->nrecs = 0;
+    int log_append = h->attributes & 0x08;
+    for (int32_t i = 0; i < h->count; i++) {
+        int32_t length, offset_delta;
+        int64_t ts_delta;
+        Py_ssize_t body = pos;
+        if (pos >= end || rd_varint(b, &body, end, &length) < 0) return 1;
+        Py_ssize_t record_end = body + (Py_ssize_t)length;
+        if (length < 0 || record_end > end) return 1;
+        Py_ssize_t p = body + 1;
+        if (r->nrecs == r->caprecs && recs_reserve(r, r->caprecs * 2) < 0) return -1;
+        rec_t *rec = &r->recs[r->nrecs];
+        if (rd_varlong(b, &p, end, &ts_delta) < 0 || rd_varint(b, &p, end, &offset_delta) < 0) return 1;
+        if (rd_varint(b, &p, end, &rec->key_len) < 0) return 1;
+        rec->key_pos = p;
+        if (rec->key_len < 0) rec->key_len = -1; else p += rec->key_len;
+        if (rd_varint(b, &p, end, &rec->value_len) < 0) return 1;
+        rec->value_pos = p;
+        if (rec->value_len < 0) rec->value_len = -1; else p += rec->value_len;
+        rec->headers_pos = p;
+        if (skip_headers(b, &p, end) < 0 || p != record_end) return 1;
+        if (__builtin_add_overflow(h->base_offset, (int64_t)offset_delta, &rec->offset)) return 1;
+        if (log_append) rec->timestamp = h->max_ts;
+        else if (__builtin_add_overflow(h->base_ts, ts_delta, &rec->timestamp)) return 1;
+        rec->keep = 0;
+        rec->end = record_end;
+        r->nrecs++;
+        pos = record_end;
+    }
+    return pos == end ? 0 : 1;
+}
+
+/*
+ * CleanedTransactionMetadata.onBatchRead for a transactional data batch, when the run may decide it: no
+ * aborted transaction starts at or below its last offset (consumeAbortedTxnsUpTo would move one on) and
+ * its producer has no ongoing aborted one. Then the batch is a committed transaction's: its producer joins
+ * the committed set and its records are filtered as any data batch's. 0 taken, 1 for Python, -1 error.
+ */
+static int committed_txn_batch(run_t *r, const head_t *h) {
+    if (r->committed == NULL || h->last_offset >= r->next_abort) return 1;
+    PyObject *pid = PyLong_FromLongLong(h->producer_id);
+    if (pid == NULL) return -1;
+    int rc = PyDict_Contains(r->aborted, pid);
+    if (rc == 0) rc = PySet_Add(r->committed, pid) < 0 ? -1 : 0;
+    Py_DECREF(pid);
+    return rc;
+}
+
+/*
+ * CleanedTransactionMetadata.onControlBatchRead for a taken control batch, when the run may decide it: one
+ * record whose key is a COMMIT (version 0, type 1) with a value, no aborted transaction reaching it, its
+ * producer's last entry not a marker (filter runs). 0 with *in_committed (whether the producer is in the
+ * committed set: then the marker stays; see leave_committed), 1 for Python, -1 on error. Changes nothing.
+ */
+static int commit_marker(run_t *r, const head_t *h, const uint8_t *data, int *in_committed) {
+    if (h->last_offset >= r->next_abort || r->nrecs != 1 || r->recs[0].key_len != 4 || r->recs[0].value_len < 0)
+        return 1;
+    const uint8_t *k = data + r->recs[0].key_pos;
+    if (k[0] != 0 || k[1] != 0 || k[2] != 0 || k[3] != 1) return 1;
+    PyObject *pid = PyLong_FromLongLong(h->producer_id);
+    if (pid == NULL) return -1;
+    int rc = r->marker_last != NULL ? PySet_Contains(r->marker_last, pid) : 0;
+    if (rc == 0) {
+        rc = PySet_Contains(r->committed, pid);
+        if (rc >= 0) { *in_committed = rc; rc = 0; }
+    }
+    Py_DECREF(pid);
+    return rc;
+}
+
+/* The COMMIT marker's transaction ends: its producer leaves the committed set (once nothing can fail). */
+static int leave_committed(run_t *r, const head_t *h) {
+    PyObject *pid = PyLong_FromLongLong(h->producer_id);
+    if (pid == NULL) return -1;
+    int rc = PySet_Discard(r->committed, pid);
+    Py_DECREF(pid);
+    return rc < 0 ? -1 : 0;
+}
+
+/*
+ * The batch at b[pos:] when a run may take it: 0 with *h filled and the records decoded (from
+ * r->b or, compressed, from r->data), 1 when it is for the per-batch Python path, -1 on error.
+ */
+static int take_batch(run_t *r, Py_ssize_t pos, Py_ssize_t stop, head_t *h, const uint8_t **data) {
+    const uint8_t *p = r->b + pos;
+    int rc;
+    Py_CLEAR(r->data);
+    if (stop - pos < V2_HEADER_SIZE) return 1;
+    read_head(p, h);
+    Py_ssize_t size = LOG_OVERHEAD + (Py_ssize_t)h->length;
+    if (h->length < MIN_ENTRY_SIZE || size > stop - pos || size < V2_HEADER_SIZE || h->magic != 2) return 1;
+    if (r->check_crc && crc32c(p + V2_CRC_START, (size_t)(size - V2_CRC_START)) != be32(p + V2_CRC_POS)) return 1;
+    /* codec ids 5-7 and empty batches: Python; control batches too, without the transaction view */
+    if (((h->attributes & 0x20) && r->committed == NULL) || (h->attributes & 0x07) > 4 || h->count <= 0) return 1;
+    if (__builtin_add_overflow(h->base_offset, (int64_t)h->last_offset_delta, &h->last_offset)) return 1;
+    /* offsets Kafka rejects (Batch.offsets_problem): Python, which refuses them */
+    if (h->base_offset < 0 || h->last_offset_delta < 0) return 1;
+    if ((h->attributes & 0x30) == 0x10 && (rc = committed_txn_batch(r, h)) != 0) return rc;
+    const uint8_t *recs = p;
+    Py_ssize_t start = V2_HEADER_SIZE, end = size;
+    if (h->attributes & 0x07) {
+        PyObject *payload = PyMemoryView_FromMemory((char *)p + V2_HEADER_SIZE, size - V2_HEADER_SIZE, PyBUF_READ);
+        if (!payload) return -1;
+        r->data = PyObject_CallFunction(r->decompress, "iO", h->attributes & 0x07, payload);
+        Py_DECREF(payload);
+        if (!r->data) return -1;
+        if (r->data == Py_None || !PyBytes_Check(r->data)) { Py_CLEAR(r->data); return 1; }
+        recs = (const uint8_t *)PyBytes_AS_STRING(r->data);
+        start = 0;
+        end = PyBytes_GET_SIZE(r->data);
+    }
+    *data = recs;
+    return decode_records(r, recs, start, end, h);
+}
+
+/* How far b[pos:end] holds complete entries, as FileLogInputStream frames them: (stop, position
+ * of an entry whose size field is below 14, else -1). */
+static PyObject *py_frame_end(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t pos, end, bad = -1;
+    Py_buffer v;
+    if (!PyArg_ParseTuple(args, "Onn", &obj, &pos, &end)) return NULL;
+    if (PyObject_GetBuffer(obj, &v, PyBUF_SIMPLE) < 0) return NULL;
+    if (pos < 0 || end > v.len || end < 0) {
+        PyBuffer_Release(&v);
+        PyErr_SetString(PyExc_ValueError, "pos / end outside the buffer");
+        return NULL;
+    }
+    const uint8_t *b = v.buf;
+    while (end - pos >= 18) {
+        int32_t size = s32(be32(b + pos + 8));
+        if (size < MIN_ENTRY_SIZE) { bad = pos; break; }
+        if ((Py_ssize_t)size + LOG_OVERHEAD > end - pos) break;
+        pos += LOG_OVERHEAD + size;
+    }
+    PyBuffer_Release(&v);
+    return Py_BuildValue("nn", pos, bad);
+}
+
+/* ------------------------------------------------------------------ runs */
+
+static void run_free(run_t *r) {
+    PyMem_Free(r->recs);
+    PyMem_Free(r->body);
+    Py_CLEAR(r->data);
+}
+
+/* A writable int64 state buffer of at least n slots. */
+static int get_state(PyObject *obj, Py_buffer *v, Py_ssize_t n) {
+    if (PyObject_GetBuffer(obj, v, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) return -1;
+    if (v->itemsize != 8 || v->len < n * 8 || !v->format || strcmp(v->format, "q") != 0) {
+        PyBuffer_Release(v);
+        PyErr_SetString(PyExc_ValueError, "state must be an array('q') of the run's slots");
+        return -1;
+    }
+    return 0;
+}
+
+static int get_span(PyObject *obj, Py_buffer *v, Py_ssize_t pos, Py_ssize_t stop) {
+    if (PyObject_GetBuffer(obj, v, PyBUF_SIMPLE) < 0) return -1;
+    if (pos < 0 || stop < pos || stop > v->len) {
+        PyBuffer_Release(v);
+        PyErr_SetString(PyExc_ValueError, "pos / stop outside the buffer");
+        return -1;
+    }
+    return 0;
+}
+
+/* Cleaner.buildOffsetMapForSegment for one taken batch: RUN_DONE, or RUN_MAP_FULL. */
+static int map_batch(run_t *r, const head_t *h, const uint8_t *data, int64_t start, int64_t limit) {
+    OffsetMapObject *m = r->map;
+    uint8_t d[HASH_SIZE];
+    if (h->attributes & 0x20) { /* a COMMIT marker: no key enters the map */
+        int in_committed, rc = commit_marker(r, h, data, &in_committed);
+        if (rc != 0) return rc > 0 ? RUN_PYTHON : -1;
+        if (in_committed && leave_committed(r, h) < 0) return -1;
+        r->state[M_MESSAGES_READ]++;
+        if (h->last_offset >= start) m->latest_offset = h->last_offset;
+        return RUN_DONE;
+    }
+    for (Py_ssize_t i = 0; i < r->nrecs; i++) {
+        rec_t *rec = &r->recs[i];
+        if (rec->key_len >= 0 && start <= rec->offset && rec->offset < limit) {
+            if (m->entries >= m->max_entries) {
+                r->state[M_STOP_OFFSET] = rec->offset;
+                return RUN_MAP_FULL;
+            }
+            key_digest(m, data + rec->key_pos, (size_t)rec->key_len, d);
+            if (map_put_digest(m, d, rec->offset) < 0) return -1;
+            m->latest_offset = rec->offset;
+        }
+        r->state[M_MESSAGES_READ]++;
+    }
+    if (h->last_offset >= start) m->latest_offset = h->last_offset;
+    return RUN_DONE;
+}
+
+/* The optional last argument of a run: None, or CleanedTransactionMetadata.transaction_view()'s
+ * (committed set, aborted dict, next aborted first offset). */
+static int get_txn_view(run_t *r, PyObject *view, PyObject *marker_last) {
+    long long next;
+    if (view == NULL || view == Py_None) return 0;
+    if (!PyArg_ParseTuple(view, "O!O!L", &PySet_Type, &r->committed, &PyDict_Type, &r->aborted, &next)) return -1;
+    r->next_abort = next;
+    if (marker_last != NULL && !PyAnySet_Check(marker_last)) {
+        PyErr_SetString(PyExc_TypeError, "marker_last must be a set or frozenset of producer ids");
+        return -1;
+    }
+    r->marker_last = marker_last;
+    return 0;
+}
+
+/* map_batches(offset_map, buf, pos, stop, start, limit, state, decompress[, txn_view]) -> (pos, status) */
+static PyObject *py_map_batches(PyObject *self, PyObject *args) {
+    run_t r;
+    memset(&r, 0, sizeof r);
+    PyObject *buf, *state;
+    Py_ssize_t pos, stop;
+    long long start, limit;
+    Py_buffer v, sv;
+    PyObject *view = NULL;
+    if (!PyArg_ParseTuple(args, "O!OnnLLOO|O", &OffsetMapType, &r.map, &buf, &pos, &stop, &start, &limit, &state,
+                          &r.decompress, &view) || get_txn_view(&r, view, NULL) < 0)
+        return NULL;
+    r.check_crc = 1;
+    if (get_span(buf, &v, pos, stop) < 0) return NULL;
+    if (get_state(state, &sv, M_SLOTS) < 0) { PyBuffer_Release(&v); return NULL; }
+    r.b = v.buf;
+    r.state = sv.buf;
+    int status = RUN_DONE;
+    while (pos < stop) {
+        head_t h;
+        const uint8_t *data;
+        int rc = take_batch(&r, pos, stop, &h, &data);
+        if (rc != 0) { status = rc > 0 ? RUN_PYTHON : -1; break; }
+        if ((status = map_batch(&r, &h, data, start, limit)) != RUN_DONE) break;
+        if (h.last_offset > r.state[M_LAST_OFFSET]) r.state[M_LAST_OFFSET] = h.last_offset;
+        pos += LOG_OVERHEAD + (Py_ssize_t)h.length;
+    }
+    run_free(&r);
+    PyBuffer_Release(&sv);
+    PyBuffer_Release(&v);
+    if (status < 0) return NULL;
+    return Py_BuildValue("ni", pos, status);
+}
+
+/* What filter_batches takes besides the run: the cleaner's fixed inputs. */
+typedef struct {
+    int64_t now, new_horizon;
+    int has_new_horizon;
+    const void *specials; /* native int64s, sorted */
+    Py_ssize_t nspecials;
+    Py_ssize_t capacity;
+    PyObject *out; /* bytearray */
+} filter_args;
+
+static inline int64_t special_at(const filter_args *a, Py_ssize_t i) {
+    int64_t v;
+    memcpy(&v, (const uint8_t *)a->specials + 8 * i, 8); /* any buffer: no alignment assumed */
+    return v;
+}
+
+static int is_special(const filter_args *a, int64_t offset) {
+    Py_ssize_t lo = 0, hi = a->nspecials;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (special_at(a, mid) < offset) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < a->nspecials && special_at(a, lo) == offset;
+}
+
+/* Kafka's retain decision per record (RecordFilter + Cleaner.shouldRetainRecord) for a data batch
+ * that is not discarded; counts into c[] (F_* slots), marks rec->keep. Returns how many are kept. */
+static Py_ssize_t decide(run_t *r, const head_t *h, const uint8_t *data, const filter_args *a, int64_t *c,
+                         int *write_original, int *tombstones, int64_t *max_offset) {
+    OffsetMapObject *m = r->map;
+    int has_horizon = h->attributes & 0x40;
+    Py_ssize_t kept = 0;
+    uint8_t d[HASH_SIZE];
+    for (Py_ssize_t i = 0; i < r->nrecs; i++) {
+        rec_t *rec = &r->recs[i];
+        int keep;
+        c[F_MESSAGES_READ]++;
+        if (rec->offset > m->latest_offset) keep = 1;
+        else if (rec->key_len < 0) { c[F_INVALID_MESSAGES]++; keep = 0; }
+        else {
+            key_digest(m, data + rec->key_pos, (size_t)rec->key_len, d);
+            if (rec->offset < map_get_digest(m, d)) keep = 0;
+            else if (rec->value_len >= 0) keep = 1;
+            else keep = !has_horizon || a->now < h->base_ts; /* the delete horizon (KIP-534) */
+        }
+        rec->keep = keep;
+        if (keep) {
+            kept++;
+            if (rec->offset > *max_offset) *max_offset = rec->offset;
+            if (rec->value_len < 0) *tombstones = 1;
+        } else {
+            *write_original = 0;
+            if (rec->value_len < 0) c[F_TOMBSTONES_REMOVED]++;
+        }
+    }
+    return kept;
+}
+
+static uint8_t *out_extend(PyObject *out, Py_ssize_t n) {
+    Py_ssize_t len = PyByteArray_GET_SIZE(out);
+    if (PyByteArray_Resize(out, len + n) < 0) return NULL;
+    return (uint8_t *)PyByteArray_AS_STRING(out) + len;
+}
+
+static int body_reserve(run_t *r, Py_ssize_t more) {
+    if (r->body_cap - r->body_len >= more) return 0;
+    Py_ssize_t cap = r->body_cap * 2 > r->body_len + more ? r->body_cap * 2 : r->body_len + more + 4096;
+    uint8_t *p = PyMem_Realloc(r->body, (size_t)cap);
+    if (!p) { PyErr_NoMemory(); return -1; }
+    r->body = p;
+    r->body_cap = cap;
+    return 0;
+}
+
+/* One retained record re-encoded as builder.encode_v2_record writes it (attributes 0, minimal
+ * varints, headers copied): 0, 1 when a delta leaves int64 (Python's path decides), -1 on error. */
+static int encode_record(run_t *r, const rec_t *rec, const uint8_t *data, int64_t base_ts, int64_t base_offset) {
+    int64_t ts_delta;
+    if (__builtin_sub_overflow(rec->timestamp, base_ts, &ts_delta)) return 1;
+    Py_ssize_t hsec = rec->end - rec->headers_pos;
+    Py_ssize_t bound = 5 + 1 + 10 + 5 + 10 + (rec->key_len > 0 ? rec->key_len : 0) +
+                       (rec->value_len > 0 ? rec->value_len : 0) + 5 + 5 * hsec;
+    if (body_reserve(r, bound) < 0) return -1;
+    uint8_t *start = r->body + r->body_len, *p = start + 5;
+    *p++ = 0; /* attributes */
+    p += wr_varlong(p, ts_delta);
+    p += wr_varint(p, (int32_t)(rec->offset - base_offset));
+    p += wr_varint(p, rec->key_len);
+    if (rec->key_len > 0) { memcpy(p, data + rec->key_pos, (size_t)rec->key_len); p += rec->key_len; }
+    p += wr_varint(p, rec->value_len);
+    if (rec->value_len > 0) { memcpy(p, data + rec->value_pos, (size_t)rec->value_len); p += rec->value_len; }
+    Py_ssize_t q = rec->headers_pos;
+    int32_t count = 0, kl = 0, vl = 0;
+    rd_varint(data, &q, rec->end, &count); /* validated by decode_records */
+    p += wr_varint(p, count);
+    for (int32_t i = 0; i < count; i++) {
+        rd_varint(data, &q, rec->end, &kl);
+        p += wr_varint(p, kl);
+        memcpy(p, data + q, (size_t)kl);
+        p += kl;
+        q += kl;
+        rd_varint(data, &q, rec->end, &vl);
+        p += wr_varint(p, vl < 0 ? -1 : vl);
+        if (vl > 0) { memcpy(p, data + q, (size_t)vl); p += vl; q += vl; }
+    }
+    Py_ssize_t blen = p - (start + 5);
+    uint8_t prefix[5];
+    Py_ssize_t n = wr_varint(prefix, (int32_t)blen);
+    memmove(start + n, start + 5, (size_t)blen);
+    memcpy(start, prefix, (size_t)n);
+    r->body_len += n + blen;
+    return 0;
+}
+
+/* The 61-byte header of a rebuilt batch (builder.build_v2_batch's layout), CRC-32C set. */
+static void write_header(uint8_t *o, const head_t *h, Py_ssize_t body_len, const uint8_t *body, uint16_t attributes,
+                         int64_t base_ts, int64_t max_ts, int32_t count) {
+    put_be64(o, (uint64_t)h->base_offset);
+    put_be32(o + 8, (uint32_t)(V2_HEADER_SIZE - LOG_OVERHEAD + body_len));
+    put_be32(o + 12, (uint32_t)h->leader_epoch);
+    o[16] = 2;
+    o[21] = (uint8_t)(attributes >> 8);
+    o[22] = (uint8_t)attributes;
+    put_be32(o + 23, (uint32_t)h->last_offset_delta);
+    put_be64(o + 27, (uint64_t)base_ts);
+    put_be64(o + 35, (uint64_t)max_ts);
+    put_be64(o + 43, (uint64_t)h->producer_id);
+    o[51] = (uint8_t)((uint16_t)h->producer_epoch >> 8);
+    o[52] = (uint8_t)h->producer_epoch;
+    put_be32(o + 53, (uint32_t)h->base_sequence);
+    put_be32(o + 57, (uint32_t)count);
+    put_be32(o + V2_CRC_POS, crc32c2(o + V2_CRC_START, V2_HEADER_SIZE - V2_CRC_START, body, (size_t)body_len));
+}
+
+/*
+ * MemoryRecords.buildRetainedRecordsInto (cleaner._rebuild): the kept records in a new batch with
+ * the same range, codec and producer fields, the delete horizon as its base timestamp when it has
+ * one. Returns 0 (appended; *max_ts set), 1 (for Python's path: nothing written), -1 on error.
+ */
+static int write_rebuilt(run_t *r, const head_t *h, const uint8_t *data, const filter_args *a, int need_horizon,
+                         Py_ssize_t kept, int64_t *max_ts) {
+    int has_horizon = need_horizon || (h->attributes & 0x40);
+    int64_t base_ts = need_horizon ? a->new_horizon : h->base_ts;
+    int first = 1;
+    *max_ts = INT64_MIN;
+    r->body_len = 0;
+    for (Py_ssize_t i = 0; i < r->nrecs; i++) {
+        rec_t *rec = &r->recs[i];
+        if (!rec->keep) continue;
+        if (first && !has_horizon) base_ts = rec->timestamp;
+        first = 0;
+        if (rec->timestamp > *max_ts) *max_ts = rec->timestamp;
+        int rc = encode_record(r, rec, data, base_ts, h->base_offset);
+        if (rc) return rc;
+    }
+    if (h->attributes & 0x08) *max_ts = h->max_ts; /* LogAppendTime */
+    int codec = h->attributes & 0x07;
+    PyObject *packed = NULL;
+    const uint8_t *body = r->body;
+    Py_ssize_t body_len = r->body_len;
+    if (codec) {
+        packed = PyObject_CallFunction(r->compress, "iy#", codec, (const char *)r->body, r->body_len);
+        if (!packed) return -1;
+        if (!PyBytes_Check(packed)) {
+            Py_DECREF(packed);
+            PyErr_SetString(PyExc_TypeError, "compress must return bytes");
+            return -1;
+        }
+        body = (const uint8_t *)PyBytes_AS_STRING(packed);
+        body_len = PyBytes_GET_SIZE(packed);
+    }
+    uint8_t *o = body_len <= INT32_MAX - V2_HEADER_SIZE ? out_extend(a->out, V2_HEADER_SIZE + body_len) : NULL;
+    if (o) {
+        memcpy(o + V2_HEADER_SIZE, body, (size_t)body_len);
+        uint16_t attributes = (uint16_t)(codec | (h->attributes & 0x38) | (has_horizon ? 0x40 : 0));
+        write_header(o, h, body_len, o + V2_HEADER_SIZE, attributes, base_ts, *max_ts, (int32_t)kept);
+    }
+    Py_XDECREF(packed);
+    if (!o && body_len > INT32_MAX - V2_HEADER_SIZE) return 1;
+    return o ? 0 : -1;
+}
+
+/* _ChunkResult.retained (updateRetainedBatchMetadata). */
+static void retained(int64_t *s, int64_t first_offset, int64_t max_ts, int64_t shallow, int64_t max_offset) {
+    if (!s[F_HAS_FIRST]) {
+        s[F_HAS_FIRST] = 1;
+        s[F_FIRST_OFFSET] = first_offset;
+    }
+    if (max_ts > s[F_MAX_TIMESTAMP]) {
+        s[F_MAX_TIMESTAMP] = max_ts;
+        s[F_OFFSET_OF_MAX_TIMESTAMP] = shallow;
+    }
+    if (max_offset > s[F_MAX_OFFSET]) s[F_MAX_OFFSET] = max_offset;
+}
+
+static void add_counts(run_t *r, const head_t *h, const int64_t *c) {
+    for (int i = F_BYTES_READ; i < F_SLOTS; i++)
+        if (i != F_LAST_OFFSET) r->state[i] += c[i];
+    if (h->last_offset > r->state[F_LAST_OFFSET]) r->state[F_LAST_OFFSET] = h->last_offset;
+}
+
+/* SegmentCleaner._filter_batch for a taken COMMIT marker (not its producer's last entry, not the round's last
+ * batch): removed once its delete horizon has passed when no batch of its transaction was met (the
+ * producer was not in the committed set), else kept, given a delete horizon when it may go later. */
+static int filter_marker(run_t *r, Py_ssize_t pos, const head_t *h, const uint8_t *data, const filter_args *a) {
+    int64_t c[F_SLOTS] = {0};
+    if (r->marker_last == NULL) return RUN_PYTHON;
+    int in_committed, rc = commit_marker(r, h, data, &in_committed);
+    if (rc != 0) return rc > 0 ? RUN_PYTHON : -1;
+    int has_horizon = h->attributes & 0x40;
+    Py_ssize_t size = LOG_OVERHEAD + (Py_ssize_t)h->length;
+    if (!in_committed && has_horizon && h->base_ts <= a->now) {
+        c[F_MARKERS_REMOVED] = 1;
+    } else {
+        int need_horizon = !in_committed && !has_horizon;
+        if (need_horizon && !a->has_new_horizon) return RUN_PYTHON;
+        if (!need_horizon) {
+            uint8_t *o = out_extend(a->out, size);
+            if (!o) return -1;
+            memcpy(o, r->b + pos, (size_t)size);
+            retained(r->state, h->base_offset, h->max_ts, h->last_offset, h->last_offset);
+        } else {
+            int64_t max_ts;
+            r->recs[0].keep = 1;
+            if ((rc = write_rebuilt(r, h, data, a, 1, 1, &max_ts)) != 0) return rc > 0 ? RUN_PYTHON : -1;
+            retained(r->state, h->base_offset, max_ts, h->last_offset, r->recs[0].offset);
+            c[F_BATCHES_REBUILT] = 1;
+        }
+        c[F_MESSAGES_READ] = c[F_MESSAGES_WRITTEN] = c[F_BATCHES_WRITTEN] = 1;
+    }
+    if (in_committed && leave_committed(r, h) < 0) return -1;
+    c[F_BYTES_READ] = size;
+    c[F_BATCHES_READ] = 1;
+    add_counts(r, h, c);
+    return RUN_DONE;
+}
+
+/* SegmentCleaner._filter_batch for a taken batch (a data batch, not discarded, DELETE_EMPTY). */
+static int filter_batch(run_t *r, Py_ssize_t pos, const head_t *h, const uint8_t *data, const filter_args *a) {
+    int64_t c[F_SLOTS] = {0}, max_offset = -1, max_ts;
+    int write_original = 1, tombstones = 0;
+    Py_ssize_t kept = decide(r, h, data, a, c, &write_original, &tombstones, &max_offset);
+    int need_horizon = tombstones && !(h->attributes & 0x40);
+    Py_ssize_t size = LOG_OVERHEAD + (Py_ssize_t)h->length;
+    if (kept && need_horizon && !a->has_new_horizon) return RUN_PYTHON;
+    if (kept && write_original && !need_horizon) {
+        uint8_t *o = out_extend(a->out, size);
+        if (!o) return -1;
+        memcpy(o, r->b + pos, (size_t)size);
+        retained(r->state, h->base_offset, h->max_ts, h->last_offset, h->last_offset);
+    } else if (kept) {
+        int rc = write_rebuilt(r, h, data, a, need_horizon, kept, &max_ts);
+        if (rc) return rc > 0 ? RUN_PYTHON : -1;
+        retained(r->state, h->base_offset, max_ts, h->last_offset, max_offset);
+        c[F_BATCHES_REBUILT]++;
+    }
+    if (kept) {
+        c[F_MESSAGES_WRITTEN] += kept;
+        c[F_BATCHES_WRITTEN]++;
+    }
+    c[F_BYTES_READ] = size;
+    c[F_BATCHES_READ] = 1;
+    add_counts(r, h, c);
+    return RUN_DONE;
+}
+
+static int filter_run(run_t *r, Py_ssize_t *pos, Py_ssize_t stop, const filter_args *a) {
+    while (*pos < stop) {
+        if (stop - *pos >= V2_HEADER_SIZE) {
+            /* the active producers' last batches and the round's last batch keep their place: Python */
+            int64_t last;
+            const uint8_t *p = r->b + *pos;
+            if (!__builtin_add_overflow(s64(be64(p)), (int64_t)s32(be32(p + 23)), &last) && is_special(a, last))
+                return RUN_PYTHON;
+        }
+        head_t h;
+        const uint8_t *data;
+        int rc = take_batch(r, *pos, stop, &h, &data);
+        if (rc != 0) return rc > 0 ? RUN_PYTHON : -1;
+        rc = (h.attributes & 0x20) ? filter_marker(r, *pos, &h, data, a) : filter_batch(r, *pos, &h, data, a);
+        if (rc != RUN_DONE) return rc;
+        *pos += LOG_OVERHEAD + (Py_ssize_t)h.length;
+        if (PyByteArray_GET_SIZE(a->out) > a->capacity) return RUN_OUTPUT_FULL;
+    }
+    return RUN_DONE;
+}
+
+/* filter_batches(offset_map, buf, pos, stop, capacity, out, state, now, new_horizon, specials,
+ *                decompress, compress[, txn_view, marker_last]) -> (pos, status); without marker_last
+ *                (a set of producer ids) no control batch is taken */
+static PyObject *py_filter_batches(PyObject *self, PyObject *args) {
+    run_t r;
+    filter_args a;
+    memset(&r, 0, sizeof r);
+    memset(&a, 0, sizeof a);
+    PyObject *buf, *state, *horizon, *specials;
+    Py_ssize_t pos, stop;
+    long long now;
+    Py_buffer v, sv, spv;
+    PyObject *view = NULL, *marker_last = NULL;
+    if (!PyArg_ParseTuple(args, "O!OnnnO!OLOOOO|OO", &OffsetMapType, &r.map, &buf, &pos, &stop, &a.capacity,
+                          &PyByteArray_Type, &a.out, &state, &now, &horizon, &specials, &r.decompress, &r.compress,
+                          &view, &marker_last) || get_txn_view(&r, view, marker_last) < 0)
+        return NULL;
+    a.now = now;
+    if (horizon != Py_None) {
+        int overflow;
+        a.new_horizon = PyLong_AsLongLongAndOverflow(horizon, &overflow);
+        if (a.new_horizon == -1 && PyErr_Occurred()) return NULL;
+        a.has_new_horizon = !overflow; /* beyond int64: batches that need it go to Python */
+    }
+    if (get_span(buf, &v, pos, stop) < 0) return NULL;
+    if (get_state(state, &sv, F_SLOTS) < 0) { PyBuffer_Release(&v); return NULL; }
+    if (PyObject_GetBuffer(specials, &spv, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&sv);
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    r.b = v.buf;
+    r.state = sv.buf;
+    a.specials = spv.buf;
+    a.nspecials = spv.len / 8;
+    int status = filter_run(&r, &pos, stop, &a);
+    run_free(&r);
+    PyBuffer_Release(&spv);
+    PyBuffer_Release(&sv);
+    PyBuffer_Release(&v);
+    if (status < 0) return NULL;
+    return Py_BuildValue("ni", pos, status);
+}
+
+/* skip_anonymous(buf, pos, end) -> pos past the run of v2 batches (at least 61 bytes, complete)
+ * without a producer id from pos: what ProducerStateManager's replay has nothing to learn from. */
+static PyObject *py_skip_anonymous(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t pos, end;
+    Py_buffer v;
+    if (!PyArg_ParseTuple(args, "Onn", &obj, &pos, &end)) return NULL;
+    if (get_span(obj, &v, pos, end) < 0) return NULL;
+    const uint8_t *b = v.buf;
+    while (end - pos >= 18) {
+        int32_t size = s32(be32(b + pos + 8));
+        if (size < MIN_ENTRY_SIZE || (Py_ssize_t)size + LOG_OVERHEAD > end - pos) break;
+        if (size + LOG_OVERHEAD < V2_HEADER_SIZE || (int8_t)b[pos + 16] < 2 || s64(be64(b + pos + 43)) >= 0) break;
+        pos += LOG_OVERHEAD + size;
+    }
+    PyBuffer_Release(&v);
+    return PyLong_FromSsize_t(pos);
+}
+
+static PyObject *py_md5(PyObject *self, PyObject *obj) {
+    Py_buffer v;
+    uint8_t d[HASH_SIZE];
+    if (PyObject_GetBuffer(obj, &v, PyBUF_SIMPLE) < 0) return NULL;
+    md5(v.buf, (size_t)v.len, d);
+    PyBuffer_Release(&v);
+    return PyBytes_FromStringAndSize((const char *)d, HASH_SIZE);
+}
+
+static PyMethodDef methods[] = {
+    {"md5", py_md5, METH_O, "MD5 digest of a buffer (the offset map's hash)."},
+    {"frame_end", py_frame_end, METH_VARARGS, "frame_end(buf, pos, end) -> (stop, bad position or -1)."},
+    {"skip_anonymous", py_skip_anonymous, METH_VARARGS,
+     "skip_anonymous(buf, pos, end) -> pos past the v2 batches without a producer id."},
+    {"map_batches", py_map_batches, METH_VARARGS,
+     "map_batches(offset_map, buf, pos, stop, start, limit, state, decompress) -> (pos, status)."},
+    {"filter_batches", py_filter_batches, METH_VARARGS,
+     "filter_batches(offset_map, buf, pos, stop, capacity, out, state, now, new_horizon, specials, decompress, "
+     "compress) -> (pos, status)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_cleaner_c", "The native twin of kstore_cli.record._cleaner_py.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__cleaner_c(void) {
+    kstore_crc_init();
+    if (PyType_Ready(&OffsetMapType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m) return NULL;
+    static const struct { const char *name; int value; } constants[] = {
+        {"RUN_DONE", RUN_DONE}, {"RUN_PYTHON", RUN_PYTHON}, {"RUN_MAP_FULL", RUN_MAP_FULL},
+        {"RUN_OUTPUT_FULL", RUN_OUTPUT_FULL}, {"MAP_SLOTS", M_SLOTS}, {"FILTER_SLOTS", F_SLOTS},
+    };
+    for (size_t i = 0; i < sizeof constants / sizeof constants[0]; i++)
+        if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value) < 0) return NULL;
+    Py_INCREF(&OffsetMapType);
+    if (PyModule_AddObject(m, "OffsetMap", (PyObject *)&OffsetMapType) < 0) return NULL;
+    return m;
+}
