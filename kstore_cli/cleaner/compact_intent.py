@@ -29,6 +29,12 @@ def intent_path(partition_dir: str) -> str:
     return os.path.join(partition_dir, INTENT_FILE)
 
 
+def drop_intent(partition_dir: str) -> None:
+    """Remove the intent (the pass it records is finished, or it no longer fits the directory)."""
+    fileops.unlink(intent_path(partition_dir))
+    fileops.fsync_dir(partition_dir)
+
+
 def file_identity(path: str) -> List:
     """[size, SHA-256] of a file: tells a swapped-in segment from the one it replaced."""
     digest = hashlib.sha256()
