@@ -1,5 +1,5 @@
 """kstore's pass intent: what a compaction pass being swapped in will have done, so that a rerun after a
-crash finishes that pass instead of cleaning the swapped range again (see cleaner.py's docstring)."""
+crash finishes that pass instead of cleaning the swapped range again (see interrupted_pass.py's docstring)."""
 
 from __future__ import annotations
 
