@@ -1,5 +1,5 @@
 """kstore's pass intent: what a compaction pass being swapped in will have done, so that a rerun after a
-crash finishes that pass instead of cleaning the swapped range again (see cleaner.py's docstring)."""
+crash finishes that pass instead of cleaning the swapped range again (see interrupted_pass.py's docstring)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,12 @@ _INTENT_KEYS = {"topic", "partition", "checkpointed", "firstDirtyOffset", "first
 
 def intent_path(partition_dir: str) -> str:
     return os.path.join(partition_dir, INTENT_FILE)
+
+
+def drop_intent(partition_dir: str) -> None:
+    """Remove the intent (the pass it records is finished, or it no longer fits the directory)."""
+    fileops.unlink(intent_path(partition_dir))
+    fileops.fsync_dir(partition_dir)
 
 
 def file_identity(path: str) -> List:

@@ -66,27 +66,7 @@ def plan_cleaning(view: UnifiedLog, config: TopicConfig, producers: ProducerStat
     if dirty < lso_start or dirty > view.log_end_offset:
         dirty, plan.checkpoint_reset = lso_start, True
     plan.first_dirty_offset = dirty
-    open_txn = producers.first_open_transaction()
-    unstable = None if open_txn is None else open_txn[0]
-    plan.last_stable_offset = view.high_watermark if unstable is None else min(view.high_watermark, unstable)
-    # each bound on the cleanable range, with what to tell the user when it is the one that leaves nothing
-    if unstable is not None and unstable <= view.high_watermark:
-        lso_why = (f"cleaning stops at the first unstable offset {unstable}, where producer {open_txn[1]}'s "
-                   "transaction is still open,")
-    else:
-        lso_why = f"cleaning stops at the high watermark {view.high_watermark},"
-    bounds = [(plan.last_stable_offset, lso_why),
-              (view.active.base_offset,
-               f"cleaning stops at the active segment, which starts at offset {view.active.base_offset} and is "
-               "never cleaned,")]
-    lag = max(config.get("min.compaction.lag.ms"), 0)
-    if lag > 0:
-        for seg in view.non_active_from(dirty):
-            if largest_timestamp(seg.segment)[0] > now - lag:  # §7's largestTimestamp
-                bounds.append((seg.base_offset, f"cleaning stops at segment {seg.base_offset}, which has records "
-                                                f"newer than min.compaction.lag.ms {lag},"))
-                break
-    bound, bound_why = min(bounds, key=lambda b: b[0])  # ties: the first listed (min keeps it)
+    bound, bound_why = _uncleanable_bound(view, config, producers, plan, now=now)
     plan.uncleanable_offset = max(dirty, bound)
     # calculateCleanableBytes: down to the base of the segment holding it.
     following = view.non_active_from(plan.uncleanable_offset)
@@ -94,19 +74,7 @@ def plan_cleaning(view: UnifiedLog, config: TopicConfig, producers: ProducerStat
     plan.cleanable_bytes = sum(s.size for s in view.log_segments(min(dirty, plan.first_uncleanable_offset),
                                                                  plan.first_uncleanable_offset))
     plan.clean_bytes = sum(s.size for s in view.log_segments(-1, dirty))
-    # maxCompactionDelay: the earliest first-batch timestamp among dirty non-active segments.
-    max_lag = max(config.get("max.compaction.lag.ms"), 0)
-    firsts = []
-    for seg in view.non_active_from(dirty):
-        try:
-            first = next(iter(read_batches(seg.log)), None)
-        except KstoreError:
-            first = None
-        if first is not None and first.max_timestamp > 0:
-            firsts.append(first.max_timestamp)
-    clean_until = now - max_lag
-    if firsts and min(firsts) < clean_until:
-        plan.compaction_delay_ms = clean_until - min(firsts)
+    plan.compaction_delay_ms = _max_compaction_delay(view, config, dirty, now=now)
     ratio_needed = config.get("min.cleanable.dirty.ratio")
     if plan.total_bytes == 0:
         if view.log_end_offset <= view.log_start_offset:
@@ -124,6 +92,51 @@ def plan_cleaning(view: UnifiedLog, config: TopicConfig, producers: ProducerStat
     else:
         plan.reason = f"dirty ratio {plan.dirty_ratio:.3f} <= min.cleanable.dirty.ratio {ratio_needed}"
     return plan
+
+
+def _uncleanable_bound(view: UnifiedLog, config: TopicConfig, producers: ProducerStateManager, plan: CleaningPlan, *,
+                       now: int) -> Tuple[int, str]:
+    """The first of cleanableOffsets' bounds (last stable offset, active segment, min.compaction.lag.ms),
+    with what to tell the user when it is the one that leaves nothing; sets the plan's last stable offset."""
+    dirty = plan.first_dirty_offset
+    open_txn = producers.first_open_transaction()
+    unstable = None if open_txn is None else open_txn[0]
+    plan.last_stable_offset = view.high_watermark if unstable is None else min(view.high_watermark, unstable)
+    if unstable is not None and unstable <= view.high_watermark:
+        lso_why = (f"cleaning stops at the first unstable offset {unstable}, where producer {open_txn[1]}'s "
+                   "transaction is still open,")
+    else:
+        lso_why = f"cleaning stops at the high watermark {view.high_watermark},"
+    bounds = [(plan.last_stable_offset, lso_why),
+              (view.active.base_offset,
+               f"cleaning stops at the active segment, which starts at offset {view.active.base_offset} and is "
+               "never cleaned,")]
+    lag = max(config.get("min.compaction.lag.ms"), 0)
+    if lag > 0:
+        for seg in view.non_active_from(dirty):
+            if largest_timestamp(seg.segment)[0] > now - lag:  # §7's largestTimestamp
+                bounds.append((seg.base_offset, f"cleaning stops at segment {seg.base_offset}, which has records "
+                                                f"newer than min.compaction.lag.ms {lag},"))
+                break
+    return min(bounds, key=lambda b: b[0])  # ties: the first listed (min keeps it)
+
+
+def _max_compaction_delay(view: UnifiedLog, config: TopicConfig, dirty: int, *, now: int) -> int:
+    """LogCleanerManager.maxCompactionDelay: how long ago max.compaction.lag.ms passed for the earliest
+    first-batch timestamp among dirty non-active segments (0 when it has not)."""
+    max_lag = max(config.get("max.compaction.lag.ms"), 0)
+    firsts = []
+    for seg in view.non_active_from(dirty):
+        try:
+            first = next(iter(read_batches(seg.log)), None)
+        except KstoreError:
+            first = None
+        if first is not None and first.max_timestamp > 0:
+            firsts.append(first.max_timestamp)
+    clean_until = now - max_lag
+    if firsts and min(firsts) < clean_until:
+        return clean_until - min(firsts)
+    return 0
 
 
 def cleaner_checkpoint_path(data_dir: str) -> str:

@@ -12,12 +12,10 @@ from kstore_cli.commands._console import byte_progress
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.commands._options import json_option, topics_option
 from kstore_cli.errors import ExitStatus, UsageError
-from kstore_cli.cluster.metadata_image import is_torn_tail
-from kstore_cli.operations import recovery, verify
 from kstore_cli.log.fileops import is_locked
 from kstore_cli.log.logdir import nothing_found
-from kstore_cli.log.names import METADATA_PARTITION_DIR
 from kstore_cli.operations.verify import verify_partition
+from kstore_cli.operations.partition_findings import partition_issues, segment_issue
 from kstore_cli.operations.startup import (
     ERROR,
     NOTE,
@@ -26,86 +24,10 @@ from kstore_cli.operations.startup import (
     clean_shutdown_marker,
     data_dir_key,
     layout_issues,
-    partition_issues,
     survey,
 )
 
 _SEVERITY_ORDER = {ERROR: 0, WARNING: 1, NOTE: 2}
-#: how a write cut short by a crash ends a .log (what kstore metadata also leaves out as a torn tail)
-_TORN_KINDS = (recovery.PARTIAL_BATCH, recovery.SHORT_TAIL, recovery.BAD_SIZE, recovery.CORRUPT_BATCH)
-
-
-def _segment_issue(partition, data_dir: str, finding, plan) -> "Issue | None":
-    """A verify_partition finding as a doctor Issue: what Kafka does with it, what to run."""
-    check = finding.check
-    part = partition.path
-    if check == "leftover-file":
-        return None  # doctor reports leftovers itself, with what Kafka does to each kind
-    position = None
-    severity = {verify.ERROR: ERROR}.get(finding.severity, NOTE)
-    # LogSegment.sanityCheck (4.0) checks only that the .index exists and the .txnindex's sanity:
-    # offset and time indexes are loaded as they are and rebuilt only by an unclean shutdown's recovery.
-    kafka = ("ignore: loaded as it is (LogSegment.sanityCheck does not check offset or time indexes); rebuilt only "
-             "if an unclean shutdown's recovery reaches this segment; until then lookups through it go wrong")
-    repair = f"kstore rebuild-index {part}"
-    if check == "orphan-index" and not partition.segments:
-        return None  # named in the partition-without-logs finding
-    if check.startswith("log-"):
-        splan = next((s for s in plan.segments if s.segment.base_offset == finding.segment), None)
-        problem = splan.result.problem if splan is not None and splan.result is not None else None
-        position = problem.position if problem is not None else None
-        if check == "log-unreadable":
-            kafka = "fail: 'Could not read file' (IOException): the data dir goes offline"
-            repair = "fix the file's permissions or the disk, then rerun doctor"
-        elif check == "log-zero-tail":
-            kafka = "truncate: recovery trims the zero bytes (only after an unclean shutdown)"
-            repair = "none needed"
-        elif problem is not None and problem.kind == recovery.OFFSET_OVERFLOW:
-            kafka = "rebuild: LogSegmentOffsetOverflowException, the loader splits the segment"
-            repair = "none needed"
-        elif problem is not None and problem.kind == recovery.OFFSETS_NOT_INCREASING:
-            kafka = ("truncate: after an unclean shutdown recovery fails with InvalidOffsetException ('offsets out "
-                     "of order') and empties the segment; after a clean shutdown fetches of it fail")
-            repair = (f"no kstore command empties a segment as Kafka's recovery would: inspect it with "
-                      f"`kstore dump-segment --deep-iteration {finding.file}` and restore it from a replica")
-        elif (partition.name == METADATA_PARTITION_DIR and problem is not None and splan.is_last
-              and problem.kind in _TORN_KINDS and is_torn_tail(finding.file, problem.position,
-                               splan.segment.base_offset - 1 if splan.result.last_offset is None
-                               else splan.result.last_offset, last_segment=True)):
-            # KafkaMetadataLog opens the log with recovery point 0 and lastShutdownClean=false: every start
-            # recovers every segment, so a crash's torn tail is cut before the raft client reads it.
-            severity = WARNING
-            kafka = ("truncate: KafkaMetadataLog recovers the whole metadata log at every start (recovery point 0, "
-                     "as after an unclean shutdown): this torn tail, the state a crash leaves, is cut and the rest "
-                     "loads (kstore metadata shows that image)")
-            repair = (f"none needed; kstore rebuild-index --truncate {part} cuts it now (the cut bytes are "
-                      f"quarantined)")
-        else:
-            dropped = sum(1 for s in plan.segments if s.segment.base_offset > (finding.segment or 0))
-            kafka = ("truncate: after an unclean shutdown recovery cuts the .log at this byte"
-                     + (f" and deletes the {dropped} later segment(s)" if dropped else "")
-                     + "; after a clean shutdown the damage is not seen at startup and fetches of it fail with "
-                       "CorruptRecordException")
-            if clean_shutdown_marker(data_dir):
-                kafka += (" (this data dir has the clean shutdown marker: the broker starts without looking, unless "
-                          "it crashes before the next clean shutdown)")
-            repair = f"kstore rebuild-index --truncate {part}  (cuts where Kafka would; the cut bytes are quarantined)"
-    elif check == "orphan-index":
-        kafka = "delete: removes the index file without a .log at startup (LogLoader)"
-        repair = "none needed"
-    elif check == "missing-index":
-        kafka = ("rebuild: 'Could not find offset index file', LogLoader recovers the segment and writes a new "
-                 "index (LogSegment.sanityCheck throws NoSuchFileException)")
-    elif check == "missing-timeindex":
-        kafka = "ignore: creates an empty .timeindex and never fills it: time lookups in this segment find nothing"
-    elif check == "txnindex-sanity":
-        kafka = ("rebuild: 'Found a corrupted index file corresponding to log file ...', LogLoader recovers the "
-                 "segment and rebuilds its indexes (TransactionIndex.sanityCheck, CorruptIndexException)")
-    elif check.startswith(("txnindex", "missing-txnindex")):
-        kafka = ("ignore: loaded as it is; read_committed consumers get the wrong aborted transactions until an "
-                 "unclean shutdown's recovery rebuilds it")
-    return Issue(severity, check, finding.message, kafka=kafka, repair=repair, data_dir=data_dir, partition=part,
-                 file=finding.file, position=position)
 
 
 @click.command(name="doctor")
@@ -181,7 +103,7 @@ def _check_partitions(found, by_dir: Dict[str, List[Issue]], counts: Dict[str, i
             if found.data_dir_of(partition) is not info:
                 continue
             findings, plan = verify_partition(partition, only=only, progress=advance)
-            issues = [i for i in (_segment_issue(partition, info.path, f, plan) for f in findings) if i]
+            issues = [i for i in (segment_issue(partition, info.path, f, plan) for f in findings) if i]
             issues += partition_issues(found, partition, plan, whole_partition=only is None)
             if only is None:
                 issues += by_dir.pop(partition.path, [])

@@ -46,7 +46,8 @@ from kstore_cli.log.producer_state import ProducerStateManager
 from kstore_cli.record.reader import read_batches
 from kstore_cli.operations.recovery import apply_plan, checkpoint_changes, plan_partition, write_checkpoint_change
 from kstore_cli.operations.retention import roll_empty_segment
-from kstore_cli.operations.startup import ERROR, DataDirInfo, Issue, partition_issues, survey
+from kstore_cli.operations.partition_findings import partition_issues
+from kstore_cli.operations.startup import ERROR, DataDirInfo, Issue, survey
 
 #: doctor's checks of checkpoint entries against the log end: recovery lowers every one of these
 #: (checkpoint_changes), so a dry run's findings of them are not left over.

@@ -354,17 +354,36 @@ def _check_cut(c: _Checker, partition: str) -> Dict[str, Any]:
         raise c.fail("tailSha256", "set without a tailFile")
     if "movedFiles" not in d:
         raise c.fail("movedFiles", "missing")
+    out["movedFiles"] = _check_moved(c, partition, segment, base)
+    originals = _check_originals(c, partition, segment)
+    if "originalIndexes" in d:
+        out["originalIndexes"] = originals
+    out["checkpoints"] = _check_checkpoints(c, partition, data_dir)
+    rolled = d.get("rolledSegment")
+    if rolled is not None:
+        out["rolledSegment"] = rolled = c.name(rolled, "rolledSegment", partition, _SEGMENT_LOG)
+        if names.base_offset_from_name(rolled) <= base:
+            raise c.fail("rolledSegment", f"{rolled} does not follow {segment}")
+    return out
+
+
+def _check_moved(c: _Checker, partition: str, segment: str, base: int) -> List[Dict[str, Any]]:
+    """A cut's movedFiles: the later segments and snapshots, each moved out under its own name."""
     moved = []
     for i, entry in enumerate(c.entries("movedFiles")):
         field = f"movedFiles[{i}]"
         src = c.name(entry.get("from"), f"{field}.from", partition, _PARTITION_FILE)
-        dst = c.name(entry.get("to"), f"{field}.to", qdir, _PARTITION_FILE)
+        dst = c.name(entry.get("to"), f"{field}.to", c.qdir, _PARTITION_FILE)
         if src != dst:
             raise c.fail(field, f"moves {src} to another name ({dst})")
         if names.base_offset_from_name(src) <= base:  # later segments, snapshots past the new log end
             raise c.fail(field, f"{src} does not follow {segment}")
         moved.append({**entry, "from": src, "to": dst, **(c.record(entry, field, not c.legacy) or {})})
-    out["movedFiles"] = moved
+    return moved
+
+
+def _check_originals(c: _Checker, partition: str, segment: str) -> List[Dict[str, Any]]:
+    """A cut's originalIndexes: the cut segment's own indexes, each with its ``.orig`` copy (or none)."""
     prefix = segment[: -len(names.LOG_SUFFIX)]
     originals = []
     for i, entry in enumerate(c.entries("originalIndexes")):
@@ -373,11 +392,15 @@ def _check_cut(c: _Checker, partition: str) -> Dict[str, Any]:
         name = c.name(entry.get("file"), f"{field}.file", partition, allowed)
         copy = entry.get("copy")
         if copy is not None:
-            copy = c.name(copy, f"{field}.copy", qdir, _exactly(name + ".orig"))
+            copy = c.name(copy, f"{field}.copy", c.qdir, _exactly(name + ".orig"))
         record = c.record(entry, field, not c.legacy) if copy is not None else None
         originals.append({**entry, "file": name, "copy": copy, **(record or {})})
-    if "originalIndexes" in d:
-        out["originalIndexes"] = originals
+    return originals
+
+
+def _check_checkpoints(c: _Checker, partition: str, data_dir: str) -> List[Dict[str, Any]]:
+    """A cut's checkpoint changes: this partition's entries of the data dir's checkpoints (offsets), or
+    its leader-epoch-checkpoint (whole lists of [epoch, start offset])."""
     topic, number = names.parse_partition_dir(partition) or (os.path.basename(partition), -1)  # as Partition
     changes = []
     for i, entry in enumerate(c.entries("checkpoints")):
@@ -401,14 +424,7 @@ def _check_cut(c: _Checker, partition: str) -> Dict[str, Any]:
                         isinstance(e, list) and len(e) == 2 and all(type(x) is int for x in e) for e in epochs):
                     raise c.fail(f"{field}.{key}", "not a list of [epoch, start offset]")
         changes.append({**entry, "file": name})
-    out["checkpoints"] = changes
-    rolled = d.get("rolledSegment")
-    if rolled is not None:
-        out["rolledSegment"] = rolled = c.name(rolled, "rolledSegment", partition, _SEGMENT_LOG)
-        if names.base_offset_from_name(rolled) <= base:
-            raise c.fail("rolledSegment", f"{rolled} does not follow {segment}")
-    return out
-
+    return changes
 
 def _check_salvage(c: _Checker, partition: str) -> Dict[str, Any]:
     """A salvage --in-place manifest: its saved ranges are bare names of the quarantine dir."""

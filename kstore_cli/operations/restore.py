@@ -120,10 +120,21 @@ def plan_restore(qdir: str, verify_contents: bool = True) -> RestorePlan:
     plan = RestorePlan(checked)
     if plan.already_restored:
         return plan
-    manifest = plan.manifest
-    valid, before = int(manifest["validBytes"]), int(manifest["logSizeBefore"])
     fileops.refuse_links(fileops.partition_files(plan.partition, plan.data_dir))
-    log = plan.segment
+    _plan_append(plan, verify_contents)
+    moved_from = _plan_moves(plan, verify_contents)
+    _plan_unroll(plan, moved_from)
+    for i, entry in enumerate(plan.manifest.get("originalIndexes", [])):
+        if entry["copy"] is not None:
+            checked.check_quarantined(entry["copy"], _record(entry, verify_contents), f"originalIndexes[{i}].copy")
+    _plan_checkpoints(plan)
+    return plan
+
+
+def _plan_append(plan: RestorePlan, verify_contents: bool) -> None:
+    """The cut segment as the cut (or a killed restore) left it, and what of the tail is still to append."""
+    checked, manifest, log = plan.checked, plan.manifest, plan.segment
+    valid, before = int(manifest["validBytes"]), int(manifest["logSizeBefore"])
     if not os.path.isfile(log):
         raise _changed(plan, f"{os.path.basename(log)} is gone")
     size = os.path.getsize(log)
@@ -146,8 +157,13 @@ def plan_restore(qdir: str, verify_contents: bool = True) -> RestorePlan:
         raise _changed(plan, f"{os.path.basename(log)} has bytes past the cut that are not the cut zeros")
     if size < before:
         plan.append_from, plan.append_bytes = size - valid, before - size
+
+
+def _plan_moves(plan: RestorePlan, verify_contents: bool) -> set:
+    """The quarantined files still to move back; returns the names of every file the cut moved out."""
+    checked = plan.checked
     moved_from = set()
-    for i, entry in enumerate(manifest["movedFiles"]):
+    for i, entry in enumerate(plan.manifest["movedFiles"]):
         name = entry["from"]  # back under the same name (load_manifest checked it)
         src, dst = checked.in_quarantine(name), checked.in_partition(name)
         moved_from.add(name)
@@ -164,8 +180,14 @@ def plan_restore(qdir: str, verify_contents: bool = True) -> RestorePlan:
             plan.moves.append((src, dst))  # a move across file systems killed before its delete
         else:
             raise FileUnreadableError(f"quarantined file missing (and not back in the partition): {dst}", path=src)
-    base = names.base_offset_from_name(log)
-    rolled = manifest.get("rolledSegment")
+    return moved_from
+
+
+def _plan_unroll(plan: RestorePlan, moved_from: set) -> None:
+    """No segment after the cut one but the moved-out ones and the empty one `recover` rolled (to remove)."""
+    checked = plan.checked
+    base = names.base_offset_from_name(plan.segment)
+    rolled = plan.manifest.get("rolledSegment")
     for name in os.listdir(plan.partition):
         if name.endswith(names.LOG_SUFFIX) and name not in moved_from:
             head = name.split(".", 1)[0]
@@ -179,11 +201,12 @@ def plan_restore(qdir: str, verify_contents: bool = True) -> RestorePlan:
         plan.unroll = [p for p in (checked.in_partition(prefix + s) for s in (
             names.TXN_INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.INDEX_SUFFIX, names.LOG_SUFFIX))
             if os.path.lexists(p)]
-    for i, entry in enumerate(manifest.get("originalIndexes", [])):
-        if entry["copy"] is not None:
-            checked.check_quarantined(entry["copy"], _record(entry, verify_contents), f"originalIndexes[{i}].copy")
-    for change in manifest.get("checkpoints", []):
-        path = checked.checkpoint_path(change)
+
+
+def _plan_checkpoints(plan: RestorePlan) -> None:
+    """The checkpoint changes still to undo; any other value than the cut's or the original refuses."""
+    for change in plan.manifest.get("checkpoints", []):
+        path = plan.checked.checkpoint_path(change)
         try:
             current = _checkpoint_value(path, change)
         except KstoreError as exc:
@@ -192,7 +215,6 @@ def plan_restore(qdir: str, verify_contents: bool = True) -> RestorePlan:
             plan.checkpoints.append(change)
         elif current != change["before"]:
             raise _changed(plan, f"{change['file']} holds {current}, the cut left {change['after']}")
-    return plan
 
 
 def _zeros(path: str, start: int, end: int) -> bool:

@@ -20,7 +20,8 @@ the kstore command that repairs it:
   producer snapshots (ProducerStateManager).
 
 Segment integrity and index health are :func:`kstore_cli.operations.verify.verify_partition`'s:
-:func:`partition_issues` takes its plan for the log end offset. Nothing here writes.
+:func:`~kstore_cli.operations.partition_findings.partition_issues` (the partition checks, and what Kafka
+does with verify's findings) takes its plan for the log end offset. Nothing here writes.
 """
 
 from __future__ import annotations
@@ -41,12 +42,11 @@ from kstore_cli.log.checkpoint import (
     PARTITION_METADATA,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
-    read_leader_epoch_checkpoint,
     read_offset_checkpoint,
     read_partition_metadata,
     read_properties,
 )
-from kstore_cli.log.fileops import TMP_SUFFIX, is_locked
+from kstore_cli.log.fileops import is_locked
 from kstore_cli.log.logdir import (
     Partition,
     find_data_dirs,
@@ -56,9 +56,8 @@ from kstore_cli.log.logdir import (
     topic_matcher,
 )
 
-if TYPE_CHECKING:  # recovery imports logdir too; only the annotations need it here
+if TYPE_CHECKING:  # only the annotations need it here
     from kstore_cli.cluster.metadata_image import MetadataImage
-    from kstore_cli.operations.recovery import PartitionPlan
 
 #: The broker does not start, takes the data dir offline, or data is lost, hidden or damaged.
 ERROR = "error"
@@ -70,7 +69,7 @@ NOTE = "note"
 #: Not partitions, and not parsed as such by LogManager.loadLogs (RemoteIndexCache.DIR_NAME).
 REMOTE_INDEX_CACHE = "remote-log-index-cache"
 _REPLICA_SUFFIXES = ("-delete", "-future", "-stray")
-_OFFSET_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
+OFFSET_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
                        CLEANER_OFFSET_CHECKPOINT)
 
 # What Kafka does with a malformed checkpoint (file -> Kafka's reaction). Every one of them is read through
@@ -277,21 +276,7 @@ def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str
             # what a broker would trip over); an empty one holds nothing to check.
             for found in find_data_dirs(path) or ([path] if os.listdir(path) else []):
                 found = os.path.realpath(found)
-                info = data_dir(found, True)
-                for name in sorted(os.listdir(found)):
-                    child = os.path.join(found, name)
-                    if not _loadable_partition_dir(child, replicas):
-                        continue
-                    try:
-                        partition = Partition(child)
-                    except FileUnreadableError as exc:
-                        # LogLoader lists the dir first: an IOException there takes the data dir offline.
-                        info.issues.append(Issue(
-                            ERROR, "partition-unreadable", exc.message, data_dir=found, partition=child,
-                            kafka="fail: IOException while loading the partition: " + _OFFLINE,
-                            repair="fix the directory's permissions or the disk (owner: the broker's user), then "
-                                   "rerun doctor"))
-                        continue
+                for partition in _partitions_of(data_dir(found, True), replicas):
                     add_partition(partition, None)
         else:
             raise FileUnreadableError("no such file or directory", path=raw)
@@ -300,6 +285,25 @@ def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str
     out.brokers = _group_brokers(list(out.data_dirs.values()))
     out.targets = [(p, only) for p, only in out.targets if out.wanted(p.topic)]
     return out
+
+
+def _partitions_of(info: DataDirInfo, replicas: bool) -> List[Partition]:
+    """The partition dirs a broker loads from the data dir; one it cannot list is an issue of the data dir."""
+    partitions = []
+    for name in sorted(os.listdir(info.path)):
+        child = os.path.join(info.path, name)
+        if not _loadable_partition_dir(child, replicas):
+            continue
+        try:
+            partitions.append(Partition(child))
+        except FileUnreadableError as exc:
+            # LogLoader lists the dir first: an IOException there takes the data dir offline.
+            info.issues.append(Issue(
+                ERROR, "partition-unreadable", exc.message, data_dir=info.path, partition=child,
+                kafka="fail: IOException while loading the partition: " + _OFFLINE,
+                repair="fix the directory's permissions or the disk (owner: the broker's user), then "
+                       "rerun doctor"))
+    return partitions
 
 
 def _loadable_partition_dir(path: str, replicas: bool = False) -> bool:
@@ -319,7 +323,7 @@ def _read_data_dir_files(info: DataDirInfo) -> None:
             info.meta = read_properties(meta)
         except KstoreError as exc:
             info.meta_error = exc
-    for name in _OFFSET_CHECKPOINTS:
+    for name in OFFSET_CHECKPOINTS:
         path = os.path.join(info.path, name)
         if not os.path.exists(path):
             info.checkpoints[name] = None
@@ -328,7 +332,7 @@ def _read_data_dir_files(info: DataDirInfo) -> None:
             info.checkpoints[name] = read_offset_checkpoint(path)
         except KstoreError as exc:
             info.checkpoints[name] = None
-            info.issues.append(_malformed_checkpoint(info.path, None, name, path, exc))
+            info.issues.append(malformed_checkpoint(info.path, None, name, path, exc))
 
 
 def _group_brokers(dirs: List[DataDirInfo]) -> List[Broker]:
@@ -345,7 +349,7 @@ def _group_brokers(dirs: List[DataDirInfo]) -> List[Broker]:
     return brokers
 
 
-def _malformed_checkpoint(data_dir: str, partition: Optional[str], name: str, path: str, exc: KstoreError) -> Issue:
+def malformed_checkpoint(data_dir: str, partition: Optional[str], name: str, path: str, exc: KstoreError) -> Issue:
     return Issue(
         ERROR, "checkpoint-malformed", exc.message, data_dir=data_dir, partition=partition, file=path,
         position=exc.position,
@@ -705,192 +709,6 @@ def _assigned_without_dir(found: Survey, cluster: Optional[str], source: str, im
     return issues
 
 
-# --------------------------------------------------------------------------- partition checks
-
-
-def log_end_offset(plan: "PartitionPlan") -> Optional[int]:
-    """The log end offset of the segments on disk: the last segment's next offset as far as its valid
-    data goes (None without segments, or when the last one could not be read). Damage earlier in the
-    log, which recovery would cut, is its own finding: the checkpoints are judged against the files."""
-    for splan in reversed(plan.segments):
-        if splan.result is not None:
-            return splan.result.next_offset
-        if splan.error is not None:
-            return None
-    return None
-
-
-def partition_issues(found: Survey, partition: Partition, plan: Optional["PartitionPlan"], *,
-                     whole_partition: bool = True, log_end: Optional[int] = None) -> List[Issue]:
-    """partition.metadata, leader-epoch-checkpoint, the data dir's checkpoint entries against the log,
-    a partition without logs, leftovers and snapshots. `plan` is verify_partition's (for the log end), or
-    None with the log end given as `log_end` (recover knows it without a second pass over the log)."""
-    info = found.data_dir_of(partition)
-    issues: List[Issue] = []
-    if not whole_partition:
-        return issues
-    d, p = info.path, partition.path
-
-    def add(severity, check, message, kafka, repair, file=None, position=None, offset=None):
-        issues.append(Issue(severity, check, message, kafka=kafka, repair=repair, data_dir=d, partition=p,
-                            file=file, position=position, offset=offset))
-
-    leo = None if not partition.segments else log_end if plan is None else log_end_offset(plan)
-    first_base = partition.segments[0].base_offset if partition.segments else None
-    key = (partition.topic, partition.partition)
-    entries = {name: (cp or {}).get(key) for name, cp in info.checkpoints.items()}
-    is_metadata = partition.name == names.METADATA_PARTITION_DIR
-
-    if not is_metadata:
-        _partition_metadata_issues(p, partition, add)
-
-    # ---- leader-epoch-checkpoint
-    epoch_path = os.path.join(p, LEADER_EPOCH_CHECKPOINT)
-    epochs: List[Tuple[int, int]] = []
-    if os.path.exists(epoch_path):
-        try:
-            epochs = read_leader_epoch_checkpoint(epoch_path)
-        except KstoreError as exc:
-            issues.append(_malformed_checkpoint(d, p, LEADER_EPOCH_CHECKPOINT, epoch_path, exc))
-
-    if not partition.segments:
-        _empty_partition_issues(partition, entries, epochs, add)
-    elif leo is not None:
-        _bounds(entries, epochs, leo, first_base, add, d, epoch_path)
-
-    _leftover_issues(partition, add)
-    _snapshot_issues(partition, add)
-    return issues
-
-
-def _partition_metadata_issues(p: str, partition: Partition, add: Callable[..., None]) -> None:
-    """partition.metadata as UnifiedLog.initializeTopicId reads it (KRaft: LogManager.isStrayKraftReplica)."""
-    pm = os.path.join(p, PARTITION_METADATA)
-    if not os.path.exists(pm):
-        if partition.segments:
-            add(ERROR, "partition-metadata-missing", "no partition.metadata (no topic ID)",
-                "stray: a KRaft broker treats a log without a topic ID as stray, renames it "
-                "<topic>-<partition>.<id>-stray and stops serving it (LogManager.isStrayKraftReplica)",
-                "copy partition.metadata from another replica of this topic (`kstore doctor` shows the topic ID "
-                "of every copy it checks); kstore has no command that writes it", file=pm)
-    else:
-        try:
-            read_partition_metadata(pm)
-        except KstoreError as exc:
-            add(ERROR, "partition-metadata-malformed", exc.message,
-                "fail: KafkaStorageException 'Error while reading partition metadata file'; the data dir goes "
-                "offline (PartitionMetadataFile.read)",
-                "copy partition.metadata from another replica of this topic", file=pm, position=exc.position)
-
-
-def _empty_partition_issues(partition: Partition, entries: Dict[str, Optional[int]], epochs: List[Tuple[int, int]],
-                            add: Callable[..., None]) -> None:
-    """A partition without logs: LogLoader starts it with a new empty segment at the log start offset, so
-    whatever still names data (checkpoints, epochs, snapshots, orphan indexes) names data that is gone."""
-    named = []
-    for name in _OFFSET_CHECKPOINTS:
-        if entries.get(name):
-            named.append(f"{name} {entries[name]}")
-    if epochs and any(o > 0 for _e, o in epochs):
-        named.append(f"leader-epoch-checkpoint up to offset {max(o for _e, o in epochs)}")
-    if partition.snapshots:
-        named.append(f"{len(partition.snapshots)} producer snapshot(s) up to offset {max(partition.snapshots)}")
-    if partition.orphan_indexes:
-        named.append(f"{len(partition.orphan_indexes)} index file(s) without their .log")
-    start = entries.get(LOG_START_OFFSET_CHECKPOINT) or 0
-    kafka = (f"starts it empty at offset {start} (LogLoader creates a new segment at the log start offset); "
-             "as a follower it refetches from the leader, as the leader its data is gone")
-    if named:
-        add(ERROR, "partition-without-logs", "no .log files, but " + "; ".join(named) + " name data",
-            kafka, "restore the segments from a backup or another replica; kstore cannot recreate them")
-    else:
-        add(NOTE, "partition-without-logs", "no .log files (and nothing names data)", kafka, "none needed")
-
-
-def _leftover_issues(partition: Partition, add: Callable[..., None]) -> None:
-    """What LogLoader.removeTempFilesAndCollectSwapFiles does with each leftover file."""
-    for leftover in partition.leftovers:
-        name = os.path.basename(leftover)
-        if name.endswith(names.SWAP_SUFFIX):
-            add(WARNING, "leftover-swap", "a .swap file: a cleaner, split or kstore swap was interrupted",
-                "complete: renames the .swap files in and deletes the segments they replace (or deletes them if a "
-                ".cleaned file of a lower offset shows an interrupted split)",
-                "rerun the interrupted kstore command (compact / convert-format / retain / rebuild-index) on this "
-                "partition to finish it, or let the broker finish the swap", file=leftover)
-        elif name.endswith(names.CLEANED_SUFFIX):
-            add(WARNING, "leftover-cleaned", "a .cleaned file: a cleaner pass or split was interrupted",
-                "delete: removes every .cleaned file", "rerun the interrupted kstore command, or let the broker "
-                "delete it", file=leftover)
-        elif name.endswith(names.DELETED_SUFFIX):
-            add(NOTE, "leftover-deleted", "a .deleted file awaiting removal", "delete: removes it at startup",
-                "none needed", file=leftover)
-        else:
-            add(NOTE, "leftover-temporary", "a temporary file of an interrupted write"
-                + (" (kstore's)" if name.endswith(TMP_SUFFIX) else ""),
-                "ignore: not a Kafka file name", "rerun the interrupted kstore command (it removes it)", file=leftover)
-
-
-def _snapshot_issues(partition: Partition, add: Callable[..., None]) -> None:
-    """Producer snapshots as ProducerStateManager.loadFromSnapshot reads them."""
-    from kstore_cli.log.snapshot import read_snapshot
-
-    for offset, snap in sorted(partition.snapshots.items()):
-        try:
-            read_snapshot(snap)
-        except KstoreError as exc:
-            add(WARNING, "snapshot-corrupt", exc.message,
-                "delete: 'Failed to load producer snapshot', deletes it and rebuilds producer state by reading the "
-                "log from an earlier snapshot (or the log start)", "none needed (or delete the file yourself)",
-                file=snap, position=exc.position, offset=offset)
-
-
-def _bounds(entries, epochs, leo: int, first_base: Optional[int], add, data_dir: str, epoch_path: str) -> None:
-    """The data dir's checkpoint entries for this partition against its log end offset."""
-    lso = entries.get(LOG_START_OFFSET_CHECKPOINT)
-    if lso is not None and lso > leo:
-        add(ERROR, "log-start-beyond-end",
-            f"log-start-offset-checkpoint says {lso}, the log ends at {leo}: segments are missing",
-            "delete: after an unclean shutdown, 'Deleting all segments because logEndOffset is smaller than "
-            "logStartOffset' and the partition restarts empty at the log start offset (LogLoader.recoverLog)",
-            "restore the missing segments; if the segments are the truth, remove the partition's line from "
-            "log-start-offset-checkpoint with the broker stopped",
-            file=os.path.join(data_dir, LOG_START_OFFSET_CHECKPOINT), offset=lso)
-    rp = entries.get(RECOVERY_POINT_CHECKPOINT)
-    if rp is not None and rp > leo:
-        # A follower's truncation (leader change) followed by a crash before the next checkpoint leaves this
-        # too, so it is a warning: Kafka copes, but flushed data may be gone.
-        add(WARNING, "recovery-point-beyond-end",
-            f"recovery-point-offset-checkpoint says {rp} was flushed, the log ends at {leo}: flushed data is "
-            "missing, or the log was truncated after the checkpoint was written",
-            "ignore: uses the log end offset as the recovery point (LogLoader.load)",
-            "restore the missing segments from a backup or another replica",
-            file=os.path.join(data_dir, RECOVERY_POINT_CHECKPOINT), offset=rp)
-    hw = entries.get(REPLICATION_OFFSET_CHECKPOINT)
-    if hw is not None and hw > leo:
-        # Unflushed records lost in a power failure leave this on a healthy cluster: the replica refetches.
-        add(WARNING, "high-watermark-beyond-end",
-            f"replication-offset-checkpoint (high watermark) says {hw}, the log ends at {leo}: committed records "
-            "are missing from this replica", "ignore: lowers the high watermark to the log end offset (UnifiedLog.updateHighWatermark)",
-            "restore the missing segments, or let this replica refetch from the leader",
-            file=os.path.join(data_dir, REPLICATION_OFFSET_CHECKPOINT), offset=hw)
-    start = max(lso or 0, first_base or 0)
-    co = entries.get(CLEANER_OFFSET_CHECKPOINT)
-    if co is not None and not start <= co <= leo:
-        add(NOTE, "cleaner-offset-out-of-range",
-            f"cleaner-offset-checkpoint says {co}, outside the log [{start}, {leo}]",
-            "reset: the log cleaner starts from the log start offset and rewrites the checkpoint "
-            "(LogCleanerManager.cleanableOffsets)", "none needed (`kstore compact` resets it the same way)",
-            file=os.path.join(data_dir, CLEANER_OFFSET_CHECKPOINT), offset=co)
-    beyond = [(e, o) for e, o in epochs if o > leo]
-    if beyond:
-        # Routine after a crash: the epoch cache is flushed with entries for records that were not.
-        add(NOTE, "leader-epoch-beyond-end",
-            f"{len(beyond)} leader epoch entr{'y starts' if len(beyond) == 1 else 'ies start'} after the log end "
-            f"{leo} (first: epoch {beyond[0][0]} at {beyond[0][1]})",
-            "truncate: drops the entries past the log end offset (LeaderEpochFileCache.truncateFromEnd)",
-            "none needed", file=epoch_path, offset=beyond[0][1])
-
-
 def clean_shutdown_marker(data_dir: str) -> bool:
     """Whether the data dir has ``.kafka_cleanshutdown`` (Kafka skips recovery when it does)."""
     return os.path.exists(os.path.join(data_dir, CLEAN_SHUTDOWN))
@@ -898,5 +716,5 @@ def clean_shutdown_marker(data_dir: str) -> bool:
 
 __all__ = [
     "ERROR", "WARNING", "NOTE", "Issue", "DataDirInfo", "Broker", "Survey", "survey", "layout_issues",
-    "partition_issues", "log_end_offset", "clean_shutdown_marker",
+    "clean_shutdown_marker",
 ]

@@ -98,9 +98,10 @@ class VerifyRun:
     (each partition is checked when its verdict is asked for, so output streams)."""
 
     def __init__(self, paths: Sequence[str], topics: Optional[str] = None) -> None:
-        from kstore_cli.operations import startup
+        from kstore_cli.operations import partition_findings, startup
 
         self._startup = startup
+        self._partition_issues = partition_findings.partition_issues
         self._found = startup.survey(paths, topics=topics)
         # doctor's data-dir checks (meta.properties, checkpoints, stray dirs, topic IDs) except the lock:
         # a live broker holding it is what a monitoring run expects.
@@ -118,7 +119,7 @@ class VerifyRun:
     def partitions(self) -> Iterator[PartitionVerdict]:
         for partition, only in self._found.targets:
             findings, plan = verify_partition(partition, only=only)
-            issues = self._startup.partition_issues(self._found, partition, plan, whole_partition=only is None)
+            issues = self._partition_issues(self._found, partition, plan, whole_partition=only is None)
             # verify_partition lists leftovers itself
             findings += [self._finding(i) for i in issues if not i.check.startswith("leftover-")]
             yield PartitionVerdict(partition.path, len(plan.segments), findings)

@@ -4,7 +4,7 @@
 The native twin takes runs of plain data batches off the cleaner's hands (building the offset map,
 MemoryRecords.filterTo) without a Python object per record. Here the run functions take no batch:
 they return at once with :data:`RUN_PYTHON`, and the cleaner's per-batch path
-(:class:`kstore_cli.cleaner.cleaner.SegmentCleaner`, the reference both twins are checked against)
+(:class:`kstore_cli.cleaner.clean_segments.SegmentCleaner`, the reference both twins are checked against)
 does every batch. :class:`OffsetMap` is :class:`kstore_cli.cleaner.offset_map.OffsetMap`.
 
 The interface (what the native twin does with it is in ``_cleaner_c.c``'s comments):

@@ -23,11 +23,13 @@ from hypothesis import strategies as st
 
 from kstore_cli.errors import KstoreError
 from kstore_cli.record import _cleaner_py as py
-from kstore_cli.cleaner import cleaner
+from kstore_cli.cleaner import cleaner, offset_map_builder
 from kstore_cli.log import producer_state
 from kstore_cli.record import record_filter
 from kstore_cli.record.builder import RecordSpec, build_control_batch, build_legacy_batch, build_v2_batch
-from kstore_cli.cleaner.cleaner import CleanedTransactionMetadata, CleanerStats, SegmentCleaner
+from kstore_cli.cleaner.clean_segments import SegmentCleaner
+from kstore_cli.cleaner.cleaned_transaction_metadata import CleanedTransactionMetadata
+from kstore_cli.cleaner.cleaner_stats import CleanerStats
 from kstore_cli.log.config import CleanerSettings, ConfigResolver
 from kstore_cli.log.index import AbortedTxn
 from kstore_cli.record.reader import iterate_source
@@ -192,7 +194,7 @@ def clean(impl, data: bytes, *, memory: int, capacity: int, now: int, last_recor
             stops = []
             settings = CleanerSettings(io_buffer_bytes=io_buffer)
             for position, stop, _cap in _walk(buf, settings):
-                full = cleaner._map_chunk(buf, position, stop, None, offset_map, 0, LONG_MAX, map_txns, stats)
+                full = offset_map_builder.map_chunk(buf, position, stop, None, offset_map, 0, LONG_MAX, map_txns, stats)
                 stops.append(full)
                 if full is not None:
                     break
@@ -220,7 +222,7 @@ def clean(impl, data: bytes, *, memory: int, capacity: int, now: int, last_recor
 
 
 def _walk(buf: memoryview, settings: CleanerSettings):
-    chunks = cleaner._chunks(buf, 0, settings, 1 << 20, None)
+    chunks = offset_map_builder.read_chunks(buf, 0, settings, 1 << 20, None)
     try:
         position, stop, cap = next(chunks)
         while True:

@@ -1,0 +1,317 @@
+"""What a broker's LogLoader makes of each partition directory at startup, as doctor's findings: the
+partition's own files (partition.metadata, leader-epoch-checkpoint, leftovers, producer snapshots), the
+data dir's checkpoint entries against its log, and what Kafka does with each of verify-index's findings
+about its segments (:func:`segment_issue`), with the kstore command that repairs it. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
+
+from kstore_cli.errors import KstoreError
+from kstore_cli.log import names
+from kstore_cli.log.checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    PARTITION_METADATA,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    read_leader_epoch_checkpoint,
+    read_partition_metadata,
+)
+from kstore_cli.log.fileops import TMP_SUFFIX
+from kstore_cli.log.logdir import Partition
+from kstore_cli.operations import recovery
+from kstore_cli.operations.startup import (
+    ERROR,
+    NOTE,
+    OFFSET_CHECKPOINTS,
+    WARNING,
+    Issue,
+    Survey,
+    clean_shutdown_marker,
+    malformed_checkpoint,
+)
+
+if TYPE_CHECKING:
+    from kstore_cli.operations.recovery import PartitionPlan, SegmentPlan
+    from kstore_cli.operations.verify import Finding
+
+#: how a write cut short by a crash ends a .log (what kstore metadata also leaves out as a torn tail)
+_TORN_KINDS = (recovery.PARTIAL_BATCH, recovery.SHORT_TAIL, recovery.BAD_SIZE, recovery.CORRUPT_BATCH)
+# LogSegment.sanityCheck (4.0) checks only that the .index exists and the .txnindex's sanity:
+# offset and time indexes are loaded as they are and rebuilt only by an unclean shutdown's recovery.
+_INDEX_LOADED_AS_IS = ("ignore: loaded as it is (LogSegment.sanityCheck does not check offset or time indexes); "
+                       "rebuilt only if an unclean shutdown's recovery reaches this segment; until then lookups "
+                       "through it go wrong")
+#: What Kafka does with verify-index's findings about a segment's indexes (the others: _INDEX_LOADED_AS_IS).
+_INDEX_KAFKA = {
+    "orphan-index": "delete: removes the index file without a .log at startup (LogLoader)",
+    "missing-index": ("rebuild: 'Could not find offset index file', LogLoader recovers the segment and writes a new "
+                      "index (LogSegment.sanityCheck throws NoSuchFileException)"),
+    "missing-timeindex": ("ignore: creates an empty .timeindex and never fills it: time lookups in this segment find "
+                          "nothing"),
+    "txnindex-sanity": ("rebuild: 'Found a corrupted index file corresponding to log file ...', LogLoader recovers "
+                        "the segment and rebuilds its indexes (TransactionIndex.sanityCheck, CorruptIndexException)"),
+}
+_TXNINDEX_KAFKA = ("ignore: loaded as it is; read_committed consumers get the wrong aborted transactions until an "
+                   "unclean shutdown's recovery rebuilds it")
+
+
+def log_end_offset(plan: "PartitionPlan") -> Optional[int]:
+    """The log end offset of the segments on disk: the last segment's next offset as far as its valid
+    data goes (None without segments, or when the last one could not be read). Damage earlier in the
+    log, which recovery would cut, is its own finding: the checkpoints are judged against the files."""
+    for splan in reversed(plan.segments):
+        if splan.result is not None:
+            return splan.result.next_offset
+        if splan.error is not None:
+            return None
+    return None
+
+
+def partition_issues(found: Survey, partition: Partition, plan: Optional["PartitionPlan"], *,
+                     whole_partition: bool = True, log_end: Optional[int] = None) -> List[Issue]:
+    """partition.metadata, leader-epoch-checkpoint, the data dir's checkpoint entries against the log,
+    a partition without logs, leftovers and snapshots. `plan` is verify_partition's (for the log end), or
+    None with the log end given as `log_end` (recover knows it without a second pass over the log)."""
+    info = found.data_dir_of(partition)
+    issues: List[Issue] = []
+    if not whole_partition:
+        return issues
+    d, p = info.path, partition.path
+
+    def add(severity, check, message, kafka, repair, file=None, position=None, offset=None):
+        issues.append(Issue(severity, check, message, kafka=kafka, repair=repair, data_dir=d, partition=p,
+                            file=file, position=position, offset=offset))
+
+    leo = None if not partition.segments else log_end if plan is None else log_end_offset(plan)
+    first_base = partition.segments[0].base_offset if partition.segments else None
+    key = (partition.topic, partition.partition)
+    entries = {name: (cp or {}).get(key) for name, cp in info.checkpoints.items()}
+    is_metadata = partition.name == names.METADATA_PARTITION_DIR
+
+    if not is_metadata:
+        _partition_metadata_issues(p, partition, add)
+
+    # ---- leader-epoch-checkpoint
+    epoch_path = os.path.join(p, LEADER_EPOCH_CHECKPOINT)
+    epochs: List[Tuple[int, int]] = []
+    if os.path.exists(epoch_path):
+        try:
+            epochs = read_leader_epoch_checkpoint(epoch_path)
+        except KstoreError as exc:
+            issues.append(malformed_checkpoint(d, p, LEADER_EPOCH_CHECKPOINT, epoch_path, exc))
+
+    if not partition.segments:
+        _empty_partition_issues(partition, entries, epochs, add)
+    elif leo is not None:
+        _bounds(entries, epochs, leo, first_base, add, d, epoch_path)
+
+    _leftover_issues(partition, add)
+    _snapshot_issues(partition, add)
+    return issues
+
+
+def _partition_metadata_issues(p: str, partition: Partition, add: Callable[..., None]) -> None:
+    """partition.metadata as UnifiedLog.initializeTopicId reads it (KRaft: LogManager.isStrayKraftReplica)."""
+    pm = os.path.join(p, PARTITION_METADATA)
+    if not os.path.exists(pm):
+        if partition.segments:
+            add(ERROR, "partition-metadata-missing", "no partition.metadata (no topic ID)",
+                "stray: a KRaft broker treats a log without a topic ID as stray, renames it "
+                "<topic>-<partition>.<id>-stray and stops serving it (LogManager.isStrayKraftReplica)",
+                "copy partition.metadata from another replica of this topic (`kstore doctor` shows the topic ID "
+                "of every copy it checks); kstore has no command that writes it", file=pm)
+    else:
+        try:
+            read_partition_metadata(pm)
+        except KstoreError as exc:
+            add(ERROR, "partition-metadata-malformed", exc.message,
+                "fail: KafkaStorageException 'Error while reading partition metadata file'; the data dir goes "
+                "offline (PartitionMetadataFile.read)",
+                "copy partition.metadata from another replica of this topic", file=pm, position=exc.position)
+
+
+def _empty_partition_issues(partition: Partition, entries: Dict[str, Optional[int]], epochs: List[Tuple[int, int]],
+                            add: Callable[..., None]) -> None:
+    """A partition without logs: LogLoader starts it with a new empty segment at the log start offset, so
+    whatever still names data (checkpoints, epochs, snapshots, orphan indexes) names data that is gone."""
+    named = []
+    for name in OFFSET_CHECKPOINTS:
+        if entries.get(name):
+            named.append(f"{name} {entries[name]}")
+    if epochs and any(o > 0 for _e, o in epochs):
+        named.append(f"leader-epoch-checkpoint up to offset {max(o for _e, o in epochs)}")
+    if partition.snapshots:
+        named.append(f"{len(partition.snapshots)} producer snapshot(s) up to offset {max(partition.snapshots)}")
+    if partition.orphan_indexes:
+        named.append(f"{len(partition.orphan_indexes)} index file(s) without their .log")
+    start = entries.get(LOG_START_OFFSET_CHECKPOINT) or 0
+    kafka = (f"starts it empty at offset {start} (LogLoader creates a new segment at the log start offset); "
+             "as a follower it refetches from the leader, as the leader its data is gone")
+    if named:
+        add(ERROR, "partition-without-logs", "no .log files, but " + "; ".join(named) + " name data",
+            kafka, "restore the segments from a backup or another replica; kstore cannot recreate them")
+    else:
+        add(NOTE, "partition-without-logs", "no .log files (and nothing names data)", kafka, "none needed")
+
+
+def _leftover_issues(partition: Partition, add: Callable[..., None]) -> None:
+    """What LogLoader.removeTempFilesAndCollectSwapFiles does with each leftover file."""
+    for leftover in partition.leftovers:
+        name = os.path.basename(leftover)
+        if name.endswith(names.SWAP_SUFFIX):
+            add(WARNING, "leftover-swap", "a .swap file: a cleaner, split or kstore swap was interrupted",
+                "complete: renames the .swap files in and deletes the segments they replace (or deletes them if a "
+                ".cleaned file of a lower offset shows an interrupted split)",
+                "rerun the interrupted kstore command (compact / convert-format / retain / rebuild-index) on this "
+                "partition to finish it, or let the broker finish the swap", file=leftover)
+        elif name.endswith(names.CLEANED_SUFFIX):
+            add(WARNING, "leftover-cleaned", "a .cleaned file: a cleaner pass or split was interrupted",
+                "delete: removes every .cleaned file", "rerun the interrupted kstore command, or let the broker "
+                "delete it", file=leftover)
+        elif name.endswith(names.DELETED_SUFFIX):
+            add(NOTE, "leftover-deleted", "a .deleted file awaiting removal", "delete: removes it at startup",
+                "none needed", file=leftover)
+        else:
+            add(NOTE, "leftover-temporary", "a temporary file of an interrupted write"
+                + (" (kstore's)" if name.endswith(TMP_SUFFIX) else ""),
+                "ignore: not a Kafka file name", "rerun the interrupted kstore command (it removes it)", file=leftover)
+
+
+def _snapshot_issues(partition: Partition, add: Callable[..., None]) -> None:
+    """Producer snapshots as ProducerStateManager.loadFromSnapshot reads them."""
+    from kstore_cli.log.snapshot import read_snapshot
+
+    for offset, snap in sorted(partition.snapshots.items()):
+        try:
+            read_snapshot(snap)
+        except KstoreError as exc:
+            add(WARNING, "snapshot-corrupt", exc.message,
+                "delete: 'Failed to load producer snapshot', deletes it and rebuilds producer state by reading the "
+                "log from an earlier snapshot (or the log start)", "none needed (or delete the file yourself)",
+                file=snap, position=exc.position, offset=offset)
+
+
+def _bounds(entries, epochs, leo: int, first_base: Optional[int], add, data_dir: str, epoch_path: str) -> None:
+    """The data dir's checkpoint entries for this partition against its log end offset."""
+    lso = entries.get(LOG_START_OFFSET_CHECKPOINT)
+    if lso is not None and lso > leo:
+        add(ERROR, "log-start-beyond-end",
+            f"log-start-offset-checkpoint says {lso}, the log ends at {leo}: segments are missing",
+            "delete: after an unclean shutdown, 'Deleting all segments because logEndOffset is smaller than "
+            "logStartOffset' and the partition restarts empty at the log start offset (LogLoader.recoverLog)",
+            "restore the missing segments; if the segments are the truth, remove the partition's line from "
+            "log-start-offset-checkpoint with the broker stopped",
+            file=os.path.join(data_dir, LOG_START_OFFSET_CHECKPOINT), offset=lso)
+    rp = entries.get(RECOVERY_POINT_CHECKPOINT)
+    if rp is not None and rp > leo:
+        # A follower's truncation (leader change) followed by a crash before the next checkpoint leaves this
+        # too, so it is a warning: Kafka copes, but flushed data may be gone.
+        add(WARNING, "recovery-point-beyond-end",
+            f"recovery-point-offset-checkpoint says {rp} was flushed, the log ends at {leo}: flushed data is "
+            "missing, or the log was truncated after the checkpoint was written",
+            "ignore: uses the log end offset as the recovery point (LogLoader.load)",
+            "restore the missing segments from a backup or another replica",
+            file=os.path.join(data_dir, RECOVERY_POINT_CHECKPOINT), offset=rp)
+    hw = entries.get(REPLICATION_OFFSET_CHECKPOINT)
+    if hw is not None and hw > leo:
+        # Unflushed records lost in a power failure leave this on a healthy cluster: the replica refetches.
+        add(WARNING, "high-watermark-beyond-end",
+            f"replication-offset-checkpoint (high watermark) says {hw}, the log ends at {leo}: committed records "
+            "are missing from this replica", "ignore: lowers the high watermark to the log end offset (UnifiedLog.updateHighWatermark)",
+            "restore the missing segments, or let this replica refetch from the leader",
+            file=os.path.join(data_dir, REPLICATION_OFFSET_CHECKPOINT), offset=hw)
+    start = max(lso or 0, first_base or 0)
+    co = entries.get(CLEANER_OFFSET_CHECKPOINT)
+    if co is not None and not start <= co <= leo:
+        add(NOTE, "cleaner-offset-out-of-range",
+            f"cleaner-offset-checkpoint says {co}, outside the log [{start}, {leo}]",
+            "reset: the log cleaner starts from the log start offset and rewrites the checkpoint "
+            "(LogCleanerManager.cleanableOffsets)", "none needed (`kstore compact` resets it the same way)",
+            file=os.path.join(data_dir, CLEANER_OFFSET_CHECKPOINT), offset=co)
+    beyond = [(e, o) for e, o in epochs if o > leo]
+    if beyond:
+        # Routine after a crash: the epoch cache is flushed with entries for records that were not.
+        add(NOTE, "leader-epoch-beyond-end",
+            f"{len(beyond)} leader epoch entr{'y starts' if len(beyond) == 1 else 'ies start'} after the log end "
+            f"{leo} (first: epoch {beyond[0][0]} at {beyond[0][1]})",
+            "truncate: drops the entries past the log end offset (LeaderEpochFileCache.truncateFromEnd)",
+            "none needed", file=epoch_path, offset=beyond[0][1])
+
+
+def segment_issue(partition: Partition, data_dir: str, finding: "Finding", plan: "PartitionPlan") -> Optional[Issue]:
+    """A verify_partition finding as a doctor Issue: what Kafka does with it, what to run (None for what
+    doctor reports otherwise: leftovers, and orphan indexes of a partition without logs)."""
+    from kstore_cli.operations import verify
+
+    check = finding.check
+    if check == "leftover-file":
+        return None  # doctor reports leftovers itself, with what Kafka does to each kind
+    if check == "orphan-index" and not partition.segments:
+        return None  # named in the partition-without-logs finding
+    severity = {verify.ERROR: ERROR}.get(finding.severity, NOTE)
+    position = None
+    repair = f"kstore rebuild-index {partition.path}"
+    if check.startswith("log-"):
+        splan = next((s for s in plan.segments if s.segment.base_offset == finding.segment), None)
+        problem = splan.result.problem if splan is not None and splan.result is not None else None
+        position = problem.position if problem is not None else None
+        severity, kafka, repair = _log_advice(partition, data_dir, finding, plan, splan, severity)
+    elif check.startswith(("txnindex", "missing-txnindex")) and check not in _INDEX_KAFKA:
+        kafka = _TXNINDEX_KAFKA
+    else:
+        kafka = _INDEX_KAFKA.get(check, _INDEX_LOADED_AS_IS)
+        if check == "orphan-index":
+            repair = "none needed"
+    return Issue(severity, check, finding.message, kafka=kafka, repair=repair, data_dir=data_dir,
+                 partition=partition.path, file=finding.file, position=position)
+
+
+def _log_advice(partition: Partition, data_dir: str, finding: "Finding", plan: "PartitionPlan",
+                splan: "Optional[SegmentPlan]", severity: str) -> Tuple[str, str, str]:
+    """(severity, what Kafka does, what to run) for a finding about a segment's .log."""
+    part = partition.path
+    check = finding.check
+    problem = splan.result.problem if splan is not None and splan.result is not None else None
+    if check == "log-unreadable":
+        return (severity, "fail: 'Could not read file' (IOException): the data dir goes offline",
+                "fix the file's permissions or the disk, then rerun doctor")
+    if check == "log-zero-tail":
+        return severity, "truncate: recovery trims the zero bytes (only after an unclean shutdown)", "none needed"
+    if problem is not None and problem.kind == recovery.OFFSET_OVERFLOW:
+        return severity, "rebuild: LogSegmentOffsetOverflowException, the loader splits the segment", "none needed"
+    if problem is not None and problem.kind == recovery.OFFSETS_NOT_INCREASING:
+        return (severity, "truncate: after an unclean shutdown recovery fails with InvalidOffsetException ('offsets "
+                "out of order') and empties the segment; after a clean shutdown fetches of it fail",
+                f"no kstore command empties a segment as Kafka's recovery would: inspect it with "
+                f"`kstore dump-segment --deep-iteration {finding.file}` and restore it from a replica")
+    if (partition.name == names.METADATA_PARTITION_DIR and problem is not None and splan.is_last
+            and problem.kind in _TORN_KINDS and _is_torn_tail(finding, splan)):
+        # KafkaMetadataLog opens the log with recovery point 0 and lastShutdownClean=false: every start
+        # recovers every segment, so a crash's torn tail is cut before the raft client reads it.
+        return (WARNING, "truncate: KafkaMetadataLog recovers the whole metadata log at every start (recovery point "
+                "0, as after an unclean shutdown): this torn tail, the state a crash leaves, is cut and the rest "
+                "loads (kstore metadata shows that image)",
+                f"none needed; kstore rebuild-index --truncate {part} cuts it now (the cut bytes are quarantined)")
+    dropped = sum(1 for s in plan.segments if s.segment.base_offset > (finding.segment or 0))
+    kafka = ("truncate: after an unclean shutdown recovery cuts the .log at this byte"
+             + (f" and deletes the {dropped} later segment(s)" if dropped else "")
+             + "; after a clean shutdown the damage is not seen at startup and fetches of it fail with "
+               "CorruptRecordException")
+    if clean_shutdown_marker(data_dir):
+        kafka += (" (this data dir has the clean shutdown marker: the broker starts without looking, unless "
+                  "it crashes before the next clean shutdown)")
+    return severity, kafka, (f"kstore rebuild-index --truncate {part}  (cuts where Kafka would; the cut bytes are "
+                             "quarantined)")
+
+
+def _is_torn_tail(finding: "Finding", splan: "SegmentPlan") -> bool:
+    """Whether the metadata log's last segment ends in what a crash leaves (kstore metadata's torn tail)."""
+    from kstore_cli.cluster.metadata_image import is_torn_tail
+
+    last = splan.segment.base_offset - 1 if splan.result.last_offset is None else splan.result.last_offset
+    return is_torn_tail(finding.file, splan.result.problem.position, last, last_segment=True)
