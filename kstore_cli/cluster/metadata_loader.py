@@ -240,9 +240,9 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
                                                              seen, cuts)
     if stopped is not None:
         problems.append(f"read stopped: {stopped} (the image is as of offset {last_offset + 1})")
-    warnings = _sort_cuts(cuts, last_offset, problems)
+    warnings = _cut_warnings(cuts, last_offset, problems)
     if snapshot is None and log_records == 0 and src.checkpoint is None and src.bootstrap is not None:
-        records_read += _load_bootstrap(loader, src.bootstrap)
+        records_read += _load_snapshot(loader, src.bootstrap)  # BootstrapMetadata
         notes.append(f"no snapshot and no log records: the image is {src.bootstrap}'s")
         source["bootstrap"] = src.bootstrap
     problems.extend(_newer_version_problems(newer))
@@ -253,7 +253,7 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
     return LoadResult(image, source, problems, notes, warnings)
 
 
-def _sort_cuts(cuts: List[LogCut], last_offset: int, problems: List[str]) -> List[str]:
+def _cut_warnings(cuts: List[LogCut], last_offset: int, problems: List[str]) -> List[str]:
     """The warnings of the cuts: a torn tail is how a crash leaves the log (the broker starts fine); damage
     followed by intact batches costs committed records, so it goes to `problems`."""
     warnings: List[str] = []
@@ -263,17 +263,6 @@ def _sort_cuts(cuts: List[LogCut], last_offset: int, problems: List[str]) -> Lis
         else:
             problems.append(f"{cut.describe()} (the image is as of offset {last_offset + 1})")
     return warnings
-
-
-def _load_bootstrap(loader: "_Loader", path: str) -> int:
-    """Every record of ``bootstrap.checkpoint`` (BootstrapMetadata); the number of records read."""
-    loader.snapshot = os.path.basename(path)
-    records_read = 0
-    for b in read_file_batches(path):
-        for rec in b.records:
-            loader._apply(rec)
-            records_read += 1
-    return records_read
 
 
 def _check_end_state(loader: "_Loader", problems: List[str], notes: List[str]) -> None:
@@ -320,13 +309,16 @@ def _end_offset_at_time(segments: List[Tuple[int, str]], as_of_time: int) -> Opt
     return None
 
 
-def _load_snapshot(loader: "_Loader", path: str, seen: Callable[[MetadataRecord, str], None]) -> int:
-    """Every record of a snapshot (MetadataLoader's snapshot load); the number of records read."""
+def _load_snapshot(loader: "_Loader", path: str, seen: Optional[Callable[[MetadataRecord, str], None]] = None
+                   ) -> int:
+    """Every record of a snapshot (MetadataLoader's snapshot load), or of ``bootstrap.checkpoint``; the
+    number of records read. `seen` is told of each record (not for the bootstrap file)."""
     loader.snapshot = os.path.basename(path)
     records_read = 0
     for b in read_file_batches(path):
         for rec in b.records:
-            seen(rec, os.path.basename(path))
+            if seen is not None:
+                seen(rec, os.path.basename(path))
             loader._apply(rec)  # a snapshot holds no transactions: every record applies
             records_read += 1
     loader.snapshot = None
