@@ -12,9 +12,8 @@ import click
 
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.commands._options import topics_option
-from kstore_cli.cluster.metadata_image import (
-    LoadResult, MetadataImage, RESERVED_DIRECTORY_IDS, directory_label, find_metadata, image_json, load_image,
-)
+from kstore_cli.cluster.metadata_image import MetadataImage, RESERVED_DIRECTORY_IDS, directory_label, image_json
+from kstore_cli.cluster.metadata_loader import LoadResult, find_metadata, load_image
 from kstore_cli.log.logdir import topic_matcher
 
 #: topics Kafka creates itself: a recreate script leaves them commented out

@@ -549,7 +549,7 @@ def load_cluster_configs(metadata_dir: str) -> ClusterConfigs:
     partial view (``--no-cluster-metadata`` leaves the metadata out). A torn tail is not that: the configs
     are those Kafka loads once its recovery cut it, and the cut is in the result's ``warnings``."""
     from kstore_cli.errors import KstoreError
-    from kstore_cli.cluster.metadata_image import MetadataSource, load_image
+    from kstore_cli.cluster.metadata_loader import MetadataSource, load_image
 
     try:
         loaded = load_image(MetadataSource(metadata_dir))

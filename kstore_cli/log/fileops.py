@@ -1,5 +1,5 @@
 """Every file change kstore makes goes through here: atomic writes, renames, deletes,
-truncation, directory fsyncs, and the log dir lock.
+truncation and directory fsyncs (the log dir lock, built on them, is :mod:`kstore_cli.log.locks`).
 
 Keeping them in one module gives two guarantees a reviewer can check in one
 place: writes are temporary file -> fsync -> atomic rename -> directory fsync,
@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import signal
 import stat
 import sys
-from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple
 
-from kstore_cli.errors import FileUnreadableError, KstoreError, LogDirLockedError, UnsafeFileError
+from kstore_cli.errors import FileUnreadableError, KstoreError, UnsafeFileError
 
 CRASH_ENV = "KSTORE_CRASH_AT"
 LOCK_FILE = ".lock"
@@ -528,145 +527,17 @@ def append_range(src: Optional[str], dst: str, start: int, end: int, *, expected
         raise _fail("append to", dst, exc, _PARTIAL) from None
 
 
-class LogDirLock:
-    """The data dir's ``.lock``, taken the way the broker takes it (an exclusive fcntl lock).
-
-    A broker (or another kstore) holding it makes acquisition fail with
-    LogDirLockedError, unless force=True, in which case the lock is skipped.
-    """
-
-    _held: Dict[str, int] = {}
-
-    def __init__(self, data_dir: str, force: bool = False, partitions: Iterable[str] = ()) -> None:
-        # The real path: a data dir reached through a symlinked alias is the same data dir, one lock.
-        self.data_dir = os.path.realpath(data_dir)
-        self.path = os.path.join(self.data_dir, LOCK_FILE)
-        self.force = force
-        #: Partition dirs about to be changed: a symbolic link (or a FIFO...) among their files or
-        #: the data dir's checkpoints makes acquisition fail before anything changes, --force or not.
-        self.partitions = list(partitions)
-        self._fd: Optional[int] = None
-
-    def __enter__(self) -> "LogDirLock":
-        for partition in self.partitions:
-            refuse_links(partition_files(partition, self.data_dir))
-        if self.force:
-            return self
-        fd = self._open()
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EACCES, errno.EAGAIN):
-                raise LogDirLockedError(
-                    "the log dir is locked by a running process (a Kafka broker or another kstore); "
-                    "stop it first, or pass --force if you are sure nothing is using this directory",
-                    path=self.path,
-                ) from None
-            raise FileUnreadableError(f"cannot lock: {exc.strerror}", path=self.path) from None
-        self._fd = fd
-        return self
-
-    def _open(self) -> int:
-        """The lock file, never through a link; created (exclusively, with the data dir's owner and
-        the mode of its files, as the broker creates it) when missing."""
-        try:
-            try:
-                if not os.path.lexists(self.path):
-                    return _create(self.path, owner_for(self.path))
-                return self._open_existing()
-            except FileExistsError:
-                return self._open_existing()
-        except KstoreError:
-            raise
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                refuse_link(self.path)
-            raise FileUnreadableError(f"cannot open the log dir lock: {exc.strerror}", path=self.path) from None
-
-    def _open_existing(self) -> int:
-        fd = os.open(self.path, os.O_RDWR | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            refuse_link(self.path)
-        return fd
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._fd is not None:
-            try:
-                fcntl.lockf(self._fd, fcntl.LOCK_UN)
-            finally:
-                os.close(self._fd)
-                self._fd = None
+#: The locks moved to :mod:`kstore_cli.log.locks` (which builds on this module); their names here still work.
+_LOCK_NAMES = frozenset({"LogDirLock", "lock_data_dirs", "lock_dirs", "is_locked"})
 
 
-@contextlib.contextmanager
-def lock_data_dirs(partitions_by_data_dir: Mapping[str, Iterable[str]], *, force: bool = False,
-                   enabled: bool = True) -> Iterator[None]:
-    """Every data dir's ``.lock`` taken first (in path order), held until the block ends: a command
-    changes nothing unless all the dirs it will touch are its own. `partitions_by_data_dir` maps each
-    data dir to the partition dirs about to change (checked for links before anything is locked).
-    ``enabled=False`` (a dry run) takes none."""
-    with contextlib.ExitStack() as stack:
-        if enabled:
-            for data_dir in sorted(partitions_by_data_dir):
-                stack.enter_context(LogDirLock(data_dir, force=force,
-                                               partitions=list(partitions_by_data_dir[data_dir])))
-        yield
+def __getattr__(name: str) -> Any:
+    """``fileops.lock_data_dirs`` & co.: the names of :mod:`kstore_cli.log.locks`, imported on first use."""
+    if name in _LOCK_NAMES:
+        from kstore_cli.log import locks
 
-
-def _nearest_dir(path: str) -> str:
-    """The real path of `path`, or of its nearest existing ancestor when it does not exist yet."""
-    target = os.path.abspath(path)
-    while not os.path.isdir(target) and os.path.dirname(target) != target:
-        target = os.path.dirname(target)
-    return os.path.realpath(target)
-
-
-@contextlib.contextmanager
-def lock_dirs(directories: Iterable[str], what: str) -> Iterator[None]:
-    """An exclusive flock(2) on each directory itself (its nearest existing ancestor when it does not exist
-    yet; each once, in path order), held until the block ends: for outputs built beside their final name
-    (merge's ``<output>.kstore-tmp``), so that two runs never build, or clear, the same temp dir at once.
-    A lock on a directory leaves no file behind; another run holding one is LogDirLockedError (exit 1)."""
-    fds: List[int] = []
-    try:
-        for target in sorted({_nearest_dir(d) for d in directories}):
-            try:
-                fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
-            except OSError as exc:
-                raise FileUnreadableError(f"cannot open to lock: {exc.strerror}", path=target) from None
-            fds.append(fd)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                if exc.errno in (errno.EACCES, errno.EAGAIN, errno.EWOULDBLOCK):
-                    raise LogDirLockedError(f"another kstore process is writing {what} here (it holds a lock "
-                                            "on this directory); wait for it to finish", path=target) from None
-                raise FileUnreadableError(f"cannot lock: {exc.strerror}", path=target) from None
-        yield
-    finally:
-        for fd in fds:
-            os.close(fd)  # closing the last descriptor releases its flock
-
-
-def is_locked(data_dir: str) -> bool:
-    """Whether another process holds the data dir's lock (read-only probe)."""
-    path = os.path.join(os.path.realpath(data_dir), LOCK_FILE)
-    try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return False
-    try:
-        # A shared probe lock is refused while someone holds the exclusive one.
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as exc:
-            return exc.errno in (errno.EACCES, errno.EAGAIN)
-        fcntl.lockf(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
+        return getattr(locks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_dirs(directory: str, like: Optional[str] = None) -> None:

@@ -577,7 +577,7 @@ def metadata_image_of(partition: Partition) -> Optional["MetadataImage"]:
     snapshot, then the log after it, metadata transactions as the loader applies them), read by
     kstore_cli.cluster.metadata_image: None when it cannot be read whole (damage is reported by the partition's
     own checks; a partial image would make false alarms)."""
-    from kstore_cli.cluster.metadata_image import MetadataSource, load_image
+    from kstore_cli.cluster.metadata_loader import MetadataSource, load_image
 
     try:
         loaded = load_image(MetadataSource(partition.path))

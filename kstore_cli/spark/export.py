@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from kstore_cli import errors
 from kstore_cli.errors import CorruptDataError, ExitStatus, KstoreError, UsageError
@@ -279,6 +279,15 @@ def _spark_error(exc: BaseException) -> KstoreError:
     return SparkJobError(f"Spark job failed: {ours[-1] if ours else first}")
 
 
+def _raise_spark_error(exc: BaseException) -> None:
+    """Raise a Py4J or PySpark error as its KstoreError (:func:`_spark_error`); return on any other."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    if isinstance(exc, (Py4JError, PySparkException)):
+        raise _spark_error(exc) from None
+
+
 def _output_exists(output: str) -> bool:
     """Whether `output` exists (False when its filesystem cannot be asked from here: Spark decides)."""
     import pyarrow.fs as pafs
@@ -441,13 +450,7 @@ def export_with(spark, request: ExportRequest) -> ExportSummary:
     options = request.reader_options(min_partitions=parallelism)
     # The same plan the source makes inside Spark (validates the options before Spark runs).
     plan = plan_read(ReadOptions(options))
-    summary = ExportSummary()
-    summary.output = request.output
-    summary.writer = request.writer
-    summary.kafka_partitions = len(plan.scans)
-    summary.tasks = max(1, len(plan.tasks))
-    summary.bytes_in = plan.bytes_in
-    summary.internal_left_out = list(plan.internal_left_out)
+    summary = _planned_summary(request, plan)
     register(spark)
     if request.writer == "arrow":
         _export_arrow(spark, request, plan, summary)
@@ -476,11 +479,7 @@ def export_with(spark, request: ExportRequest) -> ExportSummary:
             _remove_empty_output(request.output)  # Spark's committer leaves the directory it made
         if isinstance(exc, KstoreError):
             raise
-        from py4j.protocol import Py4JError
-        from pyspark.errors import PySparkException
-
-        if isinstance(exc, (Py4JError, PySparkException)):
-            raise _spark_error(exc) from None
+        _raise_spark_error(exc)
         raise
     if accumulator is not None:
         summary.skipped = _unique([SkippedBatch.from_dict(d) for d in accumulator.value])
@@ -492,6 +491,18 @@ def export_with(spark, request: ExportRequest) -> ExportSummary:
     summary.parquet_bytes = sum(after[p] for p in new)
     summary.records = _count_rows(request.output, new)
     summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _planned_summary(request: ExportRequest, plan: Plan) -> ExportSummary:
+    """The summary as far as the plan tells it, before Spark runs."""
+    summary = ExportSummary()
+    summary.output = request.output
+    summary.writer = request.writer
+    summary.kafka_partitions = len(plan.scans)
+    summary.tasks = max(1, len(plan.tasks))
+    summary.bytes_in = plan.bytes_in
+    summary.internal_left_out = list(plan.internal_left_out)
     return summary
 
 
@@ -567,7 +578,7 @@ def _export_arrow(spark, request: ExportRequest, plan: Plan, summary: ExportSumm
 
     import pyarrow.fs as pafs
 
-    from kstore_cli.spark.write import WriteJob, abort_job, commit_job, filesystem, remove_if_empty, write_partition
+    from kstore_cli.spark.write import WriteJob, abort_job, commit_job, filesystem, remove_if_empty
 
     if not _arrow_dates_hold(request.partition_by, spark.conf.get("spark.sql.session.timeZone", "UTC")):
         raise UsageError("--writer arrow partitions by the UTC date; drop spark.sql.session.timeZone or use --writer spark")
@@ -575,34 +586,13 @@ def _export_arrow(spark, request: ExportRequest, plan: Plan, summary: ExportSumm
         fs, root = filesystem(request.output)
     except (OSError, ValueError) as exc:
         raise UsageError(f"--writer arrow cannot write to {request.output} ({exc}); use --writer spark") from None
-    info = fs.get_file_info(root)
-    if info.type != pafs.FileType.NotFound:
-        if request.mode == "error":
-            raise SparkJobError(f"Spark job failed: [PATH_ALREADY_EXISTS] Path {request.output} already exists. "
-                                f"Set mode as \"overwrite\" to overwrite the existing path.")
-        if request.mode == "overwrite":
-            if info.type == pafs.FileType.Directory:
-                fs.delete_dir(root)
-            else:
-                fs.delete_file(root)
+    info = _clear_arrow_output(fs, root, request)
     job = WriteJob(request.output, uuid.uuid4().hex, request.include_headers, request.include_metadata,
                    request.partition_by, request.parquet_compression, _spark_row_metadata(request),
                    request.on_corruption)
     tasks = list(enumerate(plan.tasks))
     try:
-        written = []
-        if tasks:
-            from functools import partial
-
-            sc = spark.sparkContext
-            previous = {key: sc.getLocalProperty(key) for key in _JOB_GROUP_PROPERTIES}
-            sc.setJobGroup(job.job_id, "kstore spark-export (arrow writer)")
-            try:
-                rdd = sc.parallelize(tasks, len(tasks))
-                written = rdd.mapPartitions(partial(write_partition, job)).collect()
-            finally:
-                for key, value in previous.items():
-                    sc.setLocalProperty(key, value)  # None removes it
+        written = _run_arrow_tasks(spark, job, tasks) if tasks else []
         summary.skipped = _unique([SkippedBatch.from_dict(w["skipped"]) for w in written if "skipped" in w])
         written = [w for w in written if "skipped" not in w]
         extra = {}
@@ -620,15 +610,46 @@ def _export_arrow(spark, request: ExportRequest, plan: Plan, summary: ExportSumm
         if info.type == pafs.FileType.NotFound:
             remove_if_empty(fs, root)  # so that the same command can run again once the input is mended
         if isinstance(exc, Exception) and not isinstance(exc, KstoreError):
-            from py4j.protocol import Py4JError
-            from pyspark.errors import PySparkException
-
-            if isinstance(exc, (Py4JError, PySparkException)):
-                raise _spark_error(exc) from None
+            _raise_spark_error(exc)
         raise
     summary.parquet_files = len(written)
     summary.parquet_bytes = sum(w["bytes"] for w in written)
     summary.records = sum(w["rows"] for w in written)
+
+
+def _clear_arrow_output(fs: Any, root: str, request: ExportRequest) -> Any:
+    """The output's file info as the export found it: an existing output is refused (--mode error) or
+    removed (--mode overwrite), as Spark's writer does."""
+    import pyarrow.fs as pafs
+
+    info = fs.get_file_info(root)
+    if info.type != pafs.FileType.NotFound:
+        if request.mode == "error":
+            raise SparkJobError(f"Spark job failed: [PATH_ALREADY_EXISTS] Path {request.output} already exists. "
+                                f"Set mode as \"overwrite\" to overwrite the existing path.")
+        if request.mode == "overwrite":
+            if info.type == pafs.FileType.Directory:
+                fs.delete_dir(root)
+            else:
+                fs.delete_file(root)
+    return info
+
+
+def _run_arrow_tasks(spark: Any, job: Any, tasks: List[Tuple[int, Any]]) -> List[Dict[str, Any]]:
+    """Each planned task run by Spark as one partition of the job's group; what each wrote (or skipped)."""
+    from functools import partial
+
+    from kstore_cli.spark.write import write_partition
+
+    sc = spark.sparkContext
+    previous = {key: sc.getLocalProperty(key) for key in _JOB_GROUP_PROPERTIES}
+    sc.setJobGroup(job.job_id, "kstore spark-export (arrow writer)")
+    try:
+        rdd = sc.parallelize(tasks, len(tasks))
+        return rdd.mapPartitions(partial(write_partition, job)).collect()
+    finally:
+        for key, value in previous.items():
+            sc.setLocalProperty(key, value)  # None removes it
 
 
 #: The thread-local properties SparkContext.setJobGroup sets.

@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Iterator, List, Optional
+from typing import Generator, Iterator, List, Optional
 
 import pyarrow as pa
 
 from kstore_cli.errors import CorruptDataError, CorruptRecordError, KstoreError
 from kstore_cli.record import decode
-from kstore_cli.record.batch import LOG_OVERHEAD
+from kstore_cli.record.batch import LOG_OVERHEAD, Batch
 from kstore_cli.record.columns import RecordColumns, read_columns
 from kstore_cli.record.reader import read_batches
 from kstore_cli.spark.columns import ColumnBuilder
@@ -188,12 +188,9 @@ def _read_slice(sl: Slice, builder: ColumnBuilder, trace: SliceTrace,
     a batch that does not decode, or a tail that holds no whole batch raises CorruptDataError
     naming file and byte, or with `skipped` is left out and appended there."""
     scan = sl.scan
-    start, end = scan.start, scan.end
-    ts_lo, ts_hi, offsets_in = scan.ts_lo, scan.ts_hi, scan.offsets_in
-    topic, partition = scan.topic, scan.partition
     # The planner gives a partition transaction facts only for read_committed.
     read_committed = scan.aborted is not None or scan.open_txns is not None
-    entries = _entries(sl, builder.columnar and offsets_in is None and ts_lo is None and ts_hi is None,
+    entries = _entries(sl, builder.columnar and scan.offsets_in is None and scan.ts_lo is None and scan.ts_hi is None,
                        read_committed)
     covered = sl.start  # every byte before this was framed as a whole batch
     while True:
@@ -213,48 +210,61 @@ def _read_slice(sl: Slice, builder: ColumnBuilder, trace: SliceTrace,
             trace.bytes_read += batch.stop - batch.position
             trace.batches += batch.batches
             trace.rows += batch.rows
-            builder.add_run(topic, partition, batch)
+            builder.add_run(scan.topic, scan.partition, batch)
             if builder.full:
                 yield builder.finish()
             continue
         covered = batch.position + batch.size
         trace.bytes_read += batch.size
         trace.batches += 1
-        try:
-            batch.ensure_valid()  # free for batches framed with their CRC checked
-            if end is not None and batch.magic >= 2 and batch.base_offset >= end:
-                return
-            if start is not None and batch.last_offset < start:
-                continue
-            if batch.is_control:
-                continue
-            if ts_lo is not None and batch.max_timestamp < ts_lo:
-                continue
-            if read_committed and batch.is_transactional and scan.is_aborted(batch.producer_id, batch.base_offset):
-                continue
-            if offsets_in is None and ts_lo is None and ts_hi is None:
-                added = builder.add_batch(topic, partition, batch, start, end)  # columnar: no object per record
-                if added is not None:
-                    trace.rows += added
-                    if builder.full:
-                        yield builder.finish()
-                    continue
-            records = _checked_records(sl, batch)
-        except CorruptDataError as exc:
-            if skipped is None:
-                raise
-            skipped.append(_skipped(sl, batch.position, batch.size, exc, batch))
-            continue
-        if not records:
-            continue
-        if end is not None and records[0].offset >= end:
-            return  # a legacy entry past the end
-        records = _selected(scan, records)
-        trace.rows += len(records)
-        builder.add(topic, partition, batch, records)
-        if builder.full:
-            yield builder.finish()
+        if (yield from _batch_rows(sl, batch, builder, trace, skipped, read_committed)):
+            return
     _check_tail(sl, covered, skipped)
+
+
+def _batch_rows(sl: Slice, batch: Batch, builder: ColumnBuilder, trace: SliceTrace,
+                skipped: Optional[List[SkippedBatch]], read_committed: bool
+                ) -> Generator[pa.RecordBatch, None, bool]:
+    """A framed batch's selected rows added to `builder` (yielding each record batch it fills); True when
+    the batch is past the slice's end offset, which ends the read."""
+    scan = sl.scan
+    start, end = scan.start, scan.end
+    ts_lo, ts_hi, offsets_in = scan.ts_lo, scan.ts_hi, scan.offsets_in
+    try:
+        batch.ensure_valid()  # free for batches framed with their CRC checked
+        if end is not None and batch.magic >= 2 and batch.base_offset >= end:
+            return True
+        if start is not None and batch.last_offset < start:
+            return False
+        if batch.is_control:
+            return False
+        if ts_lo is not None and batch.max_timestamp < ts_lo:
+            return False
+        if read_committed and batch.is_transactional and scan.is_aborted(batch.producer_id, batch.base_offset):
+            return False
+        if offsets_in is None and ts_lo is None and ts_hi is None:
+            added = builder.add_batch(scan.topic, scan.partition, batch, start, end)  # columnar: no object per record
+            if added is not None:
+                trace.rows += added
+                if builder.full:
+                    yield builder.finish()
+                return False
+        records = _checked_records(sl, batch)
+    except CorruptDataError as exc:
+        if skipped is None:
+            raise
+        skipped.append(_skipped(sl, batch.position, batch.size, exc, batch))
+        return False
+    if not records:
+        return False
+    if end is not None and records[0].offset >= end:
+        return True  # a legacy entry past the end
+    records = _selected(scan, records)
+    trace.rows += len(records)
+    builder.add(scan.topic, scan.partition, batch, records)
+    if builder.full:
+        yield builder.finish()
+    return False
 
 
 def read_task(task: Task, *, include_headers: bool = False, include_metadata: bool = False,

@@ -81,69 +81,83 @@ def push_filter(pushed: Pushed, f: Filter) -> bool:
         return False
     name = column[0].lower()
     if name == "topic":
-        if isinstance(f, EqualTo) and isinstance(f.value, str):
-            pushed.intersect_topics([f.value])
-            return True
-        if isinstance(f, In) and all(isinstance(v, str) for v in f.value):
-            pushed.intersect_topics(f.value)
-            return True
-        return False  # StringStartsWith etc.: Spark evaluates it
+        return _push_topic(pushed, f)
     if name in ("partition", "offset"):
-        if isinstance(f, In):
-            values = [_int_literal(v) for v in f.value]
-            if any(v is None for v in values):
-                return False
-            if name == "partition":
-                pushed.intersect_partitions(values)
-            else:
-                pushed.intersect_offsets(values)
-            return True
-        if not isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
-            return False
-        v = _int_literal(f.value)
-        if v is None:
-            return False
-        if name == "partition":
-            if isinstance(f, EqualTo):
-                pushed.intersect_partitions([v])
-            else:
-                lo = v + 1 if isinstance(f, GreaterThan) else v if isinstance(f, GreaterThanOrEqual) else None
-                hi = v - 1 if isinstance(f, LessThan) else v if isinstance(f, LessThanOrEqual) else None
-                if lo is not None:
-                    pushed.partition_lo = lo if pushed.partition_lo is None else max(pushed.partition_lo, lo)
-                if hi is not None:
-                    pushed.partition_hi = hi if pushed.partition_hi is None else min(pushed.partition_hi, hi)
-            return True
-        if isinstance(f, EqualTo):
-            pushed.intersect_offsets([v])
-        elif isinstance(f, GreaterThan):
-            pushed.lower_offset(v + 1)
-        elif isinstance(f, GreaterThanOrEqual):
-            pushed.lower_offset(v)
-        elif isinstance(f, LessThan):
-            pushed.upper_offset(v)
-        else:
-            pushed.upper_offset(v + 1)
-        return True
+        return _push_position(pushed, f, name)
     if name == "timestamp" and isinstance(f, (GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
-        us = _micros(f.value)
-        if us is None:
-            return False
-        # Exact in integers: a record's timestamp is ms * 1000 us.
-        if isinstance(f, GreaterThan):
-            lo, hi = us // 1000 + 1, None
-        elif isinstance(f, GreaterThanOrEqual):
-            lo, hi = -(-us // 1000), None
-        elif isinstance(f, LessThan):
-            lo, hi = None, -(-us // 1000) - 1
-        else:
-            lo, hi = None, us // 1000
-        if lo is not None:
-            pushed.ts_lo = lo if pushed.ts_lo is None else max(pushed.ts_lo, lo)
-        if hi is not None:
-            pushed.ts_hi = hi if pushed.ts_hi is None else min(pushed.ts_hi, hi)
+        _push_timestamp(pushed, f)
         return False  # pruned and filtered here, and still checked by Spark
     return False
+
+
+def _push_topic(pushed: Pushed, f: Filter) -> bool:
+    if isinstance(f, EqualTo) and isinstance(f.value, str):
+        pushed.intersect_topics([f.value])
+        return True
+    if isinstance(f, In) and all(isinstance(v, str) for v in f.value):
+        pushed.intersect_topics(f.value)
+        return True
+    return False  # StringStartsWith etc.: Spark evaluates it
+
+
+def _push_position(pushed: Pushed, f: Filter, name: str) -> bool:
+    """A filter on ``partition`` or ``offset`` (`name`): integer literals only."""
+    if isinstance(f, In):
+        values = [_int_literal(v) for v in f.value]
+        if any(v is None for v in values):
+            return False
+        if name == "partition":
+            pushed.intersect_partitions(values)
+        else:
+            pushed.intersect_offsets(values)
+        return True
+    if not isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
+        return False
+    v = _int_literal(f.value)
+    if v is None:
+        return False
+    if name == "partition":
+        if isinstance(f, EqualTo):
+            pushed.intersect_partitions([v])
+        else:
+            lo = v + 1 if isinstance(f, GreaterThan) else v if isinstance(f, GreaterThanOrEqual) else None
+            hi = v - 1 if isinstance(f, LessThan) else v if isinstance(f, LessThanOrEqual) else None
+            if lo is not None:
+                pushed.partition_lo = lo if pushed.partition_lo is None else max(pushed.partition_lo, lo)
+            if hi is not None:
+                pushed.partition_hi = hi if pushed.partition_hi is None else min(pushed.partition_hi, hi)
+        return True
+    if isinstance(f, EqualTo):
+        pushed.intersect_offsets([v])
+    elif isinstance(f, GreaterThan):
+        pushed.lower_offset(v + 1)
+    elif isinstance(f, GreaterThanOrEqual):
+        pushed.lower_offset(v)
+    elif isinstance(f, LessThan):
+        pushed.upper_offset(v)
+    else:
+        pushed.upper_offset(v + 1)
+    return True
+
+
+def _push_timestamp(pushed: Pushed, f: Filter) -> None:
+    """A bound on ``timestamp``: narrows the pushed time range (records are ms, the literal us)."""
+    us = _micros(f.value)
+    if us is None:
+        return
+    # Exact in integers: a record's timestamp is ms * 1000 us.
+    if isinstance(f, GreaterThan):
+        lo, hi = us // 1000 + 1, None
+    elif isinstance(f, GreaterThanOrEqual):
+        lo, hi = -(-us // 1000), None
+    elif isinstance(f, LessThan):
+        lo, hi = None, -(-us // 1000) - 1
+    else:
+        lo, hi = None, us // 1000
+    if lo is not None:
+        pushed.ts_lo = lo if pushed.ts_lo is None else max(pushed.ts_lo, lo)
+    if hi is not None:
+        pushed.ts_hi = hi if pushed.ts_hi is None else min(pushed.ts_hi, hi)
 
 
 class SkippedParam(AccumulatorParam):

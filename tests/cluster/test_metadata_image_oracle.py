@@ -19,7 +19,8 @@ from typing import Dict, List
 
 import pytest
 
-from kstore_cli.cluster.metadata_image import find_metadata, image_json, load_image
+from kstore_cli.cluster.metadata_image import image_json
+from kstore_cli.cluster.metadata_loader import find_metadata, load_image
 from tests.make_metadata_cluster import BASE_TS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -328,7 +328,7 @@ def test_unlistable_metadata_dir_exit_3(capsys):
     from kstore_cli.cli import main
 
     denied = PermissionError(13, "Permission denied")
-    with mock.patch("kstore_cli.cluster.metadata_image.os.listdir", side_effect=denied), pytest.raises(SystemExit) as e:
+    with mock.patch("kstore_cli.cluster.metadata_loader.os.listdir", side_effect=denied), pytest.raises(SystemExit) as e:
         main(["metadata", str(CASES / "full")])
     err = capsys.readouterr().err
     assert e.value.code == 3 and err.count("\n") == 1 and "could not list: Permission denied" in err
