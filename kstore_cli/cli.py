@@ -20,6 +20,7 @@ from typing import List, Optional, Tuple
 import click
 
 from kstore_cli import __version__
+from kstore_cli.commands._errors import report_error
 from kstore_cli.errors import ExitStatus, KstoreError, OutputError
 
 TRACEBACK_ENV = "KSTORE_TRACEBACK"
@@ -171,12 +172,6 @@ def usage_error_line(exc: click.ClickException) -> str:
     command = path.split(" ", 1)[1] if " " in path else ""
     prefix = f"{command}: " if command else ""
     return f"kstore: error: {prefix}{what} (see '{path} --help')"
-
-
-def report_error(exc: KstoreError) -> int:
-    """Print a one-line error on stderr and return its exit status."""
-    click.echo(f"kstore: error: {exc}", err=True)
-    return int(exc.exit_status)
 
 
 #: errnos of a failed write to an output stream (an OSError without a file name: not one of the

@@ -25,6 +25,7 @@ from kstore_cli.parsers.wire import JavaError, WireReader
 from kstore_cli.record.batch import parse_control_key
 from kstore_cli.log.names import METADATA_PARTITION_DIR
 from kstore_cli.record.reader import read_batches
+from kstore_cli.record.resync import next_intact_batch
 
 BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
@@ -688,8 +689,6 @@ def is_torn_tail(path: str, position: int, after: int, *, last_segment: bool) ->
     """Whether the metadata log's valid data ending at `position` of segment `path` (the last offset before it
     `after`) is a torn tail: in the last segment, with no whole batch continuing the log after it (salvage's
     resync scan finds none). Otherwise intact batches follow: damage, not a write cut short by a crash."""
-    from kstore_cli.operations.salvage import next_intact_batch
-
     return last_segment and next_intact_batch(path, position + 1, after) is None
 
 
