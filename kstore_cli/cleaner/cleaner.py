@@ -67,7 +67,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from kstore_cli.java import MAX_INT64
 from kstore_cli.errors import CorruptDataError, CorruptRecordError, InvalidRecordError, KstoreError, UsageError
-from kstore_cli.log import fileops, names
+from kstore_cli.log import fileops, names, swap
 from kstore_cli.record import record_filter
 from kstore_cli.record.batch import (
     CREATE_TIME,
@@ -779,8 +779,6 @@ def _resolve_leftovers(partition: Partition, state: DataDirState, result: PassRe
     """What a pass does first: an interrupted swap resolved, stray snapshots removed, an interrupted
     pass's intent acted on. The partition as it is now, or None when this invocation's pass is over
     (the interrupted one was finished)."""
-    from kstore_cli.log import swap
-
     report = swap.resolve_leftovers(partition.path, dry_run=dry_run)
     if report.outcome is not None:
         result.leftovers = report.to_dict()
@@ -914,8 +912,6 @@ def _clean_groups(partition: Partition, view: UnifiedLog, groups: List[List[LogS
     """Clean groups[first:] one by one, each written as ``.cleaned``, the intent saved, then swapped
     in (Kafka's order, one group's worth of extra disk at a time); then the checkpoint, then the
     intent removed."""
-    from kstore_cli.log import swap
-
     index_interval = config.get("index.interval.bytes")
     delta = 0
     for number in range(first, len(groups)):

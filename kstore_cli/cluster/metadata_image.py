@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from kstore_cli.errors import CorruptDataError, CorruptRecordError, FileUnreadableError, KstoreError, UsageError
 from kstore_cli.parsers.metadata import METADATA_RECORD_TYPES
+from kstore_cli.parsers.control import control_type_name
 from kstore_cli.parsers.schema import read_message
 from kstore_cli.parsers.wire import JavaError, WireReader
 from kstore_cli.record.batch import parse_control_key
@@ -529,8 +530,6 @@ def read_file_batches(path: str, skip_below: int = -1, cuts: Optional[List[LogCu
     incomplete batch) and a :class:`LogCut` is appended to `cuts`.
     Batches that end below ``skip_below`` (covered by a snapshot) are checked but their records not decoded.
     """
-    from kstore_cli.parsers.control import control_type_name
-
     end = 0
     size = os.path.getsize(path)
     batches = read_batches(path, check_crc=True)

@@ -55,6 +55,7 @@ from kstore_cli.log.logdir import (
     lock_path,
     topic_matcher,
 )
+from kstore_cli.log.snapshot import read_snapshot
 
 if TYPE_CHECKING:  # recovery imports logdir too; only the annotations need it here
     from kstore_cli.cluster.metadata_image import MetadataImage
@@ -832,8 +833,6 @@ def _leftover_issues(partition: Partition, add: Callable[..., None]) -> None:
 
 def _snapshot_issues(partition: Partition, add: Callable[..., None]) -> None:
     """Producer snapshots as ProducerStateManager.loadFromSnapshot reads them."""
-    from kstore_cli.log.snapshot import read_snapshot
-
     for offset, snap in sorted(partition.snapshots.items()):
         try:
             read_snapshot(snap)

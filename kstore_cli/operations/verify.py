@@ -28,6 +28,7 @@ from kstore_cli.operations.recovery import (
     SegmentPlan,
     plan_partition,
 )
+from kstore_cli.operations import startup
 
 ERROR = "error"
 NOTE = "note"
@@ -98,8 +99,6 @@ class VerifyRun:
     (each partition is checked when its verdict is asked for, so output streams)."""
 
     def __init__(self, paths: Sequence[str], topics: Optional[str] = None) -> None:
-        from kstore_cli.operations import startup
-
         self._startup = startup
         self._found = startup.survey(paths, topics=topics)
         # doctor's data-dir checks (meta.properties, checkpoints, stray dirs, topic IDs) except the lock:
