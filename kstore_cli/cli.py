@@ -15,7 +15,7 @@ import errno
 import os
 import sys
 import traceback as _traceback
-from typing import List, Optional, Tuple
+from typing import List, NoReturn, Optional, Tuple
 
 import click
 
@@ -173,12 +173,6 @@ def usage_error_line(exc: click.ClickException) -> str:
     return f"kstore: error: {prefix}{what} (see '{path} --help')"
 
 
-def report_error(exc: KstoreError) -> int:
-    """Print a one-line error on stderr and return its exit status."""
-    click.echo(f"kstore: error: {exc}", err=True)
-    return int(exc.exit_status)
-
-
 #: errnos of a failed write to an output stream (an OSError without a file name: not one of the
 #: core's own file operations, which raise KstoreErrors naming their file).
 _OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF, errno.EINVAL,
@@ -199,7 +193,26 @@ def _silence_stdout() -> None:
         pass
 
 
-def _internal_error(exc: BaseException) -> None:
+def _exit_with_error(exc: KstoreError) -> NoReturn:
+    """Exit with the error's one line on stderr and its exit status."""
+    # Imported on an error only: `kstore --version` imports no command module.
+    from kstore_cli.commands._errors import report_error
+
+    sys.exit(report_error(exc))
+
+
+def _exit_with_os_error(exc: OSError) -> NoReturn:
+    """An OSError no command turned into a KstoreError: a failed write of the command's own output (stdout on
+    a full disk, /dev/full, a broken device), which the caller must know is incomplete, else an internal error."""
+    if exc.filename is not None or exc.errno not in _OUTPUT_ERRNOS:
+        if traceback_wanted():
+            _print_traceback()
+        _internal_error(exc)
+    _silence_stdout()
+    _exit_with_error(OutputError(f"could not write: {_reason(exc)}; the output is incomplete", path="standard output"))
+
+
+def _internal_error(exc: BaseException) -> NoReturn:
     click.echo(
         f"kstore: internal error: {type(exc).__name__}: {exc} "
         f"(rerun with --traceback and report it)",
@@ -238,7 +251,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     except KstoreError as exc:
         if traceback_wanted():
             _print_traceback()
-        sys.exit(report_error(exc))
+        _exit_with_error(exc)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.Abort:
@@ -258,15 +271,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         _silence_stdout()
         sys.exit(ExitStatus.OK)
     except OSError as exc:
-        if exc.filename is not None or exc.errno not in _OUTPUT_ERRNOS:
-            if traceback_wanted():
-                _print_traceback()
-            _internal_error(exc)
-        # Writing the command's output failed (stdout on a full disk, /dev/full, a broken device):
-        # the output is incomplete, which the caller must know.
-        _silence_stdout()
-        sys.exit(report_error(OutputError(f"could not write: {_reason(exc)}; the output is incomplete",
-                                          path="standard output")))
+        _exit_with_os_error(exc)
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
         sys.exit(130)

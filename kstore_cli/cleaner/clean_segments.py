@@ -24,6 +24,7 @@ from kstore_cli.cleaner.cleaner_stats import CleanerStats
 from kstore_cli.cleaner.compact_intent import PassIntent, drop_intent, file_identity, intent_path
 from kstore_cli.cleaner.log_cleaner_manager import CleaningPlan, update_cleaner_checkpoint
 from kstore_cli.cleaner.offset_map_builder import read_chunks
+from kstore_cli.log import swap
 
 RETAIN_EMPTY, DELETE, DELETE_EMPTY = "RETAIN_EMPTY", "DELETE", "DELETE_EMPTY"
 
@@ -453,8 +454,6 @@ def clean_segments(view: UnifiedLog, group: List[LogSegment], writer: PartitionW
 def _swap_in(partition: Partition, group: List[LogSegment], new: WrittenSegment, writer: PartitionWriter,
              intent: PassIntent, *, first_group: bool) -> None:
     """The intent saved with the identity of the group's new files, then the swap (LocalLog.replaceSegments)."""
-    from kstore_cli.log import swap
-
     extra: List[str] = []
     try:
         # The snapshot at the group's base offset stays (UnifiedLog.replaceSegments keeps it), but

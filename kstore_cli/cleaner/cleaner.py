@@ -39,7 +39,7 @@ import os
 from typing import Callable, List, Optional
 
 from kstore_cli.errors import CorruptDataError, CorruptRecordError, InvalidRecordError, UsageError
-from kstore_cli.log import fileops
+from kstore_cli.log import fileops, swap
 from kstore_cli.log.config import CleanerSettings, TopicConfig
 from kstore_cli.log.log_segment import LogSegment
 from kstore_cli.log.logdir import Partition
@@ -85,8 +85,6 @@ def _resolve_leftovers(partition: Partition, state: DataDirState, result: PassRe
     """What a pass does first: an interrupted swap resolved, stray snapshots removed, an interrupted
     pass's intent acted on. The partition as it is now, or None when this invocation's pass is over
     (the interrupted one was finished)."""
-    from kstore_cli.log import swap
-
     report = swap.resolve_leftovers(partition.path, dry_run=dry_run)
     if report.outcome is not None:
         result.leftovers = report.to_dict()

@@ -17,7 +17,8 @@ from typing import Callable, Dict, List, Optional
 from kstore_cli.errors import ExitStatus, KstoreError, UsageError
 from kstore_cli.log import fileops, scope
 from kstore_cli.cleaner.cleaner import PassResult, compact_partition
-from kstore_cli.log.config import DEFAULT_SOURCE, CleanerSettings, PartitionsRequest, TopicConfig
+from kstore_cli.cluster.configs import PartitionsRequest
+from kstore_cli.log.config import DEFAULT_SOURCE, CleanerSettings, TopicConfig
 from kstore_cli.log.logdir import Partition, group_by_data_dir, partitions_of, resolve_some
 from kstore_cli.operations.retention import DataDirState, apply_retention, now_ms, plan_partition
 

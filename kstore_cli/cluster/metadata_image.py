@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from kstore_cli.record.resync import next_intact_batch
+
 #: MetadataVersion feature level -> its name (Kafka 4.0: ``MetadataVersion.version()``)
 METADATA_VERSIONS: Dict[int, str] = {
     1: "3.0-IV1", 2: "3.1-IV0", 3: "3.2-IV0", 4: "3.3-IV0", 5: "3.3-IV1", 6: "3.3-IV2", 7: "3.3-IV3",
@@ -132,8 +134,6 @@ def is_torn_tail(path: str, position: int, after: int, *, last_segment: bool) ->
     """Whether the metadata log's valid data ending at `position` of segment `path` (the last offset before it
     `after`) is a torn tail: in the last segment, with no whole batch continuing the log after it (salvage's
     resync scan finds none). Otherwise intact batches follow: damage, not a write cut short by a crash."""
-    from kstore_cli.operations.salvage import next_intact_batch
-
     return last_segment and next_intact_batch(path, position + 1, after) is None
 
 

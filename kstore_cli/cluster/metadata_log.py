@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from kstore_cli.errors import CorruptDataError, CorruptRecordError, KstoreError
+from kstore_cli.parsers.control import control_type_name
 from kstore_cli.parsers.metadata import METADATA_RECORD_TYPES
 from kstore_cli.parsers.schema import read_message
 from kstore_cli.parsers.wire import JavaError, WireReader
@@ -128,8 +129,6 @@ def read_file_batches(path: str, skip_below: int = -1, cuts: Optional[List[LogCu
     incomplete batch) and a :class:`LogCut` is appended to `cuts`.
     Batches that end below ``skip_below`` (covered by a snapshot) are checked but their records not decoded.
     """
-    from kstore_cli.parsers.control import control_type_name
-
     end = 0
     size = os.path.getsize(path)
     batches = read_batches(path, check_crc=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Dict, List, Optional, Sequence
 
+from kstore_cli.codecs._bound import ENV_MAX_RECORD_BYTES, too_large
 from kstore_cli.errors import CodecError, CodecUnavailableError, RecordTooLargeError, UsageError
 
 NONE = 0
@@ -23,8 +24,6 @@ CODEC_NAMES: Dict[int, str] = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4
 CODEC_IDS: Dict[str, int] = {name: codec_id for codec_id, name in CODEC_NAMES.items()}
 
 
-#: The environment variable that sets :data:`max_record_bytes` (bytes; a K, M or G suffix is allowed).
-ENV_MAX_RECORD_BYTES = "KSTORE_MAX_RECORD_BYTES"
 #: The default bound: 32 MiB. Kafka's producer refuses a record whose uncompressed size is over
 #: max.request.size (1 MiB by default), and the broker a batch over message.max.bytes (1 MiB + 12
 #: by default); operators raise both for large messages, rarely past a few tens of MiB. 32 MiB held
@@ -78,14 +77,6 @@ def set_max_record_bytes(value: int) -> None:
     """Change the bound for this process (tests; the environment variable sets it at import)."""
     global max_record_bytes
     max_record_bytes = int(value)
-
-
-def too_large(what: str, size: "int | str", bound: int) -> RecordTooLargeError:
-    """The error for decompressed data over the bound (the caller adds file and position)."""
-    return RecordTooLargeError(
-        f"{what} is {size} bytes decompressed, over kstore's bound of {bound} bytes on what it holds in "
-        f"memory at once; set {ENV_MAX_RECORD_BYTES} higher (e.g. {ENV_MAX_RECORD_BYTES}=2G) to read it"
-    )
 
 
 class Codec:
@@ -279,13 +270,13 @@ def _gzip_compress(data: "bytes | memoryview", magic: int, level: Optional[int])
 def _snappy_decompress(data: "bytes | memoryview", magic: int) -> bytes:
     from kstore_cli.codecs import snappy as impl
 
-    return impl.decompress(data)
+    return impl.decompress(data, bound=max_record_bytes)
 
 
 def _snappy_stream(data: "bytes | memoryview", magic: int) -> object:
     from kstore_cli.codecs import snappy as impl
 
-    return impl.open_stream(data)
+    return impl.open_stream(data, bound=max_record_bytes)
 
 
 def _snappy_compress(data: "bytes | memoryview", magic: int, level: Optional[int]) -> bytes:
@@ -362,7 +353,7 @@ def _zstd_small(data: "bytes | memoryview", magic: int, limit: int) -> Optional[
 def _snappy_small(data: "bytes | memoryview", magic: int, limit: int) -> Optional[bytes]:
     from kstore_cli.codecs import snappy as impl
 
-    return impl.decompress(data, limit)
+    return impl.decompress(data, limit, bound=max_record_bytes)
 
 
 _SMALL = {GZIP: _gzip_small, SNAPPY: _snappy_small, LZ4: _lz4_small, ZSTD: _zstd_small}

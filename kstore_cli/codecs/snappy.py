@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from typing import Iterator, Optional, Tuple
 
-from kstore_cli import codecs
+from kstore_cli.codecs._bound import too_large
 from kstore_cli.errors import CodecError
 
 MAGIC = b"\x82SNAPPY\x00"
@@ -26,8 +26,10 @@ _MAGIC_AS_LENGTH = 0x82534E41  # first 4 magic bytes read as a block length: a c
 BLOCK_SIZE = 32 * 1024
 
 
-def decompress(data: "bytes | memoryview", limit: Optional[int] = None) -> Optional[bytes]:
-    """Decompress xerial-framed (or raw) snappy bytes; None when the blocks' declared lengths pass `limit`."""
+def decompress(data: "bytes | memoryview", limit: Optional[int] = None, *, bound: Optional[int] = None
+               ) -> Optional[bytes]:
+    """Decompress xerial-framed (or raw) snappy bytes; None when the blocks' declared lengths pass `limit`;
+    RecordTooLargeError for a block declaring more than `bound` (the registry passes codecs.max_record_bytes)."""
     import snappy  # noqa: F401 - python-snappy: a missing library fails before any parsing
 
     buf = memoryview(data)
@@ -35,7 +37,7 @@ def decompress(data: "bytes | memoryview", limit: Optional[int] = None) -> Optio
         declared = _raw_length(buf)
         if limit is not None and declared > limit:
             return None
-        return _inflate(buf, "data", declared)
+        return _inflate(buf, "data", bound, declared)
     out = []
     total = 0
     for block, _at in _framed_blocks(buf):
@@ -43,7 +45,7 @@ def decompress(data: "bytes | memoryview", limit: Optional[int] = None) -> Optio
         total += declared
         if limit is not None and total > limit:
             return None
-        out.append(_inflate(block, "block", declared))
+        out.append(_inflate(block, "block", bound, declared))
     return b"".join(out)
 
 
@@ -82,7 +84,7 @@ def _raw_length(block: "bytes | memoryview") -> int:
     raise CodecError("snappy block has a corrupt length header")
 
 
-def _inflate(block: "bytes | memoryview", where: str, declared: int = -1) -> bytes:
+def _inflate(block: "bytes | memoryview", where: str, bound: Optional[int], declared: int = -1) -> bytes:
     import snappy  # python-snappy
 
     if declared < 0:
@@ -90,9 +92,8 @@ def _inflate(block: "bytes | memoryview", where: str, declared: int = -1) -> byt
     # Snappy's densest element, a 3-byte copy of 64 bytes, inflates ~21x: a larger claim is damage.
     if declared > 22 * len(block) + 64:
         raise CodecError(f"snappy {where} declares {declared} bytes, more than its {len(block)} bytes can hold")
-    bound = codecs.max_record_bytes
-    if declared > bound:
-        raise codecs.too_large(f"snappy {where}", declared, bound)
+    if bound is not None and declared > bound:
+        raise too_large(f"snappy {where}", declared, bound)
     return snappy.uncompress(bytes(block))
 
 
@@ -100,13 +101,14 @@ class SnappyStream:
     """xerial-framed snappy, decompressed block by block; a raw snappy input is inflated whole, after its
     declared length is checked against the bound."""
 
-    __slots__ = ("_buf", "_blocks", "_out", "_out_pos", "_raw")
+    __slots__ = ("_buf", "_blocks", "_out", "_out_pos", "_raw", "_bound")
 
-    def __init__(self, data: "bytes | memoryview") -> None:
+    def __init__(self, data: "bytes | memoryview", bound: Optional[int] = None) -> None:
         import snappy  # noqa: F401 - fail early (ImportError) when python-snappy is missing
 
         buf = memoryview(data)
         self._buf = buf
+        self._bound = bound
         self._out = b""
         self._out_pos = 0
         self._raw = len(buf) < HEADER.size or bytes(buf[:8]) != MAGIC
@@ -118,9 +120,9 @@ class SnappyStream:
             if self._blocks is None:
                 return None
             self._blocks = None
-            return _inflate(self._buf, "data")
+            return _inflate(self._buf, "data", self._bound)
         for block, at in self._blocks:
-            return _inflate(block, f"block at byte {at}")
+            return _inflate(block, f"block at byte {at}", self._bound)
         return None
 
     def read(self, n: int) -> bytes:
@@ -140,9 +142,9 @@ class SnappyStream:
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def open_stream(data: "bytes | memoryview") -> SnappyStream:
-    """A reader of xerial-framed (or raw) snappy bytes."""
-    return SnappyStream(data)
+def open_stream(data: "bytes | memoryview", *, bound: Optional[int] = None) -> SnappyStream:
+    """A reader of xerial-framed (or raw) snappy bytes (`bound`: as for :func:`decompress`)."""
+    return SnappyStream(data, bound)
 
 
 def compress(data: "bytes | memoryview") -> bytes:

@@ -15,7 +15,8 @@ from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.log.fileops import is_locked
 from kstore_cli.log.logdir import nothing_found
 from kstore_cli.operations.verify import verify_partition
-from kstore_cli.operations.partition_findings import partition_issues, segment_issue
+from kstore_cli.operations.partition_findings import partition_issues
+from kstore_cli.operations.segment_findings import segment_issue
 from kstore_cli.operations.startup import (
     ERROR,
     NOTE,

@@ -19,6 +19,7 @@ from kstore_cli.commands._options import (
 
 from kstore_cli.commands._console import echo_skipped
 from kstore_cli.commands._console import is_tty as _is_tty
+from kstore_cli.cluster.configs import resolver_from_files
 from kstore_cli.errors import ExitStatus
 from kstore_cli.log import fileops
 from kstore_cli.log.config import ConfigResolver
@@ -157,8 +158,8 @@ def command(ctx: click.Context, paths, index_interval_bytes: Optional[int], conf
     tty = _is_tty() and not as_json
     flags = {} if index_interval_bytes is None else {"index.interval.bytes": (index_interval_bytes, "--index-interval-bytes")}
     groups = group_by_data_dir(targets)
-    resolver = ConfigResolver.from_files(config_file, topic_config, flags, data_dirs=list(groups),
-                                         cluster_metadata=not no_cluster_metadata)
+    resolver = resolver_from_files(config_file, topic_config, flags, data_dirs=list(groups),
+                                   cluster_metadata=not no_cluster_metadata)
     problems = False
     with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
                                 force=force, enabled=not dry_run):

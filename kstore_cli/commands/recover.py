@@ -117,7 +117,7 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
                                "bytesValidated": sum(r.bytes_validated for r in results)}, sort_keys=True))
     errors = [r.error for r in results if r.error is not None] + checkpoint_errors
     if errors:
-        from kstore_cli.cli import report_error  # the one place errors become lines and exit codes
+        from kstore_cli.commands._errors import report_error  # the one place errors become lines and exit codes
 
         statuses = [report_error(e) for e in errors]  # one line each, on stderr
         ctx.exit(max(statuses))

@@ -27,6 +27,7 @@ import sys
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple
 
 from kstore_cli.errors import FileUnreadableError, KstoreError, UnsafeFileError
+from kstore_cli.record.reader import describe_kind
 
 CRASH_ENV = "KSTORE_CRASH_AT"
 LOCK_FILE = ".lock"
@@ -190,21 +191,6 @@ def _fail(action: str, path: str, exc: OSError, consequence: str = _NEW_FILE) ->
 
 #: (uid, gid, permission bits) a new file gets.
 Owner = Tuple[int, int, int]
-
-
-def describe_kind(mode: int) -> str:
-    """What a non-regular file is, for a message ("a symbolic link", "a FIFO (named pipe)"...)."""
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
 
 
 def refuse_link(path: str) -> None:

@@ -49,6 +49,7 @@ from kstore_cli.codecs import CODEC_NAMES, GZIP, LZ4, NONE, ZSTD, get_codec
 from kstore_cli.errors import CorruptRecordError, ExitStatus, KstoreError, UsageError
 from kstore_cli.record import decode, encode
 from kstore_cli.log import fileops, names
+from kstore_cli.log import scope, swap
 from kstore_cli.record.batch import (
     CREATE_TIME,
     DELETE_HORIZON_FLAG,
@@ -65,6 +66,7 @@ from kstore_cli.log.logdir import Partition, Segment, Target, group_by_data_dir,
 from kstore_cli.record.reader import RELEASE_EVERY, iterate_source, open_source, read_batches, release_pages
 from kstore_cli.log.snapshot import build_snapshot, read_snapshot
 from kstore_cli.log.writer import PartitionWriter
+from kstore_cli.operations.recovery import state_at_segment
 
 DEFAULT_BATCH_BYTES = 16 * 1024
 #: A source batch goes to the pool to be decompressed only when it has at least this many (compressed) bytes,
@@ -829,8 +831,6 @@ def convert_partition(
 def _resolve_leftovers(target: Target, in_place: bool, dry_run: bool) -> tuple:
     """(target, leftover report): in place, an interrupted run's leftovers are resolved first (a
     changed partition is read again); a mirror's source must not hold .swap files."""
-    from kstore_cli.log import swap
-
     partition = target.partition
     if not in_place:
         if any(p.endswith(names.SWAP_SUFFIX) for p in partition.leftovers):
@@ -889,8 +889,6 @@ def _remove_if_empty(directory: str) -> None:
 
 
 def _prepare_output_dir(dest: str) -> None:
-    from kstore_cli.log import swap
-
     fileops.make_dirs(dest)
     swap.resolve_leftovers(dest)  # our own .cleaned files of an earlier, interrupted run
     if Partition(dest).segments:
@@ -901,8 +899,6 @@ def _write_segments(result: PartitionResult, target: Target, opts: ConvertOption
                     progress: Optional[Callable[[int], None]]) -> tuple:
     """Convert the target's segments into new ones (none written when dest is None): (new segments,
     the old log end offset, the closed writer). The writer's files are removed on any error."""
-    from kstore_cli.operations.recovery import state_at_segment
-
     partition, segments = target.partition, target.segments
     writer = PartitionWriter(
         dest,
@@ -1110,8 +1106,6 @@ def _install_in_place(result: PartitionResult, writer: PartitionWriter, new: lis
                       opts: ConvertOptions, old_next: Optional[int]) -> None:
     """Swap the new segments in (Kafka's protocol), the snapshots inside their range with them.
     `old_next`: the old log end offset when the last segment was converted, else None."""
-    from kstore_cli.log import swap
-
     partition, dest, stats = result.partition, result.destination, result.stats
     emptied = dict(_empty_snapshots(snapshots, stats)) if opts.to_magic < 2 else {}
     # Snapshots inside the swapped range go through the swap with the segments: a broker (or a
@@ -1142,8 +1136,6 @@ def _install_in_place(result: PartitionResult, writer: PartitionWriter, new: lis
 
 def _install_in_mirror(result: PartitionResult, new: list, snapshots: List[str], opts: ConvertOptions) -> None:
     """Rename the new segments into the mirror and copy the partition's other files beside them."""
-    from kstore_cli.log import swap
-
     dest = result.destination
     if new:
         swap.replace_segments(dest, result.new_segments, [])
@@ -1198,8 +1190,6 @@ def output_guard(output_dir: str, paths: Sequence[str], targets: Sequence[Target
     """The output dir checked (:func:`scope.output_dir_guard`): not in an input or its data dir, nor in any
     Kafka data dir unless the run only adds new partition dirs to it (its inputs are partition dirs, so no
     data dir's own files are copied), under that data dir's lock."""
-    from kstore_cli.log import scope
-
     copies_data_dir_files = any(os.path.isdir(p) and not is_partition_dir(os.path.abspath(p)) for p in paths)
     return scope.output_dir_guard(
         output_dir, inputs=[*paths, *(t.partition.data_dir for t in targets)],

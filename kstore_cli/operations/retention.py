@@ -49,7 +49,8 @@ from kstore_cli.log.checkpoint import (
     format_offset_checkpoint,
     read_leader_epoch_checkpoint,
 )
-from kstore_cli.log.config import ConfigResolver, PartitionsRequest, TopicConfig
+from kstore_cli.cluster.configs import PartitionsRequest
+from kstore_cli.log.config import ConfigResolver, TopicConfig
 from kstore_cli.log.log_segment import TS_NEW_SEGMENT, largest_timestamp
 from kstore_cli.log.logdir import Partition, Segment, Target, group_by_data_dir, partitions_of, resolve_some
 from kstore_cli.log.unified_log import DataDirState, log_offsets  # noqa: F401 - DataDirState: the commands' handle

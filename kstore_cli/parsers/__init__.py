@@ -12,32 +12,13 @@ Never imports click or rich.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Protocol, Tuple
+from typing import Optional, Protocol, Tuple
 
 from kstore_cli.parsers.control import decode_control, render_control
+from kstore_cli.parsers.decoded import RAW, JsonDecoded
 from kstore_cli.parsers.decoders import decoder_for, json_decoder_for
 
 __all__ = ["MessageParser", "JsonDecoded", "RAW", "make_parser", "render_control", "decode_control"]
-
-
-class _Raw:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "RAW"
-
-
-#: A key or value the decoder does not decode (``--json`` then shows its bytes, base64).
-RAW: Any = _Raw()
-
-
-class JsonDecoded(NamedTuple):
-    """One record as a decoder sees it, for ``--json``."""
-
-    key: Any
-    value: Any
-    #: Kafka's "skipping" text when the decoder could not decode the record (key/value are then RAW)
-    error: Optional[str] = None
 
 
 class MessageParser(Protocol):

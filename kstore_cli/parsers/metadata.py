@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
 
-from kstore_cli.parsers import RAW, JsonDecoded, jsonout
+from kstore_cli.parsers import jsonout
+from kstore_cli.parsers.decoded import RAW, JsonDecoded
 from kstore_cli.parsers.schema import Message, plain, read_message, to_json
 from kstore_cli.parsers.metadata_records import KAFKA_COMMIT, METADATA_RECORD_TYPES
 from kstore_cli.parsers.schema import MetadataRecordType

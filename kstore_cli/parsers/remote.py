@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Dict, Optional, Tuple
 
 from kstore_cli.parsers.metadata import read_frame
-from kstore_cli.parsers import RAW, JsonDecoded
+from kstore_cli.parsers.decoded import RAW, JsonDecoded
 from kstore_cli.parsers.schema import Message, plain, to_json
 from kstore_cli.parsers.schemas import REMOTE_LOG_METADATA
 from kstore_cli.parsers.wire import JavaError

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from kstore_cli.errors import RecordParseError
-from kstore_cli.parsers import RAW, JsonDecoded
+from kstore_cli.parsers.decoded import RAW, JsonDecoded
 from kstore_cli.parsers.schema import plain, read_message, to_json
 from kstore_cli.parsers.schemas import TRANSACTION_LOG_KEY, TRANSACTION_LOG_VALUE
 from kstore_cli.parsers.wire import JavaError, WireReader

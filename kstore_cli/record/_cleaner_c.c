@@ -4,7 +4,7 @@
  *
  *   OffsetMap       Kafka's SkimpyOffsetMap: MD5(key) -> offset, 24-byte slots (16-byte hash,
  *                   big-endian int64 offset), linear probing as SkimpyOffsetMap.positionOf, the
- *                   table grown the way kstore_cli/cleaner/offset_map.py grows it (its docstring).
+ *                   table grown the way kstore_cli/record/offset_map.py grows it (its docstring).
  *   frame_end       how far a chunk of the I/O buffer holds complete entries (FileLogInputStream).
  *   map_batches     Cleaner.buildOffsetMapForSegment over a run of plain data batches.
  *   filter_batches  MemoryRecords.filterTo with the cleaner's RecordFilter over a run of plain data

@@ -5,7 +5,7 @@ The native twin takes runs of plain data batches off the cleaner's hands (buildi
 MemoryRecords.filterTo) without a Python object per record. Here the run functions take no batch:
 they return at once with :data:`RUN_PYTHON`, and the cleaner's per-batch path
 (:class:`kstore_cli.cleaner.clean_segments.SegmentCleaner`, the reference both twins are checked against)
-does every batch. :class:`OffsetMap` is :class:`kstore_cli.cleaner.offset_map.OffsetMap`.
+does every batch. :class:`OffsetMap` is :class:`kstore_cli.record.offset_map.OffsetMap`.
 
 The interface (what the native twin does with it is in ``_cleaner_c.c``'s comments):
 
@@ -30,7 +30,7 @@ import hashlib
 import struct
 from typing import Tuple
 
-from kstore_cli.cleaner.offset_map import OffsetMap  # noqa: F401 - the twin's map
+from kstore_cli.record.offset_map import OffsetMap  # noqa: F401 - the twin's map
 
 #: Every entry up to `stop` was taken.
 RUN_DONE = 0

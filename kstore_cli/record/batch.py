@@ -83,23 +83,16 @@ def decrement_sequence(sequence: int, decrement: int) -> int:
 
 
 class ControlRecord:
-    """The decoded key (and for transaction markers, value) of a control record."""
+    """The decoded key (and for transaction markers, value) of a control record; the raw value's fields
+    are kstore_cli.parsers.control.decode_control's (the parsers sit above the wire format)."""
 
-    __slots__ = ("version", "type_id", "coordinator_epoch", "_value")
+    __slots__ = ("version", "type_id", "coordinator_epoch", "value")
 
     def __init__(self, version: int, type_id: int, coordinator_epoch: Optional[int], value: Optional[bytes] = None) -> None:
         self.version = version
         self.type_id = type_id
         self.coordinator_epoch = coordinator_epoch
-        self._value = value
-
-    @property
-    def data(self) -> Optional[dict]:
-        """The control value decoded into its fields (EndTxnMarker, LeaderChange, SnapshotHeader,
-        SnapshotFooter, KRaftVersion, KRaftVoters), None for unknown types."""
-        from kstore_cli.parsers.control import decode_control
-
-        return decode_control(self.type_id, self._value)
+        self.value = value
 
     @property
     def type_name(self) -> str:

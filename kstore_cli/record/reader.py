@@ -28,7 +28,6 @@ from kstore_cli.record.batch import (
     RecordBatch,
 )
 from kstore_cli.record.decode import SCAN_OTHER, frame_batches
-from kstore_cli.log.fileops import describe_kind
 
 _PREFIX = struct.Struct(">qiib")  # offset, size, (leader epoch | crc), magic
 MIN_ENTRY_SIZE = 14  # LegacyRecord.RECORD_OVERHEAD_V0
@@ -46,6 +45,21 @@ _SCAN_FIRST = 8
 _SCAN_MAX = 64
 
 Source = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
+
+
+def describe_kind(mode: int) -> str:
+    """What a non-regular file is, for a message ("a symbolic link", "a FIFO (named pipe)"...)."""
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
 
 
 def map_file(path: "str | os.PathLike[str]") -> memoryview:

@@ -10,6 +10,7 @@ import pytest
 from kstore_cli.codecs import CODEC_NAMES, get_codec
 from kstore_cli.codecs import zstd as zstd_codec
 from kstore_cli.errors import CodecError, CodecUnavailableError
+from kstore_cli.parsers.control import decode_control
 from kstore_cli.record.reader import read_batches
 from kstore_cli.record.builder import RecordSpec, build_v2_batch
 
@@ -51,7 +52,7 @@ def test_kraft_control_record_data_is_decoded() -> None:
     names = [c.type_name for c in controls]
     assert "KRAFT_VERSION" in names
     kraft = controls[names.index("KRAFT_VERSION")]
-    assert kraft.data["kRaftVersion"] == 1
+    assert decode_control(kraft.type_id, kraft.value)["kRaftVersion"] == 1
 
 
 @pytest.mark.parametrize("codec_id", [0, 1, 2, 3, 4])

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from kstore_cli.cli import _register_commands, cli
 from kstore_cli.errors import CorruptDataError, KstoreError
 from kstore_cli.operations import salvage
+from kstore_cli.record import resync
 from kstore_cli.log.logdir import Partition
 from kstore_cli.record.reader import read_batches
 from kstore_cli.operations.salvage import DAMAGE, plan_salvage, salvage_in_place, salvage_to
@@ -256,20 +257,20 @@ class _OldFinder:
         self.buf, self.end, self.path = buf, len(buf), path
 
     def candidates(self, start, after, below):
-        unpack = salvage._PREFIX.unpack_from
+        unpack = resync._PREFIX.unpack_from
         for p in range(start, self.end - 17):
             offset, length, _epoch, magic = unpack(self.buf, p)
-            if magic < 0 or magic > 2 or length < salvage._MIN_ENTRY or p + 12 + length > self.end:
+            if magic < 0 or magic > 2 or length < resync._MIN_ENTRY or p + 12 + length > self.end:
                 continue
-            if magic == 2 and length < salvage._V2_MIN:
+            if magic == 2 and length < resync._V2_MIN:
                 continue
-            if offset <= after or offset - after > salvage._MAX_OFFSET_JUMP or (below is not None and offset >= below):
+            if offset <= after or offset - after > resync._MAX_OFFSET_JUMP or (below is not None and offset >= below):
                 continue
             yield p
 
     def batch_at(self, pos):
         try:
-            batch = next(salvage.iterate_source(self.buf, pos, self.end, self.path, check_crc=True), None)
+            batch = next(resync.iterate_source(self.buf, pos, self.end, self.path, check_crc=True), None)
         except CorruptDataError:
             return None
         if batch is None or batch.position != pos or batch.magic > 2:
@@ -327,7 +328,7 @@ def test_the_linear_resync_finds_what_the_old_one_found(tmp_path_factory, monkey
     _mutate(part, mutations)
     new = _outcome(part)
     with monkeypatch.context() as m:
-        m.setattr(salvage, "_Finder", _OldFinder)
+        m.setattr(salvage, "BatchFinder", _OldFinder)
         old = _outcome(part)
     assert new == old
 
@@ -352,9 +353,9 @@ def test_the_resync_over_headers_claiming_the_whole_file_does_linear_work(tmp_pa
             return fn(*args, **kw)
         return wrapper
 
-    monkeypatch.setattr(salvage, "iterate_source", counted(salvage.iterate_source, lambda buf, pos, end, *a: end - pos))
-    monkeypatch.setattr(salvage, "crc32c", counted(crc32c, lambda d, *a: len(d)), raising=False)
-    monkeypatch.setattr(salvage, "crc32", counted(crc32, lambda d, *a: len(d)), raising=False)
+    monkeypatch.setattr(resync, "iterate_source", counted(resync.iterate_source, lambda buf, pos, end, *a: end - pos))
+    monkeypatch.setattr(resync, "crc32c", counted(crc32c, lambda d, *a: len(d)))
+    monkeypatch.setattr(resync, "crc32", counted(crc32, lambda d, *a: len(d)))
     plan = plan_salvage(Partition(str(part)))
     assert [(d.start, d.end) for d in plan.damaged] == [(0, size)] and plan.batches_kept == 0
     assert work[0] < 64 * size, f"{work[0] / size:.0f} bytes of work per byte of input"

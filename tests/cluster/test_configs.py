@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from kstore_cli.cli import _register_commands, cli
+from kstore_cli.cluster.configs import resolver_from_files
 from kstore_cli.errors import KstoreError
-from kstore_cli.log.config import ConfigResolver
 from kstore_cli.record.reader import read_batches
 from tests.conftest import CORPUS, json_lines_summary
 from tests.make_metadata_cluster import uid, write_config_log
@@ -44,7 +44,7 @@ def test_kafkas_order_topic_over_dynamic_broker_over_static(tmp_path: Path) -> N
                          (TOPIC, "orders", "x.newer.kafka.config", "1")])    # unknown keys are LogConfig's to ignore
     props = tmp_path / "server.properties"
     props.write_text("log.retention.hours=1000\nlog.segment.bytes=1048576\n")
-    resolver = ConfigResolver.from_files(str(props), data_dirs=[str(data)])
+    resolver = resolver_from_files(str(props), data_dirs=[str(data)])
     orders = resolver.for_topic("orders", str(data))
     assert orders.retention_ms == 2 * HOUR
     assert orders.source("retention.ms") == f"cluster metadata @ offset {at[(TOPIC, 'orders', 'retention.ms')]}"
@@ -57,19 +57,19 @@ def test_kafkas_order_topic_over_dynamic_broker_over_static(tmp_path: Path) -> N
     # The synonyms are resolved on the merged broker config, as KafkaConfig does: a static log.retention.ms
     # still beats a dynamic log.retention.hours.
     props.write_text("log.retention.ms=60000\n")
-    merged = ConfigResolver.from_files(str(props), data_dirs=[str(data)]).for_topic("time-roll", str(data))
+    merged = resolver_from_files(str(props), data_dirs=[str(data)]).for_topic("time-roll", str(data))
     assert merged.retention_ms == 60000
     # Flags stay on top; --no-cluster-metadata leaves the log out.
-    flagged = ConfigResolver.from_files(flags={"retention.ms": (1, "--retention-ms")}, data_dirs=[str(data)])
+    flagged = resolver_from_files(flags={"retention.ms": (1, "--retention-ms")}, data_dirs=[str(data)])
     assert flagged.for_topic("orders", str(data)).retention_ms == 1
-    assert ConfigResolver.from_files(data_dirs=[str(data)], cluster_metadata=False).for_topic(
+    assert resolver_from_files(data_dirs=[str(data)], cluster_metadata=False).for_topic(
         "orders", str(data)).retention_ms == 7 * 24 * HOUR
 
 
 def test_a_later_record_deletes_an_override_and_a_removed_topic_takes_its_configs(tmp_path: Path) -> None:
     data = tmp_path / "data"
     _cluster(data, [(TOPIC, "orders", "retention.ms", "5"), (TOPIC, "orders", "retention.ms", None)])
-    config = ConfigResolver.from_files(data_dirs=[str(data)]).for_topic("orders", str(data))
+    config = resolver_from_files(data_dirs=[str(data)]).for_topic("orders", str(data))
     assert config.retention_ms == 7 * 24 * HOUR and config.source("retention.ms") == "Kafka default"
 
 
@@ -82,8 +82,8 @@ def test_an_unreadable_metadata_log_is_an_error_not_a_silent_default(tmp_path: P
     raw[second + 70] ^= 0xFF  # intact batches after it: damage, not a crash's torn tail
     log.write_bytes(bytes(raw))
     with pytest.raises(KstoreError, match="--no-cluster-metadata"):
-        ConfigResolver.from_files(data_dirs=[str(data)])
-    assert ConfigResolver.from_files(data_dirs=[str(data)], cluster_metadata=False).cluster == {}
+        resolver_from_files(data_dirs=[str(data)])
+    assert resolver_from_files(data_dirs=[str(data)], cluster_metadata=False).cluster == {}
 
 
 def _torn_cluster(data: Path, configs) -> Dict[Tuple[int, str, str], int]:

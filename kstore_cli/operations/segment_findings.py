@@ -1,0 +1,108 @@
+"""What a broker makes of each of verify-index's findings about a partition's segments, as doctor's
+findings: what Kafka does with it (LogLoader, LogSegment.recover, the index sanity checks) and the kstore
+command that repairs it. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional, Tuple
+
+from kstore_cli.log import names
+from kstore_cli.log.logdir import Partition
+from kstore_cli.operations import recovery, verify
+from kstore_cli.operations.startup import ERROR, NOTE, WARNING, Issue, clean_shutdown_marker
+
+if TYPE_CHECKING:
+    from kstore_cli.operations.recovery import PartitionPlan, SegmentPlan
+    from kstore_cli.operations.verify import Finding
+
+_TORN_KINDS = (recovery.PARTIAL_BATCH, recovery.SHORT_TAIL, recovery.BAD_SIZE, recovery.CORRUPT_BATCH)
+# LogSegment.sanityCheck (4.0) checks only that the .index exists and the .txnindex's sanity:
+# offset and time indexes are loaded as they are and rebuilt only by an unclean shutdown's recovery.
+_INDEX_LOADED_AS_IS = ("ignore: loaded as it is (LogSegment.sanityCheck does not check offset or time indexes); "
+                       "rebuilt only if an unclean shutdown's recovery reaches this segment; until then lookups "
+                       "through it go wrong")
+#: What Kafka does with verify-index's findings about a segment's indexes (the others: _INDEX_LOADED_AS_IS).
+_INDEX_KAFKA = {
+    "orphan-index": "delete: removes the index file without a .log at startup (LogLoader)",
+    "missing-index": ("rebuild: 'Could not find offset index file', LogLoader recovers the segment and writes a new "
+                      "index (LogSegment.sanityCheck throws NoSuchFileException)"),
+    "missing-timeindex": ("ignore: creates an empty .timeindex and never fills it: time lookups in this segment find "
+                          "nothing"),
+    "txnindex-sanity": ("rebuild: 'Found a corrupted index file corresponding to log file ...', LogLoader recovers "
+                        "the segment and rebuilds its indexes (TransactionIndex.sanityCheck, CorruptIndexException)"),
+}
+_TXNINDEX_KAFKA = ("ignore: loaded as it is; read_committed consumers get the wrong aborted transactions until an "
+                   "unclean shutdown's recovery rebuilds it")
+
+
+def segment_issue(partition: Partition, data_dir: str, finding: "Finding", plan: "PartitionPlan") -> Optional[Issue]:
+    """A verify_partition finding as a doctor Issue: what Kafka does with it, what to run (None for what
+    doctor reports otherwise: leftovers, and orphan indexes of a partition without logs)."""
+    check = finding.check
+    if check == "leftover-file":
+        return None  # doctor reports leftovers itself, with what Kafka does to each kind
+    if check == "orphan-index" and not partition.segments:
+        return None  # named in the partition-without-logs finding
+    severity = {verify.ERROR: ERROR}.get(finding.severity, NOTE)
+    position = None
+    repair = f"kstore rebuild-index {partition.path}"
+    if check.startswith("log-"):
+        splan = next((s for s in plan.segments if s.segment.base_offset == finding.segment), None)
+        problem = splan.result.problem if splan is not None and splan.result is not None else None
+        position = problem.position if problem is not None else None
+        severity, kafka, repair = _log_advice(partition, data_dir, finding, plan, splan, severity)
+    elif check.startswith(("txnindex", "missing-txnindex")) and check not in _INDEX_KAFKA:
+        kafka = _TXNINDEX_KAFKA
+    else:
+        kafka = _INDEX_KAFKA.get(check, _INDEX_LOADED_AS_IS)
+        if check == "orphan-index":
+            repair = "none needed"
+    return Issue(severity, check, finding.message, kafka=kafka, repair=repair, data_dir=data_dir,
+                 partition=partition.path, file=finding.file, position=position)
+
+
+def _log_advice(partition: Partition, data_dir: str, finding: "Finding", plan: "PartitionPlan",
+                splan: "Optional[SegmentPlan]", severity: str) -> Tuple[str, str, str]:
+    """(severity, what Kafka does, what to run) for a finding about a segment's .log."""
+    part = partition.path
+    check = finding.check
+    problem = splan.result.problem if splan is not None and splan.result is not None else None
+    if check == "log-unreadable":
+        return (severity, "fail: 'Could not read file' (IOException): the data dir goes offline",
+                "fix the file's permissions or the disk, then rerun doctor")
+    if check == "log-zero-tail":
+        return severity, "truncate: recovery trims the zero bytes (only after an unclean shutdown)", "none needed"
+    if problem is not None and problem.kind == recovery.OFFSET_OVERFLOW:
+        return severity, "rebuild: LogSegmentOffsetOverflowException, the loader splits the segment", "none needed"
+    if problem is not None and problem.kind == recovery.OFFSETS_NOT_INCREASING:
+        return (severity, "truncate: after an unclean shutdown recovery fails with InvalidOffsetException ('offsets "
+                "out of order') and empties the segment; after a clean shutdown fetches of it fail",
+                f"no kstore command empties a segment as Kafka's recovery would: inspect it with "
+                f"`kstore dump-segment --deep-iteration {finding.file}` and restore it from a replica")
+    if (partition.name == names.METADATA_PARTITION_DIR and problem is not None and splan.is_last
+            and problem.kind in _TORN_KINDS and _is_torn_tail(finding, splan)):
+        # KafkaMetadataLog opens the log with recovery point 0 and lastShutdownClean=false: every start
+        # recovers every segment, so a crash's torn tail is cut before the raft client reads it.
+        return (WARNING, "truncate: KafkaMetadataLog recovers the whole metadata log at every start (recovery point "
+                "0, as after an unclean shutdown): this torn tail, the state a crash leaves, is cut and the rest "
+                "loads (kstore metadata shows that image)",
+                f"none needed; kstore rebuild-index --truncate {part} cuts it now (the cut bytes are quarantined)")
+    dropped = sum(1 for s in plan.segments if s.segment.base_offset > (finding.segment or 0))
+    kafka = ("truncate: after an unclean shutdown recovery cuts the .log at this byte"
+             + (f" and deletes the {dropped} later segment(s)" if dropped else "")
+             + "; after a clean shutdown the damage is not seen at startup and fetches of it fail with "
+               "CorruptRecordException")
+    if clean_shutdown_marker(data_dir):
+        kafka += (" (this data dir has the clean shutdown marker: the broker starts without looking, unless "
+                  "it crashes before the next clean shutdown)")
+    return severity, kafka, (f"kstore rebuild-index --truncate {part}  (cuts where Kafka would; the cut bytes are "
+                             "quarantined)")
+
+
+def _is_torn_tail(finding: "Finding", splan: "SegmentPlan") -> bool:
+    """Whether the metadata log's last segment ends in what a crash leaves (kstore metadata's torn tail)."""
+    from kstore_cli.cluster.metadata_image import is_torn_tail
+
+    last = splan.segment.base_offset - 1 if splan.result.last_offset is None else splan.result.last_offset
+    return is_torn_tail(finding.file, splan.result.problem.position, last, last_segment=True)
