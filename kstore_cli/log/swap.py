@@ -35,8 +35,7 @@ from typing import Dict, List, Optional, Sequence
 
 from kstore_cli.errors import FileUnreadableError, UsageError
 from kstore_cli.log import fileops, names
-from kstore_cli.log.log_segment import read_next_offset
-from kstore_cli.log.logdir import Segment
+from kstore_cli.log.log_segment import LogSegment, read_next_offset
 
 SEGMENT_SUFFIXES = (names.LOG_SUFFIX, names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX)
 
@@ -53,7 +52,7 @@ def _files_of(directory: str, base_offset: int, suffix: str) -> List[str]:
     return [prefix + ext + suffix for ext in SEGMENT_SUFFIXES if os.path.isfile(prefix + ext + suffix)]
 
 
-def _old_files(segment: Segment) -> List[str]:
+def _old_files(segment: LogSegment) -> List[str]:
     return [p for p in (segment.log, segment.index, segment.timeindex, segment.txnindex)
             if p is not None and os.path.isfile(p)]
 
@@ -78,7 +77,7 @@ def stage_extra(path: str, extra: List[str], data: Optional[bytes] = None) -> No
     out.finish()
 
 
-def replace_segments(directory: str, new_bases: Sequence[int], old: Sequence[Segment], *,
+def replace_segments(directory: str, new_bases: Sequence[int], old: Sequence[LogSegment], *,
                      old_next_offset: Optional[int] = None,
                      new_next_offset: Optional[int] = None,
                      suffix: str = names.CLEANED_SUFFIX, extra: Sequence[str] = ()) -> ReplaceReport:

@@ -109,7 +109,7 @@ class UnifiedLog:
 
     def __init__(self, partition: Partition, state: DataDirState) -> None:
         self.partition = partition
-        self.segments = [LogSegment(s) for s in partition.segments]
+        self.segments = [s.loaded() for s in partition.segments]
         self._bases = [s.base_offset for s in self.segments]
         offsets = log_offsets(partition, state,
                               log_end_offset=self.segments[-1].next_offset if self.segments else 0)
