@@ -55,6 +55,7 @@ from kstore_cli.log.logdir import (
     lock_path,
     topic_matcher,
 )
+from kstore_cli.log.unified_log import log_start_offset
 
 if TYPE_CHECKING:  # recovery imports logdir too; only the annotations need it here
     from kstore_cli.cluster.metadata_image import MetadataImage
@@ -873,7 +874,7 @@ def _bounds(entries, epochs, leo: int, first_base: Optional[int], add, data_dir:
             "are missing from this replica", "ignore: lowers the high watermark to the log end offset (UnifiedLog.updateHighWatermark)",
             "restore the missing segments, or let this replica refetch from the leader",
             file=os.path.join(data_dir, REPLICATION_OFFSET_CHECKPOINT), offset=hw)
-    start = max(lso or 0, first_base or 0)
+    start = log_start_offset(first_base or 0, lso)
     co = entries.get(CLEANER_OFFSET_CHECKPOINT)
     if co is not None and not start <= co <= leo:
         add(NOTE, "cleaner-offset-out-of-range",
