@@ -228,52 +228,69 @@ def plan_partition(
     """
     plan = PartitionPlan(partition)
     segments = partition.segments
-    carried: Optional[TxnState] = None
-    carried_upto: Optional[int] = None  # base offset of the segment the carried state is valid for
+    carry = _CarriedState()
     for i, segment in enumerate(segments):
         if only is not None and segment.base_offset != only:
             continue
-        is_last = i == len(segments) - 1
-        splan = SegmentPlan(segment, None, is_last)
+        splan = SegmentPlan(segment, None, i == len(segments) - 1)
         plan.segments.append(splan)
         if plan.damaged is not None and stop_at_damage:
             splan.skipped = f"after the damaged segment {plan.damaged.segment.base_offset}, which Kafka's recovery cuts"
-            if on_segment is not None:
-                on_segment(splan)
-            continue
-        if carried is not None and carried_upto == segment.base_offset:
-            start_state = carried
-            factory = lambda s=start_state: s  # noqa: E731
         else:
-            factory = lambda seg=segment: state_at_segment(partition, seg)  # noqa: E731
-        try:
-            result, state = segment.recover(factory, index_interval_bytes=index_interval_bytes,
-                                            on_batch=batch_sink(segment) if batch_sink is not None else None)
-        except KstoreError as exc:
-            splan.error = exc
-            carried = None
-            if on_segment is not None:
-                on_segment(splan)
-            continue
-        if progress is not None:
-            progress(result.log_size)
-        splan.result = result
-        if state is None and carried is not None and carried_upto == segment.base_offset:
-            state = carried  # unchanged: no transactional batch in this segment
-        if state is not None:
-            plan.final_state = state
-        if state is not None and i + 1 < len(segments):
-            carried, carried_upto = state, segments[i + 1].base_offset
-        else:
-            carried, carried_upto = None, None
-        splan.changes = _changes_for(segment, result)
-        if result.problem is not None and result.truncated_bytes > 0 and plan.damaged is None:
-            plan.damaged = splan
+            next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            _recover_into(plan, splan, carry, next_base, index_interval_bytes, progress, batch_sink)
         if on_segment is not None:
             on_segment(splan)
     if plan.damaged is not None:
         plan.dropped_files = _dropped_after(partition, plan.damaged)
     return plan
+
+
+class _CarriedState:
+    """The producer state carried from one segment to the next, and the base offset it is valid at."""
+
+    __slots__ = ("state", "upto")
+
+    def __init__(self) -> None:
+        self.state: Optional[TxnState] = None
+        self.upto: Optional[int] = None
+
+    def at(self, base_offset: int) -> Optional[TxnState]:
+        return self.state if self.state is not None and self.upto == base_offset else None
+
+
+def _recover_into(plan: PartitionPlan, splan: SegmentPlan, carry: _CarriedState, next_base: Optional[int],
+                  index_interval_bytes: int, progress: Optional[Callable[[int], None]],
+                  batch_sink: Optional[Callable[[Segment], Optional[BatchSink]]]) -> None:
+    """Recover one segment into `splan`, its producer state taken from `carry` (or the snapshot at its
+    base offset, or a replay) and carried on to `next_base`."""
+    segment = splan.segment
+    carried = carry.at(segment.base_offset)
+    if carried is not None:
+        factory = lambda s=carried: s  # noqa: E731
+    else:
+        factory = lambda seg=segment: state_at_segment(plan.partition, seg)  # noqa: E731
+    try:
+        on_batch = batch_sink(segment) if batch_sink is not None else None
+        result, state = segment.recover(factory, index_interval_bytes=index_interval_bytes, on_batch=on_batch)
+    except KstoreError as exc:
+        splan.error = exc
+        carry.state = None
+        return
+    if progress is not None:
+        progress(result.log_size)
+    splan.result = result
+    if state is None and carried is not None:
+        state = carried  # unchanged: no transactional batch in this segment
+    if state is not None:
+        plan.final_state = state
+    if state is not None and next_base is not None:
+        carry.state, carry.upto = state, next_base
+    else:
+        carry.state, carry.upto = None, None
+    splan.changes = _changes_for(segment, result)
+    if result.problem is not None and result.truncated_bytes > 0 and plan.damaged is None:
+        plan.damaged = splan
 
 
 def _dropped_after(partition: Partition, damaged: SegmentPlan) -> List[str]:
