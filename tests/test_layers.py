@@ -51,8 +51,7 @@ def test_the_contracts_are_the_documented_ones() -> None:
     acyclic = contracts["acyclic"]
     assert acyclic["type"] == "acyclic_siblings" and _lines(acyclic["ancestors"]) == ["kstore_cli"]
     assert "depth" not in acyclic and "skip_descendants" not in acyclic  # every level, every package
-    # One known cycle is waived until the LogSegment merge removes it; no other.
-    assert _lines(acyclic.get("ignore_imports", "")) == ["kstore_cli.log.logdir -> kstore_cli.log.log_segment"]
+    assert "ignore_imports" not in acyclic  # no cycle is waived
 
 
 def test_the_package_keeps_every_contract() -> None:

@@ -466,7 +466,7 @@ def _swap_in(partition: Partition, group: List[LogSegment], new: WrittenSegment,
             os.path.basename(p)[len(names.filename_prefix(new.base_offset)):-len(names.CLEANED_SUFFIX)]:
                 file_identity(p) for p in new.files})
         intent.save(partition.path)
-        swap.replace_segments(partition.path, [new.base_offset], [s.segment for s in group], extra=extra)
+        swap.replace_segments(partition.path, [new.base_offset], group, extra=extra)
     except KstoreError:
         # Stopped before the swap began (a full disk, a permission error): remove this group's
         # new files, and the intent if nothing of the pass took effect, leaving the partition as

@@ -114,7 +114,7 @@ def _uncleanable_bound(view: UnifiedLog, config: TopicConfig, producers: Produce
     lag = max(config.get("min.compaction.lag.ms"), 0)
     if lag > 0:
         for seg in view.non_active_from(dirty):
-            if largest_timestamp(seg.segment)[0] > now - lag:  # §7's largestTimestamp
+            if largest_timestamp(seg)[0] > now - lag:  # §7's largestTimestamp
                 bounds.append((seg.base_offset, f"cleaning stops at segment {seg.base_offset}, which has records "
                                                 f"newer than min.compaction.lag.ms {lag},"))
                 break

@@ -4,12 +4,11 @@ Loading follows Kafka's group coordinator (CoordinatorLoaderImpl feeding GroupMe
 OffsetMetadataManager.replay): records in offset order, the latest record per key wins, a null value
 (tombstone) deletes; offset commits in a transactional batch are pending until their producer's
 COMMIT marker applies them (an ABORT marker discards them). Lag is joined from the high watermark
-(replication-offset-checkpoint) and log end offset of partitions found in the same data dirs.
+and log end offset of partitions found in the same data dirs (kstore_cli.log.unified_log.log_offsets).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
@@ -18,10 +17,10 @@ from kstore_cli.parsers.coordinator import _UnknownRecordType, deserialize
 from kstore_cli.parsers.schemas import GROUP_COORDINATOR_RECORDS
 from kstore_cli.parsers.wire import JavaError
 from kstore_cli.record.batch import COMMIT, parse_control_key
-from kstore_cli.log.checkpoint import read_offset_checkpoint
+from kstore_cli.cluster.coordinator import coordinator_batches, partition_for
 from kstore_cli.log.logdir import Partition, coordinator_partitions
-from kstore_cli.record.reader import read_batches
-from kstore_cli.record.text import java_string_hash
+from kstore_cli.log.unified_log import HW_CHECKPOINT, DataDirStates, log_offsets
+from kstore_cli.record.text import java_string_hash  # noqa: F401 - named from here by the tests
 
 OFFSETS_TOPIC = "__consumer_offsets"
 #: offsets.topic.num.partitions default (GroupCoordinatorConfig).
@@ -32,13 +31,6 @@ _OFFSET_COMMIT = (0, 1)
 _GROUP_METADATA = 2
 _CONSUMER_GROUP_METADATA = 3
 _SHARE_GROUP_METADATA = 11
-
-
-def partition_for(group: str, num_partitions: int) -> int:
-    """GroupCoordinator.partitionFor: ``Utils.abs(groupId.hashCode) % numPartitions``."""
-    h = java_string_hash(group)
-    h = 0 if h == -(1 << 31) else abs(h)  # Utils.abs maps Integer.MIN_VALUE to 0
-    return h % num_partitions
 
 
 @dataclass
@@ -108,19 +100,17 @@ class _Loader:
             value["commitTimestamp"])
 
     def load_partition(self, partition: Partition) -> None:
-        for segment in partition.segments:
-            for batch in read_batches(segment.log, check_crc=True):
-                batch.ensure_valid()
-                if batch.is_control:
-                    pending = self.pending.pop(batch.producer_id, [])
-                    for record in batch.records():
-                        if parse_control_key(record.key)[1] == COMMIT:
-                            for args in pending:
-                                self._apply_offset(*args)
-                    continue
-                transactional = batch.is_transactional
+        for path, batch in coordinator_batches(partition):
+            if batch.is_control:
+                pending = self.pending.pop(batch.producer_id, [])
                 for record in batch.records():
-                    self._replay(segment.log, record, transactional, batch.producer_id if transactional else -1)
+                    if parse_control_key(record.key)[1] == COMMIT:
+                        for args in pending:
+                            self._apply_offset(*args)
+                continue
+            transactional = batch.is_transactional
+            for record in batch.records():
+                self._replay(path, record, transactional, batch.producer_id if transactional else -1)
 
     def _replay(self, path: str, record, transactional: bool, producer_id: int) -> None:
         if record.key is None:
@@ -164,16 +154,6 @@ class _Loader:
             group.generation = value.get("Epoch")
 
 
-def _log_end_offset(partition: Partition) -> Optional[int]:
-    for segment in reversed(partition.segments):
-        last = None
-        for batch in read_batches(segment.log):
-            last = batch.next_offset
-        if last is not None:
-            return last
-    return None
-
-
 def load_groups(paths: Iterable[str], *, num_partitions: int = DEFAULT_OFFSETS_PARTITIONS,
                 groups: Optional[List[str]] = None, topics: Optional[List[str]] = None) -> GroupsState:
     """Committed offsets of every group in the ``__consumer_offsets`` partitions under `paths`."""
@@ -199,16 +179,16 @@ def load_groups(paths: Iterable[str], *, num_partitions: int = DEFAULT_OFFSETS_P
 
 
 def _join_log_ends(partitions: List[Partition], state: Dict[str, Group]) -> None:
+    """Each committed offset's partition's log end offset and high watermark, as its broker reports them
+    (:func:`~kstore_cli.log.unified_log.log_offsets`); no high watermark when no checkpoint lists it."""
     wanted = {k for g in state.values() for k in g.offsets}
     by_key = {(p.topic, p.partition): p for p in partitions if (p.topic, p.partition) in wanted}
-    hw_cache: Dict[str, Dict[Tuple[str, int], int]] = {}
+    states = DataDirStates()
     ends: Dict[Tuple[str, int], Tuple[Optional[int], Optional[int]]] = {}
     for key, partition in by_key.items():
-        data_dir = partition.data_dir
-        if data_dir not in hw_cache:
-            path = os.path.join(data_dir, "replication-offset-checkpoint")
-            hw_cache[data_dir] = read_offset_checkpoint(path) if os.path.exists(path) else {}
-        ends[key] = (_log_end_offset(partition), hw_cache[data_dir].get(key))
+        offsets = log_offsets(partition, states[partition.data_dir])
+        listed = offsets.high_watermark_source == HW_CHECKPOINT
+        ends[key] = (offsets.log_end_offset, offsets.high_watermark if listed else None)
     for group in state.values():
         for key, committed in group.offsets.items():
             committed.log_end_offset, committed.high_watermark = ends.get(key, (None, None))

@@ -23,11 +23,10 @@ from typing import Dict, Iterable, List, Optional, Tuple
 from kstore_cli.errors import KstoreError, RecordParseError
 from kstore_cli.parsers.txnlog import STATES, read_transaction_record
 from kstore_cli.log.names import METADATA_LOG_TOPIC
+from kstore_cli.cluster.coordinator import coordinator_batches, partition_for
 from kstore_cli.log.logdir import Partition, coordinator_partitions, topic_matcher
 from kstore_cli.log.producer_state import ProducerStateManager
-from kstore_cli.record.reader import read_batches
-from kstore_cli.record.text import java_string_hash
-from kstore_cli.log.unified_log import DataDirState, log_offsets
+from kstore_cli.log.unified_log import DataDirState, DataDirStates, log_offsets
 
 TRANSACTION_TOPIC = "__transaction_state"
 #: transaction.state.log.num.partitions default (TransactionLogConfig).
@@ -40,12 +39,6 @@ HANGING = "hanging"
 NOT_HANGING = "not hanging"
 UNKNOWN = "unknown"
 TOO_RECENT = "within the timeout"
-
-
-def partition_for(transactional_id: str, num_partitions: int) -> int:
-    """TransactionStateManager.partitionFor: ``Utils.abs(transactionalId.hashCode) % numPartitions``."""
-    h = java_string_hash(transactional_id)
-    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
 
 
 @dataclass
@@ -127,13 +120,11 @@ def _load_coordinator(partitions: List[Partition], num_partitions: int,
                       skipped: List[Tuple[str, int, str]]) -> Dict[str, TransactionMetadata]:
     loaded: Dict[str, TransactionMetadata] = {}
     for partition in partitions:
-        for segment in partition.segments:
-            for batch in read_batches(segment.log, check_crc=True):
-                batch.ensure_valid()
-                if batch.is_control:
-                    continue
-                for record in batch.records():
-                    _replay(loaded, partition, segment.log, record, num_partitions, skipped)
+        for path, batch in coordinator_batches(partition):
+            if batch.is_control:
+                continue
+            for record in batch.records():
+                _replay(loaded, partition, path, record, num_partitions, skipped)
     return loaded
 
 
@@ -205,13 +196,11 @@ def load_transactions(paths: Iterable[str], *, now: int, num_partitions: int = D
     loaded = _load_coordinator(coordinator, num_partitions, skipped)
     missing = [n for n in range(num_partitions) if n not in found]
     by_producer = {m.producer_id: m for m in loaded.values()}
-    states: Dict[str, DataDirState] = {}
+    states = DataDirStates()
     opened: List[OpenTransaction] = []
     data = [p for p in partitions if p.topic not in _INTERNAL and p.partition >= 0
             and not p.name.endswith(("-delete", "-future", "-stray")) and wanted(p.topic)]
     for partition in data:
-        if partition.data_dir not in states:
-            states[partition.data_dir] = DataDirState(partition.data_dir, tolerant=True)
         try:
             found_open = _open_transactions(partition, states[partition.data_dir], now)
         except KstoreError as exc:

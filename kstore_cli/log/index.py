@@ -16,7 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import struct
-from typing import Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
 from kstore_cli.errors import CorruptIndexError
 from kstore_cli.java import MAX_INT32
@@ -86,6 +86,23 @@ class IndexFile:
             f"which is neither positive nor a multiple of {self.entry_size}"
         )
 
+    def is_zero_slot(self, n: int) -> bool:
+        """Whether slot n holds only zeros (an unwritten, preallocated slot)."""
+        size = self.entry_size
+        return self._buf[n * size : (n + 1) * size] == bytes(size)
+
+    def slot_for(self, target: int, *, entries: Optional[int] = None,
+                 on_read: Optional[Callable[[], None]] = None) -> int:
+        """AbstractIndex.largestLowerBoundSlotFor on the entry key (offset or timestamp) over the first
+        `entries` slots (all by default), -1 when every key is above `target`; `on_read` is called for
+        every slot read."""
+        def key(n: int) -> int:
+            if on_read is not None:
+                on_read()
+            return self.entry(n)[0]
+
+        return largest_lower_bound_slot(self.entries if entries is None else entries, self.entry_size, target, key)
+
     def zero_tail_start(self) -> int:
         """Index of the first trailing all-zero slot (== entries when there is none)."""
         size = self.entry_size
@@ -141,7 +158,7 @@ class OffsetIndex(IndexFile):
 
     def lookup(self, target: int) -> Tuple[int, int]:
         """Largest entry with offset <= target, or (base offset, 0): OffsetIndex.lookup."""
-        slot = largest_lower_bound_slot(self, target, lambda n: self.entry(n)[0])
+        slot = self.slot_for(target)
         if slot == -1:
             return self.base_offset, 0
         return self.entry(slot)
@@ -191,15 +208,15 @@ class TimeIndex(IndexFile):
 
     def lookup(self, target_timestamp: int) -> Tuple[int, int]:
         """Largest entry with timestamp <= target, or (-1, base offset): TimeIndex.lookup."""
-        slot = largest_lower_bound_slot(self, target_timestamp, lambda n: self.entry(n)[0])
+        slot = self.slot_for(target_timestamp)
         if slot == -1:
             return -1, self.base_offset
         return self.entry(slot)
 
 
-def largest_lower_bound_slot(index: IndexFile, target: int, key) -> int:
-    """AbstractIndex.largestLowerBoundSlotFor: searches the warm tail first."""
-    entries = index.entries
+def largest_lower_bound_slot(entries: int, entry_size: int, target: int, key: Callable[[int], int]) -> int:
+    """AbstractIndex.largestLowerBoundSlotFor over `entries` slots of `entry_size` bytes: searches the
+    warm tail first."""
     if entries == 0:
         return -1
 
@@ -215,7 +232,7 @@ def largest_lower_bound_slot(index: IndexFile, target: int, key) -> int:
                 return mid
         return lo
 
-    warm = _WARM_BYTES // index.entry_size
+    warm = _WARM_BYTES // entry_size
     first_hot = max(0, entries - 1 - warm)
     if key(first_hot) < target:
         return bsearch(first_hot, entries - 1)

@@ -15,6 +15,7 @@ still be named explicitly as a PATH.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import os
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
@@ -30,6 +31,8 @@ from kstore_cli.log.checkpoint import (
     REPLICATION_OFFSET_CHECKPOINT,
 )
 from kstore_cli.log.fileops import LOCK_FILE, TMP_SUFFIX
+from kstore_cli.log.log_segment import LogSegment, LookupStats, largest_timestamp
+from kstore_cli.record.reader import read_batches
 
 _INDEX_SUFFIXES = (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX)
 _LEFTOVER_SUFFIXES = (names.DELETED_SUFFIX, names.CLEANED_SUFFIX, names.SWAP_SUFFIX, TMP_SUFFIX, ".tmp")
@@ -50,29 +53,8 @@ def _offset_of(name: str) -> Optional[int]:
     return int(head)
 
 
-class Segment:
-    """One segment's files. Paths are None when the file does not exist."""
-
-    __slots__ = ("base_offset", "log", "index", "timeindex", "txnindex")
-
-    def __init__(self, base_offset: int, directory: str) -> None:
-        self.base_offset = base_offset
-        prefix = os.path.join(directory, names.filename_prefix(base_offset))
-        self.log = prefix + names.LOG_SUFFIX
-        self.index: Optional[str] = None
-        self.timeindex: Optional[str] = None
-        self.txnindex: Optional[str] = None
-
-    def path(self, suffix: str) -> str:
-        """The path this segment's file with `suffix` has (or would have)."""
-        return names.sibling(self.log, suffix)
-
-    @property
-    def log_size(self) -> int:
-        return os.path.getsize(self.log)
-
-    def __repr__(self) -> str:
-        return f"Segment({self.base_offset})"
+#: A partition's segment as the directory scan finds it: Kafka's LogSegment.
+Segment = LogSegment
 
 
 class Partition:
@@ -335,108 +317,10 @@ def lock_path(data_dir: str) -> str:
 # --------------------------------------------------------------------------- lookups
 
 
-class LookupStats:
-    """What a lookup read: index bytes, log bytes, and whether indexes were used."""
-
-    __slots__ = ("index_bytes", "log_bytes", "batches_scanned", "segments_scanned", "notes")
-
-    def __init__(self) -> None:
-        self.index_bytes = 0
-        self.log_bytes = 0
-        self.batches_scanned = 0
-        #: Segments read from their first byte because an index was missing or unusable.
-        self.segments_scanned: List[int] = []
-        self.notes: List[str] = []
-
-    @property
-    def used_index(self) -> bool:
-        return not self.segments_scanned
-
-    @property
-    def bytes_read(self) -> int:
-        return self.index_bytes + self.log_bytes
-
-    def copy(self) -> "LookupStats":
-        other = LookupStats()
-        other.index_bytes, other.log_bytes, other.batches_scanned = self.index_bytes, self.log_bytes, self.batches_scanned
-        other.segments_scanned, other.notes = list(self.segments_scanned), list(self.notes)
-        return other
-
-    def to_dict(self) -> dict:
-        return {
-            "bytesRead": self.bytes_read,
-            "indexBytesRead": self.index_bytes,
-            "logBytesRead": self.log_bytes,
-            "batchesScanned": self.batches_scanned,
-            "usedIndex": self.used_index,
-            "scannedSegments": self.segments_scanned,
-            "notes": self.notes,
-        }
-
-
-def open_index(cls, path: Optional[str], base: int, stats: LookupStats):
-    """An index usable for lookups (its zero tail excluded), or None."""
-    if path is None:
-        return None, 0
-    try:
-        index = cls(path, base)
-    except Exception:  # noqa: BLE001 - any unreadable index means "scan instead"
-        return None, 0
-    if index.length % index.entry_size:
-        return None, 0
-    entries = index.entries
-    if entries and index._buf[(entries - 1) * index.entry_size : entries * index.entry_size] == bytes(index.entry_size):
-        # A preallocated (crash-state) index: the zero slots would break the binary search.
-        entries = index.zero_tail_start()
-        stats.index_bytes += (index.entries - entries) * index.entry_size
-        stats.notes.append(f"{os.path.basename(path)}: ignoring {index.entries - entries} preallocated zero slots")
-    return index, entries
-
-
-def _lower_bound_slot(index, entries: int, target: int, key, stats: LookupStats) -> int:
-    """AbstractIndex.largestLowerBoundSlotFor over the first `entries` slots, counting reads."""
-    from kstore_cli.log.index import largest_lower_bound_slot
-
-    class _View:
-        entry_size = index.entry_size
-
-    view = _View()
-    view.entries = entries  # type: ignore[attr-defined]
-
-    def counted(n: int) -> int:
-        stats.index_bytes += index.entry_size
-        return key(n)
-
-    return largest_lower_bound_slot(view, target, counted)  # type: ignore[arg-type]
-
-
-def offset_position(segment: Segment, target: int, stats: LookupStats) -> int:
-    """OffsetIndex.lookup(target).position, or 0 (scan the segment) with no usable index."""
-    from kstore_cli.log.index import OffsetIndex
-
-    index, entries = open_index(OffsetIndex, segment.index, segment.base_offset, stats)
-    if index is None:
-        if segment.base_offset not in stats.segments_scanned:
-            stats.segments_scanned.append(segment.base_offset)
-        return 0
-    slot = _lower_bound_slot(index, entries, target, lambda n: index.entry(n)[0], stats)
-    if slot < 0:
-        return 0
-    position = index.entry(slot)[1]
-    if not 0 <= position <= os.path.getsize(segment.log):
-        # A damaged entry pointing outside the .log: the index is not usable, scan instead.
-        if segment.base_offset not in stats.segments_scanned:
-            stats.segments_scanned.append(segment.base_offset)
-        return 0
-    return position
-
-
 def _records_from(partition: Partition, seg_idx: int, position: int, stats: LookupStats,
                   accept_batch, accept_record):
     """Records (segment, batch, record) from `position` of segment `seg_idx` onward, in log order,
     starting at the first record of an accepted batch that is accepted."""
-    from kstore_cli.record.reader import read_batches
-
     started = False
     for i in range(seg_idx, len(partition.segments)):
         segment = partition.segments[i]
@@ -458,14 +342,12 @@ def _records_from(partition: Partition, seg_idx: int, position: int, stats: Look
 def find_offset(partition: Partition, target: int, stats: Optional[LookupStats] = None):
     """Records from the first one with offset >= target (the segment by base offset, then the
     sparse offset index, then a forward scan: LogSegment.translateOffset)."""
-    import bisect
-
     stats = stats if stats is not None else LookupStats()
     bases = [s.base_offset for s in partition.segments]
     if not bases:
         return iter(())
     i = max(0, bisect.bisect_right(bases, target) - 1)
-    position = offset_position(partition.segments[i], target, stats)
+    position = partition.segments[i].translate_offset(target, stats)
     return _records_from(partition, i, position, stats,
                          lambda b: b.last_offset >= target, lambda r: r.offset >= target)
 
@@ -473,22 +355,11 @@ def find_offset(partition: Partition, target: int, stats: Optional[LookupStats] 
 def find_timestamp(partition: Partition, timestamp: int, stats: Optional[LookupStats] = None):
     """Records from the first one with timestamp >= `timestamp` (fetchOffsetByTimestamp: the first
     segment whose largest timestamp reaches it, its time index, its offset index, a scan)."""
-    from kstore_cli.log.index import TimeIndex
-    from kstore_cli.log.log_segment import largest_timestamp
-
     stats = stats if stats is not None else LookupStats()
     for i, segment in enumerate(partition.segments):
         if largest_timestamp(segment, stats)[0] < timestamp:  # UnifiedLog.fetchOffsetByTimestamp's skip
             continue
-        index, entries = open_index(TimeIndex, segment.timeindex, segment.base_offset, stats)
-        offset = segment.base_offset
-        if index is not None and entries:
-            slot = _lower_bound_slot(index, entries, timestamp, lambda n: index.entry(n)[0], stats)
-            if slot >= 0:
-                offset = index.entry(slot)[1]
-        elif segment.base_offset not in stats.segments_scanned:
-            stats.segments_scanned.append(segment.base_offset)
-        position = offset_position(segment, offset, stats)
+        position = segment.translate_offset(segment.offset_for_timestamp(timestamp, stats), stats)
         return _records_from(partition, i, position, stats,
                              lambda b: b.max_timestamp >= timestamp, lambda r: r.timestamp >= timestamp)
     return iter(())

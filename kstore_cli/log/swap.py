@@ -31,12 +31,11 @@ segment at that offset does); :func:`replace_segments` checks both.
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Set
 
 from kstore_cli.errors import FileUnreadableError, UsageError
 from kstore_cli.log import fileops, names
-from kstore_cli.log.log_segment import read_next_offset
-from kstore_cli.log.logdir import Segment
+from kstore_cli.log.log_segment import LogSegment, read_next_offset
 
 SEGMENT_SUFFIXES = (names.LOG_SUFFIX, names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX)
 
@@ -53,7 +52,7 @@ def _files_of(directory: str, base_offset: int, suffix: str) -> List[str]:
     return [prefix + ext + suffix for ext in SEGMENT_SUFFIXES if os.path.isfile(prefix + ext + suffix)]
 
 
-def _old_files(segment: Segment) -> List[str]:
+def _old_files(segment: LogSegment) -> List[str]:
     return [p for p in (segment.log, segment.index, segment.timeindex, segment.txnindex)
             if p is not None and os.path.isfile(p)]
 
@@ -78,7 +77,37 @@ def stage_extra(path: str, extra: List[str], data: Optional[bytes] = None) -> No
     out.finish()
 
 
-def replace_segments(directory: str, new_bases: Sequence[int], old: Sequence[Segment], *,
+def _check_replacement(directory: str, new_sorted: List[int], old_sorted: List[LogSegment],
+                       old_next_offset: Optional[int], new_next_offset: Optional[int], suffix: str) -> None:
+    """Refuse (usage error) a replacement whose interruption would not resolve to one copy of every record."""
+    if not new_sorted and old_sorted:
+        raise UsageError("refusing to replace segments with nothing", path=directory)
+    if new_sorted and old_sorted:
+        if new_sorted[0] != old_sorted[0].base_offset:
+            raise UsageError(
+                f"the first new segment ({new_sorted[0]}) must keep the first old segment's base offset "
+                f"({old_sorted[0].base_offset}) so that an interrupted swap resolves", path=directory)
+        if old_next_offset is not None and new_next_offset is not None and new_next_offset < old_next_offset:
+            raise UsageError(
+                f"the new segments end at {new_next_offset}, before the old log end {old_next_offset}: "
+                "an interrupted swap would not resolve", path=directory)
+    for base in new_sorted:
+        if not os.path.isfile(os.path.join(directory, names.filename_prefix(base) + names.LOG_SUFFIX + suffix)):
+            raise UsageError(f"no {names.filename_prefix(base)}.log{suffix} to swap in", path=directory)
+
+
+def _extras_by_offset(extra: Sequence[str], suffix: str) -> Dict[int, List[str]]:
+    """The `extra` files to swap in, by their leading offset; a file that is not one is a usage error."""
+    extras: Dict[int, List[str]] = {}
+    for path in extra:
+        offset = _leading_offset(os.path.basename(path))
+        if offset is None or not path.endswith(suffix) or not os.path.isfile(path):
+            raise UsageError(f"not a complete <offset>.<ext>{suffix} file to swap in", path=path)
+        extras.setdefault(offset, []).append(os.path.abspath(path))
+    return extras
+
+
+def replace_segments(directory: str, new_bases: Sequence[int], old: Sequence[LogSegment], *,
                      old_next_offset: Optional[int] = None,
                      new_next_offset: Optional[int] = None,
                      suffix: str = names.CLEANED_SUFFIX, extra: Sequence[str] = ()) -> ReplaceReport:
@@ -96,26 +125,8 @@ def replace_segments(directory: str, new_bases: Sequence[int], old: Sequence[Seg
     report = ReplaceReport()
     new_sorted = sorted(set(new_bases))
     old_sorted = sorted(old, key=lambda s: s.base_offset)
-    if not new_sorted and old_sorted:
-        raise UsageError("refusing to replace segments with nothing", path=directory)
-    if new_sorted and old_sorted:
-        if new_sorted[0] != old_sorted[0].base_offset:
-            raise UsageError(
-                f"the first new segment ({new_sorted[0]}) must keep the first old segment's base offset "
-                f"({old_sorted[0].base_offset}) so that an interrupted swap resolves", path=directory)
-        if old_next_offset is not None and new_next_offset is not None and new_next_offset < old_next_offset:
-            raise UsageError(
-                f"the new segments end at {new_next_offset}, before the old log end {old_next_offset}: "
-                "an interrupted swap would not resolve", path=directory)
-    for base in new_sorted:
-        if not os.path.isfile(os.path.join(directory, names.filename_prefix(base) + names.LOG_SUFFIX + suffix)):
-            raise UsageError(f"no {names.filename_prefix(base)}.log{suffix} to swap in", path=directory)
-    extras: Dict[int, List[str]] = {}
-    for path in extra:
-        offset = _leading_offset(os.path.basename(path))
-        if offset is None or not path.endswith(suffix) or not os.path.isfile(path):
-            raise UsageError(f"not a complete <offset>.<ext>{suffix} file to swap in", path=path)
-        extras.setdefault(offset, []).append(os.path.abspath(path))
+    _check_replacement(directory, new_sorted, old_sorted, old_next_offset, new_next_offset, suffix)
+    extras = _extras_by_offset(extra, suffix)
     offsets = sorted(set(new_sorted) | set(extras))
 
     def swap_set(offset: int, sfx: str) -> List[str]:
@@ -194,43 +205,17 @@ def resolve_leftovers(partition_dir: str, *, dry_run: bool = False) -> LeftoverR
 
     gone = set()
     for name in regular:
-        if name.endswith(fileops.TMP_SUFFIX):
-            delete(name)
-            gone.add(name)
-        elif name.endswith(names.DELETED_SUFFIX) and not name.endswith(".checkpoint" + names.DELETED_SUFFIX):
+        if name.endswith(fileops.TMP_SUFFIX) or (
+                name.endswith(names.DELETED_SUFFIX) and not name.endswith(".checkpoint" + names.DELETED_SUFFIX)):
             delete(name)
             gone.add(name)
     cleaned = [n for n in regular if n.endswith(names.CLEANED_SUFFIX) and n not in gone]
     swaps = [n for n in regular if n.endswith(names.SWAP_SUFFIX) and n not in gone]
     if cleaned:
-        offsets = [o for o in (_leading_offset(n) for n in cleaned) if o is not None]
-        min_cleaned = min(offsets) if offsets else None
-        kept = []
-        for name in swaps:
-            offset = _leading_offset(name)
-            if min_cleaned is not None and offset is not None and offset >= min_cleaned:
-                delete(name)
-                gone.add(name)
-            else:
-                kept.append(name)
-        swaps = kept
-        for name in cleaned:
-            delete(name)
-            gone.add(name)
+        swaps = _roll_back(cleaned, swaps, delete, gone)
         report.outcome = "rolled-back"
     if swaps:
-        log_swaps = [n for n in swaps if n.endswith(names.LOG_SUFFIX + names.SWAP_SUFFIX)]
-        bases: Dict[str, int] = {n: _leading_offset(n) for n in log_swaps if _leading_offset(n) is not None}
-        if bases:
-            min_swap = min(bases.values())
-            max_swap = max(read_next_offset(os.path.join(directory, n), b) for n, b in bases.items())
-            for name in regular:
-                if name in gone or name.endswith(names.SWAP_SUFFIX):
-                    continue
-                offset = _leading_offset(name)
-                if offset is not None and min_swap <= offset < max_swap:
-                    delete(name)
-                    gone.add(name)
+        _complete_swap(directory, regular, swaps, delete, gone)
         for name in swaps:
             src = os.path.join(directory, name)
             dst = src[: -len(names.SWAP_SUFFIX)]
@@ -243,3 +228,42 @@ def resolve_leftovers(partition_dir: str, *, dry_run: bool = False) -> LeftoverR
     if report.changed and not dry_run:
         fileops.fsync_dir(directory)
     return report
+
+
+def _roll_back(cleaned: List[str], swaps: List[str], delete: Callable[[str], None], gone: Set[str]) -> List[str]:
+    """LogLoader's rollback of a replacement interrupted before its .swap files were complete: every
+    ``.swap`` at or above the smallest ``.cleaned`` offset and every ``.cleaned`` deleted. Returns the
+    ``.swap`` files kept."""
+    offsets = [o for o in (_leading_offset(n) for n in cleaned) if o is not None]
+    min_cleaned = min(offsets) if offsets else None
+    kept = []
+    for name in swaps:
+        offset = _leading_offset(name)
+        if min_cleaned is not None and offset is not None and offset >= min_cleaned:
+            delete(name)
+            gone.add(name)
+        else:
+            kept.append(name)
+    for name in cleaned:
+        delete(name)
+        gone.add(name)
+    return kept
+
+
+def _complete_swap(directory: str, regular: List[str], swaps: List[str], delete: Callable[[str], None],
+                   gone: Set[str]) -> None:
+    """LogLoader's completion of a swap: every other file whose offset lies in [min swap base, max swap
+    next offset) deleted (the ``.swap`` suffix is stripped by the caller)."""
+    log_swaps = [n for n in swaps if n.endswith(names.LOG_SUFFIX + names.SWAP_SUFFIX)]
+    bases: Dict[str, int] = {n: _leading_offset(n) for n in log_swaps if _leading_offset(n) is not None}
+    if not bases:
+        return
+    min_swap = min(bases.values())
+    max_swap = max(read_next_offset(os.path.join(directory, n), b) for n, b in bases.items())
+    for name in regular:
+        if name in gone or name.endswith(names.SWAP_SUFFIX):
+            continue
+        offset = _leading_offset(name)
+        if offset is not None and min_swap <= offset < max_swap:
+            delete(name)
+            gone.add(name)

@@ -66,6 +66,18 @@ class DataDirState:
             return None
 
 
+class DataDirStates:
+    """Each data dir's checkpoints read once, tolerantly: a report goes on past a bad checkpoint."""
+
+    def __init__(self) -> None:
+        self._states: Dict[str, DataDirState] = {}
+
+    def __getitem__(self, data_dir: str) -> DataDirState:
+        if data_dir not in self._states:
+            self._states[data_dir] = DataDirState(data_dir, tolerant=True)
+        return self._states[data_dir]
+
+
 @dataclass(frozen=True)
 class LogOffsets:
     """Log start offset, log end offset and high watermark of a loaded partition, with their sources."""
@@ -80,6 +92,12 @@ class LogOffsets:
         return asdict(self)
 
 
+def log_start_offset(first_base_offset: int, checkpointed: Optional[int]) -> int:
+    """UnifiedLog's log start offset: the log-start-offset-checkpoint entry (None: not listed), never below
+    the first segment's base offset."""
+    return first_base_offset if checkpointed is None else max(first_base_offset, checkpointed)
+
+
 def log_offsets(partition: Partition, state: DataDirState, *, log_end_offset: Optional[int] = None) -> LogOffsets:
     """The offsets a broker would report for `partition` after loading it; `log_end_offset` when the
     caller has already read it (a recovery walk), else the last segment's readNextOffset."""
@@ -89,10 +107,10 @@ def log_offsets(partition: Partition, state: DataDirState, *, log_end_offset: Op
         log_end_offset = read_next_offset(segments[-1].log, segments[-1].base_offset) if segments else 0
     key = (partition.topic, partition.partition)
     checkpointed = state.log_start_offsets.get(key)
+    lso = log_start_offset(first, checkpointed)
     if checkpointed is not None:
-        lso, lso_source = max(first, checkpointed), LSO_CHECKPOINT
+        lso_source = LSO_CHECKPOINT
     else:
-        lso = first
         lso_source = LSO_UNREADABLE if state.log_start_offsets_error is not None else LSO_FIRST_SEGMENT
     if state.high_watermarks is None:
         hw, hw_source = log_end_offset, HW_NO_CHECKPOINT
@@ -109,7 +127,7 @@ class UnifiedLog:
 
     def __init__(self, partition: Partition, state: DataDirState) -> None:
         self.partition = partition
-        self.segments = [LogSegment(s) for s in partition.segments]
+        self.segments = [s.loaded() for s in partition.segments]
         self._bases = [s.base_offset for s in self.segments]
         offsets = log_offsets(partition, state,
                               log_end_offset=self.segments[-1].next_offset if self.segments else 0)

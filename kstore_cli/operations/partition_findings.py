@@ -24,6 +24,7 @@ from kstore_cli.log.checkpoint import (
 from kstore_cli.log.fileops import TMP_SUFFIX
 from kstore_cli.log.logdir import Partition
 from kstore_cli.log.snapshot import read_snapshot
+from kstore_cli.log.unified_log import log_start_offset
 from kstore_cli.operations.startup import (
     ERROR,
     NOTE,
@@ -201,7 +202,7 @@ def _bounds(entries, epochs, leo: int, first_base: Optional[int], add, data_dir:
             "are missing from this replica", "ignore: lowers the high watermark to the log end offset (UnifiedLog.updateHighWatermark)",
             "restore the missing segments, or let this replica refetch from the leader",
             file=os.path.join(data_dir, REPLICATION_OFFSET_CHECKPOINT), offset=hw)
-    start = max(lso or 0, first_base or 0)
+    start = log_start_offset(first_base or 0, lso)
     co = entries.get(CLEANER_OFFSET_CHECKPOINT)
     if co is not None and not start <= co <= leo:
         add(NOTE, "cleaner-offset-out-of-range",

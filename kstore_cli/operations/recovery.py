@@ -1,6 +1,7 @@
 """Kafka's segment recovery (``LogSegment.recover``) and a partition's (``LogLoader.recoverLog``), offline.
 
-One pass over a segment's batches, as recovery walks them:
+One pass over a segment's batches, as recovery walks them (:meth:`LogSegment.recover
+<kstore_cli.log.log_segment.LogSegment.recover>`):
 
 * every batch is checked with ``ensure_valid`` (size and CRC, nothing decompressed) and
   ``ensure_valid_offsets`` (no negative offset, no last offset past Long.MAX_VALUE), and its
@@ -29,18 +30,8 @@ from __future__ import annotations
 import os
 from typing import Callable, List, Optional, Tuple
 
-from kstore_cli.errors import (
-    CorruptDataError,
-    CorruptRecordError,
-    InvalidRecordError,
-    KstoreError,
-)
+from kstore_cli.errors import KstoreError
 from kstore_cli.log import fileops, names
-from kstore_cli.record.batch import (
-    HEADER_SIZE_UP_TO_MAGIC,
-    LOG_OVERHEAD,
-    MAX_INT32,
-)
 from kstore_cli.log.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT,
@@ -52,12 +43,24 @@ from kstore_cli.log.checkpoint import (
     read_leader_epoch_checkpoint,
     read_offset_checkpoint,
 )
-from kstore_cli.log.index import (
-    DEFAULT_INDEX_INTERVAL_BYTES,
-    AbortedTxn,
-    IndexAppendError,
-    SegmentIndexBuilder,
-    pack_aborted_txns,
+from kstore_cli.log.index import DEFAULT_INDEX_INTERVAL_BYTES
+# The tail kinds and results of LogSegment.recover, as the commands and verify name them from here.
+from kstore_cli.log.log_segment import (  # noqa: F401 - BAD_SIZE .. is_zero are named from here
+    BAD_SIZE,
+    CORRUPT_BATCH,
+    INVALID_CONTROL,
+    INVALID_OFFSETS,
+    OFFSET_OVERFLOW,
+    OFFSETS_NOT_INCREASING,
+    PARTIAL_BATCH,
+    SHORT_TAIL,
+    TRUNCATABLE,
+    ZERO_TAIL,
+    BatchSink,
+    RecoveryResult,
+    TailProblem,
+    is_zero,
+    recover_log,
 )
 from kstore_cli.log.logdir import Partition, Segment
 from kstore_cli.log.producer_state import TxnState, state_at_segment
@@ -73,147 +76,8 @@ from kstore_cli.operations.quarantine import (
     tidy_quarantine,
     write_manifest,
 )
-from kstore_cli.record.reader import RELEASE_EVERY, release_pages, map_file, read_batches
-
-# Kinds of trouble found where the valid data of a segment ends.
-ZERO_TAIL = "zero-filled-tail"  # preallocated (or sparse) zeros: not corruption
-PARTIAL_BATCH = "partial-batch"  # the last batch runs past the end of the file
-SHORT_TAIL = "short-tail"  # fewer bytes than a batch header
-BAD_SIZE = "bad-size"  # a size field below 14 (LegacyRecord.RECORD_OVERHEAD_V0)
-CORRUPT_BATCH = "corrupt-batch"  # ensureValid failed: CRC mismatch or a too-small batch
-INVALID_CONTROL = "invalid-control-record"  # a transaction marker that does not parse
-INVALID_OFFSETS = "invalid-offsets"  # a CRC-valid header whose offsets Kafka rejects (negative, past Long.MAX_VALUE)
-# Not cut by Kafka's recovery (it raises instead), so never cut by kstore either.
-OFFSET_OVERFLOW = "offset-overflow"  # LogSegmentOffsetOverflowException: Kafka splits the segment
-OFFSETS_NOT_INCREASING = "offsets-not-increasing"  # InvalidOffsetException: Kafka empties the segment
-
-#: Kinds Kafka's recovery fixes by truncating the .log.
-TRUNCATABLE = frozenset({ZERO_TAIL, PARTIAL_BATCH, SHORT_TAIL, BAD_SIZE, CORRUPT_BATCH, INVALID_CONTROL,
-                         INVALID_OFFSETS})
-
-_ZERO_CHUNK = bytes(1 << 20)
-
-
-def is_zero(buf: memoryview, start: int, end: int) -> bool:
-    """Whether bytes [start, end) of buf are all zero.
-
-    A preallocated segment is mostly zeros: pages of a mapped file are released as they are checked
-    (else all of them would count in RSS), and each 1 MiB is copied out to be compared with memcmp
-    (comparing a memoryview goes item by item, ~10 times slower).
-    """
-    pos = start
-    released = start
-    while pos < end:
-        n = min(end - pos, len(_ZERO_CHUNK))
-        if bytes(buf[pos : pos + n]) != _ZERO_CHUNK[:n]:
-            return False
-        pos += n
-        if pos - released >= RELEASE_EVERY:
-            release_pages(buf, released, pos)
-            released = pos
-    return True
-
 
 # --------------------------------------------------------------------------- one segment
-
-
-class TailProblem:
-    """Where a segment's valid data ends and what was found there."""
-
-    __slots__ = ("kind", "position", "message", "tail_bytes")
-
-    def __init__(self, kind: str, position: int, message: str, tail_bytes: int) -> None:
-        self.kind = kind
-        self.position = position
-        self.message = message
-        self.tail_bytes = tail_bytes
-
-    @property
-    def truncatable(self) -> bool:
-        """Whether Kafka's recovery fixes this by cutting the .log at `position`."""
-        return self.kind in TRUNCATABLE
-
-    @property
-    def is_corruption(self) -> bool:
-        return self.kind != ZERO_TAIL
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "position": self.position, "tailBytes": self.tail_bytes, "message": self.message}
-
-    def __repr__(self) -> str:
-        return f"TailProblem({self.kind}, position={self.position}, tail_bytes={self.tail_bytes})"
-
-
-#: Called with each batch recovery accepts: (position, base offset or None for a legacy entry, last offset,
-#: max timestamp). Nothing per batch is kept by recovery itself: a 1 GiB segment can hold millions.
-BatchSink = Callable[[int, Optional[int], int, int], None]
-
-
-class RecoveryResult:
-    """What LogSegment.recover would leave for one segment."""
-
-    def __init__(self, base_offset: int, path: Optional[str], log_size: int) -> None:
-        self.base_offset = base_offset
-        self.path = path
-        self.log_size = log_size
-        self.valid_bytes = 0
-        self.problem: Optional[TailProblem] = None
-        self.batches = 0
-        self.records_known = 0  # v2 record counts (legacy counts need decompression)
-        self.first_offset: Optional[int] = None
-        self.last_offset: Optional[int] = None
-        self.max_timestamp = -1
-        self.min_timestamp: Optional[int] = None
-        self.magics: set = set()
-        self.codecs: set = set()
-        self.producer_ids: set = set()
-        self.aborted: List[AbortedTxn] = []
-        self.index_bytes = b""
-        self.timeindex_bytes = b""
-        self.offset_of_max_timestamp = base_offset
-
-    @property
-    def truncated_bytes(self) -> int:
-        """Bytes Kafka's recovery would cut from the .log (0 when the problem is not cut)."""
-        if self.problem is not None and not self.problem.truncatable:
-            return 0
-        return self.log_size - self.valid_bytes
-
-    @property
-    def next_offset(self) -> int:
-        return self.base_offset if self.last_offset is None else self.last_offset + 1
-
-    @property
-    def txnindex_bytes(self) -> bytes:
-        return pack_aborted_txns(self.aborted)
-
-    def __repr__(self) -> str:
-        return (
-            f"RecoveryResult(base_offset={self.base_offset}, valid_bytes={self.valid_bytes}, "
-            f"truncated_bytes={self.truncated_bytes}, problem={self.problem})"
-        )
-
-
-def _classify_tail(buf: memoryview, valid: int, size: int, exc: Optional[KstoreError], kind: Optional[str]) -> TailProblem:
-    tail = size - valid
-    if kind in (OFFSET_OVERFLOW, OFFSETS_NOT_INCREASING):
-        return TailProblem(kind, valid, str(exc.message if exc else ""), tail)
-    if is_zero(buf, valid, size):
-        return TailProblem(
-            ZERO_TAIL, valid,
-            f"{tail} zero bytes from byte {valid} to the end: a preallocated (or never written) tail, not corruption",
-            tail,
-        )
-    if kind is not None:
-        return TailProblem(kind, valid, exc.message if exc is not None else kind, tail)
-    if tail <= HEADER_SIZE_UP_TO_MAGIC:
-        return TailProblem(SHORT_TAIL, valid, f"{tail} trailing bytes, too few for a batch header", tail)
-    declared = int.from_bytes(buf[valid + 8 : valid + 12], "big", signed=True)
-    return TailProblem(
-        PARTIAL_BATCH, valid,
-        f"partial batch: the entry at byte {valid} declares {declared + LOG_OVERHEAD} bytes but only {tail} remain",
-        tail,
-    )
 
 
 def recover_segment(
@@ -225,120 +89,10 @@ def recover_segment(
     path: Optional[str] = None,
     on_batch: Optional[BatchSink] = None,
 ) -> Tuple[RecoveryResult, Optional[TxnState]]:
-    """Run LogSegment.recover over one segment (a path or a buffer), in memory.
-
-    `txn_state` is called (at most once, at the first transactional or control
-    batch with a producer id) for the producer state at the segment's base
-    offset; it may also be omitted when there are no transactions. `on_batch`
-    sees every batch recovery accepts, in file order. Returns the result and
-    the producer state at the end of the valid data (None when the segment
-    never needed it).
-    """
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        buf = memoryview(source)
-    else:
-        path = os.fspath(source) if path is None else path
-        buf = map_file(source)
-    size = len(buf)
-    result = RecoveryResult(base_offset, path, size)
-    builder = SegmentIndexBuilder(base_offset, index_interval_bytes, path)
-    state, exc, kind = _recover_batches(buf, result, builder, txn_state, on_batch)
-    if result.valid_bytes < size or kind in (OFFSET_OVERFLOW, OFFSETS_NOT_INCREASING):
-        result.problem = _classify_tail(buf, result.valid_bytes, size, exc, kind)
-    builder.finish()
-    result.max_timestamp = builder.max_timestamp
-    result.offset_of_max_timestamp = builder.offset_of_max_timestamp
-    result.index_bytes = builder.offset_index_bytes()
-    result.timeindex_bytes = builder.time_index_bytes()
-    return result, state
-
-
-def _offset_overflow(batch, base_offset: int, path: Optional[str]) -> CorruptDataError:
-    return CorruptDataError(
-        f"Detected offset overflow at offset {batch.last_offset} in segment with base offset {base_offset}: "
-        "Kafka splits such a segment (LogSegmentOffsetOverflowException); kstore does not",
-        path=path, position=batch.position,
-    )
-
-
-def _recover_batches(
-    buf: memoryview,
-    result: RecoveryResult,
-    builder: SegmentIndexBuilder,
-    txn_state: Optional[Callable[[], TxnState]],
-    on_batch: Optional[BatchSink],
-) -> Tuple[Optional[TxnState], Optional[KstoreError], Optional[str]]:
-    """LogSegment.recover's loop: each batch validated, indexed and applied to the producer state, up to
-    the first that fails. Fills `result`'s scan fields; returns the producer state (None when never
-    needed) and the error that ended the walk with its kind (None, None at the end of the file)."""
-    base_offset = result.base_offset
-    path = result.path
-    state: Optional[TxnState] = None
-    exc: Optional[KstoreError] = None
-    kind: Optional[str] = None
-    magics, codecs, pids = result.magics, result.codecs, result.producer_ids
-    recovered_batch = builder.recovered_batch
-    valid = n = records = 0
-    first_offset = last_offset = min_ts = None
-    try:
-        for batch in read_batches(buf, path=path, check_crc=True):
-            try:
-                batch.ensure_valid()
-                batch.ensure_valid_offsets()
-            except CorruptRecordError as e:
-                exc, kind = e, CORRUPT_BATCH
-                break
-            except InvalidRecordError as e:
-                # LogSegment.recover truncates at an InvalidRecordException as at a CRC failure.
-                exc, kind = e, INVALID_OFFSETS
-                break
-            last = batch.last_offset
-            if last - base_offset < 0 or last - base_offset > MAX_INT32:
-                exc, kind = _offset_overflow(batch, base_offset, path), OFFSET_OVERFLOW
-                break
-            position = batch.position
-            max_ts = batch.max_timestamp
-            try:
-                recovered_batch(position, batch.size, last, max_ts)
-            except IndexAppendError as e:
-                exc, kind = e, OFFSETS_NOT_INCREASING
-                break
-            valid = position + batch.size
-            magic = batch.magic
-            magics.add(magic)
-            codecs.add(batch.compression)
-            if first_offset is None:
-                try:
-                    first_offset = batch.base_offset  # a legacy wrapper decompresses here, once
-                except KstoreError:
-                    first_offset = last
-            last_offset = last
-            if max_ts >= 0 and (min_ts is None or max_ts < min_ts):
-                min_ts = max_ts
-            n += 1
-            if on_batch is not None:
-                on_batch(position, batch.base_offset if magic >= 2 else None, last, max_ts)
-            if magic >= 2:
-                records += batch.count
-                pid = batch.producer_id
-                if pid >= 0:
-                    pids.add(pid)
-                    if state is None and (batch.is_transactional or batch.is_control):
-                        state = txn_state() if txn_state is not None else TxnState()
-                    if state is not None:
-                        try:
-                            aborted = state.update(batch)
-                        except (InvalidRecordError, CorruptDataError) as e:
-                            # Kafka counted the batch as valid before updating producer state.
-                            exc, kind = e, INVALID_CONTROL
-                            break
-                        if aborted is not None:
-                            result.aborted.append(aborted)
-    except CorruptRecordError as e:  # a size field below 14
-        exc, kind = e, BAD_SIZE
-    result.valid_bytes, result.batches, result.records_known = valid, n, records
-    result.first_offset, result.last_offset, result.min_timestamp = first_offset, last_offset, min_ts
-    return state, exc, kind
+    """LogSegment.recover (:func:`~kstore_cli.log.log_segment.recover_log`) over a path or a buffer, the
+    producer state taken from `txn_state` (none needed: a fresh TxnState)."""
+    return recover_log(source, base_offset, txn_state or TxnState, index_interval_bytes=index_interval_bytes,
+                       path=path, on_batch=on_batch)
 
 
 # --------------------------------------------------------------------------- a partition
@@ -474,54 +228,69 @@ def plan_partition(
     """
     plan = PartitionPlan(partition)
     segments = partition.segments
-    carried: Optional[TxnState] = None
-    carried_upto: Optional[int] = None  # base offset of the segment the carried state is valid for
+    carry = _CarriedState()
     for i, segment in enumerate(segments):
         if only is not None and segment.base_offset != only:
             continue
-        is_last = i == len(segments) - 1
-        splan = SegmentPlan(segment, None, is_last)
+        splan = SegmentPlan(segment, None, i == len(segments) - 1)
         plan.segments.append(splan)
         if plan.damaged is not None and stop_at_damage:
             splan.skipped = f"after the damaged segment {plan.damaged.segment.base_offset}, which Kafka's recovery cuts"
-            if on_segment is not None:
-                on_segment(splan)
-            continue
-        if carried is not None and carried_upto == segment.base_offset:
-            start_state = carried
-            factory = lambda s=start_state: s  # noqa: E731
         else:
-            factory = lambda seg=segment: state_at_segment(partition, seg)  # noqa: E731
-        try:
-            result, state = recover_segment(
-                segment.log, segment.base_offset, index_interval_bytes=index_interval_bytes,
-                txn_state=factory, on_batch=batch_sink(segment) if batch_sink is not None else None,
-            )
-        except KstoreError as exc:
-            splan.error = exc
-            carried = None
-            if on_segment is not None:
-                on_segment(splan)
-            continue
-        if progress is not None:
-            progress(result.log_size)
-        splan.result = result
-        if state is None and carried is not None and carried_upto == segment.base_offset:
-            state = carried  # unchanged: no transactional batch in this segment
-        if state is not None:
-            plan.final_state = state
-        if state is not None and i + 1 < len(segments):
-            carried, carried_upto = state, segments[i + 1].base_offset
-        else:
-            carried, carried_upto = None, None
-        splan.changes = _changes_for(segment, result)
-        if result.problem is not None and result.truncated_bytes > 0 and plan.damaged is None:
-            plan.damaged = splan
+            next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            _recover_into(plan, splan, carry, next_base, index_interval_bytes, progress, batch_sink)
         if on_segment is not None:
             on_segment(splan)
     if plan.damaged is not None:
         plan.dropped_files = _dropped_after(partition, plan.damaged)
     return plan
+
+
+class _CarriedState:
+    """The producer state carried from one segment to the next, and the base offset it is valid at."""
+
+    __slots__ = ("state", "upto")
+
+    def __init__(self) -> None:
+        self.state: Optional[TxnState] = None
+        self.upto: Optional[int] = None
+
+    def at(self, base_offset: int) -> Optional[TxnState]:
+        return self.state if self.state is not None and self.upto == base_offset else None
+
+
+def _recover_into(plan: PartitionPlan, splan: SegmentPlan, carry: _CarriedState, next_base: Optional[int],
+                  index_interval_bytes: int, progress: Optional[Callable[[int], None]],
+                  batch_sink: Optional[Callable[[Segment], Optional[BatchSink]]]) -> None:
+    """Recover one segment into `splan`, its producer state taken from `carry` (or the snapshot at its
+    base offset, or a replay) and carried on to `next_base`."""
+    segment = splan.segment
+    carried = carry.at(segment.base_offset)
+    if carried is not None:
+        factory = lambda s=carried: s  # noqa: E731
+    else:
+        factory = lambda seg=segment: state_at_segment(plan.partition, seg)  # noqa: E731
+    try:
+        on_batch = batch_sink(segment) if batch_sink is not None else None
+        result, state = segment.recover(factory, index_interval_bytes=index_interval_bytes, on_batch=on_batch)
+    except KstoreError as exc:
+        splan.error = exc
+        carry.state = None
+        return
+    if progress is not None:
+        progress(result.log_size)
+    splan.result = result
+    if state is None and carried is not None:
+        state = carried  # unchanged: no transactional batch in this segment
+    if state is not None:
+        plan.final_state = state
+    if state is not None and next_base is not None:
+        carry.state, carry.upto = state, next_base
+    else:
+        carry.state, carry.upto = None, None
+    splan.changes = _changes_for(segment, result)
+    if result.problem is not None and result.truncated_bytes > 0 and plan.damaged is None:
+        plan.damaged = splan
 
 
 def _dropped_after(partition: Partition, damaged: SegmentPlan) -> List[str]:

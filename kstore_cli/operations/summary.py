@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from kstore_cli.codecs import CODEC_NAMES
 from kstore_cli.log.logdir import Partition
 from kstore_cli.operations.verify import ERROR, verify_partition
-from kstore_cli.log.unified_log import DataDirState, log_offsets
+from kstore_cli.log.unified_log import DataDirStates, log_offsets  # noqa: F401 - inspect names DataDirStates here
 
 
 @dataclass
@@ -61,18 +61,6 @@ class PartitionSummary:
             "indexHealth": self.index_health, "problems": self.problems, "notes": self.notes,
             "leftoverFiles": self.leftover_files, "orphanIndexes": self.orphan_indexes,
         }
-
-
-class DataDirStates:
-    """Each data dir's checkpoints read once, tolerantly: a report goes on past a bad checkpoint."""
-
-    def __init__(self) -> None:
-        self._states: Dict[str, DataDirState] = {}
-
-    def __getitem__(self, data_dir: str) -> DataDirState:
-        if data_dir not in self._states:
-            self._states[data_dir] = DataDirState(data_dir, tolerant=True)
-        return self._states[data_dir]
 
 
 def summarize_partition(partition: Partition, states: DataDirStates,

@@ -35,7 +35,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from kstore_cli.errors import KstoreError, UsageError
 from kstore_cli.log import fileops, logdir
 from kstore_cli.log.index import OffsetIndex, TransactionIndex
-from kstore_cli.log.log_segment import max_timestamp_so_far
+from kstore_cli.log.log_segment import max_timestamp_so_far, open_index
 from kstore_cli.log.logdir import LookupStats, Partition, Segment
 from kstore_cli.record.reader import read_batches
 from kstore_cli.spark.options import EARLIEST, LATEST, OffsetSpec, ReadOptions, is_internal
@@ -310,7 +310,7 @@ def _open_transactions(partition: Partition, _stats: LookupStats) -> Dict[int, i
 
 def _usable_offset_index(segment: Segment, stats: LookupStats) -> List[Tuple[int, int]]:
     """(offset, position) entries of the segment's .index, without a preallocated zero tail."""
-    index, entries = logdir.open_index(OffsetIndex, segment.index, segment.base_offset, stats)
+    index, entries = open_index(OffsetIndex, segment.index, segment.base_offset, stats)
     if index is None:
         return []
     stats.index_bytes += entries * index.entry_size
