@@ -36,6 +36,7 @@ from kstore_cli.log.checkpoint import (
 from kstore_cli.log.logdir import Partition, Segment
 from kstore_cli.log.producer_state import ProducerStateManager
 from kstore_cli.record.reader import iterate_source, map_file
+from kstore_cli.record.wire import LOG_ENTRY_PREFIX, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
 from kstore_cli.operations.quarantine import (
     MANIFEST,
     default_quarantine_root,
@@ -49,11 +50,11 @@ from kstore_cli.operations.quarantine import (
 )
 from kstore_cli.operations.recovery import apply_plan, checkpoint_changes, is_zero, plan_partition
 
-_PREFIX = struct.Struct(">qiib")  # base offset, length, leader epoch, magic
+_PREFIX = LOG_ENTRY_PREFIX  # base offset, length, leader epoch, magic
 _LENGTH = struct.Struct(">i")
 _CRC = struct.Struct(">I")
 _MIN_ENTRY = 14  # LegacyRecord.RECORD_OVERHEAD_V0
-_V2_MIN = 61 - 12  # a v2 batch's length field covers at least its header after the length
+_V2_MIN = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD  # the smallest length field of a v2 batch (its header after it)
 _MAX_OFFSET_JUMP = 1 << 31  # a batch's offsets are relative to its segment's base offset (int32)
 
 DAMAGE = "damaged"

@@ -33,82 +33,29 @@ from kstore_cli.errors import InvalidRecordError
 from kstore_cli.java import MAX_INT32, MAX_INT64, MIN_INT64
 from kstore_cli.record.crc import crc32c
 from kstore_cli.record._decode_common import (
-    HEADER_SIZE_UP_TO_MAGIC,
-    LOG_OVERHEAD,
-    RECORD_OVERHEAD_V0,
     SCAN_END,
     SCAN_MORE,
     SCAN_OTHER,
-    V2_CRC_POS,
-    V2_CRC_START,
-    V2_HEADER,
-    V2_HEADER_SIZE,
     BatchHead,
     LegacyEntry,
     V2Record,
     _Underflow,
     increment_sequence,
 )
-
-
-def read_varint(buf: "bytes | memoryview", pos: int, end: int) -> Tuple[int, int]:
-    """A zigzag varint (at most 5 bytes) at pos: (value, next position)."""
-    value = 0
-    shift = 0
-    i = 0
-    while True:
-        if pos >= end:
-            raise _Underflow
-        b = buf[pos]
-        pos += 1
-        if i == 4:
-            if b & 0x80:
-                raise InvalidRecordError(
-                    "Varint is too long, the most significant bit in the 5th byte is set, "
-                    f"converted value: {((value | (b << shift)) & 0xFFFFFFFF):x}"
-                )
-            value |= b << shift
-            value &= 0xFFFFFFFF  # bits past 31 are silently dropped, as in Kafka
-            break
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-        i += 1
-    return (value >> 1) ^ -(value & 1), pos
-
-
-def read_varlong(buf: "bytes | memoryview", pos: int, end: int) -> Tuple[int, int]:
-    """A zigzag varlong (at most 10 bytes) at pos: (value, next position)."""
-    value = 0
-    shift = 0
-    while True:
-        if pos >= end:
-            raise _Underflow
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise InvalidRecordError(
-                "Varlong is too long, most significant bit in the 10th byte is set, "
-                f"converted value: {value & 0xFFFFFFFFFFFFFFFF:x}"
-            )
-    value &= 0xFFFFFFFFFFFFFFFF
-    result = (value >> 1) ^ -(value & 1)
-    return result, pos
-
-
-def size_of_varint(value: int) -> int:
-    """Bytes needed for value as a zigzag varint."""
-    v = ((value << 1) ^ (value >> 31)) & 0xFFFFFFFF
-    n = 1
-    while v >= 0x80:
-        v >>= 7
-        n += 1
-    return n
+from kstore_cli.record.wire import (  # noqa: F401 - read_varint, read_varlong, size_of_varint: this twin's
+    HEADER_SIZE_UP_TO_MAGIC,
+    LOG_ENTRY_HEADER,
+    LOG_ENTRY_PREFIX,
+    LOG_OVERHEAD,
+    RECORD_OVERHEAD_V0,
+    V2_CRC_POS,
+    V2_CRC_START,
+    V2_HEADER,
+    V2_HEADER_SIZE,
+    read_varint,
+    read_varlong,
+    size_of_varint,
+)
 
 
 def decode_v2_records(buf: "bytes | memoryview", pos: int, end: int, count: int) -> List[V2Record]:
@@ -198,7 +145,7 @@ def decode_legacy_message(buf: "bytes | memoryview", pos: int, end: int) -> Opti
     """
     if end - pos < LOG_OVERHEAD:
         return None
-    offset, size = struct.unpack_from(">qi", buf, pos)
+    offset, size = LOG_ENTRY_HEADER.unpack_from(buf, pos)
     if size < RECORD_OVERHEAD_V0:
         raise InvalidRecordError(f"Record size {size} is less than the minimum record overhead ({RECORD_OVERHEAD_V0})")
     msg = pos + LOG_OVERHEAD
@@ -238,7 +185,6 @@ def decode_legacy_message(buf: "bytes | memoryview", pos: int, end: int) -> Opti
 
 
 
-_FRAME = struct.Struct(">qiib")  # offset, size, (leader epoch | crc), magic
 _UINT32 = struct.Struct(">I")
 
 
@@ -253,7 +199,7 @@ def scan_batches(buf: "bytes | memoryview", pos: int, end: int, max_batches: int
     """
     heads: List[BatchHead] = []
     limit = end - HEADER_SIZE_UP_TO_MAGIC
-    frame = _FRAME.unpack_from
+    frame = LOG_ENTRY_PREFIX.unpack_from
     header = V2_HEADER.unpack_from
     mv = memoryview(buf) if check_crc else None
     while pos < limit:
@@ -486,7 +432,7 @@ def decode_v2_run(buf: "bytes | memoryview", pos: int, end: int, max_rows: int, 
     mv = memoryview(buf)
     status = SCAN_END
     while pos < limit:
-        _offset, size, _x, magic = _FRAME.unpack_from(buf, pos)
+        _offset, size, _x, magic = LOG_ENTRY_PREFIX.unpack_from(buf, pos)
         entry_end = pos + LOG_OVERHEAD + size
         if size < RECORD_OVERHEAD_V0 or entry_end > end or magic != 2 or entry_end - pos < V2_HEADER_SIZE:
             status = SCAN_OTHER
