@@ -1,8 +1,8 @@
 """What both record-decoder twins share: the underflow signal, the tuple shapes, the scan statuses.
 
 The twins (:mod:`._decode_py`, pure Python, and the C extension ``_decode_c``) must raise the
-same classes with the same messages; the classes live here (and in :mod:`kstore_cli.errors`)
-so that both import the very same objects.
+same classes with the same messages: both take the underflow signal from here (it is :mod:`.wire`'s)
+and the errors from :mod:`kstore_cli.errors`, so that they use the very same objects.
 """
 
 from __future__ import annotations

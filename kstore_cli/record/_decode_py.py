@@ -63,18 +63,14 @@ def decode_v2_records(buf: "bytes | memoryview", pos: int, end: int, count: int)
     records: List[V2Record] = []
     append = records.append
     for _ in range(count):
-        if pos >= end:
-            raise InvalidRecordError("Incorrect declared batch size, premature EOF reached")
         try:
-            length, body = read_varint(buf, pos, end)
+            length, body = read_varint(buf, pos, end)  # (Underflow at pos >= end too)
         except _Underflow:
             raise InvalidRecordError("Incorrect declared batch size, premature EOF reached") from None
         record_end = body + length
         if length < 0 or record_end > end:
-            raise InvalidRecordError(
-                f"Invalid record size: expected {length} bytes in record payload, "
-                f"but instead the buffer has only {end - body} remaining bytes."
-            )
+            raise _size_error(f"expected {length} bytes in record payload, but instead the buffer has only "
+                              f"{end - body} remaining bytes.")
         try:
             p = body + 1  # attributes: unused
             timestamp_delta, p = read_varlong(buf, p, end)
@@ -92,13 +88,8 @@ def decode_v2_records(buf: "bytes | memoryview", pos: int, end: int, count: int)
             else:
                 p += value_len
             header_count, p = read_varint(buf, p, end)
-            if header_count < 0:
-                raise InvalidRecordError(f"Found invalid number of record headers {header_count}")
-            if header_count > end - p:
-                raise InvalidRecordError(
-                    f"Found invalid number of record headers. {header_count} is larger than "
-                    "the remaining size of the buffer"
-                )
+            if header_count < 0 or header_count > end - p:
+                raise _header_count_error(header_count)
             headers: tuple = ()
             if header_count:
                 hs = []
@@ -106,8 +97,7 @@ def decode_v2_records(buf: "bytes | memoryview", pos: int, end: int, count: int)
                     hk_len, p = read_varint(buf, p, end)
                     if hk_len < 0:
                         raise InvalidRecordError(f"Invalid negative header key size {hk_len}")
-                    hk_pos = p
-                    p += hk_len
+                    hk_pos, p = p, p + hk_len
                     hv_len, p = read_varint(buf, p, end)
                     hv_pos = p
                     if hv_len < 0:
@@ -122,15 +112,24 @@ def decode_v2_records(buf: "bytes | memoryview", pos: int, end: int, count: int)
             raise InvalidRecordError("Found invalid record structure") from None
         # Kafka reads the fields from the whole buffer and only then compares sizes.
         if p != record_end:
-            raise InvalidRecordError(
-                f"Invalid record size: expected to read {length} bytes in record payload, "
-                f"but instead read {p - body}"
-            )
+            raise _size_error(f"expected to read {length} bytes in record payload, but instead read {p - body}")
         append((offset_delta, timestamp_delta, record_end - pos, key_pos, key_len, value_pos, value_len, headers))
         pos = record_end
     if pos != end:
         raise InvalidRecordError("Incorrect declared batch size, records still remaining in file")
     return records
+
+
+def _size_error(detail: str) -> InvalidRecordError:
+    return InvalidRecordError(f"Invalid record size: {detail}")
+
+
+def _header_count_error(header_count: int) -> InvalidRecordError:
+    if header_count < 0:
+        return InvalidRecordError(f"Found invalid number of record headers {header_count}")
+    return InvalidRecordError(
+        f"Found invalid number of record headers. {header_count} is larger than the remaining size of the buffer"
+    )
 
 
 _INT32 = struct.Struct(">i")
@@ -424,8 +423,7 @@ def decode_v2_run(buf: "bytes | memoryview", pos: int, end: int, max_rows: int, 
     header, header key, header value); header_ends counts headers: row i's headers are
     ``header_ends[i-1]:header_ends[i]``. Without with_headers the header buffers are empty.
     """
-    cols = [array("q"), array("q"), array("i"), array("i"), bytearray(), bytearray(), array("i"), bytearray(),
-            bytearray(), array("i"), array("i"), bytearray(), array("i"), bytearray(), bytearray()]
+    cols = _run_columns()
     ends = list(bases)
     n = batches = used = 0
     limit = end - HEADER_SIZE_UP_TO_MAGIC
@@ -442,17 +440,10 @@ def decode_v2_run(buf: "bytes | memoryview", pos: int, end: int, max_rows: int, 
         if n and (n + count > max_rows or used + entry_end - pos > max_bytes):
             status = SCAN_MORE
             break
-        if ((check_crc and crc != crc32c(mv[pos + V2_CRC_START : entry_end])) or attributes & 0x27
-                or (stop_transactional and attributes & 0x10) or count <= 0):
-            status = SCAN_OTHER
-            break
-        try:
-            records = decode_v2_records(buf, pos + V2_HEADER_SIZE, entry_end, count)
-        except InvalidRecordError:
-            status = SCAN_OTHER
-            break
-        staged = _stage_batch(mv, records, base_offset, base_ts, max_ts if attributes & 0x08 else None,
-                              min_offset, end_offset, with_headers, ends)
+        records = _plain_records(buf, mv, pos, entry_end, crc, attributes, count, check_crc, stop_transactional)
+        staged = None if records is None else _stage_batch(mv, records, base_offset, base_ts,
+                                                           max_ts if attributes & 0x08 else None,
+                                                           min_offset, end_offset, with_headers, ends)
         if staged is None:
             status = SCAN_OTHER
             break
@@ -466,6 +457,24 @@ def decode_v2_run(buf: "bytes | memoryview", pos: int, end: int, max_rows: int, 
         used += entry_end - pos
         pos = entry_end
     return n, pos, status, batches, tuple(bytes(c) if isinstance(c, bytearray) else c.tobytes() for c in cols)
+
+
+def _run_columns() -> list:
+    """decode_v2_run's empty columns, in its order."""
+    return [array("q"), array("q"), array("i"), array("i"), bytearray(), bytearray(), array("i"), bytearray(),
+            bytearray(), array("i"), array("i"), bytearray(), array("i"), bytearray(), bytearray()]
+
+
+def _plain_records(buf: "bytes | memoryview", mv: memoryview, pos: int, entry_end: int, crc: int, attributes: int,
+                   count: int, check_crc: bool, stop_transactional: bool) -> Optional[List[V2Record]]:
+    """The records of the v2 batch framed at pos when they may join decode_v2_run's run, else None."""
+    if ((check_crc and crc != crc32c(mv[pos + V2_CRC_START : entry_end])) or attributes & 0x27
+            or (stop_transactional and attributes & 0x10) or count <= 0):
+        return None
+    try:
+        return decode_v2_records(buf, pos + V2_HEADER_SIZE, entry_end, count)
+    except InvalidRecordError:
+        return None
 
 
 def _strict_utf8(data: "bytes | memoryview") -> bool:
