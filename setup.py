@@ -38,13 +38,14 @@ class OptionalBuildExt(build_ext):
 _CFLAGS = ["-O3", "-std=c99", "-Wall", "-Wextra", "-Wno-unused-parameter", "-fno-strict-aliasing"]
 _CFLAGS += os.environ.get("KSTORE_EXTRA_CFLAGS", "").split()
 _LDFLAGS = os.environ.get("KSTORE_EXTRA_LDFLAGS", "").split()
+_DEPENDS = ["kstore_cli/record/_wire.h", "kstore_cli/record/_crc.h"]  # every extension includes _wire.h
 
 setup(
     ext_modules=[
         Extension(
             "kstore_cli.record._decode_c",
             sources=["kstore_cli/record/_decode_c.c"],
-            depends=["kstore_cli/record/_crc.h"],
+            depends=_DEPENDS,
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,
@@ -53,7 +54,7 @@ setup(
         Extension(
             "kstore_cli.record._encode_c",
             sources=["kstore_cli/record/_encode_c.c"],
-            depends=["kstore_cli/record/_crc.h"],
+            depends=_DEPENDS,
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,
@@ -62,7 +63,7 @@ setup(
         Extension(
             "kstore_cli.record._dumptext_c",
             sources=["kstore_cli/record/_dumptext_c.c"],
-            depends=["kstore_cli/record/_crc.h"],
+            depends=_DEPENDS,
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,
@@ -71,7 +72,7 @@ setup(
         Extension(
             "kstore_cli.record._cleaner_c",
             sources=["kstore_cli/record/_cleaner_c.c"],
-            depends=["kstore_cli/record/_crc.h"],
+            depends=_DEPENDS,
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,

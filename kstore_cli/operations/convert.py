@@ -55,6 +55,7 @@ from kstore_cli.record.batch import (
     DELETE_HORIZON_FLAG,
     LOG_APPEND_TIME,
     MAX_INT32,
+    RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG,
     Batch,
@@ -78,7 +79,7 @@ POOL_MIN_BYTES = 16 * 1024
 #: Output bodies are compressed on the pool in chunks of about this many bytes, one task and (zstd) one
 #: library call per chunk: a pool thread then takes the GIL twice per chunk, not after every batch.
 COMPRESS_CHUNK_BYTES = 256 * 1024
-_V2_OVERHEAD = 61  # a group's size estimate starts at the batch header
+_V2_OVERHEAD = RECORD_BATCH_OVERHEAD  # a group's size estimate starts at the batch header
 
 #: Loss counters, with what each one counts.
 LOSS_DESCRIPTIONS = {

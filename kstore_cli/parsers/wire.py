@@ -17,6 +17,7 @@ import struct
 from typing import Optional
 
 from kstore_cli.errors import RecordParseError
+from kstore_cli.record.wire import encode_uvarint
 
 _INT8 = struct.Struct(">b")      # signed byte
 _UINT8 = struct.Struct(">B")     # unsigned byte (varint groups)
@@ -144,10 +145,4 @@ def uuid_to_string(msb: int, lsb: int) -> str:
 
 def encode_unsigned_varint(value: int) -> bytes:
     """``ByteUtils.writeUnsignedVarint`` of a Java int (``value`` taken modulo 2**32)."""
-    value &= 0xFFFFFFFF
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return encode_uvarint(value & 0xFFFFFFFF)

@@ -24,21 +24,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
-#include <stdint.h>
-#include <string.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include "_wire.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <nmmintrin.h>
-#define KSTORE_HW_CRC 1
-#endif
-
-#define LOG_OVERHEAD 12
-#define V2_HEADER_SIZE 61
-#define V2_CRC_POS 17
-#define V2_CRC_START 21
-#define MIN_ENTRY_SIZE 14
 #define HASH_SIZE 16
 #define BYTES_PER_ENTRY 24
 #define INITIAL_SLOTS 4096
@@ -60,68 +49,8 @@ enum {
     F_BATCHES_WRITTEN, F_BATCHES_REBUILT, F_MESSAGES_WRITTEN, F_MARKERS_REMOVED, F_SLOTS
 };
 
-/* ------------------------------------------------------------------ wire helpers */
-
-static inline uint32_t be32(const uint8_t *p) {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
-}
-static inline uint64_t be64(const uint8_t *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
-static inline int32_t s32(uint32_t v) { return v < 0x80000000u ? (int32_t)v : -(int32_t)(~v) - 1; }
-static inline int64_t s64(uint64_t v) { return v < 0x8000000000000000ull ? (int64_t)v : -(int64_t)(~v) - 1; }
-static inline void put_be32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
-}
-static inline void put_be64(uint8_t *p, uint64_t v) { put_be32(p, (uint32_t)(v >> 32)); put_be32(p + 4, (uint32_t)v); }
-
-/* ByteUtils.readVarint / readVarlong; -1 on anything Kafka would reject (the run stops there). */
-static inline int rd_varint(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, int32_t *out) {
-    uint32_t value = 0;
-    Py_ssize_t p = *pos;
-    for (int i = 0, shift = 0;; i++, shift += 7) {
-        if (p >= end) return -1;
-        uint32_t c = b[p++];
-        if (i == 4) {
-            if (c & 0x80) return -1;
-            value |= c << shift;
-            break;
-        }
-        value |= (c & 0x7F) << shift;
-        if (!(c & 0x80)) break;
-    }
-    *out = (int32_t)((int64_t)(value >> 1) ^ -(int64_t)(value & 1));
-    *pos = p;
-    return 0;
-}
-
-static inline int rd_varlong(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, int64_t *out) {
-    uint64_t value = 0;
-    Py_ssize_t p = *pos;
-    for (int shift = 0;; shift += 7) {
-        if (p >= end || shift > 63) return -1;
-        uint64_t c = b[p++];
-        value |= (c & 0x7F) << shift;
-        if (!(c & 0x80)) break;
-    }
-    *out = (int64_t)(value >> 1) ^ -(int64_t)(value & 1);
-    *pos = p;
-    return 0;
-}
-
-/* ByteUtils.writeVarint / writeVarlong (zigzag, minimal): builder.write_varint / write_varlong. */
-static inline Py_ssize_t wr_uvarint(uint8_t *out, uint64_t u) {
-    Py_ssize_t n = 0;
-    while (u >= 0x80) { out[n++] = (uint8_t)((u & 0x7F) | 0x80); u >>= 7; }
-    out[n++] = (uint8_t)u;
-    return n;
-}
-static inline Py_ssize_t wr_varint(uint8_t *out, int32_t v) {
-    return wr_uvarint(out, ((uint32_t)v << 1) ^ (uint32_t)(v >> 31));
-}
-static inline Py_ssize_t wr_varlong(uint8_t *out, int64_t v) {
-    return wr_uvarint(out, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
-}
-
-#include "_crc.h"
+/* The varint readers' failures (underflow, too long) are all "not plain" here: the run stops there and
+ * the Python path raises Kafka's error. */
 
 /* CRC-32C of the two pieces a rebuilt batch is written from (header tail, records). */
 static uint32_t crc32c2(const uint8_t *a, size_t na, const uint8_t *b, size_t nb) {
@@ -581,17 +510,17 @@ typedef struct {
 
 static void read_head(const uint8_t *p, head_t *h) {
     h->base_offset = s64(be64(p));
-    h->length = s32(be32(p + 8));
-    h->leader_epoch = s32(be32(p + 12));
-    h->magic = (int8_t)p[16];
-    h->attributes = (uint16_t)((p[21] << 8) | p[22]);
-    h->last_offset_delta = s32(be32(p + 23));
-    h->base_ts = s64(be64(p + 27));
-    h->max_ts = s64(be64(p + 35));
-    h->producer_id = s64(be64(p + 43));
-    h->producer_epoch = (int16_t)(uint16_t)((p[51] << 8) | p[52]);
-    h->base_sequence = s32(be32(p + 53));
-    h->count = s32(be32(p + 57));
+    h->length = s32(be32(p + V2_LENGTH_OFFSET));
+    h->leader_epoch = s32(be32(p + V2_PARTITION_LEADER_EPOCH_OFFSET));
+    h->magic = s8(p[MAGIC_OFFSET]);
+    h->attributes = be16(p + V2_ATTRIBUTES_OFFSET);
+    h->last_offset_delta = s32(be32(p + V2_LAST_OFFSET_DELTA_OFFSET));
+    h->base_ts = s64(be64(p + V2_BASE_TIMESTAMP_OFFSET));
+    h->max_ts = s64(be64(p + V2_MAX_TIMESTAMP_OFFSET));
+    h->producer_id = s64(be64(p + V2_PRODUCER_ID_OFFSET));
+    h->producer_epoch = s16(be16(p + V2_PRODUCER_EPOCH_OFFSET));
+    h->base_sequence = s32(be32(p + V2_BASE_SEQUENCE_OFFSET));
+    h->count = s32(be32(p + V2_RECORDS_COUNT_OFFSET));
 }
 
 static int recs_reserve(run_t *r, Py_ssize_t n) {
@@ -717,7 +646,7 @@ static int take_batch(run_t *r, Py_ssize_t pos, Py_ssize_t stop, head_t *h, cons
     if (stop - pos < V2_HEADER_SIZE) return 1;
     read_head(p, h);
     Py_ssize_t size = LOG_OVERHEAD + (Py_ssize_t)h->length;
-    if (h->length < MIN_ENTRY_SIZE || size > stop - pos || size < V2_HEADER_SIZE || h->magic != 2) return 1;
+    if (h->length < RECORD_OVERHEAD_V0 || size > stop - pos || size < V2_HEADER_SIZE || h->magic != 2) return 1;
     if (r->check_crc && crc32c(p + V2_CRC_START, (size_t)(size - V2_CRC_START)) != be32(p + V2_CRC_POS)) return 1;
     /* codec ids 5-7 and empty batches: Python; control batches too, without the transaction view */
     if (((h->attributes & 0x20) && r->committed == NULL) || (h->attributes & 0x07) > 4 || h->count <= 0) return 1;
@@ -757,8 +686,8 @@ static PyObject *py_frame_end(PyObject *self, PyObject *args) {
     }
     const uint8_t *b = v.buf;
     while (end - pos >= 18) {
-        int32_t size = s32(be32(b + pos + 8));
-        if (size < MIN_ENTRY_SIZE) { bad = pos; break; }
+        int32_t size = s32(be32(b + pos + SIZE_OFFSET));
+        if (size < RECORD_OVERHEAD_V0) { bad = pos; break; }
         if ((Py_ssize_t)size + LOG_OVERHEAD > end - pos) break;
         pos += LOG_OVERHEAD + size;
     }
@@ -959,29 +888,29 @@ static int encode_record(run_t *r, const rec_t *rec, const uint8_t *data, int64_
     if (body_reserve(r, bound) < 0) return -1;
     uint8_t *start = r->body + r->body_len, *p = start + 5;
     *p++ = 0; /* attributes */
-    p += wr_varlong(p, ts_delta);
-    p += wr_varint(p, (int32_t)(rec->offset - base_offset));
-    p += wr_varint(p, rec->key_len);
+    p = put_varlong(p, ts_delta);
+    p = put_varint(p, (int32_t)(rec->offset - base_offset));
+    p = put_varint(p, rec->key_len);
     if (rec->key_len > 0) { memcpy(p, data + rec->key_pos, (size_t)rec->key_len); p += rec->key_len; }
-    p += wr_varint(p, rec->value_len);
+    p = put_varint(p, rec->value_len);
     if (rec->value_len > 0) { memcpy(p, data + rec->value_pos, (size_t)rec->value_len); p += rec->value_len; }
     Py_ssize_t q = rec->headers_pos;
     int32_t count = 0, kl = 0, vl = 0;
     rd_varint(data, &q, rec->end, &count); /* validated by decode_records */
-    p += wr_varint(p, count);
+    p = put_varint(p, count);
     for (int32_t i = 0; i < count; i++) {
         rd_varint(data, &q, rec->end, &kl);
-        p += wr_varint(p, kl);
+        p = put_varint(p, kl);
         memcpy(p, data + q, (size_t)kl);
         p += kl;
         q += kl;
         rd_varint(data, &q, rec->end, &vl);
-        p += wr_varint(p, vl < 0 ? -1 : vl);
+        p = put_varint(p, vl < 0 ? -1 : vl);
         if (vl > 0) { memcpy(p, data + q, (size_t)vl); p += vl; q += vl; }
     }
     Py_ssize_t blen = p - (start + 5);
     uint8_t prefix[5];
-    Py_ssize_t n = wr_varint(prefix, (int32_t)blen);
+    Py_ssize_t n = put_varint(prefix, (int32_t)blen) - prefix;
     memmove(start + n, start + 5, (size_t)blen);
     memcpy(start, prefix, (size_t)n);
     r->body_len += n + blen;
@@ -992,19 +921,17 @@ static int encode_record(run_t *r, const rec_t *rec, const uint8_t *data, int64_
 static void write_header(uint8_t *o, const head_t *h, Py_ssize_t body_len, const uint8_t *body, uint16_t attributes,
                          int64_t base_ts, int64_t max_ts, int32_t count) {
     put_be64(o, (uint64_t)h->base_offset);
-    put_be32(o + 8, (uint32_t)(V2_HEADER_SIZE - LOG_OVERHEAD + body_len));
-    put_be32(o + 12, (uint32_t)h->leader_epoch);
-    o[16] = 2;
-    o[21] = (uint8_t)(attributes >> 8);
-    o[22] = (uint8_t)attributes;
-    put_be32(o + 23, (uint32_t)h->last_offset_delta);
-    put_be64(o + 27, (uint64_t)base_ts);
-    put_be64(o + 35, (uint64_t)max_ts);
-    put_be64(o + 43, (uint64_t)h->producer_id);
-    o[51] = (uint8_t)((uint16_t)h->producer_epoch >> 8);
-    o[52] = (uint8_t)h->producer_epoch;
-    put_be32(o + 53, (uint32_t)h->base_sequence);
-    put_be32(o + 57, (uint32_t)count);
+    put_be32(o + V2_LENGTH_OFFSET, (uint32_t)(V2_HEADER_SIZE - LOG_OVERHEAD + body_len));
+    put_be32(o + V2_PARTITION_LEADER_EPOCH_OFFSET, (uint32_t)h->leader_epoch);
+    o[MAGIC_OFFSET] = 2;
+    put_be16(o + V2_ATTRIBUTES_OFFSET, attributes);
+    put_be32(o + V2_LAST_OFFSET_DELTA_OFFSET, (uint32_t)h->last_offset_delta);
+    put_be64(o + V2_BASE_TIMESTAMP_OFFSET, (uint64_t)base_ts);
+    put_be64(o + V2_MAX_TIMESTAMP_OFFSET, (uint64_t)max_ts);
+    put_be64(o + V2_PRODUCER_ID_OFFSET, (uint64_t)h->producer_id);
+    put_be16(o + V2_PRODUCER_EPOCH_OFFSET, (uint16_t)h->producer_epoch);
+    put_be32(o + V2_BASE_SEQUENCE_OFFSET, (uint32_t)h->base_sequence);
+    put_be32(o + V2_RECORDS_COUNT_OFFSET, (uint32_t)count);
     put_be32(o + V2_CRC_POS, crc32c2(o + V2_CRC_START, V2_HEADER_SIZE - V2_CRC_START, body, (size_t)body_len));
 }
 
@@ -1146,7 +1073,7 @@ static int filter_run(run_t *r, Py_ssize_t *pos, Py_ssize_t stop, const filter_a
             /* the active producers' last batches and the round's last batch keep their place: Python */
             int64_t last;
             const uint8_t *p = r->b + *pos;
-            if (!__builtin_add_overflow(s64(be64(p)), (int64_t)s32(be32(p + 23)), &last) && is_special(a, last))
+            if (!__builtin_add_overflow(s64(be64(p)), (int64_t)s32(be32(p + V2_LAST_OFFSET_DELTA_OFFSET)), &last) && is_special(a, last))
                 return RUN_PYTHON;
         }
         head_t h;
@@ -1215,9 +1142,9 @@ static PyObject *py_skip_anonymous(PyObject *self, PyObject *args) {
     if (get_span(obj, &v, pos, end) < 0) return NULL;
     const uint8_t *b = v.buf;
     while (end - pos >= 18) {
-        int32_t size = s32(be32(b + pos + 8));
-        if (size < MIN_ENTRY_SIZE || (Py_ssize_t)size + LOG_OVERHEAD > end - pos) break;
-        if (size + LOG_OVERHEAD < V2_HEADER_SIZE || (int8_t)b[pos + 16] < 2 || s64(be64(b + pos + 43)) >= 0) break;
+        int32_t size = s32(be32(b + pos + SIZE_OFFSET));
+        if (size < RECORD_OVERHEAD_V0 || (Py_ssize_t)size + LOG_OVERHEAD > end - pos) break;
+        if (size + LOG_OVERHEAD < V2_HEADER_SIZE || s8(b[pos + MAGIC_OFFSET]) < 2 || s64(be64(b + pos + V2_PRODUCER_ID_OFFSET)) >= 0) break;
         pos += LOG_OVERHEAD + size;
     }
     PyBuffer_Release(&v);

@@ -31,6 +31,7 @@ import struct
 from typing import Tuple
 
 from kstore_cli.record.offset_map import OffsetMap  # noqa: F401 - the twin's map
+from kstore_cli.record.wire import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, RECORD_OVERHEAD_V0, SIZE_OFFSET
 
 #: Every entry up to `stop` was taken.
 RUN_DONE = 0
@@ -52,8 +53,6 @@ MAP_SLOTS = 3
 FILTER_SLOTS = 15
 
 _SIZE = struct.Struct(">i")
-_MIN_ENTRY_SIZE = 14  # LegacyRecord.RECORD_OVERHEAD_V0
-_LOG_OVERHEAD = 12
 
 
 def md5(data: "bytes | memoryview") -> bytes:
@@ -66,13 +65,13 @@ def frame_end(buf: "bytes | memoryview", pos: int, end: int) -> Tuple[int, int]:
     reader.iterate_source's framing without making batches."""
     if pos < 0 or end < 0 or end > len(buf):
         raise ValueError("pos / end outside the buffer")
-    while end - pos >= 18:
-        size = _SIZE.unpack_from(buf, pos + 8)[0]
-        if size < _MIN_ENTRY_SIZE:
+    while end - pos > HEADER_SIZE_UP_TO_MAGIC:
+        size = _SIZE.unpack_from(buf, pos + SIZE_OFFSET)[0]
+        if size < RECORD_OVERHEAD_V0:
             return pos, pos
-        if size + _LOG_OVERHEAD > end - pos:
+        if size + LOG_OVERHEAD > end - pos:
             break
-        pos += _LOG_OVERHEAD + size
+        pos += LOG_OVERHEAD + size
     return pos, -1
 
 

@@ -1,8 +1,8 @@
 /*
- * The checksums of Kafka's formats, shared by kstore's C extensions (included, not linked: each extension
- * is its own shared object). CRC-32C (java.util.zip.CRC32C: v2 batches), with SSE 4.2 chosen at run time,
- * and CRC-32 (java.util.zip.CRC32: legacy messages). Call kstore_crc_init() once, at module init.
- * Needs <stdint.h>, <string.h> and, where KSTORE_HW_CRC is defined, <nmmintrin.h> before it.
+ * The checksums of Kafka's formats, shared by kstore's C extensions: CRC-32C (java.util.zip.CRC32C:
+ * v2 batches), with SSE 4.2 chosen at run time, and CRC-32 (java.util.zip.CRC32: legacy messages).
+ * Call kstore_crc_init() once, at module init.
+ * Included through _wire.h (which brings <stdint.h>, <string.h> and, with KSTORE_HW_CRC, <nmmintrin.h>).
  */
 #ifndef KSTORE_CRC_H
 #define KSTORE_CRC_H

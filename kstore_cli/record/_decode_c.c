@@ -18,46 +18,21 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
-#include <stdint.h>
-#include <string.h>
 #include <stdlib.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <nmmintrin.h>
-#define KSTORE_HW_CRC 1
-#endif
+#include "_wire.h"
 
 /* Objects shared with the Python twin (imported at module init). */
 static PyObject *InvalidRecordError; /* kstore_cli.errors.InvalidRecordError */
 static PyObject *Underflow;          /* kstore_cli.record._decode_common._Underflow */
 static PyObject *JavaUtf8;           /* kstore_cli.record.text.java_utf8, imported on first need */
 
-#define LOG_OVERHEAD 12
-#define RECORD_OVERHEAD_V0 14
-#define V2_HEADER_SIZE 61
-#define V2_CRC_POS 17
-#define V2_CRC_START 21
-#define HEADER_SIZE_UP_TO_MAGIC 17
 #define SCAN_END 0
 #define SCAN_MORE 1
 #define SCAN_OTHER 2
-
-/* ------------------------------------------------------------------ big-endian reads */
-
-static inline uint32_t be32(const uint8_t *p) {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
-}
-static inline uint64_t be64(const uint8_t *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
-/* Two's complement views without implementation-defined casts of out-of-range values. */
-static inline int32_t s32(uint32_t v) { return v < 0x80000000u ? (int32_t)v : -(int32_t)(~v) - 1; }
-static inline int64_t s64(uint64_t v) {
-    return v < 0x8000000000000000ull ? (int64_t)v : -(int64_t)(~v) - 1;
-}
-static inline int16_t s16(uint32_t v) { v &= 0xFFFF; return v < 0x8000u ? (int16_t)v : (int16_t)((int32_t)v - 0x10000); }
-static inline int8_t s8(uint32_t v) { v &= 0xFF; return v < 0x80u ? (int8_t)v : (int8_t)((int32_t)v - 0x100); }
 
 /* ------------------------------------------------------------------ buffers */
 
@@ -74,72 +49,34 @@ static int get_view(PyObject *obj, Py_buffer *view, Py_ssize_t pos, Py_ssize_t e
 
 /* ------------------------------------------------------------------ varints (ByteUtils) */
 
-enum { RD_OK = 0, RD_UNDERFLOW = -1, RD_ERROR = -2 };
+/* _wire.h's readers with this decoder's errors: a too-long varint is Kafka's InvalidRecordError (RD_ERROR,
+ * the error set); an underflow stays RD_UNDERFLOW, for the caller's message of the spot. */
+enum { RD_OK = VARINT_OK, RD_UNDERFLOW = VARINT_UNDERFLOW, RD_ERROR = VARINT_TOO_LONG };
 
-/* ByteUtils.readVarint: at most 5 bytes; bits past 31 of the 5th byte are dropped. */
-static inline int rd_varint(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, int32_t *out) {
-    uint32_t value = 0;
-    int shift = 0;
-    Py_ssize_t p = *pos;
-    if (p < end && b[p] < 0x80) { /* one byte: most lengths, deltas and counts */
-        value = b[p];
-        *out = (int32_t)(value >> 1) ^ -(int32_t)(value & 1);
-        *pos = p + 1;
-        return RD_OK;
-    }
-    for (int i = 0;; i++) {
-        if (p >= end) return RD_UNDERFLOW;
-        uint32_t c = b[p++];
-        if (i == 4) {
-            if (c & 0x80) {
-                char msg[160];
-                snprintf(msg, sizeof msg,
-                         "Varint is too long, the most significant bit in the 5th byte is set, converted value: %x",
-                         (unsigned)(value | (c << shift)));
-                PyErr_SetString(InvalidRecordError, msg);
-                return RD_ERROR;
-            }
-            value |= c << shift; /* uint32: high bits drop, as in Kafka */
-            break;
-        }
-        value |= (c & 0x7F) << shift;
-        if (!(c & 0x80)) break;
-        shift += 7;
-    }
-    *out = (int32_t)((int64_t)(value >> 1) ^ -(int64_t)(value & 1));
-    *pos = p;
-    return RD_OK;
+static int varint_too_long(uint32_t bits) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "Varint is too long, the most significant bit in the 5th byte is set, converted value: %x",
+             (unsigned)bits);
+    PyErr_SetString(InvalidRecordError, msg);
+    return RD_ERROR;
 }
 
-/* ByteUtils.readVarlong: at most 10 bytes. */
-static inline int rd_varlong(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, int64_t *out) {
-    uint64_t value = 0;
-    int shift = 0;
-    Py_ssize_t p = *pos;
-    if (p < end && b[p] < 0x80) {
-        value = b[p];
-        *out = (int64_t)(value >> 1) ^ -(int64_t)(value & 1);
-        *pos = p + 1;
-        return RD_OK;
-    }
-    for (;;) {
-        if (p >= end) return RD_UNDERFLOW;
-        uint64_t c = b[p++];
-        value |= (c & 0x7F) << shift;
-        if (!(c & 0x80)) break;
-        shift += 7;
-        if (shift > 63) {
-            char msg[160];
-            snprintf(msg, sizeof msg,
-                     "Varlong is too long, most significant bit in the 10th byte is set, converted value: %llx",
-                     (unsigned long long)value);
-            PyErr_SetString(InvalidRecordError, msg);
-            return RD_ERROR;
-        }
-    }
-    *out = (int64_t)(value >> 1) ^ -(int64_t)(value & 1);
-    *pos = p;
-    return RD_OK;
+static int varlong_too_long(uint64_t bits) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "Varlong is too long, most significant bit in the 10th byte is set, converted value: %llx",
+             (unsigned long long)bits);
+    PyErr_SetString(InvalidRecordError, msg);
+    return RD_ERROR;
+}
+
+static inline int dec_varint(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, int32_t *out) {
+    int rc = rd_varint(b, pos, end, out);
+    return rc == VARINT_TOO_LONG ? varint_too_long((uint32_t)*out) : rc;
+}
+
+static inline int dec_varlong(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, int64_t *out) {
+    int rc = rd_varlong(b, pos, end, out);
+    return rc == VARINT_TOO_LONG ? varlong_too_long((uint64_t)*out) : rc;
 }
 
 static PyObject *py_read_varint(PyObject *self, PyObject *args) {
@@ -149,7 +86,7 @@ static PyObject *py_read_varint(PyObject *self, PyObject *args) {
     int32_t value;
     if (!PyArg_ParseTuple(args, "Onn", &obj, &pos, &end)) return NULL;
     if (get_view(obj, &v, pos, end) < 0) return NULL;
-    int rc = rd_varint((const uint8_t *)v.buf, &pos, end, &value);
+    int rc = dec_varint((const uint8_t *)v.buf, &pos, end, &value);
     PyBuffer_Release(&v);
     if (rc == RD_UNDERFLOW) { PyErr_SetNone(Underflow); return NULL; }
     if (rc == RD_ERROR) return NULL;
@@ -163,17 +100,11 @@ static PyObject *py_read_varlong(PyObject *self, PyObject *args) {
     int64_t value;
     if (!PyArg_ParseTuple(args, "Onn", &obj, &pos, &end)) return NULL;
     if (get_view(obj, &v, pos, end) < 0) return NULL;
-    int rc = rd_varlong((const uint8_t *)v.buf, &pos, end, &value);
+    int rc = dec_varlong((const uint8_t *)v.buf, &pos, end, &value);
     PyBuffer_Release(&v);
     if (rc == RD_UNDERFLOW) { PyErr_SetNone(Underflow); return NULL; }
     if (rc == RD_ERROR) return NULL;
     return Py_BuildValue("(Ln)", (long long)value, pos);
-}
-
-static int varint_bytes(uint32_t v) {
-    int n = 1;
-    while (v >= 0x80) { v >>= 7; n++; }
-    return n;
 }
 
 /* ByteUtils.sizeOfVarint; like the twin, any Python int: ((value << 1) ^ (value >> 31)) & 0xFFFFFFFF. */
@@ -185,7 +116,7 @@ static PyObject *py_size_of_varint(PyObject *self, PyObject *arg) {
         uint64_t u = (uint64_t)full;
         /* an arithmetic shift right by 31, done on unsigned values */
         uint64_t shifted = full < 0 ? ~((~u) >> 31) : u >> 31;
-        return PyLong_FromLong(varint_bytes((uint32_t)((u << 1) ^ shifted)));
+        return PyLong_FromSsize_t(uvarint_size((uint32_t)((u << 1) ^ shifted)));
     }
     /* Beyond int64: Python's own arithmetic, for exactness. */
     PyObject *one = PyLong_FromLong(1), *k31 = PyLong_FromLong(31), *mask = PyLong_FromUnsignedLong(0xFFFFFFFFul);
@@ -198,7 +129,7 @@ static PyObject *py_size_of_varint(PyObject *self, PyObject *arg) {
     unsigned long v = PyLong_AsUnsignedLong(m);
     Py_DECREF(m);
     if (v == (unsigned long)-1 && PyErr_Occurred()) return NULL;
-    return PyLong_FromLong(varint_bytes((uint32_t)v));
+    return PyLong_FromSsize_t(uvarint_size((uint32_t)v));
 }
 
 /* ------------------------------------------------------------------ v2 records */
@@ -285,7 +216,7 @@ static int parse_v2(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t
         for (Py_ssize_t ahead = pos + PREFETCH_AHEAD < end ? pos + PREFETCH_AHEAD : end; fetched < ahead; fetched += 64)
             __builtin_prefetch(b + fetched);
         Py_ssize_t body = pos;
-        int rc = rd_varint(b, &body, end, &length);
+        int rc = dec_varint(b, &body, end, &length);
         if (rc == RD_UNDERFLOW) return set_invalid(PREMATURE_EOF);
         if (rc == RD_ERROR) return -1;
         Py_ssize_t record_end = body + (Py_ssize_t)length;
@@ -298,15 +229,15 @@ static int parse_v2(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t
         Py_ssize_t p = body + 1; /* attributes: unused */
         int64_t ts_delta;
         int32_t offset_delta, key_len, value_len, header_count;
-        if ((rc = rd_varlong(b, &p, end, &ts_delta)) != RD_OK) goto fail;
-        if ((rc = rd_varint(b, &p, end, &offset_delta)) != RD_OK) goto fail;
-        if ((rc = rd_varint(b, &p, end, &key_len)) != RD_OK) goto fail;
+        if ((rc = dec_varlong(b, &p, end, &ts_delta)) != RD_OK) goto fail;
+        if ((rc = dec_varint(b, &p, end, &offset_delta)) != RD_OK) goto fail;
+        if ((rc = dec_varint(b, &p, end, &key_len)) != RD_OK) goto fail;
         Py_ssize_t key_pos = p;
         if (key_len < 0) key_len = -1; else p += key_len;
-        if ((rc = rd_varint(b, &p, end, &value_len)) != RD_OK) goto fail;
+        if ((rc = dec_varint(b, &p, end, &value_len)) != RD_OK) goto fail;
         Py_ssize_t value_pos = p;
         if (value_len < 0) value_len = -1; else p += value_len;
-        if ((rc = rd_varint(b, &p, end, &header_count)) != RD_OK) goto fail;
+        if ((rc = dec_varint(b, &p, end, &header_count)) != RD_OK) goto fail;
         if (header_count < 0) {
             snprintf(msg, sizeof msg, "Found invalid number of record headers %d", (int)header_count);
             return set_invalid(msg);
@@ -328,14 +259,14 @@ static int parse_v2(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t
             }
             for (int32_t h = 0; h < header_count; h++) {
                 int32_t hk_len, hv_len;
-                if ((rc = rd_varint(b, &p, end, &hk_len)) != RD_OK) goto fail;
+                if ((rc = dec_varint(b, &p, end, &hk_len)) != RD_OK) goto fail;
                 if (hk_len < 0) {
                     snprintf(msg, sizeof msg, "Invalid negative header key size %d", (int)hk_len);
                     return set_invalid(msg);
                 }
                 Py_ssize_t hk_pos = p;
                 p += hk_len;
-                if ((rc = rd_varint(b, &p, end, &hv_len)) != RD_OK) goto fail;
+                if ((rc = dec_varint(b, &p, end, &hv_len)) != RD_OK) goto fail;
                 Py_ssize_t hv_pos = p;
                 if (hv_len < 0) hv_len = -1; else p += hv_len;
                 if (p > end) { rc = RD_UNDERFLOW; goto fail; }
@@ -655,13 +586,6 @@ static PyTypeObject *record_class(PyObject *cls) {
     return (PyTypeObject *)cls;
 }
 
-/* Java's int arithmetic (batch.increment_sequence), on unsigned values: no signed overflow. */
-static inline int32_t wrap32(int64_t v) { return s32((uint32_t)(uint64_t)v); }
-static int32_t increment_sequence(int32_t sequence, int32_t increment) {
-    if (sequence > wrap32((int64_t)0x7FFFFFFF - increment))
-        return wrap32((int64_t)wrap32((int64_t)increment - wrap32((int64_t)0x7FFFFFFF - sequence)) - 1);
-    return wrap32((int64_t)sequence + increment);
-}
 
 /* a + b as a Python int (exact, like Python's unbounded ints). */
 static PyObject *add_exact(int64_t a, int64_t b) {
@@ -851,10 +775,10 @@ static PyObject *rec_get_hspans(RecordObject *r, void *closure) {
         int rc = RD_OK;
         for (; spans && p >= 0 && h < r->hdr_count; h++) {
             int32_t kl, vl;
-            if ((rc = rd_varint(b, &p, end, &kl)) != RD_OK || kl < 0 || kl > end - p) break;
+            if ((rc = dec_varint(b, &p, end, &kl)) != RD_OK || kl < 0 || kl > end - p) break;
             Py_ssize_t kp = p;
             p += kl;
-            if ((rc = rd_varint(b, &p, end, &vl)) != RD_OK || (vl >= 0 && vl > end - p)) break;
+            if ((rc = dec_varint(b, &p, end, &vl)) != RD_OK || (vl >= 0 && vl > end - p)) break;
             Py_ssize_t vp = p;
             if (vl < 0) vl = -1; else p += vl;
             PyObject *t = Py_BuildValue("(nnnn)", kp, (Py_ssize_t)kl, vp, (Py_ssize_t)vl);
@@ -1253,7 +1177,7 @@ static int parse_legacy(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, leg_t 
     char msg[160];
     if (end - pos < LOG_OVERHEAD) return 0;
     e->offset = s64(be64(b + pos));
-    int32_t size = s32(be32(b + pos + 8));
+    int32_t size = s32(be32(b + pos + SIZE_OFFSET));
     if (size < RECORD_OVERHEAD_V0) {
         snprintf(msg, sizeof msg, "Record size %d is less than the minimum record overhead (%d)", (int)size,
                  RECORD_OVERHEAD_V0);
@@ -1311,8 +1235,6 @@ static PyObject *py_decode_legacy_message(PyObject *self, PyObject *args) {
                          (long long)e.timestamp, e.key_pos, (int)e.key_len, e.value_pos, (int)e.value_len, e.msg);
 }
 
-#include "_crc.h"
-
 static PyObject *py_crc32c(PyObject *self, PyObject *obj) {
     Py_buffer v;
     if (PyObject_GetBuffer(obj, &v, PyBUF_SIMPLE) < 0) return NULL;
@@ -1332,8 +1254,8 @@ static PyObject *py_crc32c(PyObject *self, PyObject *obj) {
  * batch shorter than its header, or (with check_crc) a CRC that does not match.
  */
 static inline Py_ssize_t framed_v2_end(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, int check_crc) {
-    int32_t size = s32(be32(b + pos + 8));
-    int magic = s8(b[pos + 16]);
+    int32_t size = s32(be32(b + pos + SIZE_OFFSET));
+    int magic = s8(b[pos + MAGIC_OFFSET]);
     if (size < RECORD_OVERHEAD_V0 || (Py_ssize_t)size + LOG_OVERHEAD > end - pos || magic < 2 ||
         (Py_ssize_t)size + LOG_OVERHEAD < V2_HEADER_SIZE)
         return -1;
@@ -1364,24 +1286,24 @@ static PyObject *py_scan_batches(PyObject *self, PyObject *args) {
         const uint8_t *h = b + pos;
         uint32_t stored = be32(h + V2_CRC_POS);
         int32_t size = (int32_t)(entry_end - pos - LOG_OVERHEAD);
-        int magic = s8(h[16]);
+        int magic = s8(h[MAGIC_OFFSET]);
         PyObject *t = PyTuple_New(14);
         if (!t) goto error;
         PyObject *f[14] = {
             PyLong_FromSsize_t(pos),
             PyLong_FromLongLong(s64(be64(h))),           /* baseOffset */
             PyLong_FromLong(size),                       /* batchLength */
-            PyLong_FromLong(s32(be32(h + 12))),          /* partitionLeaderEpoch */
+            PyLong_FromLong(s32(be32(h + V2_PARTITION_LEADER_EPOCH_OFFSET))),          /* partitionLeaderEpoch */
             PyLong_FromLong(magic),                      /* magic */
             PyLong_FromUnsignedLong(stored),             /* crc */
-            PyLong_FromLong(s16((uint32_t)h[21] << 8 | h[22])), /* attributes */
-            PyLong_FromLong(s32(be32(h + 23))),          /* lastOffsetDelta */
-            PyLong_FromLongLong(s64(be64(h + 27))),      /* baseTimestamp */
-            PyLong_FromLongLong(s64(be64(h + 35))),      /* maxTimestamp */
-            PyLong_FromLongLong(s64(be64(h + 43))),      /* producerId */
-            PyLong_FromLong(s16((uint32_t)h[51] << 8 | h[52])), /* producerEpoch */
-            PyLong_FromLong(s32(be32(h + 53))),          /* baseSequence */
-            PyLong_FromLong(s32(be32(h + 57))),          /* recordsCount */
+            PyLong_FromLong(s16(be16(h + V2_ATTRIBUTES_OFFSET))), /* attributes */
+            PyLong_FromLong(s32(be32(h + V2_LAST_OFFSET_DELTA_OFFSET))),          /* lastOffsetDelta */
+            PyLong_FromLongLong(s64(be64(h + V2_BASE_TIMESTAMP_OFFSET))),      /* baseTimestamp */
+            PyLong_FromLongLong(s64(be64(h + V2_MAX_TIMESTAMP_OFFSET))),      /* maxTimestamp */
+            PyLong_FromLongLong(s64(be64(h + V2_PRODUCER_ID_OFFSET))),      /* producerId */
+            PyLong_FromLong(s16(be16(h + V2_PRODUCER_EPOCH_OFFSET))), /* producerEpoch */
+            PyLong_FromLong(s32(be32(h + V2_BASE_SEQUENCE_OFFSET))),          /* baseSequence */
+            PyLong_FromLong(s32(be32(h + V2_RECORDS_COUNT_OFFSET))),          /* recordsCount */
         };
         int bad = 0;
         for (int k = 0; k < 14; k++) {
@@ -1574,20 +1496,20 @@ static PyObject *py_frame_batches(PyObject *self, PyObject *args) {
         f[B_PATH] = path; Py_INCREF(path);
         f[B_POSITION] = PyLong_FromSsize_t(pos);
         f[B_SIZE] = PyLong_FromSsize_t(entry_end - pos);
-        f[B_MAGIC] = PyLong_FromLong(s8(h[16]));
+        f[B_MAGIC] = PyLong_FromLong(s8(h[MAGIC_OFFSET]));
         f[B_BUF] = PySequence_GetSlice(obj, pos, entry_end);
         f[B_VALID] = valid; Py_INCREF(valid);
         f[B_BASE_OFFSET] = PyLong_FromLongLong(s64(be64(h)));
-        f[B_EPOCH] = PyLong_FromLong(s32(be32(h + 12)));
+        f[B_EPOCH] = PyLong_FromLong(s32(be32(h + V2_PARTITION_LEADER_EPOCH_OFFSET)));
         f[B_CRC] = PyLong_FromUnsignedLong(stored);
-        f[B_ATTRIBUTES] = PyLong_FromLong(s16((uint32_t)h[21] << 8 | h[22]));
-        f[B_LAST_DELTA] = PyLong_FromLong(s32(be32(h + 23)));
-        f[B_BASE_TS] = PyLong_FromLongLong(s64(be64(h + 27)));
-        f[B_MAX_TS] = PyLong_FromLongLong(s64(be64(h + 35)));
-        f[B_PID] = PyLong_FromLongLong(s64(be64(h + 43)));
-        f[B_PEPOCH] = PyLong_FromLong(s16((uint32_t)h[51] << 8 | h[52]));
-        f[B_BASE_SEQ] = PyLong_FromLong(s32(be32(h + 53)));
-        f[B_COUNT] = PyLong_FromLong(s32(be32(h + 57)));
+        f[B_ATTRIBUTES] = PyLong_FromLong(s16(be16(h + V2_ATTRIBUTES_OFFSET)));
+        f[B_LAST_DELTA] = PyLong_FromLong(s32(be32(h + V2_LAST_OFFSET_DELTA_OFFSET)));
+        f[B_BASE_TS] = PyLong_FromLongLong(s64(be64(h + V2_BASE_TIMESTAMP_OFFSET)));
+        f[B_MAX_TS] = PyLong_FromLongLong(s64(be64(h + V2_MAX_TIMESTAMP_OFFSET)));
+        f[B_PID] = PyLong_FromLongLong(s64(be64(h + V2_PRODUCER_ID_OFFSET)));
+        f[B_PEPOCH] = PyLong_FromLong(s16(be16(h + V2_PRODUCER_EPOCH_OFFSET)));
+        f[B_BASE_SEQ] = PyLong_FromLong(s32(be32(h + V2_BASE_SEQUENCE_OFFSET)));
+        f[B_COUNT] = PyLong_FromLong(s32(be32(h + V2_RECORDS_COUNT_OFFSET)));
         int bad = 0;
         for (int k = 0; k < B_NFIELDS; k++) {
             if (!f[k]) bad = 1;
@@ -1790,8 +1712,8 @@ static PyObject *py_decode_v2_run(PyObject *self, PyObject *args) {
     /* Values take most of a run's bytes: room for them up front spares the buffer's regrowth. */
     if (pos < limit && obuf_reserve(&c[C_VDATA], end - pos < max_bytes ? end - pos : max_bytes) < 0) goto done;
     while (pos < limit) {
-        int32_t size = s32(be32(b + pos + 8));
-        int magic = s8(b[pos + 16]);
+        int32_t size = s32(be32(b + pos + SIZE_OFFSET));
+        int magic = s8(b[pos + MAGIC_OFFSET]);
         if (size < RECORD_OVERHEAD_V0 || (Py_ssize_t)size + LOG_OVERHEAD > end - pos || magic != 2 ||
             (Py_ssize_t)size + LOG_OVERHEAD < V2_HEADER_SIZE) {
             status = SCAN_OTHER;
@@ -1799,8 +1721,8 @@ static PyObject *py_decode_v2_run(PyObject *self, PyObject *args) {
         }
         Py_ssize_t entry_end = pos + LOG_OVERHEAD + size;
         const uint8_t *h = b + pos;
-        int attributes = s16((uint32_t)h[21] << 8 | h[22]);
-        int32_t count = s32(be32(h + 57));
+        int attributes = s16(be16(h + V2_ATTRIBUTES_OFFSET));
+        int32_t count = s32(be32(h + V2_RECORDS_COUNT_OFFSET));
         if (n && ((Py_ssize_t)count > max_rows - n || entry_end - pos > max_bytes - used)) {
             status = SCAN_MORE;
             break;
@@ -1816,7 +1738,7 @@ static PyObject *py_decode_v2_run(PyObject *self, PyObject *args) {
             status = SCAN_OTHER;
             break;
         }
-        int64_t base_offset = s64(be64(h)), base_ts = s64(be64(h + 27)), max_ts = s64(be64(h + 35));
+        int64_t base_offset = s64(be64(h)), base_ts = s64(be64(h + V2_BASE_TIMESTAMP_OFFSET)), max_ts = s64(be64(h + V2_MAX_TIMESTAMP_OFFSET));
         int log_append = (attributes & 0x08) != 0;
         int32_t ts_type = log_append;
         Py_ssize_t mark[C_N];

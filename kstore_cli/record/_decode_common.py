@@ -1,29 +1,16 @@
-"""What both record-decoder twins share: the underflow signal, the legacy wire structs, the scan statuses.
+"""What both record-decoder twins share: the underflow signal, the tuple shapes, the scan statuses.
 
 The twins (:mod:`._decode_py`, pure Python, and the C extension ``_decode_c``) must raise the
-same classes with the same messages; the classes live here (and in :mod:`kstore_cli.errors`)
-so that both import the very same objects.
+same classes with the same messages: both take the underflow signal from here (it is :mod:`.wire`'s)
+and the errors from :mod:`kstore_cli.errors`, so that they use the very same objects.
 """
 
 from __future__ import annotations
 
-import struct
 from typing import Tuple
 
 from kstore_cli.java import MAX_INT32  # noqa: F401 - re-exported to the twins
-
-
-def write_uvarint(u: int, out: bytearray) -> None:
-    """Append the unsigned varint of u (ByteUtils.writeUnsignedVarint's bytes; callers zigzag first)."""
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-
-
-class Underflow(Exception):
-    """A varint ran past the end of the buffer (callers turn it into Kafka's message for the spot)."""
-
+from kstore_cli.record.wire import Underflow
 
 _Underflow = Underflow  # the name the twins (and _decode_c.c's import) use
 
@@ -32,24 +19,10 @@ _Underflow = Underflow  # the name the twins (and _decode_c.c's import) use
 #: key_len/value_len are -1 for null; headers is a tuple of (key_pos, key_len, value_pos, value_len).
 V2Record = Tuple[int, int, int, int, int, int, int, tuple]
 
-# A legacy log entry: offset int64, size int32, then the message:
-#   crc uint32, magic int8, attributes int8, [timestamp int64 (v1)], keyLength int32, key,
-#   valueLength int32, value
-LEGACY_ENTRY_HEADER = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
-LOG_OVERHEAD = 12
-RECORD_OVERHEAD_V0 = 14
-
 #: (offset, size_in_bytes, crc, magic, attributes, timestamp, key_pos, key_len, value_pos, value_len, msg_pos)
 LegacyEntry = Tuple[int, int, int, int, int, int, int, int, int, int, int]
 
-# The v2 batch header (DefaultRecordBatch), as batch.py documents it field by field.
-V2_HEADER = struct.Struct(">qiibIhiqqqhii")
-V2_HEADER_SIZE = V2_HEADER.size  # 61
-V2_CRC_START = struct.calcsize(">qiibI")  # 21: the CRC covers attributes to the end
-V2_CRC_POS = struct.calcsize(">qiib")  # 17
-HEADER_SIZE_UP_TO_MAGIC = 17
-
-#: One v2 batch header found by ``scan_batches``: its position, then the fields of V2_HEADER in order.
+#: One v2 batch header found by ``scan_batches``: its position, then the fields of wire.V2_HEADER in order.
 BatchHead = Tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int]
 
 #: scan_batches statuses. SCAN_END: fewer than 18 bytes remain, nothing more can be framed.
@@ -60,7 +33,6 @@ BatchHead = Tuple[int, int, int, int, int, int, int, int, int, int, int, int, in
 SCAN_END = 0
 SCAN_MORE = 1
 SCAN_OTHER = 2
-
 
 
 def _int32(value: int) -> int:

@@ -33,82 +33,29 @@ from kstore_cli.errors import InvalidRecordError
 from kstore_cli.java import MAX_INT32, MAX_INT64, MIN_INT64
 from kstore_cli.record.crc import crc32c
 from kstore_cli.record._decode_common import (
-    HEADER_SIZE_UP_TO_MAGIC,
-    LOG_OVERHEAD,
-    RECORD_OVERHEAD_V0,
     SCAN_END,
     SCAN_MORE,
     SCAN_OTHER,
-    V2_CRC_POS,
-    V2_CRC_START,
-    V2_HEADER,
-    V2_HEADER_SIZE,
     BatchHead,
     LegacyEntry,
     V2Record,
     _Underflow,
     increment_sequence,
 )
-
-
-def read_varint(buf: "bytes | memoryview", pos: int, end: int) -> Tuple[int, int]:
-    """A zigzag varint (at most 5 bytes) at pos: (value, next position)."""
-    value = 0
-    shift = 0
-    i = 0
-    while True:
-        if pos >= end:
-            raise _Underflow
-        b = buf[pos]
-        pos += 1
-        if i == 4:
-            if b & 0x80:
-                raise InvalidRecordError(
-                    "Varint is too long, the most significant bit in the 5th byte is set, "
-                    f"converted value: {((value | (b << shift)) & 0xFFFFFFFF):x}"
-                )
-            value |= b << shift
-            value &= 0xFFFFFFFF  # bits past 31 are silently dropped, as in Kafka
-            break
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-        i += 1
-    return (value >> 1) ^ -(value & 1), pos
-
-
-def read_varlong(buf: "bytes | memoryview", pos: int, end: int) -> Tuple[int, int]:
-    """A zigzag varlong (at most 10 bytes) at pos: (value, next position)."""
-    value = 0
-    shift = 0
-    while True:
-        if pos >= end:
-            raise _Underflow
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise InvalidRecordError(
-                "Varlong is too long, most significant bit in the 10th byte is set, "
-                f"converted value: {value & 0xFFFFFFFFFFFFFFFF:x}"
-            )
-    value &= 0xFFFFFFFFFFFFFFFF
-    result = (value >> 1) ^ -(value & 1)
-    return result, pos
-
-
-def size_of_varint(value: int) -> int:
-    """Bytes needed for value as a zigzag varint."""
-    v = ((value << 1) ^ (value >> 31)) & 0xFFFFFFFF
-    n = 1
-    while v >= 0x80:
-        v >>= 7
-        n += 1
-    return n
+from kstore_cli.record.wire import (  # noqa: F401 - read_varint, read_varlong, size_of_varint: this twin's
+    HEADER_SIZE_UP_TO_MAGIC,
+    LOG_ENTRY_HEADER,
+    LOG_ENTRY_PREFIX,
+    LOG_OVERHEAD,
+    RECORD_OVERHEAD_V0,
+    V2_CRC_POS,
+    V2_CRC_START,
+    V2_HEADER,
+    V2_HEADER_SIZE,
+    read_varint,
+    read_varlong,
+    size_of_varint,
+)
 
 
 def decode_v2_records(buf: "bytes | memoryview", pos: int, end: int, count: int) -> List[V2Record]:
@@ -116,18 +63,14 @@ def decode_v2_records(buf: "bytes | memoryview", pos: int, end: int, count: int)
     records: List[V2Record] = []
     append = records.append
     for _ in range(count):
-        if pos >= end:
-            raise InvalidRecordError("Incorrect declared batch size, premature EOF reached")
         try:
-            length, body = read_varint(buf, pos, end)
+            length, body = read_varint(buf, pos, end)  # (Underflow at pos >= end too)
         except _Underflow:
             raise InvalidRecordError("Incorrect declared batch size, premature EOF reached") from None
         record_end = body + length
         if length < 0 or record_end > end:
-            raise InvalidRecordError(
-                f"Invalid record size: expected {length} bytes in record payload, "
-                f"but instead the buffer has only {end - body} remaining bytes."
-            )
+            raise _size_error(f"expected {length} bytes in record payload, but instead the buffer has only "
+                              f"{end - body} remaining bytes.")
         try:
             p = body + 1  # attributes: unused
             timestamp_delta, p = read_varlong(buf, p, end)
@@ -145,13 +88,8 @@ def decode_v2_records(buf: "bytes | memoryview", pos: int, end: int, count: int)
             else:
                 p += value_len
             header_count, p = read_varint(buf, p, end)
-            if header_count < 0:
-                raise InvalidRecordError(f"Found invalid number of record headers {header_count}")
-            if header_count > end - p:
-                raise InvalidRecordError(
-                    f"Found invalid number of record headers. {header_count} is larger than "
-                    "the remaining size of the buffer"
-                )
+            if header_count < 0 or header_count > end - p:
+                raise _header_count_error(header_count)
             headers: tuple = ()
             if header_count:
                 hs = []
@@ -159,8 +97,7 @@ def decode_v2_records(buf: "bytes | memoryview", pos: int, end: int, count: int)
                     hk_len, p = read_varint(buf, p, end)
                     if hk_len < 0:
                         raise InvalidRecordError(f"Invalid negative header key size {hk_len}")
-                    hk_pos = p
-                    p += hk_len
+                    hk_pos, p = p, p + hk_len
                     hv_len, p = read_varint(buf, p, end)
                     hv_pos = p
                     if hv_len < 0:
@@ -175,15 +112,24 @@ def decode_v2_records(buf: "bytes | memoryview", pos: int, end: int, count: int)
             raise InvalidRecordError("Found invalid record structure") from None
         # Kafka reads the fields from the whole buffer and only then compares sizes.
         if p != record_end:
-            raise InvalidRecordError(
-                f"Invalid record size: expected to read {length} bytes in record payload, "
-                f"but instead read {p - body}"
-            )
+            raise _size_error(f"expected to read {length} bytes in record payload, but instead read {p - body}")
         append((offset_delta, timestamp_delta, record_end - pos, key_pos, key_len, value_pos, value_len, headers))
         pos = record_end
     if pos != end:
         raise InvalidRecordError("Incorrect declared batch size, records still remaining in file")
     return records
+
+
+def _size_error(detail: str) -> InvalidRecordError:
+    return InvalidRecordError(f"Invalid record size: {detail}")
+
+
+def _header_count_error(header_count: int) -> InvalidRecordError:
+    if header_count < 0:
+        return InvalidRecordError(f"Found invalid number of record headers {header_count}")
+    return InvalidRecordError(
+        f"Found invalid number of record headers. {header_count} is larger than the remaining size of the buffer"
+    )
 
 
 _INT32 = struct.Struct(">i")
@@ -198,7 +144,7 @@ def decode_legacy_message(buf: "bytes | memoryview", pos: int, end: int) -> Opti
     """
     if end - pos < LOG_OVERHEAD:
         return None
-    offset, size = struct.unpack_from(">qi", buf, pos)
+    offset, size = LOG_ENTRY_HEADER.unpack_from(buf, pos)
     if size < RECORD_OVERHEAD_V0:
         raise InvalidRecordError(f"Record size {size} is less than the minimum record overhead ({RECORD_OVERHEAD_V0})")
     msg = pos + LOG_OVERHEAD
@@ -238,7 +184,6 @@ def decode_legacy_message(buf: "bytes | memoryview", pos: int, end: int) -> Opti
 
 
 
-_FRAME = struct.Struct(">qiib")  # offset, size, (leader epoch | crc), magic
 _UINT32 = struct.Struct(">I")
 
 
@@ -253,7 +198,7 @@ def scan_batches(buf: "bytes | memoryview", pos: int, end: int, max_batches: int
     """
     heads: List[BatchHead] = []
     limit = end - HEADER_SIZE_UP_TO_MAGIC
-    frame = _FRAME.unpack_from
+    frame = LOG_ENTRY_PREFIX.unpack_from
     header = V2_HEADER.unpack_from
     mv = memoryview(buf) if check_crc else None
     while pos < limit:
@@ -478,15 +423,14 @@ def decode_v2_run(buf: "bytes | memoryview", pos: int, end: int, max_rows: int, 
     header, header key, header value); header_ends counts headers: row i's headers are
     ``header_ends[i-1]:header_ends[i]``. Without with_headers the header buffers are empty.
     """
-    cols = [array("q"), array("q"), array("i"), array("i"), bytearray(), bytearray(), array("i"), bytearray(),
-            bytearray(), array("i"), array("i"), bytearray(), array("i"), bytearray(), bytearray()]
+    cols = _run_columns()
     ends = list(bases)
     n = batches = used = 0
     limit = end - HEADER_SIZE_UP_TO_MAGIC
     mv = memoryview(buf)
     status = SCAN_END
     while pos < limit:
-        _offset, size, _x, magic = _FRAME.unpack_from(buf, pos)
+        _offset, size, _x, magic = LOG_ENTRY_PREFIX.unpack_from(buf, pos)
         entry_end = pos + LOG_OVERHEAD + size
         if size < RECORD_OVERHEAD_V0 or entry_end > end or magic != 2 or entry_end - pos < V2_HEADER_SIZE:
             status = SCAN_OTHER
@@ -496,17 +440,10 @@ def decode_v2_run(buf: "bytes | memoryview", pos: int, end: int, max_rows: int, 
         if n and (n + count > max_rows or used + entry_end - pos > max_bytes):
             status = SCAN_MORE
             break
-        if ((check_crc and crc != crc32c(mv[pos + V2_CRC_START : entry_end])) or attributes & 0x27
-                or (stop_transactional and attributes & 0x10) or count <= 0):
-            status = SCAN_OTHER
-            break
-        try:
-            records = decode_v2_records(buf, pos + V2_HEADER_SIZE, entry_end, count)
-        except InvalidRecordError:
-            status = SCAN_OTHER
-            break
-        staged = _stage_batch(mv, records, base_offset, base_ts, max_ts if attributes & 0x08 else None,
-                              min_offset, end_offset, with_headers, ends)
+        records = _plain_records(buf, mv, pos, entry_end, crc, attributes, count, check_crc, stop_transactional)
+        staged = None if records is None else _stage_batch(mv, records, base_offset, base_ts,
+                                                           max_ts if attributes & 0x08 else None,
+                                                           min_offset, end_offset, with_headers, ends)
         if staged is None:
             status = SCAN_OTHER
             break
@@ -520,6 +457,24 @@ def decode_v2_run(buf: "bytes | memoryview", pos: int, end: int, max_rows: int, 
         used += entry_end - pos
         pos = entry_end
     return n, pos, status, batches, tuple(bytes(c) if isinstance(c, bytearray) else c.tobytes() for c in cols)
+
+
+def _run_columns() -> list:
+    """decode_v2_run's empty columns, in its order."""
+    return [array("q"), array("q"), array("i"), array("i"), bytearray(), bytearray(), array("i"), bytearray(),
+            bytearray(), array("i"), array("i"), bytearray(), array("i"), bytearray(), bytearray()]
+
+
+def _plain_records(buf: "bytes | memoryview", mv: memoryview, pos: int, entry_end: int, crc: int, attributes: int,
+                   count: int, check_crc: bool, stop_transactional: bool) -> Optional[List[V2Record]]:
+    """The records of the v2 batch framed at pos when they may join decode_v2_run's run, else None."""
+    if ((check_crc and crc != crc32c(mv[pos + V2_CRC_START : entry_end])) or attributes & 0x27
+            or (stop_transactional and attributes & 0x10) or count <= 0):
+        return None
+    try:
+        return decode_v2_records(buf, pos + V2_HEADER_SIZE, entry_end, count)
+    except InvalidRecordError:
+        return None
 
 
 def _strict_utf8(data: "bytes | memoryview") -> bool:

@@ -28,13 +28,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <stdint.h>
-#include <string.h>
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <nmmintrin.h>
-#define KSTORE_HW_CRC 1
-#endif
-#include "_crc.h"
+#include "_wire.h"
 
 #define FLAG_METADATA 1
 #define FLAG_DATA 2
@@ -234,63 +228,7 @@ static int put_java_utf8(Out *o, const uint8_t *s, Py_ssize_t n) {
     return 0;
 }
 
-/* ------------------------------------------------------------------ varints (Kafka's ByteUtils) */
-
-/* A zigzag varint at *pp, read before lim; -1 when it runs past lim or is too long. */
-static inline int rd_varint(const uint8_t *b, Py_ssize_t *pp, Py_ssize_t lim, int32_t *out) {
-    Py_ssize_t p = *pp;
-    uint32_t v = 0;
-    for (int i = 0; i < 5; i++) {
-        if (p >= lim) return -1;
-        uint8_t c = b[p++];
-        if (i == 4) {
-            if (c & 0x80) return -1;
-            v |= (uint32_t)c << 28; /* bits past 31 are dropped, as in Kafka */
-            break;
-        }
-        v |= (uint32_t)(c & 0x7F) << (7 * i);
-        if (!(c & 0x80)) break;
-    }
-    uint32_t z = (v >> 1) ^ (0u - (v & 1u));
-    *out = z < 0x80000000u ? (int32_t)z : -(int32_t)(~z) - 1;
-    *pp = p;
-    return 0;
-}
-
-static inline int rd_varlong(const uint8_t *b, Py_ssize_t *pp, Py_ssize_t lim, int64_t *out) {
-    Py_ssize_t p = *pp;
-    uint64_t v = 0;
-    int shift = 0;
-    for (;;) {
-        if (p >= lim) return -1;
-        uint8_t c = b[p++];
-        v |= (uint64_t)(c & 0x7F) << shift;
-        if (!(c & 0x80)) break;
-        shift += 7;
-        if (shift > 63) return -1;
-    }
-    uint64_t z = (v >> 1) ^ (0ull - (v & 1ull));
-    *out = z < 0x8000000000000000ull ? (int64_t)z : -(int64_t)(~z) - 1;
-    *pp = p;
-    return 0;
-}
-
-/* Java int arithmetic. */
-static inline int32_t wrap32(int64_t v) {
-    uint32_t u = (uint32_t)((uint64_t)v & 0xFFFFFFFFu);
-    return u < 0x80000000u ? (int32_t)u : -(int32_t)(~u) - 1;
-}
-
-static inline int64_t wrap64(uint64_t u) {
-    return u < 0x8000000000000000ull ? (int64_t)u : -(int64_t)(~u) - 1;
-}
-
-/* DefaultRecordBatch.incrementSequence (kstore_cli.record._decode_common.increment_sequence). */
-static inline int32_t increment_sequence(int32_t sequence, int32_t increment) {
-    if ((int64_t)sequence > (int64_t)wrap32((int64_t)INT32_MAX - increment))
-        return wrap32((int64_t)wrap32((int64_t)increment - wrap32((int64_t)INT32_MAX - sequence)) - 1);
-    return wrap32((int64_t)sequence + increment);
-}
+/* _wire.h's varint readers: any failure (underflow, too long) means "not plain" here (Python formats it). */
 
 /* ------------------------------------------------------------------ the formatter */
 
@@ -405,12 +343,12 @@ static int format_records(Out *o, const uint8_t *b, Py_ssize_t p, Py_ssize_t end
         Spans sp;
         if (parse_record(b, &p, end, &ts_delta, &off_delta, &sp) < 0) return 1;
         /* Java long arithmetic: both sums wrap. */
-        offset = wrap64((uint64_t)base_offset + (uint64_t)(int64_t)off_delta);
-        timestamp = log_append ? log_append_time : wrap64((uint64_t)base_timestamp + (uint64_t)ts_delta);
+        offset = s64((uint64_t)base_offset + (uint64_t)(int64_t)off_delta);
+        timestamp = log_append ? log_append_time : s64((uint64_t)base_timestamp + (uint64_t)ts_delta);
         /* Kafka's non-consecutive offsets check (dumplog._TextDumper.dump_records), in longs. */
         if (last == -1)
             last = offset;
-        else if (offset != wrap64((uint64_t)last + 1u)) {
+        else if (offset != s64((uint64_t)last + 1u)) {
             if (add_gap(gaps, last, offset) < 0) return -1;
         }
         last = offset;
@@ -514,39 +452,25 @@ done:
 
 /* ------------------------------------------------------------------ runs of batches */
 
-static inline int64_t be64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
-    return wrap64(v);
-}
-static inline int32_t be32(const uint8_t *p) {
-    return wrap32((int64_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]));
-}
-static inline uint32_t be32u(const uint8_t *p) {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-static inline int16_t be16(const uint8_t *p) { return (int16_t)(uint16_t)(((unsigned)p[0] << 8) | p[1]); }
-
-#define LOG_OVERHEAD 12
-#define V2_OVERHEAD 61
 
 /* One plain batch at b[pos:] (its line and its records' lines) into o: 0 done, 1 not plain (o, *lastp and
  * the gaps as they were), -1 on a Python error. Plain: magic 2, the whole batch before `end`, its CRC right,
  * uncompressed, not a control batch, at least one record, records that parse exactly. */
 static int format_batch(Out *o, const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t *sizep,
                         int64_t *lastp, PyObject **gaps, int flags) {
-    if (end - pos < V2_OVERHEAD) return 1;
+    if (end - pos < V2_HEADER_SIZE) return 1;
     const uint8_t *h = b + pos;
-    int32_t length = be32(h + 8);
-    if (h[16] != 2 || length < V2_OVERHEAD - LOG_OVERHEAD || (Py_ssize_t)length > end - pos - LOG_OVERHEAD) return 1;
+    int32_t length = s32(be32(h + V2_LENGTH_OFFSET));
+    if (h[MAGIC_OFFSET] != 2 || length < V2_HEADER_SIZE - LOG_OVERHEAD || (Py_ssize_t)length > end - pos - LOG_OVERHEAD) return 1;
     Py_ssize_t size = LOG_OVERHEAD + (Py_ssize_t)length;
-    int16_t attributes = be16(h + 21);
-    int32_t count = be32(h + 57);
+    int16_t attributes = s16(be16(h + V2_ATTRIBUTES_OFFSET));
+    int32_t count = s32(be32(h + V2_RECORDS_COUNT_OFFSET));
     if ((attributes & 0x27) != 0 || count <= 0) return 1; /* compressed, unknown codec, or control */
-    uint32_t crc = be32u(h + 17);
-    if (crc32c(h + 21, (size_t)(size - 21)) != crc) return 1;
-    int64_t base_offset = be64(h), base_timestamp = be64(h + 27), max_timestamp = be64(h + 35);
-    int32_t delta = be32(h + 23), base_sequence = be32(h + 53);
+    uint32_t crc = be32(h + V2_CRC_POS);
+    if (crc32c(h + V2_CRC_START, (size_t)(size - V2_CRC_START)) != crc) return 1;
+    int64_t base_offset = s64(be64(h)), base_timestamp = s64(be64(h + V2_BASE_TIMESTAMP_OFFSET));
+    int64_t max_timestamp = s64(be64(h + V2_MAX_TIMESTAMP_OFFSET));
+    int32_t delta = s32(be32(h + V2_LAST_OFFSET_DELTA_OFFSET)), base_sequence = s32(be32(h + V2_BASE_SEQUENCE_OFFSET));
     int log_append = (attributes & 0x08) != 0;
     size_t len0 = o->len;
     Py_ssize_t ngaps = *gaps ? PyList_GET_SIZE(*gaps) : 0;
@@ -556,7 +480,7 @@ static int format_batch(Out *o, const uint8_t *b, Py_ssize_t pos, Py_ssize_t end
     PUT_LIT(o, "baseOffset: ");
     put_i64(o, base_offset);
     PUT_LIT(o, " lastOffset: ");
-    put_i64(o, wrap64((uint64_t)base_offset + (uint64_t)(int64_t)delta));
+    put_i64(o, s64((uint64_t)base_offset + (uint64_t)(int64_t)delta));
     PUT_LIT(o, " count: ");
     put_i64(o, count);
     PUT_LIT(o, " baseSequence: ");
@@ -564,11 +488,11 @@ static int format_batch(Out *o, const uint8_t *b, Py_ssize_t pos, Py_ssize_t end
     PUT_LIT(o, " lastSequence: ");
     put_i64(o, base_sequence == -1 ? -1 : increment_sequence(base_sequence, delta));
     PUT_LIT(o, " producerId: ");
-    put_i64(o, be64(h + 43));
+    put_i64(o, s64(be64(h + V2_PRODUCER_ID_OFFSET)));
     PUT_LIT(o, " producerEpoch: ");
-    put_i64(o, be16(h + 51));
+    put_i64(o, s16(be16(h + V2_PRODUCER_EPOCH_OFFSET)));
     PUT_LIT(o, " partitionLeaderEpoch: ");
-    put_i64(o, be32(h + 12));
+    put_i64(o, s32(be32(h + V2_PARTITION_LEADER_EPOCH_OFFSET)));
     if (attributes & 0x10)
         PUT_LIT(o, " isTransactional: true isControl: false deleteHorizonMs: ");
     else
@@ -592,7 +516,7 @@ static int format_batch(Out *o, const uint8_t *b, Py_ssize_t pos, Py_ssize_t end
     PUT_LIT(o, " magic: 2 compresscodec: none crc: ");
     put_i64(o, crc);
     PUT_LIT(o, " isvalid: true\n");
-    int rc = format_records(o, b, pos + V2_OVERHEAD, pos + size, count, base_offset, base_timestamp, log_append,
+    int rc = format_records(o, b, pos + V2_HEADER_SIZE, pos + size, count, base_offset, base_timestamp, log_append,
                             max_timestamp, base_sequence, &last, gaps, flags);
     if (rc > 0) {
         o->len = len0;

@@ -10,63 +10,20 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <stdint.h>
-#include <string.h>
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <nmmintrin.h>
-#define KSTORE_HW_CRC 1 /* v2_frames' CRC-32C: SSE 4.2's instruction when the CPU has it (as _decode_c) */
-#endif
+#include "_wire.h" /* v2_frames' CRC-32C: SSE 4.2's instruction when the CPU has it */
 
 static PyObject *InvalidRecordError; /* kstore_cli.errors.InvalidRecordError */
 
-#define LOG_OVERHEAD 12
-#define RECORD_OVERHEAD_V0 14
 #define MAX_INT32 0x7FFFFFFFLL
 #define V2_RECORD_OVERHEAD 21
 #define LEGACY_RECORD_OVERHEAD 34
 #define V2_HEADER_OVERHEAD 10
 
-/* ------------------------------------------------------------------ byte order, Java arithmetic */
+/* ------------------------------------------------------------------ Java arithmetic, native columns */
 
-static inline uint32_t be32(const uint8_t *p) {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
-}
-static inline uint64_t be64(const uint8_t *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
-static inline int32_t s32(uint32_t v) { return v < 0x80000000u ? (int32_t)v : -(int32_t)(~v) - 1; }
-static inline int64_t s64(uint64_t v) { return v < 0x8000000000000000ull ? (int64_t)v : -(int64_t)(~v) - 1; }
-static inline int8_t s8(uint32_t v) { v &= 0xFF; return v < 0x80u ? (int8_t)v : (int8_t)((int32_t)v - 0x100); }
 static inline int64_t wrap_add(int64_t a, int64_t b) { return s64((uint64_t)a + (uint64_t)b); }
 static inline int64_t wrap_sub(int64_t a, int64_t b) { return s64((uint64_t)a - (uint64_t)b); }
-static inline void put32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
-}
-static inline void put64(uint8_t *p, uint64_t v) { put32(p, (uint32_t)(v >> 32)); put32(p + 4, (uint32_t)v); }
 static inline int64_t ld64(const uint8_t *p) { int64_t v; memcpy(&v, p, 8); return v; }
-
-/* ------------------------------------------------------------------ varints (ByteUtils, zigzag) */
-
-/* zigzag of an int64 n, low 32 bits: what ByteUtils.writeVarint writes for the int (int)n. */
-static inline uint32_t zz32(int64_t n) {
-    uint64_t u = (uint64_t)n;
-    uint64_t sign = (n < 0) ? ~0ull : 0ull;
-    return (uint32_t)((u << 1) ^ (sign << 33 | (u >> 31)));
-}
-static inline uint64_t zz64(int64_t n) {
-    uint64_t u = (uint64_t)n;
-    return (u << 1) ^ ((n < 0) ? ~0ull : 0ull);
-}
-static inline Py_ssize_t uv_size(uint64_t u) {
-    Py_ssize_t s = 1;
-    while (u >= 0x80) { u >>= 7; s++; }
-    return s;
-}
-static inline uint8_t *uv_put(uint8_t *p, uint64_t u) {
-    while (u >= 0x80) { *p++ = (uint8_t)((u & 0x7F) | 0x80); u >>= 7; }
-    *p++ = (uint8_t)u;
-    return p;
-}
-
-#include "_crc.h"
 
 /* ------------------------------------------------------------------ growing output */
 
@@ -114,7 +71,7 @@ static PyObject *invalid(const char *msg) {
 static int legacy_entry(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, int64_t *f) {
     if (end - pos < LOG_OVERHEAD) return 0;
     int64_t offset = s64(be64(b + pos));
-    int32_t size = s32(be32(b + pos + 8));
+    int32_t size = s32(be32(b + pos + SIZE_OFFSET));
     if (size < RECORD_OVERHEAD_V0) {
         PyErr_Format(InvalidRecordError, "Record size %d is less than the minimum record overhead (%d)", size,
                      RECORD_OVERHEAD_V0);
@@ -479,15 +436,15 @@ static int64_t v2_body_size(const Table *t, Py_ssize_t i, int64_t base_offset, i
     if (span_at(t, t->spans + 32 * i, &kp, &kl) < 0 || span_at(t, t->spans + 32 * i + 16, &vp, &vl) < 0 ||
         header_range(t, i, &first, &last) < 0)
         return -1;
-    int64_t s = 1 + uv_size(zz64(wrap_sub(ld64(t->timestamps + 8 * i), base_ts))) +
-                uv_size(zz32(wrap_sub(ld64(t->offsets + 8 * i), base_offset)));
-    s += uv_size(zz32(kl)) + (kl > 0 ? kl : 0) + uv_size(zz32(vl)) + (vl > 0 ? vl : 0);
-    s += uv_size(zz32(last - first));
+    int64_t s = 1 + uvarint_size(zigzag64(wrap_sub(ld64(t->timestamps + 8 * i), base_ts))) +
+                uvarint_size(zigzag32(wrap_sub(ld64(t->offsets + 8 * i), base_offset)));
+    s += uvarint_size(zigzag32(kl)) + (kl > 0 ? kl : 0) + uvarint_size(zigzag32(vl)) + (vl > 0 ? vl : 0);
+    s += uvarint_size(zigzag32(last - first));
     for (int64_t h = first; h < last; h++) {
         int64_t hkp, hkl, hvp, hvl;
         const uint8_t *hp = t->header_spans + 32 * h;
         if (span_at(t, hp, &hkp, &hkl) < 0 || span_at(t, hp + 16, &hvp, &hvl) < 0) return -1;
-        s += uv_size(zz32(hkl)) + (hkl > 0 ? hkl : 0) + uv_size(zz32(hvl)) + (hvl > 0 ? hvl : 0);
+        s += uvarint_size(zigzag32(hkl)) + (hkl > 0 ? hkl : 0) + uvarint_size(zigzag32(hvl)) + (hvl > 0 ? hvl : 0);
     }
     if (s > MAX_INT32) {
         PyErr_SetString(PyExc_OverflowError, "record larger than 2 GiB");
@@ -509,7 +466,7 @@ static int write_v2(PyObject *out, const Table *t, Py_ssize_t start, Py_ssize_t 
     for (Py_ssize_t i = start; i < stop; i++) { /* sizes first: one resize, every span checked */
         int64_t s = v2_body_size(t, i, base_offset, base_ts);
         if (s < 0) return -1;
-        total += uv_size(zz32(s)) + s;
+        total += uvarint_size(zigzag32(s)) + s;
     }
     uint8_t *p = bytearray_grow(out, (Py_ssize_t)total);
     if (!p) return -1;
@@ -520,23 +477,23 @@ static int write_v2(PyObject *out, const Table *t, Py_ssize_t start, Py_ssize_t 
         span_at(t, t->spans + 32 * i, &kp, &kl); /* checked above */
         span_at(t, t->spans + 32 * i + 16, &vp, &vl);
         header_range(t, i, &first, &last);
-        p = uv_put(p, zz32(v2_body_size(t, i, base_offset, base_ts)));
+        p = put_uvarint(p, zigzag32(v2_body_size(t, i, base_offset, base_ts)));
         *p++ = 0; /* attributes */
-        p = uv_put(p, zz64(wrap_sub(ts, base_ts)));
-        p = uv_put(p, zz32(wrap_sub(ld64(t->offsets + 8 * i), base_offset)));
-        p = uv_put(p, zz32(kl));
+        p = put_uvarint(p, zigzag64(wrap_sub(ts, base_ts)));
+        p = put_uvarint(p, zigzag32(wrap_sub(ld64(t->offsets + 8 * i), base_offset)));
+        p = put_uvarint(p, zigzag32(kl));
         p = put_bytes(p, t->data, kp, kl);
-        p = uv_put(p, zz32(vl));
+        p = put_uvarint(p, zigzag32(vl));
         p = put_bytes(p, t->data, vp, vl);
-        p = uv_put(p, zz32(last - first));
+        p = put_uvarint(p, zigzag32(last - first));
         for (int64_t h = first; h < last; h++) {
             int64_t hkp, hkl, hvp, hvl;
             const uint8_t *hp = t->header_spans + 32 * h;
             span_at(t, hp, &hkp, &hkl);
             span_at(t, hp + 16, &hvp, &hvl);
-            p = uv_put(p, zz32(hkl));
+            p = put_uvarint(p, zigzag32(hkl));
             p = put_bytes(p, t->data, hkp, hkl);
-            p = uv_put(p, zz32(hvl));
+            p = put_uvarint(p, zigzag32(hvl));
             p = put_bytes(p, t->data, hvp, hvl);
         }
     }
@@ -576,19 +533,19 @@ static int write_legacy(PyObject *out, const Table *t, Py_ssize_t start, Py_ssiz
         span_at(t, t->spans + 32 * i, &kp, &kl);
         span_at(t, t->spans + 32 * i + 16, &vp, &vl);
         uint8_t *entry = p;
-        put64(p, (uint64_t)wrap_sub(ld64(t->offsets + 8 * i), offset_base));
+        put_be64(p, (uint64_t)wrap_sub(ld64(t->offsets + 8 * i), offset_base));
         p += 12; /* size set below */
         uint8_t *msg = p;
         p += 4; /* CRC set below */
         *p++ = (uint8_t)magic;
         *p++ = (uint8_t)(attributes & 0xFF);
-        if (magic) { put64(p, (uint64_t)(has_ts ? fixed_ts : ts)); p += 8; }
-        put32(p, (uint32_t)(kl < 0 ? -1 : kl)); p += 4;
+        if (magic) { put_be64(p, (uint64_t)(has_ts ? fixed_ts : ts)); p += 8; }
+        put_be32(p, (uint32_t)(kl < 0 ? -1 : kl)); p += 4;
         p = put_bytes(p, t->data, kp, kl);
-        put32(p, (uint32_t)(vl < 0 ? -1 : vl)); p += 4;
+        put_be32(p, (uint32_t)(vl < 0 ? -1 : vl)); p += 4;
         p = put_bytes(p, t->data, vp, vl);
-        put32(entry + 8, (uint32_t)(p - msg));
-        put32(msg, crc32_ieee(msg + 4, (size_t)(p - msg - 4)));
+        put_be32(entry + SIZE_OFFSET, (uint32_t)(p - msg));
+        put_be32(msg, crc32_ieee(msg + 4, (size_t)(p - msg - 4)));
     }
     return 0;
 }
@@ -731,23 +688,21 @@ static PyObject *py_v2_frames(PyObject *self, PyObject *args) {
             goto done;
         }
         Py_ssize_t len = views[i].len;
-        put64(p, (uint64_t)base_offset);
-        put32(p + 8, (uint32_t)(49 + len));
-        put32(p + 12, (uint32_t)epoch);
-        p[16] = 2;
-        p[21] = (uint8_t)((uint32_t)attributes >> 8);
-        p[22] = (uint8_t)attributes;
-        put32(p + 23, (uint32_t)delta);
-        put64(p + 27, (uint64_t)base_ts);
-        put64(p + 35, (uint64_t)max_ts);
-        put64(p + 43, (uint64_t)pid);
-        p[51] = (uint8_t)((uint32_t)pepoch >> 8);
-        p[52] = (uint8_t)pepoch;
-        put32(p + 53, (uint32_t)seq);
-        put32(p + 57, (uint32_t)count);
-        if (len) memcpy(p + 61, views[i].buf, (size_t)len);
-        put32(p + 17, crc32c(p + 21, (size_t)(40 + len)));
-        p += 61 + len;
+        put_be64(p, (uint64_t)base_offset);
+        put_be32(p + V2_LENGTH_OFFSET, (uint32_t)(V2_HEADER_SIZE - LOG_OVERHEAD + len));
+        put_be32(p + V2_PARTITION_LEADER_EPOCH_OFFSET, (uint32_t)epoch);
+        p[MAGIC_OFFSET] = 2;
+        put_be16(p + V2_ATTRIBUTES_OFFSET, (uint16_t)attributes);
+        put_be32(p + V2_LAST_OFFSET_DELTA_OFFSET, (uint32_t)delta);
+        put_be64(p + V2_BASE_TIMESTAMP_OFFSET, (uint64_t)base_ts);
+        put_be64(p + V2_MAX_TIMESTAMP_OFFSET, (uint64_t)max_ts);
+        put_be64(p + V2_PRODUCER_ID_OFFSET, (uint64_t)pid);
+        put_be16(p + V2_PRODUCER_EPOCH_OFFSET, (uint16_t)pepoch);
+        put_be32(p + V2_BASE_SEQUENCE_OFFSET, (uint32_t)seq);
+        put_be32(p + V2_RECORDS_COUNT_OFFSET, (uint32_t)count);
+        if (len) memcpy(p + V2_HEADER_SIZE, views[i].buf, (size_t)len);
+        put_be32(p + V2_CRC_POS, crc32c(p + V2_CRC_START, (size_t)(V2_HEADER_SIZE - V2_CRC_START + len)));
+        p += V2_HEADER_SIZE + len;
     }
 done:
     for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&views[i]);
@@ -816,10 +771,10 @@ done:
 static int take_wrapper(PyObject *src, const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, int64_t max_inflate,
                         Wrapper *w) {
     if (end - pos < HEADER_SIZE_UP_TO_MAGIC) return 0;
-    int32_t size = s32(be32(b + pos + 8));
-    if (size < RECORD_OVERHEAD_V0 || (int64_t)size > (int64_t)(end - pos) - LOG_OVERHEAD || b[pos + 16] > 1) return 0;
+    int32_t size = s32(be32(b + pos + SIZE_OFFSET));
+    if (size < RECORD_OVERHEAD_V0 || (int64_t)size > (int64_t)(end - pos) - LOG_OVERHEAD || b[pos + MAGIC_OFFSET] > 1) return 0;
     Py_ssize_t total = LOG_OVERHEAD + (Py_ssize_t)size;
-    if (crc32_ieee(b + pos + 16, (size_t)(total - 16)) != be32(b + pos + 12)) return 0;
+    if (crc32_ieee(b + pos + LEGACY_MAGIC_OFFSET, (size_t)(total - LEGACY_MAGIC_OFFSET)) != be32(b + pos + LEGACY_CRC_OFFSET)) return 0;
     int64_t f[9];
     int r = legacy_entry(b, pos, pos + total, f);
     if (r < 0) return refuse();

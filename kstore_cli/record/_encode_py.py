@@ -26,15 +26,17 @@ from typing import List, Optional, Sequence, Tuple
 from kstore_cli.codecs import GZIP
 from kstore_cli.errors import InvalidRecordError, KstoreError
 from kstore_cli.java import MAX_INT32, java_long
-from kstore_cli.record._decode_common import (
+from kstore_cli.record._decode_common import V2Record
+from kstore_cli.record.wire import (
     HEADER_SIZE_UP_TO_MAGIC,
     LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    RECORD_BATCH_OVERHEAD,
     RECORD_OVERHEAD_V0,
     V2_CRC_POS,
     V2_CRC_START,
     V2_HEADER,
-    V2Record,
-    write_uvarint,
+    encode_uvarint,
 )
 from kstore_cli.record._decode_py import decode_legacy_message
 from kstore_cli.record.crc import crc32, crc32c
@@ -180,12 +182,6 @@ def _q(buf) -> "array | memoryview":
     return buf if isinstance(buf, array) else memoryview(buf).cast("B").cast("q")
 
 
-def _uvarint_slow(u: int) -> bytes:
-    out = bytearray()
-    write_uvarint(u, out)
-    return bytes(out)
-
-
 #: Every one- and two-byte varint (filled on the first encode_v2): lengths and deltas are nearly
 #: always among them.
 _VARINTS: List[bytes] = []
@@ -193,15 +189,15 @@ _VARINTS: List[bytes] = []
 
 def _varint(n: int) -> bytes:
     """A zigzag varint of the int (int)n (the low 32 bits of the zigzag, as ByteUtils.writeVarint)."""
-    u = ((n << 1) ^ (n >> 31)) & 0xFFFFFFFF
-    return _VARINTS[u] if u < 16384 else _uvarint_slow(u)
+    u = ((n << 1) ^ (n >> 31)) & 0xFFFFFFFF  # wire.zigzag32, inline: once per field of every record
+    return _VARINTS[u] if u < 16384 else encode_uvarint(u)
 
 
 def _varlong(n: int) -> bytes:
     if not -0x8000000000000000 <= n <= 0x7FFFFFFFFFFFFFFF:
         n = java_long(n)
-    u = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
-    return _VARINTS[u] if u < 16384 else _uvarint_slow(u)
+    u = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF  # wire.zigzag64, inline (java_long only when needed)
+    return _VARINTS[u] if u < 16384 else encode_uvarint(u)
 
 
 def encode_v2(out: bytearray, table: RecordTable, start: int, stop: int, base_offset: int,
@@ -213,7 +209,7 @@ def encode_v2(out: bytearray, table: RecordTable, start: int, stop: int, base_of
     if not 0 <= start < stop <= n:
         raise ValueError("record range out of the table")
     if not _VARINTS:
-        _VARINTS.extend(_uvarint_slow(u) for u in range(1 << 14))
+        _VARINTS.extend(encode_uvarint(u) for u in range(1 << 14))
     mv = memoryview(data).cast("B")
     max_ts = timestamps[start]
     null = _varint(-1)
@@ -238,9 +234,6 @@ def encode_v2(out: bytearray, table: RecordTable, start: int, stop: int, base_of
         out += _varint(len(body))
         out += body
     return max_ts
-
-
-_LEGACY_HEAD = struct.Struct(">qiIbb")
 
 
 def encode_legacy(out: bytearray, table: RecordTable, start: int, stop: int, magic: int, attributes: int,
@@ -315,7 +308,7 @@ def _take_wrapper(buf: memoryview, pos: int, end: int, max_inflate: int) -> Opti
         return None
     offset, size, crc = _WRAPPER_HEAD.unpack_from(buf, pos)
     total = LOG_OVERHEAD + size
-    if size < RECORD_OVERHEAD_V0 or total > end - pos or buf[pos + 16] > 1 or offset < 0:
+    if size < RECORD_OVERHEAD_V0 or total > end - pos or buf[pos + MAGIC_OFFSET] > 1 or offset < 0:
         return None  # (a negative offset: Kafka rejects it, and the regular path refuses it)
     if crc32(buf[pos + 16 : pos + total]) != crc:
         return None
@@ -416,8 +409,8 @@ def v2_frames(bodies: Sequence["bytes | bytearray | memoryview"], headers: Seque
     out = bytearray()
     for body, (base_offset, delta, attributes, base_ts, max_ts, epoch, pid, pepoch, seq, count) in zip(bodies, headers):
         start = len(out)
-        out += V2_HEADER.pack(base_offset, V2_HEADER.size - 12 + len(body), epoch, 2, 0, attributes, delta, base_ts,
-                              max_ts, pid, pepoch, seq, count)
+        out += V2_HEADER.pack(base_offset, RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(body), epoch, 2, 0, attributes,
+                              delta, base_ts, max_ts, pid, pepoch, seq, count)
         out += body
         struct.pack_into(">I", out, start + V2_CRC_POS, crc32c(memoryview(out)[start + V2_CRC_START:]))
     return bytes(out)

@@ -33,20 +33,17 @@ from kstore_cli.codecs import CODEC_NAMES, get_codec
 from kstore_cli.errors import CorruptRecordError, InvalidRecordError, KstoreError
 from kstore_cli.java import MAX_INT64
 from kstore_cli.record import decode, encode
-from kstore_cli.record._decode_common import (  # noqa: F401 - the wire facts' one home, re-exported
+from kstore_cli.record._decode_common import MAX_INT32, _int32, increment_sequence  # noqa: F401 - re-exported
+from kstore_cli.record.wire import (  # noqa: F401 - the wire facts' one home, re-exported
     HEADER_SIZE_UP_TO_MAGIC,
     LOG_OVERHEAD,
-    MAX_INT32,
+    RECORD_BATCH_OVERHEAD,
     V2_CRC_START as _CRC_START,
     V2_HEADER,
-    _int32,
-    increment_sequence,
 )
 from kstore_cli.record.crc import crc32, crc32c
 from kstore_cli.record.recstream import WHOLE_BATCH_BYTES, stream_v2_records
 from kstore_cli.record.text import java_utf8
-
-RECORD_BATCH_OVERHEAD = V2_HEADER.size  # 61
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08

@@ -12,7 +12,6 @@ from typing import Optional, Sequence, Tuple
 
 from kstore_cli.codecs import get_codec
 from kstore_cli.errors import UsageError
-from kstore_cli.java import java_long
 from kstore_cli.record.batch import (
     CONTROL_FLAG,
     CREATE_TIME,
@@ -22,9 +21,15 @@ from kstore_cli.record.batch import (
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG,
-    V2_HEADER,
 )
-from kstore_cli.record._decode_common import write_uvarint
+from kstore_cli.record.wire import (
+    CRC_OFFSET,
+    LOG_ENTRY_HEADER,
+    V2_CRC_START,
+    V2_HEADER,
+    write_varint,
+    write_varlong,
+)
 from kstore_cli.record.crc import crc32, crc32c
 
 #: A header: its key (text, or raw bytes written as they are) and its nullable value.
@@ -49,26 +54,6 @@ class RecordSpec:
         """From a decoded :class:`~kstore_cli.record.batch.Record`."""
         return cls(record.offset, record.timestamp, record.key, record.value,
                    [(h.key, h.value) for h in record.headers] if not record.is_legacy else ())
-
-
-def _zigzag32(n: int) -> int:
-    return ((n << 1) ^ (n >> 31)) & 0xFFFFFFFF
-
-
-def _zigzag64(n: int) -> int:
-    # Java's long arithmetic first: a timestamp delta past int64 wraps (and reads back as the timestamp).
-    n = java_long(n)
-    return ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
-
-
-def write_varint(n: int, out: bytearray) -> None:
-    """Append n as a zigzag varint (minimal encoding)."""
-    write_uvarint(_zigzag32(n), out)
-
-
-def write_varlong(n: int, out: bytearray) -> None:
-    """Append n as a zigzag varlong (minimal encoding)."""
-    write_uvarint(_zigzag64(n), out)
 
 
 def _write_nullable(data: Optional[bytes], out: bytearray) -> None:
@@ -98,6 +83,21 @@ def encode_v2_record(offset_delta: int, timestamp_delta: int, key: Optional[byte
     write_varint(len(body), out)
     out += body
     return bytes(out)
+
+
+def _v2_attributes(codec: int, timestamp_type: int, is_transactional: bool, is_control: bool,
+                   has_delete_horizon: bool) -> int:
+    """A v2 batch's attributes (DefaultRecordBatch.computeAttributes)."""
+    attributes = codec & 0x07
+    if timestamp_type == LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_MASK
+    if is_transactional:
+        attributes |= TRANSACTIONAL_FLAG
+    if is_control:
+        attributes |= CONTROL_FLAG
+    if has_delete_horizon:
+        attributes |= DELETE_HORIZON_FLAG
+    return attributes
 
 
 def build_v2_batch(
@@ -147,24 +147,15 @@ def build_v2_batch(
         body += encode_v2_record(r.offset - base_offset, r.timestamp - base_timestamp, r.key, r.value, r.headers)
     if records and codec:
         body = get_codec(codec).compress(bytes(body), 2, compression_level)
-    attributes = codec & 0x07
-    if timestamp_type == LOG_APPEND_TIME:
-        attributes |= TIMESTAMP_TYPE_MASK
-    if is_transactional:
-        attributes |= TRANSACTIONAL_FLAG
-    if is_control:
-        attributes |= CONTROL_FLAG
-    if delete_horizon_ms is not None:
-        attributes |= DELETE_HORIZON_FLAG
-    if not records:
-        attributes &= ~0x07 & 0xFFFF  # empty batches are written uncompressed
+    attributes = _v2_attributes(codec if records else 0,  # empty batches are written uncompressed
+                                timestamp_type, is_transactional, is_control, delete_horizon_ms is not None)
     header = bytearray(V2_HEADER.pack(
         base_offset, RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(body), partition_leader_epoch, 2, 0,
         attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch,
         base_sequence, len(records),
     ))
-    crc = crc32c(bytes(header[21:]) + bytes(body))
-    struct.pack_into(">I", header, 17, crc)
+    crc = crc32c(bytes(header[V2_CRC_START:]) + bytes(body))
+    struct.pack_into(">I", header, CRC_OFFSET, crc)
     return bytes(header) + bytes(body)
 
 
@@ -191,9 +182,6 @@ def build_control_batch(
     )
 
 
-_LEGACY_PREFIX = struct.Struct(">qi")
-
-
 def encode_legacy_message(magic: int, attributes: int, timestamp: int, key: Optional[bytes], value: Optional[bytes]) -> bytes:
     """A LegacyRecord (crc, magic, attributes, [timestamp], key, value), no log overhead."""
     if magic not in (0, 1):
@@ -213,7 +201,7 @@ def encode_legacy_message(magic: int, attributes: int, timestamp: int, key: Opti
 def build_legacy_entry(offset: int, magic: int, attributes: int, timestamp: int, key: Optional[bytes], value: Optional[bytes]) -> bytes:
     """One uncompressed legacy log entry: offset, size, message."""
     message = encode_legacy_message(magic, attributes, timestamp, key, value)
-    return _LEGACY_PREFIX.pack(offset, len(message)) + message
+    return LOG_ENTRY_HEADER.pack(offset, len(message)) + message
 
 
 def build_legacy_batch(

@@ -26,9 +26,6 @@ from types import ModuleType
 
 from kstore_cli.record import _decode_py
 from kstore_cli.record._decode_common import (  # noqa: F401 - re-exported
-    LEGACY_ENTRY_HEADER,
-    LOG_OVERHEAD,
-    RECORD_OVERHEAD_V0,
     SCAN_END,
     SCAN_MORE,
     SCAN_OTHER,
@@ -37,6 +34,7 @@ from kstore_cli.record._decode_common import (  # noqa: F401 - re-exported
     Underflow,
     V2Record,
 )
+from kstore_cli.record.wire import LEGACY_ENTRY_HEADER, LOG_OVERHEAD, RECORD_OVERHEAD_V0  # noqa: F401 - re-exported
 
 #: The environment variable that picks the decoder: "native", "python" or unset (native if built).
 ENV_VAR = "KSTORE_DECODER"

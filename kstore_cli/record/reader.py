@@ -15,7 +15,6 @@ from __future__ import annotations
 import mmap
 import os
 import stat
-import struct
 from typing import Iterator, Optional, Union
 
 from kstore_cli.errors import CorruptRecordError, FileUnreadableError
@@ -28,9 +27,8 @@ from kstore_cli.record.batch import (
     RecordBatch,
 )
 from kstore_cli.record.decode import SCAN_OTHER, frame_batches
+from kstore_cli.record.wire import LOG_ENTRY_PREFIX, RECORD_OVERHEAD_V0
 
-_PREFIX = struct.Struct(">qiib")  # offset, size, (leader epoch | crc), magic
-MIN_ENTRY_SIZE = 14  # LegacyRecord.RECORD_OVERHEAD_V0
 #: Pages of a mapped file that were read count in the process's RSS until released: every time this many
 #: bytes were walked past they are dropped (MADV_DONTNEED), so a scan holds about this much of the file
 #: (plus one framing call's batches) however large the file is. 64 MiB held ~64 MB of RSS for nothing;
@@ -146,7 +144,7 @@ def iterate_source(buf: memoryview, pos: int, end: int, path: Optional[str], che
     what it is done with itself."""
     released = pos
     limit = end - HEADER_SIZE_UP_TO_MAGIC
-    unpack = _PREFIX.unpack_from
+    unpack = LOG_ENTRY_PREFIX.unpack_from
     chunk = _SCAN_FIRST
     while pos < limit:
         # Plain v2 batches are framed in bulk by the record decoder (header fields parsed, batch objects
@@ -165,9 +163,9 @@ def iterate_source(buf: memoryview, pos: int, end: int, path: Optional[str], che
         # Anything else (legacy, a size below 14, a partial tail, a short or CRC-failing v2 batch):
         # one entry the generic way, as FileLogInputStream frames it.
         _offset, size, _x, magic = unpack(buf, pos)
-        if size < MIN_ENTRY_SIZE:
+        if size < RECORD_OVERHEAD_V0:
             raise CorruptRecordError(
-                f"Found record size {size} smaller than minimum record overhead ({MIN_ENTRY_SIZE}) in file {path}.",
+                f"Found record size {size} smaller than minimum record overhead ({RECORD_OVERHEAD_V0}) in file {path}.",
                 path=path,
                 position=pos,
             )

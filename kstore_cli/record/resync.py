@@ -15,12 +15,13 @@ from kstore_cli.errors import CorruptDataError, KstoreError
 from kstore_cli.record.batch import Batch
 from kstore_cli.record.crc import crc32, crc32c
 from kstore_cli.record.reader import iterate_source, map_file
+from kstore_cli.record.wire import LOG_ENTRY_PREFIX, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, RECORD_OVERHEAD_V0
 
-_PREFIX = struct.Struct(">qiib")  # base offset, length, leader epoch, magic
+_PREFIX = LOG_ENTRY_PREFIX  # base offset, length, leader epoch, magic
 _LENGTH = struct.Struct(">i")
 _CRC = struct.Struct(">I")
-_MIN_ENTRY = 14  # LegacyRecord.RECORD_OVERHEAD_V0
-_V2_MIN = 61 - 12  # a v2 batch's length field covers at least its header after the length
+_MIN_ENTRY = RECORD_OVERHEAD_V0
+_V2_MIN = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD  # the smallest length field of a v2 batch (its header after it)
 _MAX_OFFSET_JUMP = 1 << 31  # a batch's offsets are relative to its segment's base offset (int32)
 
 _CRC_BLOCK = 1024
