@@ -364,12 +364,12 @@ class LookupStats:
 
     def to_dict(self) -> dict:
         return {
-            "bytesRead": self.bytes_read,
-            "indexBytesRead": self.index_bytes,
-            "logBytesRead": self.log_bytes,
-            "batchesScanned": self.batches_scanned,
-            "usedIndex": self.used_index,
-            "scannedSegments": self.segments_scanned,
+            "bytes_read": self.bytes_read,
+            "index_bytes_read": self.index_bytes,
+            "log_bytes_read": self.log_bytes,
+            "batches_scanned": self.batches_scanned,
+            "used_index": self.used_index,
+            "scanned_segments": self.segments_scanned,
             "notes": self.notes,
         }
 
@@ -530,7 +530,7 @@ class Lookup:
         """The lookup line (JSON's last object): found or not, where, bytes read to get there."""
         out = {"type": "lookup", "target": self.target, "found": self.first is not None, "records": self.printed}
         if self.first is not None:
-            out.update(segment=self.first[0], batchPosition=self.first[1], offset=self.first[2])
+            out.update(segment=self.first[0], batch_position=self.first[1], offset=self.first[2])
             out.update(self.first_stats.to_dict())
         else:
             out.update(self.stats.to_dict())

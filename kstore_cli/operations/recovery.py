@@ -137,8 +137,10 @@ class TailProblem:
     def is_corruption(self) -> bool:
         return self.kind != ZERO_TAIL
 
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "position": self.position, "tailBytes": self.tail_bytes, "message": self.message}
+    def to_dict(self, manifest: bool = False) -> dict:
+        """--json's keys; with `manifest`, the quarantine manifest's (a file format: its keys do not change)."""
+        return {"kind": self.kind, "position": self.position, "tailBytes" if manifest else "tail_bytes": self.tail_bytes,
+                "message": self.message}
 
     def __repr__(self) -> str:
         return f"TailProblem({self.kind}, position={self.position}, tail_bytes={self.tail_bytes})"
@@ -662,7 +664,7 @@ def _cut_manifest(plan: PartitionPlan, damaged: SegmentPlan, moves: List[Tuple[s
         "validBytes": result.valid_bytes,
         "logSizeBefore": result.log_size,
         "nextOffset": result.next_offset,
-        "problem": result.problem.to_dict(),
+        "problem": result.problem.to_dict(manifest=True),
         "tailFile": None if tail is None else os.path.basename(tail),
         "movedFiles": [{"from": os.path.basename(a), "to": os.path.basename(b), **file_record(a)} for a, b in moves],
         # What the cut lowered (a resumed cut keeps what the killed run already lowered): what
