@@ -111,9 +111,10 @@ def console(stderr: bool = False) -> Any:
 
 def new_table(title: Optional[str], columns: Iterable[Any], **kwargs: Any) -> Any:
     """A rich table whose cells fold (a 249-character topic name included) to fit the terminal."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left", **kwargs)
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, **kwargs)
     for col in columns:
         table.add_column(col.name if isinstance(col, Column) else col, overflow="fold")
     return table
@@ -124,6 +125,14 @@ def print_rich(*renderables: Any) -> None:
     out = console()
     for renderable in renderables:
         out.print(renderable)
+    out.file.flush()
+
+
+def print_lines(*lines: str) -> None:
+    """Plain text lines (no markup) through :func:`console`: folded to the terminal's width as tables are."""
+    out = console()
+    for line in lines:
+        out.print(line, markup=False)
     out.file.flush()
 
 

@@ -19,7 +19,7 @@ from kstore_cli.commands._options import (
     now_option,
     topics_option,
 )
-from kstore_cli.commands._render import new_table, print_rich
+from kstore_cli.commands._render import new_table, print_lines, print_rich
 from kstore_cli.log.config import compaction_flags
 from kstore_cli.cleaner.log_cleaner import CompactRequest, CompactRun, LogCleaner, PartitionCompaction
 
@@ -75,8 +75,7 @@ def _render_table(run: CompactRun) -> None:
     print_rich(table)
     for p in run.partitions:
         if p.settings:
-            click.echo(f"{os.path.basename(p.partition.path)}:")
-            click.echo(settings_line(p.settings))
+            print_lines(f"{os.path.basename(p.partition.path)}:", settings_line(p.settings))
 
 
 @click.command(name="compact")

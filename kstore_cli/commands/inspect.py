@@ -60,14 +60,14 @@ def _render_tables(rows: List[PartitionSummary], skipped: List[Tuple[str, str]])
         # terminal too narrow for the table gets each partition as a block of "column: value" lines.
         longest = [max(len(text) for text in [col] + [c[i] for c in all_cells]) for i, col in enumerate(COLUMNS)]
         if sum(longest) + 2 * len(COLUMNS) + 2 > out.width:
-            out.print(data_dir, style="italic", highlight=False, soft_wrap=True)
+            out.print(data_dir, style="italic")
             for row, c in zip(drows, all_cells):
-                out.print(f"  [bold]{c[0]}[/]", highlight=False, soft_wrap=True)
+                out.print(f"  [bold]{c[0]}[/]")
                 for col, value in zip(COLUMNS[1:], c[1:]):
                     style = "red" if col == "indexes" and row.problems else ""
-                    out.print(f"    {col}: {value}", style=style, highlight=False, soft_wrap=True)
+                    out.print(f"    {col}: {value}", style=style)
             continue
-        out.print(data_dir, style="italic", highlight=False, soft_wrap=True)
+        out.print(data_dir, style="italic")
         table = Table(box=box.SIMPLE_HEAD)
         for col, width in zip(COLUMNS, longest):
             table.add_column(col, no_wrap=True, min_width=width)
@@ -115,7 +115,7 @@ def command(ctx: click.Context, paths, topics: Optional[str], as_json: bool) -> 
     if tty and total > 64 * 1024 * 1024:
         from rich.progress import Progress
 
-        with Progress(transient=True) as bar:
+        with Progress(console=console(), transient=True) as bar:
             task = bar.add_task("reading segments", total=total)
             for p in partitions:
                 rows.append(summarize_partition(p, states, progress=lambda n: bar.advance(task, n)))

@@ -20,7 +20,7 @@ from kstore_cli.commands._options import (
     now_option,
     topics_option,
 )
-from kstore_cli.commands._render import human_duration, new_table, print_rich
+from kstore_cli.commands._render import human_duration, new_table, print_lines, print_rich
 from kstore_cli.log.config import retention_flags
 from kstore_cli.operations.retention import PartitionRetention, RetainRequest, RetentionPlan, retain
 
@@ -99,8 +99,7 @@ def _render_table(results: List[PartitionRetention], dry_run: bool) -> None:
     print_rich(table)
     for result in results:
         if result.plan.config is not None:
-            click.echo(f"{os.path.basename(result.plan.partition.path)}:")
-            click.echo(_settings_line(result.plan))
+            print_lines(f"{os.path.basename(result.plan.partition.path)}:", _settings_line(result.plan))
 
 
 @click.command(name="retain")
