@@ -110,11 +110,15 @@ def console(stderr: bool = False) -> Any:
 
 
 def new_table(title: Optional[str], columns: Iterable[Any], **kwargs: Any) -> Any:
-    """A rich table whose cells fold (a 249-character topic name included) to fit the terminal."""
+    """A rich table whose cells fold (a 249-character topic name included) to fit the terminal; with more than
+    six columns, no vertical rules (each cell keeps a few characters at 80 columns)."""
     from rich import box
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, **kwargs)
+    columns = list(columns)
+    if len(columns) > 6:
+        kwargs.setdefault("box", box.SIMPLE_HEAD)
+    table = Table(title=title, title_justify="left", **kwargs)
     for col in columns:
         table.add_column(col.name if isinstance(col, Column) else col, overflow="fold")
     return table

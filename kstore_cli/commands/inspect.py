@@ -60,14 +60,14 @@ def _render_tables(rows: List[PartitionSummary], skipped: List[Tuple[str, str]])
         # terminal too narrow for the table gets each partition as a block of "column: value" lines.
         longest = [max(len(text) for text in [col] + [c[i] for c in all_cells]) for i, col in enumerate(COLUMNS)]
         if sum(longest) + 2 * len(COLUMNS) + 2 > out.width:
-            out.print(data_dir, style="italic")
+            out.print(data_dir, style="italic", soft_wrap=True)
             for row, c in zip(drows, all_cells):
-                out.print(f"  [bold]{c[0]}[/]")
+                out.print(f"  [bold]{c[0]}[/]", soft_wrap=True)
                 for col, value in zip(COLUMNS[1:], c[1:]):
                     style = "red" if col == "indexes" and row.problems else ""
-                    out.print(f"    {col}: {value}", style=style)
+                    out.print(f"    {col}: {value}", style=style, soft_wrap=True)
             continue
-        out.print(data_dir, style="italic")
+        out.print(data_dir, style="italic", soft_wrap=True)
         table = Table(box=box.SIMPLE_HEAD)
         for col, width in zip(COLUMNS, longest):
             table.add_column(col, no_wrap=True, min_width=width)
@@ -77,7 +77,7 @@ def _render_tables(rows: List[PartitionSummary], skipped: List[Tuple[str, str]])
             table.add_row(*c)
         out.print(table)
     for path, why in skipped:
-        out.print(f"skipped {path}: {why}")
+        out.print(f"skipped {path}: {why}", soft_wrap=True)
 
 
 @click.command(name="inspect")
