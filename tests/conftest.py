@@ -88,7 +88,7 @@ def json_lines_summary(output: str) -> dict:
     assert summary.pop("type") == "summary", rows[-1]
     items = [{k: v for k, v in r.items() if k != "type"} for r in rows[:-1]]
     if any(r["type"] == "group" for r in rows[:-1]):
-        summary["groups"] = [dict(i, type=i.pop("groupType")) for i in items]
+        summary["groups"] = [dict(i, type=i.pop("group_type")) for i in items]
     else:
         summary["partitions"] = items
     return summary

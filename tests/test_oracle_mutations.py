@@ -631,7 +631,7 @@ def test_compact_says_why_it_did_not_clean(tmp_path) -> None:
     rc, text = run_kstore(["compact", "--json", "--topic-config", str(tmp_path / "topics.ini"), "--now", str(NOW),
                            "--force-clean", str(data)])
     part = json_lines_summary(text)["partitions"][0]
-    assert rc == 0 and part["lastStableOffset"] == 1 and not part["cleaned"]
+    assert rc == 0 and part["last_stable_offset"] == 1 and not part["cleaned"]
     assert kstore_view(data / "gen31-0")["log_end_offset"] == 67
     assert part["reason"] == ("cleaning stops at the first unstable offset 1, where producer 48's transaction is "
                               "still open, and nothing below it is cleanable")

@@ -385,10 +385,10 @@ class PassResult:
 
     def to_dict(self) -> dict:
         out = {"partition": self.partition.path, "topic": self.partition.topic,
-               "partitionId": self.partition.partition, "cleaned": self.cleaned, "endOffset": self.end_offset,
-               "groups": self.groups, "newSegments": self.new_segments, "bytesBefore": self.bytes_before,
-               "bytesAfter": self.bytes_after, "recordsRemoved": self.stats.records_removed,
-               "stats": self.stats.to_dict(), "removedSnapshots": self.removed_snapshots, "notes": self.notes}
+               "partition_id": self.partition.partition, "cleaned": self.cleaned, "end_offset": self.end_offset,
+               "groups": self.groups, "new_segments": self.new_segments, "bytes_before": self.bytes_before,
+               "bytes_after": self.bytes_after, "records_removed": self.stats.records_removed,
+               "stats": self.stats.to_dict(), "removed_snapshots": self.removed_snapshots, "notes": self.notes}
         if self.plan is not None:
             out.update(self.plan.to_dict())
         if self.leftovers is not None:

@@ -28,11 +28,11 @@ class CleanerStats:
                 setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def to_dict(self) -> dict:
-        return {"bytesRead": self.bytes_read, "bytesWritten": self.bytes_written,
-                "mapBytesRead": self.map_bytes_read, "mapMessagesRead": self.map_messages_read,
-                "messagesRead": self.messages_read, "invalidMessagesRead": self.invalid_messages_read,
-                "messagesWritten": self.messages_written, "batchesRead": self.batches_read,
-                "batchesWritten": self.batches_written, "batchesRebuilt": self.batches_rebuilt,
-                "emptyBatchesWritten": self.empty_batches_written, "tombstonesRemoved": self.tombstones_removed,
-                "markersRemoved": self.markers_removed, "abortedRecordsRemoved": self.aborted_records_removed,
-                "bufferUtilization": round(self.buffer_utilization, 6), "mapFull": self.map_full}
+        return {"bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
+                "map_bytes_read": self.map_bytes_read, "map_messages_read": self.map_messages_read,
+                "messages_read": self.messages_read, "invalid_messages_read": self.invalid_messages_read,
+                "messages_written": self.messages_written, "batches_read": self.batches_read,
+                "batches_written": self.batches_written, "batches_rebuilt": self.batches_rebuilt,
+                "empty_batches_written": self.empty_batches_written, "tombstones_removed": self.tombstones_removed,
+                "markers_removed": self.markers_removed, "aborted_records_removed": self.aborted_records_removed,
+                "buffer_utilization": round(self.buffer_utilization, 6), "map_full": self.map_full}

@@ -44,7 +44,7 @@ class RetentionAfterCleaning:
     log_start_offset: int
 
     def to_dict(self) -> dict:
-        return {"segmentsDeleted": self.segments_deleted, "logStartOffset": self.log_start_offset}
+        return {"segments_deleted": self.segments_deleted, "log_start_offset": self.log_start_offset}
 
 
 @dataclass
@@ -69,11 +69,11 @@ class PartitionCompaction:
     def to_dict(self) -> dict:
         if self.result is None:
             return {"partition": self.partition.path, "topic": self.partition.topic,
-                    "partitionId": self.partition.partition, "cleaned": False, "policy": self.policy,
-                    "dryRun": self.dry_run, "notes": [],
+                    "partition_id": self.partition.partition, "cleaned": False, "policy": self.policy,
+                    "dry_run": self.dry_run, "notes": [],
                     **({"problem": self.problem} if self.problem is not None else {"skipped": self.skipped})}
         row = self.result.to_dict()
-        row.update(policy=self.policy, dryRun=self.dry_run,
+        row.update(policy=self.policy, dry_run=self.dry_run,
                    retention=self.retention.to_dict() if self.retention else None)
         if self.settings is not None:
             row["settings"] = self.settings
@@ -96,9 +96,9 @@ class CompactRun:
 
     def summary(self) -> dict:
         cleaned = [p.result for p in self.partitions if p.cleaned]
-        return {"type": "summary", "dryRun": self.dry_run, "now": self.now, "partitions": len(self.partitions),
-                "partitionsCleaned": len(cleaned), "recordsRemoved": sum(r.stats.records_removed for r in cleaned),
-                "bytesBefore": sum(r.bytes_before for r in cleaned), "bytesAfter": sum(r.bytes_after for r in cleaned),
+        return {"type": "summary", "dry_run": self.dry_run, "now": self.now, "partitions": len(self.partitions),
+                "partitions_cleaned": len(cleaned), "records_removed": sum(r.stats.records_removed for r in cleaned),
+                "bytes_before": sum(r.bytes_before for r in cleaned), "bytes_after": sum(r.bytes_after for r in cleaned),
                 "problems": len(self.problems)}
 
 

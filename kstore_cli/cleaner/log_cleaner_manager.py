@@ -48,10 +48,10 @@ class CleaningPlan:
         return self.compaction_delay_ms > 0
 
     def to_dict(self) -> dict:
-        return {"firstDirtyOffset": self.first_dirty_offset, "checkpointReset": self.checkpoint_reset,
-                "firstUncleanableOffset": self.first_uncleanable_offset, "lastStableOffset": self.last_stable_offset,
-                "cleanBytes": self.clean_bytes, "cleanableBytes": self.cleanable_bytes,
-                "dirtyRatio": round(self.dirty_ratio, 6), "compactionDelayMs": self.compaction_delay_ms,
+        return {"first_dirty_offset": self.first_dirty_offset, "checkpoint_reset": self.checkpoint_reset,
+                "first_uncleanable_offset": self.first_uncleanable_offset, "last_stable_offset": self.last_stable_offset,
+                "clean_bytes": self.clean_bytes, "cleanable_bytes": self.cleanable_bytes,
+                "dirty_ratio": round(self.dirty_ratio, 6), "compaction_delay_ms": self.compaction_delay_ms,
                 "eligible": self.eligible, "reason": self.reason}
 
 

@@ -10,7 +10,7 @@ and log end offset of partitions found in the same data dirs (kstore_cli.log.uni
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from kstore_cli.errors import UsageError
 from kstore_cli.parsers.coordinator import _UnknownRecordType, deserialize
@@ -155,8 +155,9 @@ class _Loader:
 
 
 def load_groups(paths: Iterable[str], *, num_partitions: int = DEFAULT_OFFSETS_PARTITIONS,
-                groups: Optional[List[str]] = None, topics: Optional[List[str]] = None) -> GroupsState:
-    """Committed offsets of every group in the ``__consumer_offsets`` partitions under `paths`."""
+                groups: Optional[List[str]] = None, topics: Optional[Callable[[str], bool]] = None) -> GroupsState:
+    """Committed offsets of every group in the ``__consumer_offsets`` partitions under `paths`; with `topics`,
+    only the offsets of the topics it accepts (and the groups that have some)."""
     partitions, offsets_parts, found = coordinator_partitions(
         paths, OFFSETS_TOPIC, num_partitions, "--offsets-partitions to offsets.topic.num.partitions")
     loader = _Loader(num_partitions)
@@ -167,7 +168,7 @@ def load_groups(paths: Iterable[str], *, num_partitions: int = DEFAULT_OFFSETS_P
         state = {g: state[g] for g in groups if g in state}
     if topics:
         for group in state.values():
-            group.offsets = {k: v for k, v in group.offsets.items() if k[0] in topics}
+            group.offsets = {k: v for k, v in group.offsets.items() if topics(k[0])}
         state = {g: grp for g, grp in state.items() if grp.offsets}
     missing = [n for n in range(num_partitions) if n not in found]
     unknown = {}

@@ -125,12 +125,12 @@ class Copy:
         return self.truncate_to, self.log_end_offset - 1
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "role": self.role, "logStartOffset": self.log_start_offset,
-                "logEndOffset": self.log_end_offset, "highWatermark": self.high_watermark,
-                "leaderEpochs": [list(e) for e in self.epochs], "truncateTo": self.truncate_to, "rule": self.rule,
+        return {"path": self.path, "role": self.role, "log_start_offset": self.log_start_offset,
+                "log_end_offset": self.log_end_offset, "high_watermark": self.high_watermark,
+                "leader_epochs": [list(e) for e in self.epochs], "truncate_to": self.truncate_to, "rule": self.rule,
                 "diverged": None if self.diverged is None else list(self.diverged),
-                "mismatchedBatches": self.mismatches, "topicId": self.topic_id,
-                "leftOut": [{"firstOffset": a, "lastOffset": b, "reason": r} for a, b, r in self.left_out]}
+                "mismatched_batches": self.mismatches, "topic_id": self.topic_id,
+                "left_out": [{"first_offset": a, "last_offset": b, "reason": r} for a, b, r in self.left_out]}
 
 
 @dataclass
@@ -168,7 +168,7 @@ class PartitionCopies:
 
     def to_dict(self) -> dict:
         return {"type": "partition", "topic": self.topic, "partition": self.partition, "divergent": self.divergent,
-                "leader": self.leader.path, "topicId": self.topic_id, "otherTopicIds": self.other_topic_ids,
+                "leader": self.leader.path, "topic_id": self.topic_id, "other_topic_ids": self.other_topic_ids,
                 "copies": [c.to_dict() for c in self.copies]}
 
 

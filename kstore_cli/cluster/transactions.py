@@ -58,12 +58,12 @@ class TransactionMetadata:
     next_producer_id: int = -1
 
     def to_dict(self) -> dict:
-        return {"type": "transactional-id", "transactionalId": self.transactional_id,
-                "coordinatorPartition": self.coordinator_partition, "producerId": self.producer_id,
-                "producerEpoch": self.producer_epoch, "state": self.state,
-                "partitions": [f"{t}-{p}" for t, p in self.partitions], "timeoutMs": self.timeout_ms,
-                "txnStartTimestamp": self.start_timestamp, "lastUpdateTimestamp": self.last_update_timestamp,
-                "lastProducerId": self.last_producer_id, "nextProducerId": self.next_producer_id}
+        return {"type": "transactional-id", "transactional_id": self.transactional_id,
+                "coordinator_partition": self.coordinator_partition, "producer_id": self.producer_id,
+                "producer_epoch": self.producer_epoch, "state": self.state,
+                "partitions": [f"{t}-{p}" for t, p in self.partitions], "timeout_ms": self.timeout_ms,
+                "txn_start_timestamp": self.start_timestamp, "last_update_timestamp": self.last_update_timestamp,
+                "last_producer_id": self.last_producer_id, "next_producer_id": self.next_producer_id}
 
 
 @dataclass
@@ -86,10 +86,10 @@ class OpenTransaction:
 
     def to_dict(self) -> dict:
         return {"type": "open-transaction", "partition": self.path, "topic": self.topic,
-                "partitionId": self.partition, "producerId": self.producer_id, "producerEpoch": self.producer_epoch,
-                "coordinatorEpoch": self.coordinator_epoch, "firstOffset": self.first_offset,
-                "lastTimestamp": self.last_timestamp, "durationMs": self.duration_ms,
-                "lastStableOffset": self.last_stable_offset, "transactionalId": self.transactional_id,
+                "partition_id": self.partition, "producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
+                "coordinator_epoch": self.coordinator_epoch, "first_offset": self.first_offset,
+                "last_timestamp": self.last_timestamp, "duration_ms": self.duration_ms,
+                "last_stable_offset": self.last_stable_offset, "transactional_id": self.transactional_id,
                 "verdict": self.verdict, "reason": self.reason}
 
 

@@ -56,7 +56,10 @@ def byte_progress(show: bool, label: str, total: Callable[[], int]) -> "tuple[Op
         return None, None
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-    bar = Progress(TextColumn(label), BarColumn(), DownloadColumn(), TimeRemainingColumn(), transient=True)
+    from kstore_cli.commands._render import console
+
+    bar = Progress(TextColumn(label), BarColumn(), DownloadColumn(binary_units=True), TimeRemainingColumn(),
+                   console=console(), transient=True)
     bar.start()
     task = bar.add_task(label, total=total())
     return bar, lambda n: bar.update(task, advance=n)

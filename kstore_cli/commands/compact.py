@@ -10,6 +10,7 @@ import click
 
 from kstore_cli.commands._console import byte_progress, exit_with_problems, human_bytes, is_tty
 from kstore_cli.commands._options import (
+    ExistingPath,
     SizeType,
     cluster_metadata_option,
     force_option,
@@ -18,6 +19,7 @@ from kstore_cli.commands._options import (
     now_option,
     topics_option,
 )
+from kstore_cli.commands._render import new_table, print_lines, print_rich
 from kstore_cli.log.config import compaction_flags
 from kstore_cli.cleaner.log_cleaner import CompactRequest, CompactRun, LogCleaner, PartitionCompaction
 
@@ -55,14 +57,9 @@ def _render_text(run: CompactRun) -> None:
 
 
 def _render_table(run: CompactRun) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="kstore compact" + (" (dry run: nothing changed)" if run.dry_run else ""),
-                  title_justify="left")
-    for col in ("partition", "dirty range", "ratio", "records removed", "tombstones", "markers", "bytes before",
-                "bytes after", "note"):
-        table.add_column(col, overflow="fold")
+    table = new_table("kstore compact" + (" (dry run: nothing changed)" if run.dry_run else ""),
+                      ("partition", "dirty range", "ratio", "records removed", "tombstones", "markers", "before",
+                       "after", "note"))
     for p in run.partitions:
         name = os.path.basename(p.partition.path)
         r = p.result
@@ -75,15 +72,14 @@ def _render_table(run: CompactRun) -> None:
         table.add_row(name, f"[{r.plan.first_dirty_offset}, {r.end_offset})", f"{r.plan.dirty_ratio:.3f}",
                       str(s.records_removed), str(s.tombstones_removed), str(s.markers_removed),
                       human_bytes(r.bytes_before), human_bytes(r.bytes_after), "; ".join(r.notes))
-    Console().print(table)
+    print_rich(table)
     for p in run.partitions:
         if p.settings:
-            click.echo(f"{os.path.basename(p.partition.path)}:")
-            click.echo(settings_line(p.settings))
+            print_lines(f"{os.path.basename(p.partition.path)}:", settings_line(p.settings))
 
 
 @click.command(name="compact")
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @click.option("--delete-retention-ms", type=int, help="delete.retention.ms: how long tombstones and empty "
               "transaction markers stay after their first cleaning [default: topic config, else 1 day].")
 @click.option("--min-compaction-lag-ms", type=int, help="min.compaction.lag.ms: segments with records newer "
@@ -99,9 +95,9 @@ def _render_table(run: CompactRun) -> None:
 @click.option("--dedupe-buffer-bytes", type=SizeType(min=24), help="Memory for the key -> offset map "
               "(log.cleaner.dedupe.buffer.size) [default: 134217728]; a pass ends early when it is full.")
 @now_option
-@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+@click.option("--config", "config_file", type=ExistingPath(dir_okay=False),
               help="A broker server.properties: log.cleaner.* settings and topic defaults (log.cleanup.policy, ...).")
-@click.option("--topic-config", type=click.Path(dir_okay=False),
+@click.option("--topic-config", type=ExistingPath(dir_okay=False),
               help="Per-topic overrides: INI sections named by topic or glob with topic-level keys "
                    "(cleanup.policy, delete.retention.ms, index.interval.bytes, ...); JSON also accepted.")
 @click.option("--force-clean", is_flag=True, help="Clean even when the dirty ratio and lag rules say the broker "

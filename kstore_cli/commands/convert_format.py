@@ -10,6 +10,7 @@ from typing import Optional
 import click
 
 from kstore_cli.commands._options import (
+    ExistingPath,
     SIZE,
     SizeType,
     dry_run_option,
@@ -20,7 +21,8 @@ from kstore_cli.commands._options import (
 )
 
 from kstore_cli.commands._console import byte_progress, echo_skipped
-from kstore_cli.commands._console import human_bytes as _human
+from kstore_cli.commands._console import human_bytes
+from kstore_cli.commands._render import new_table, print_rich, size
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.codecs import CODEC_IDS
 from kstore_cli.operations.convert import (
@@ -38,18 +40,18 @@ from kstore_cli.log.logdir import resolve_some
 from kstore_cli.log.scope import mutable_targets
 
 
-def _summary_line(stats: ConvertStats) -> str:
+def _summary_line(stats: ConvertStats, human: bool = False) -> str:
     ratio = "n/a" if stats.ratio is None else f"{stats.ratio:.3f}"
     line = (f"{stats.segments_in} -> {stats.segments_out} segments, {stats.batches_in} -> {stats.batches_out} batches "
             f"({stats.unchanged_batches} unchanged), {stats.records_in} -> {stats.records_out} records, "
-            f"{_human(stats.bytes_in)} -> {_human(stats.bytes_out)} (ratio {ratio})")
+            f"{size(stats.bytes_in, human)} -> {size(stats.bytes_out, human)} (ratio {ratio})")
     losses = {k: v for k, v in stats.losses.items() if v}
     line += "; losses: " + (", ".join(f"{v} {k}" for k, v in sorted(losses.items())) if losses else "none")
     return line
 
 
 @click.command(name="convert-format")
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @click.option("--to-magic", type=click.Choice(["0", "1", "2"]), required=True,
               help="Target message format: 2 (record batches), 1 (v1 messages, timestamps) or 0.")
 @click.option("--compression", type=click.Choice(sorted(CODEC_IDS, key=CODEC_IDS.get)),
@@ -134,21 +136,15 @@ def _report(run: ConvertRun, tty: bool) -> None:
     """Text output: a table on a terminal, else a line per partition; then the total, and losses on stderr."""
     total, dry_run = run.total, run.dry_run
     if tty:
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title="convert-format" + (" (dry run)" if dry_run else ""), title_justify="left")
-        for col in ("partition", "status", "segments", "batches", "records", "bytes in", "bytes out", "losses"):
-            table.add_column(col, overflow="fold")
+        table = new_table("convert-format" + (" (dry run)" if dry_run else ""),
+                          ("partition", "status", "segments", "batches", "records", "in", "out", "losses"))
         for r in run.results:
             s = r.stats
             losses = ", ".join(f"{v} {k}" for k, v in sorted(s.losses.items()) if v) or "-"
             table.add_row(r.partition.name, r.status, f"{s.segments_in}->{s.segments_out}",
                           f"{s.batches_in}->{s.batches_out}", f"{s.records_in}->{s.records_out}",
-                          _human(s.bytes_in), _human(s.bytes_out), losses)
-        console = Console()
-        console.print(table)
-        console.print("total: " + _summary_line(total))
+                          human_bytes(s.bytes_in), human_bytes(s.bytes_out), losses)
+        print_rich(table, "total: " + _summary_line(total, human=True))
     else:
         for r in run.results:
             where = "" if r.destination in (None, r.partition.path) else f" -> {r.destination}"

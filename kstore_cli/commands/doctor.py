@@ -10,7 +10,8 @@ import click
 
 from kstore_cli.commands._console import byte_progress
 from kstore_cli.commands._console import is_tty as _is_tty
-from kstore_cli.commands._options import json_option, topics_option
+from kstore_cli.commands._render import console, new_table
+from kstore_cli.commands._options import ExistingPath, json_option, topics_option
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.log.fileops import is_locked
 from kstore_cli.log.logdir import nothing_found
@@ -32,7 +33,7 @@ _SEVERITY_ORDER = {ERROR: 0, WARNING: 1, NOTE: 2}
 
 
 @click.command(name="doctor")
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @json_option("JSON Lines: one object per broker, data dir, finding and partition, then a summary; each has a `type`.")
 @topics_option
 @click.pass_context
@@ -126,9 +127,7 @@ class _Output:
         self.console = None
         self.table = None
         if tty:
-            from rich.console import Console
-
-            self.console = Console(highlight=False)
+            self.console = console()
 
     def _echo(self, text: str, style: str = "") -> None:
         if self.console is not None:
@@ -152,10 +151,10 @@ class _Output:
         locked = is_locked(info.path)
         if self.as_json:
             click.echo(json.dumps({
-                "type": "datadir", "dataDir": info.path, "nodeId": info.node_id, "clusterId": info.cluster_id,
-                "directoryId": info.directory_id, "metaProperties": info.meta is not None,
-                "cleanShutdownMarker": clean_shutdown_marker(info.path), "locked": locked,
-                "partitions": len(info.partitions), "wholeDataDir": info.whole,
+                "type": "datadir", "data_dir": info.path, "node_id": info.node_id, "cluster_id": info.cluster_id,
+                "directory_id": info.directory_id, "meta_properties": info.meta is not None,
+                "clean_shutdown_marker": clean_shutdown_marker(info.path), "locked": locked,
+                "partitions": len(info.partitions), "whole_data_dir": info.whole,
             }, sort_keys=True))
             return
         if info.meta is not None:
@@ -170,12 +169,8 @@ class _Output:
         if self.console is None:
             self._echo(title)
             return
-        from rich.table import Table
-
-        self.table = Table(title=title, title_justify="left", title_style="bold", expand=False)
-        self.table.add_column("partition / file", overflow="fold")
-        self.table.add_column("segments", justify="right")
-        self.table.add_column("status / finding", overflow="fold")
+        self.table = new_table(title, ("partition / file", "segments", "status / finding"), title_style="bold")
+        self.table.columns[1].justify = "right"
 
     def end_data_dir(self) -> None:
         if self.table is not None:
@@ -208,7 +203,7 @@ class _Output:
             for issue in issues:
                 self.finding(issue)
             click.echo(json.dumps({
-                "type": "partition", "partition": partition.path, "dataDir": data_dir_key(partition),
+                "type": "partition", "partition": partition.path, "data_dir": data_dir_key(partition),
                 "segment": only, "segments": segments, "errors": errors, "warnings": warnings, "notes": notes,
                 "healthy": errors == 0 and warnings == 0,
             }, sort_keys=True))
@@ -234,8 +229,8 @@ class _Output:
         partitions = len(found.targets)
         if self.as_json:
             click.echo(json.dumps({
-                "type": "summary", "brokers": len(found.brokers), "dataDirs": len(found.data_dirs),
-                "partitions": partitions, "healthyPartitions": healthy, "errors": counts[ERROR],
+                "type": "summary", "brokers": len(found.brokers), "data_dirs": len(found.data_dirs),
+                "partitions": partitions, "healthy_partitions": healthy, "errors": counts[ERROR],
                 "warnings": counts[WARNING], "notes": counts[NOTE],
                 "healthy": counts[ERROR] == 0 and counts[WARNING] == 0,
             }, sort_keys=True))

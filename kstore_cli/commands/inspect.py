@@ -10,6 +10,7 @@ import click
 
 from kstore_cli.commands._console import human_bytes
 from kstore_cli.commands._console import is_tty as _is_tty
+from kstore_cli.commands._render import console
 from kstore_cli.commands._options import ExistingPath, format_time_ms, json_option, topics_option
 from kstore_cli.log.logdir import DataDir, find_data_dirs, is_partition_dir, nothing_found, partitions_of, resolve
 from kstore_cli.operations.summary import DataDirStates, PartitionSummary, summarize_partition
@@ -46,11 +47,10 @@ def _cells(row: PartitionSummary, human: bool) -> List[str]:
 
 def _render_tables(rows: List[PartitionSummary], skipped: List[Tuple[str, str]]) -> None:
     """One table per data dir; a terminal too narrow for one gets a block of lines per partition."""
-    from rich.console import Console
     from rich import box
     from rich.table import Table
 
-    console = Console()
+    out = console()
     by_dir: Dict[str, List[PartitionSummary]] = {}
     for row in rows:
         by_dir.setdefault(os.path.dirname(row.partition), []).append(row)
@@ -59,15 +59,15 @@ def _render_tables(rows: List[PartitionSummary], skipped: List[Tuple[str, str]])
         # Cells are never wrapped or cut (a name, an offset or a time broken mid-token misleads): a
         # terminal too narrow for the table gets each partition as a block of "column: value" lines.
         longest = [max(len(text) for text in [col] + [c[i] for c in all_cells]) for i, col in enumerate(COLUMNS)]
-        if sum(longest) + 2 * len(COLUMNS) + 2 > console.width:
-            console.print(data_dir, style="italic", highlight=False, soft_wrap=True)
+        if sum(longest) + 2 * len(COLUMNS) + 2 > out.width:
+            out.print(data_dir, style="italic", soft_wrap=True)
             for row, c in zip(drows, all_cells):
-                console.print(f"  [bold]{c[0]}[/]", highlight=False, soft_wrap=True)
+                out.print(f"  [bold]{c[0]}[/]", soft_wrap=True)
                 for col, value in zip(COLUMNS[1:], c[1:]):
                     style = "red" if col == "indexes" and row.problems else ""
-                    console.print(f"    {col}: {value}", style=style, highlight=False, soft_wrap=True)
+                    out.print(f"    {col}: {value}", style=style, soft_wrap=True)
             continue
-        console.print(data_dir, style="italic", highlight=False, soft_wrap=True)
+        out.print(data_dir, style="italic", soft_wrap=True)
         table = Table(box=box.SIMPLE_HEAD)
         for col, width in zip(COLUMNS, longest):
             table.add_column(col, no_wrap=True, min_width=width)
@@ -75,9 +75,9 @@ def _render_tables(rows: List[PartitionSummary], skipped: List[Tuple[str, str]])
             if row.problems:
                 c[9] = f"[red]{c[9]}[/]"
             table.add_row(*c)
-        console.print(table)
+        out.print(table)
     for path, why in skipped:
-        console.print(f"skipped {path}: {why}")
+        out.print(f"skipped {path}: {why}", soft_wrap=True)
 
 
 @click.command(name="inspect")
@@ -115,7 +115,7 @@ def command(ctx: click.Context, paths, topics: Optional[str], as_json: bool) -> 
     if tty and total > 64 * 1024 * 1024:
         from rich.progress import Progress
 
-        with Progress(transient=True) as bar:
+        with Progress(console=console(), transient=True) as bar:
             task = bar.add_task("reading segments", total=total)
             for p in partitions:
                 rows.append(summarize_partition(p, states, progress=lambda n: bar.advance(task, n)))

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import click
 
 from kstore_cli.errors import ExitStatus, UsageError
-from kstore_cli.commands._options import topics_option
+from kstore_cli.commands._options import ExistingPath, topics_option
 from kstore_cli.cluster.metadata_image import MetadataImage, RESERVED_DIRECTORY_IDS, directory_label, image_json
 from kstore_cli.cluster.metadata_loader import LoadResult, find_metadata, load_image
 from kstore_cli.log.logdir import topic_matcher
@@ -167,7 +167,7 @@ def topic_commands(img: MetadataImage, bootstrap: str) -> Tuple[List[str], List[
 
 
 @click.command("metadata")
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @click.option("--as-of", "as_of", metavar="OFFSET|TIME",
               help="The cluster as of an end offset (records below it) or an ISO 8601 time (batches up to it).")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: a source line, then one line per entity.")

@@ -9,6 +9,7 @@ from typing import Any, Optional
 import click
 
 from kstore_cli.commands._options import (
+    ExistingPath,
     SIZE,
     cluster_metadata_option,
     dry_run_option,
@@ -22,6 +23,7 @@ from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.cluster.configs import resolver_from_files
 from kstore_cli.errors import ExitStatus
 from kstore_cli.log import fileops
+from kstore_cli.commands._render import new_table, print_rich
 from kstore_cli.log.config import ConfigResolver
 from kstore_cli.log.logdir import Target, group_by_data_dir, nothing_found, resolve
 from kstore_cli.log.scope import check_quarantine_dir, mutable_targets
@@ -29,14 +31,9 @@ from kstore_cli.operations.rebuild import ConfigNote, PartitionRebuild, rebuild_
 
 
 def _render_table(result: PartitionRebuild) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     if not result.results():
         return
-    table = Table(title=result.partition, title_justify="left")
-    for col in ("segment", "status", "files", "detail"):
-        table.add_column(col)
+    table = new_table(result.partition, ("segment", "status", "files", "detail"))
     if result.config is not None:
         table.add_row("", "[red]not handled[/]" if result.config.refused else "config", "", result.config.detail())
     for seg in result.segments:
@@ -50,7 +47,7 @@ def _render_table(result: PartitionRebuild) -> None:
         table.add_row("later", result.dropped.status, f"{len(result.dropped.files)} files", result.dropped.message)
     if result.quarantine is not None:
         table.add_row("", "quarantine", "", result.quarantine.dir)
-    Console().print(table)
+    print_rich(table)
 
 
 def _render_text(result: PartitionRebuild) -> None:
@@ -95,12 +92,12 @@ def _rebuild_one(resolver: ConfigResolver, target: Target, data_dir: str, **kwar
 
 
 @click.command(name="rebuild-index")
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @click.option("--index-interval-bytes", type=SIZE,
               help="index.interval.bytes for every partition [default: from --topic-config, --config, else 4096].")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+@click.option("--config", "config_file", type=ExistingPath(dir_okay=False),
               help="A broker server.properties (log.index.interval.bytes).")
-@click.option("--topic-config", type=click.Path(dir_okay=False),
+@click.option("--topic-config", type=ExistingPath(dir_okay=False),
               help="Per-topic overrides (index.interval.bytes), INI sections named by topic or glob, as for retain.")
 @click.option("--all", "all_indexes", is_flag=True,
               help="Rewrite every index that differs from what Kafka's recovery writes, not only the wrong ones.")

@@ -10,7 +10,8 @@ from typing import List, Optional
 
 import click
 
-from kstore_cli.commands._console import echo_skipped
+from kstore_cli.commands._console import echo_skipped, is_tty
+from kstore_cli.commands._render import size
 from kstore_cli.commands._options import ExistingPath, dry_run_option, force_option, json_option, topics_option
 from kstore_cli.errors import ExitStatus, KstoreError, UsageError
 from kstore_cli.log import fileops
@@ -102,19 +103,20 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
                 checkpoint_errors.append(exc)
     dir_left = check_what_is_left(results)
     echo_skipped(skipped, as_json)
+    human = is_tty()
     for r in results:
         if as_json:
             click.echo(json.dumps(r.to_dict(), sort_keys=True))
         else:
-            click.echo(f"{r.partition}: {_status(r, dry_run)}")
+            click.echo(f"{r.partition}: {_status(r, dry_run, human)}")
         _findings(r.left, as_json)
     _findings(dir_left, as_json)
     left = sum(len(r.left) for r in results) + len(dir_left)
     if as_json:
         click.echo(json.dumps({"type": "summary", "partitions": len(results), "skipped": len(skipped),
-                               "dryRun": dry_run, "jobs": jobs, "cut": sum(1 for r in results if r.cut_at),
+                               "dry_run": dry_run, "jobs": jobs, "cut": sum(1 for r in results if r.cut_at),
                                "problems": sum(1 for r in results if r.problem), "left": left,
-                               "bytesValidated": sum(r.bytes_validated for r in results)}, sort_keys=True))
+                               "bytes_validated": sum(r.bytes_validated for r in results)}, sort_keys=True))
     errors = [r.error for r in results if r.error is not None] + checkpoint_errors
     if errors:
         from kstore_cli.commands._errors import report_error  # the one place errors become lines and exit codes
@@ -127,8 +129,9 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
         ctx.exit(int(ExitStatus.PROBLEMS))
 
 
-def _status(r: RecoverResult, dry_run: bool) -> str:
-    """A partition's line of text: what recovery did (or would do), and what it left."""
+def _status(r: RecoverResult, dry_run: bool, human: bool = False) -> str:
+    """A partition's line of text: what recovery did (or would do), and what it left; `human`: sizes in
+    binary units (a terminal)."""
     if r.error is not None:
         return "NOT RECOVERED: a file could not be read or written (the error is on stderr)"
     if r.problem:
@@ -136,7 +139,7 @@ def _status(r: RecoverResult, dry_run: bool) -> str:
     if not r.segments:
         done = "no .log files: nothing to recover"
     else:
-        done = (f"{'would recover' if dry_run else 'recovered'} {r.segments} segment(s), {r.bytes_validated} bytes; "
+        done = (f"{'would recover' if dry_run else 'recovered'} {r.segments} segment(s), {size(r.bytes_validated, human)}; "
                 f"log end offset {r.log_end_offset}; {len(r.indexes_written)} index file(s) "
                 f"{'to rewrite' if dry_run else 'rewritten'}" + (f"; CUT at {r.cut_at}" if r.cut_at else "")
                 + (f" (quarantined in {r.quarantine_dir})" if r.quarantine_dir else "")

@@ -53,7 +53,7 @@ def command(quarantine_dir: str, dry_run: bool, force: bool, as_json: bool) -> N
             apply_restore(plan)
     if as_json:
         out = plan.to_dict()
-        out["dryRun"] = dry_run
+        out["dry_run"] = dry_run
         click.echo(json.dumps(out, sort_keys=True))
         return
     if plan.already_restored:

@@ -8,9 +8,10 @@ from typing import List, Optional
 
 import click
 
-from kstore_cli.commands._console import exit_with_problems
+from kstore_cli.commands._console import exit_with_problems, human_bytes
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.commands._options import (
+    ExistingPath,
     SizeType,
     cluster_metadata_option,
     force_option,
@@ -19,6 +20,7 @@ from kstore_cli.commands._options import (
     now_option,
     topics_option,
 )
+from kstore_cli.commands._render import human_duration, new_table, print_lines, print_rich
 from kstore_cli.log.config import retention_flags
 from kstore_cli.operations.retention import PartitionRetention, RetainRequest, RetentionPlan, retain
 
@@ -68,20 +70,22 @@ def _render_text(results: List[PartitionRetention], dry_run: bool) -> None:
             click.echo(f"  note: {note}")
 
 
-def _render_table(results: List[PartitionRetention], dry_run: bool) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _policy(plan: RetentionPlan) -> str:
+    """cleanup.policy, retention.ms and retention.bytes in human units ('delete ms=7 d bytes=10.0 GiB')."""
+    c = {k: v["value"] for k, v in plan.settings().items()}
+    ms, size = c["retention.ms"], c["retention.bytes"]
+    ms = human_duration(ms) if isinstance(ms, int) and ms >= 0 else ms
+    size = human_bytes(size) if isinstance(size, int) and size >= 0 else size
+    return f"{c['cleanup.policy']} ms={ms} bytes={size}"
 
-    table = Table(title="kstore retain" + (" (dry run: nothing changed)" if dry_run else ""), title_justify="left")
-    for col in ("partition", "policy", "segments deleted", "bytes freed", "log start offset", "note"):
-        table.add_column(col, overflow="fold")
+
+def _render_table(results: List[PartitionRetention], dry_run: bool) -> None:
+    table = new_table("kstore retain" + (" (dry run: nothing changed)" if dry_run else ""),
+                      ("partition", "policy", "segments deleted", "freed", "log start offset", "note"))
     for result in results:
         plan = result.plan
         name = os.path.basename(plan.partition.path)
-        policy = ""
-        if plan.config is not None:
-            c = plan.settings()
-            policy = f"{c['cleanup.policy']['value']} ms={c['retention.ms']['value']} bytes={c['retention.bytes']['value']}"
+        policy = _policy(plan) if plan.config is not None else ""
         if plan.problem or plan.skipped:
             table.add_row(name, policy, "-", "-", "-", f"[red]{plan.problem}[/]" if plan.problem else plan.skipped)
             continue
@@ -91,16 +95,15 @@ def _render_table(results: List[PartitionRetention], dry_run: bool) -> None:
         note = "; ".join(plan.notes)
         if plan.roll_offset is not None:
             note = f"rolled empty segment at {plan.roll_offset}" + ("; " + note if note else "")
-        table.add_row(name, policy, str(len(plan.deletions)), str(result.bytes_freed), lso, note)
-    Console().print(table)
+        table.add_row(name, policy, str(len(plan.deletions)), human_bytes(result.bytes_freed), lso, note)
+    print_rich(table)
     for result in results:
         if result.plan.config is not None:
-            click.echo(f"{os.path.basename(result.plan.partition.path)}:")
-            click.echo(_settings_line(result.plan))
+            print_lines(f"{os.path.basename(result.plan.partition.path)}:", _settings_line(result.plan))
 
 
 @click.command(name="retain")
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @click.option("--retention-ms", type=int, help="retention.ms for every topic (-1: unlimited).")
 @click.option("--retention-minutes", type=int, help="The same in minutes.")
 @click.option("--retention-hours", type=int, help="The same in hours.")
@@ -109,10 +112,10 @@ def _render_table(results: List[PartitionRetention], dry_run: bool) -> None:
 @click.option("--log-start-offset", type=click.IntRange(min=0),
               help="Move the log start offset of every partition named up to this offset first (like "
                    "DeleteRecords; never past a partition's high watermark).")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+@click.option("--config", "config_file", type=ExistingPath(dir_okay=False),
               help="A broker server.properties: log.retention.{ms,minutes,hours}, log.retention.bytes, "
                    "log.cleanup.policy, ...")
-@click.option("--topic-config", type=click.Path(dir_okay=False),
+@click.option("--topic-config", type=ExistingPath(dir_okay=False),
               help="Per-topic overrides: INI sections named by topic or glob with topic-level keys "
                    "(retention.ms, retention.bytes, cleanup.policy, ...); JSON also accepted.")
 @now_option

@@ -74,11 +74,11 @@ def command(ctx: click.Context, partition_dir: str, output_dir: Optional[str], i
     if as_json:
         for gap in sorted(gaps, key=lambda g: (g.log, g.start)):
             click.echo(json.dumps(gap.to_dict(), sort_keys=True))
-        click.echo(json.dumps({"type": "summary", "partition": partition.path, "batchesKept": plan.batches_kept,
-                               "damagedRanges": len(plan.damaged), "zeroTails": len(plan.zero_tails),
-                               "logEndOffset": plan.log_end_offset, "dryRun": dry_run,
+        click.echo(json.dumps({"type": "summary", "partition": partition.path, "batches_kept": plan.batches_kept,
+                               "damaged_ranges": len(plan.damaged), "zero_tails": len(plan.zero_tails),
+                               "log_end_offset": plan.log_end_offset, "dry_run": dry_run,
                                "destination": report.destination if report else None,
-                               "quarantineDir": report.quarantine_dir if report else None}, sort_keys=True))
+                               "quarantine_dir": report.quarantine_dir if report else None}, sort_keys=True))
     else:
         click.echo(describe(plan))
         for gap in sorted(gaps, key=lambda g: (g.log, g.start)):

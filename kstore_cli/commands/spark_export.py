@@ -7,7 +7,8 @@ from typing import Dict, Optional, Tuple
 
 import click
 
-from kstore_cli.commands._options import TIME, json_option
+from kstore_cli.commands._console import human_bytes, is_tty
+from kstore_cli.commands._options import TIME, ExistingPath, json_option, topics_option
 
 from kstore_cli.errors import ExitStatus, UsageError
 
@@ -23,11 +24,11 @@ def _spark_conf(pairs: Tuple[str, ...]) -> Dict[str, str]:
 
 
 @click.command(name="spark-export")
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @click.option("--output", "-o", required=True, help="Output directory (a local path or any URI Spark can write).")
 @click.option("--master", default="local[*]", show_default=True,
               help="Spark master: local[N], spark://HOST:PORT, yarn, k8s://...")
-@click.option("--topics", metavar="GLOB", help="Only topics matching this glob (comma-separate several globs).")
+@topics_option
 @click.option("--starting-offsets", metavar="earliest|JSON",
               help='Spark Kafka source startingOffsets: earliest, or {"topic":{"0":23,"1":-2}} (-2 earliest).')
 @click.option("--ending-offsets", metavar="latest|JSON",
@@ -107,7 +108,8 @@ def command(ctx: click.Context, paths, output: str, master: str, topics: Optiona
         writer=writer, on_corruption=on_corruption,
     )
     summary = run_export(request)
-    click.echo(json.dumps(summary.to_dict(), sort_keys=True) if as_json else summary.text())
+    click.echo(json.dumps(summary.to_dict(), sort_keys=True) if as_json
+               else summary.text(size=human_bytes if is_tty() else None))
     if summary.skipped:
         first = summary.skipped[0]
         click.echo(f"kstore: error: {first.log} at byte {first.position}: {first.reason} "

@@ -100,10 +100,10 @@ def command(ctx: click.Context, paths: Tuple[str, ...], transactional_ids: Tuple
             click.echo(json.dumps(m.to_dict(), sort_keys=True))
         for t in report.open_transactions:
             click.echo(json.dumps(t.to_dict(), sort_keys=True))
-        click.echo(json.dumps({"type": "summary", "now": now, "maxTransactionTimeoutMs": report.max_timeout_ms,
-                               "transactionPartitions": report.num_partitions,
-                               "loadedPartitions": report.loaded_partitions,
-                               "missingPartitions": report.missing_partitions, "hanging": len(report.hanging),
+        click.echo(json.dumps({"type": "summary", "now": now, "max_transaction_timeout_ms": report.max_timeout_ms,
+                               "transaction_partitions": report.num_partitions,
+                               "loaded_partitions": report.loaded_partitions,
+                               "missing_partitions": report.missing_partitions, "hanging": len(report.hanging),
                                "undetermined": len(report.undetermined), "warnings": warnings}, sort_keys=True))
     else:
         _text(report, clock)

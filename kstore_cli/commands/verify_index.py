@@ -9,13 +9,14 @@ from typing import Optional
 import click
 
 from kstore_cli.commands._console import is_tty
-from kstore_cli.commands._options import json_option, topics_option
+from kstore_cli.commands._render import console, new_table
+from kstore_cli.commands._options import ExistingPath, json_option, topics_option
 from kstore_cli.errors import ExitStatus
 from kstore_cli.operations.verify import ERROR, Finding, PartitionVerdict, VerifyRun
 
 
 @click.command(name="verify-index")
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @json_option("One JSON object per finding, and one summary per partition.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only problems (and notes), no per-partition summary.")
 @topics_option
@@ -88,9 +89,7 @@ class _Table:
     """A rich table per partition on a terminal (data-dir findings as plain lines)."""
 
     def __init__(self) -> None:
-        from rich.console import Console
-
-        self.console = Console()
+        self.console = console()
 
     def __call__(self, item, quiet: bool) -> None:
         if isinstance(item, Finding):
@@ -98,13 +97,10 @@ class _Table:
             return
         if not item.findings and quiet:
             return
-        from rich.table import Table
-
         verdict: PartitionVerdict = item
         status = "[green]healthy[/]" if verdict.healthy else f"[red]{verdict.errors} problem(s)[/]"
-        table = Table(title=f"{verdict.partition}: {verdict.segments} segment(s), {status}", title_justify="left")
-        for col in ("segment", "file", "severity", "check", "message"):
-            table.add_column(col, overflow="fold")
+        table = new_table(f"{verdict.partition}: {verdict.segments} segment(s), {status}",
+                          ("segment", "file", "severity", "check", "message"))
         for f in verdict.findings:
             sev = "[red]error[/]" if f.severity == ERROR else "[yellow]note[/]"
             table.add_row("" if f.segment is None else str(f.segment),

@@ -99,12 +99,12 @@ class LookupStats:
 
     def to_dict(self) -> dict:
         return {
-            "bytesRead": self.bytes_read,
-            "indexBytesRead": self.index_bytes,
-            "logBytesRead": self.log_bytes,
-            "batchesScanned": self.batches_scanned,
-            "usedIndex": self.used_index,
-            "scannedSegments": self.segments_scanned,
+            "bytes_read": self.bytes_read,
+            "index_bytes_read": self.index_bytes,
+            "log_bytes_read": self.log_bytes,
+            "batches_scanned": self.batches_scanned,
+            "used_index": self.used_index,
+            "scanned_segments": self.segments_scanned,
             "notes": self.notes,
         }
 
@@ -268,8 +268,10 @@ class TailProblem:
     def is_corruption(self) -> bool:
         return self.kind != ZERO_TAIL
 
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "position": self.position, "tailBytes": self.tail_bytes, "message": self.message}
+    def to_dict(self, manifest: bool = False) -> dict:
+        """--json's keys; with `manifest`, the quarantine manifest's (a file format: its keys do not change)."""
+        return {"kind": self.kind, "position": self.position, "tailBytes" if manifest else "tail_bytes": self.tail_bytes,
+                "message": self.message}
 
     def __repr__(self) -> str:
         return f"TailProblem({self.kind}, position={self.position}, tail_bytes={self.tail_bytes})"

@@ -401,7 +401,7 @@ class Lookup:
         """The lookup line (JSON's last object): found or not, where, bytes read to get there."""
         out = {"type": "lookup", "target": self.target, "found": self.first is not None, "records": self.printed}
         if self.first is not None:
-            out.update(segment=self.first[0], batchPosition=self.first[1], offset=self.first[2])
+            out.update(segment=self.first[0], batch_position=self.first[1], offset=self.first[2])
             out.update(self.first_stats.to_dict())
         else:
             out.update(self.stats.to_dict())

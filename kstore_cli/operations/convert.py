@@ -83,18 +83,18 @@ _V2_OVERHEAD = RECORD_BATCH_OVERHEAD  # a group's size estimate starts at the ba
 
 #: Loss counters, with what each one counts.
 LOSS_DESCRIPTIONS = {
-    "controlBatches": "control batches dropped (transaction markers and other control records)",
-    "abortMarkers": "ABORT markers among them (aborted data becomes ordinary messages)",
-    "emptyBatches": "empty batches dropped (legacy formats cannot hold them)",
+    "control_batches": "control batches dropped (transaction markers and other control records)",
+    "abort_markers": "ABORT markers among them (aborted data becomes ordinary messages)",
+    "empty_batches": "empty batches dropped (legacy formats cannot hold them)",
     "headers": "records whose headers were dropped",
-    "producerFields": "batches whose producer id/epoch/sequence were dropped",
+    "producer_fields": "batches whose producer id/epoch/sequence were dropped",
     "transactional": "batches whose transactional flag was dropped",
-    "leaderEpochs": "batches whose partition leader epoch was dropped",
-    "deleteHorizons": "batches whose delete horizon was dropped",
+    "leader_epochs": "batches whose partition leader epoch was dropped",
+    "delete_horizons": "batches whose delete horizon was dropped",
     "timestamps": "records whose timestamp was dropped (magic 0 has none)",
-    "timestampTypes": "batches whose timestamp type was dropped (magic 0 has none)",
-    "offsetRanges": "batches whose offset range was wider than their records (compacted v2 batches)",
-    "producerSnapshots": "producer-state snapshots emptied (legacy data has no producer state)",
+    "timestamp_types": "batches whose timestamp type was dropped (magic 0 has none)",
+    "offset_ranges": "batches whose offset range was wider than their records (compacted v2 batches)",
+    "producer_snapshots": "producer-state snapshots emptied (legacy data has no producer state)",
 }
 
 _CODEC_LEVELS = {GZIP: (1, 9, (-1,)), LZ4: (1, 17, ()), ZSTD: (-131072, 22, ())}
@@ -193,12 +193,12 @@ class ConvertStats:
 
     def to_dict(self) -> dict:
         out = {
-            "segmentsIn": self.segments_in, "segmentsOut": self.segments_out,
-            "batchesIn": self.batches_in, "batchesOut": self.batches_out,
-            "recordsIn": self.records_in, "recordsOut": self.records_out,
-            "bytesIn": self.bytes_in, "bytesOut": self.bytes_out,
+            "segments_in": self.segments_in, "segments_out": self.segments_out,
+            "batches_in": self.batches_in, "batches_out": self.batches_out,
+            "records_in": self.records_in, "records_out": self.records_out,
+            "bytes_in": self.bytes_in, "bytes_out": self.bytes_out,
             "ratio": None if self.ratio is None else round(self.ratio, 4),
-            "unchangedBatches": self.unchanged_batches,
+            "unchanged_batches": self.unchanged_batches,
             "losses": {k: v for k, v in sorted(self.losses.items()) if v},
         }
         return out
@@ -349,15 +349,15 @@ class BatchConverter:
             return
         # down-conversion (RecordsUtil.downConvert)
         if batch.is_control:
-            self._lose("controlBatches", 1, batch)
+            self._lose("control_batches", 1, batch)
             try:
                 if any(r.control is not None and r.control.type_id == 0 for r in batch.records()):
-                    self._lose("abortMarkers", 1, batch)
+                    self._lose("abort_markers", 1, batch)
             except KstoreError:
                 pass
             return
         if count <= 0:
-            self._lose("emptyBatches", 1, batch)
+            self._lose("empty_batches", 1, batch)
             return
         if out_codec == ZSTD:
             raise UsageError(
@@ -397,20 +397,20 @@ class BatchConverter:
         table = self._table(batch)
         self._lose("headers", encode.records_with_headers(table), batch)
         if batch.producer_id >= 0 or batch.producer_epoch >= 0 or batch.base_sequence >= 0:
-            self._lose("producerFields", 1, batch)
+            self._lose("producer_fields", 1, batch)
         if batch.is_transactional:
             self._lose("transactional", 1, batch)
         if batch.partition_leader_epoch >= 0:
-            self._lose("leaderEpochs", 1, batch)
+            self._lose("leader_epochs", 1, batch)
         if batch.has_delete_horizon:
-            self._lose("deleteHorizons", 1, batch)
+            self._lose("delete_horizons", 1, batch)
         first, last = encode.table_offset(table, 0), encode.table_offset(table, table[0] - 1)
         if first != batch.base_offset or last != batch.last_offset:
-            self._lose("offsetRanges", 1, batch)
+            self._lose("offset_ranges", 1, batch)
         if t == 0:
             self._lose("timestamps", encode.timestamps_set(table), batch)
             if batch.timestamp_type == LOG_APPEND_TIME:
-                self._lose("timestampTypes", 1, batch)
+                self._lose("timestamp_types", 1, batch)
         ts_type = batch.timestamp_type
         lat = batch.max_timestamp if ts_type == LOG_APPEND_TIME else None
         if out_codec != NONE and self.opts.regroup:
@@ -430,7 +430,7 @@ class BatchConverter:
             if t == 0:
                 self._lose("timestamps", encode.timestamps_set(table), batch)
                 if ts_type == LOG_APPEND_TIME:
-                    self._lose("timestampTypes", 1, batch)
+                    self._lose("timestamp_types", 1, batch)
         if t == 2:
             yield from self._add_records(*_legacy_v2_group(out_codec, ts_type, lat), table)
             return
@@ -750,10 +750,10 @@ class PartitionResult:
 
     def to_dict(self) -> dict:
         out = {"type": "partition", "partition": self.partition.path, "destination": self.destination,
-               "status": self.status, "newSegments": self.new_segments}
+               "status": self.status, "new_segments": self.new_segments}
         out.update(self.stats.to_dict())
         if self.empty_tail_segment is not None:
-            out["emptySegmentAtLogEnd"] = self.empty_tail_segment
+            out["empty_segment_at_log_end"] = self.empty_tail_segment
         if self.leftovers is not None and self.leftovers.outcome is not None:
             out["leftovers"] = self.leftovers.to_dict()
         return out
@@ -771,7 +771,7 @@ def _empty_snapshots(snapshots: Sequence[str], stats: ConvertStats) -> List[Tupl
         if has:
             out.append((path, empty))
     if out:
-        stats.losses["producerSnapshots"] += len(out)
+        stats.losses["producer_snapshots"] += len(out)
     return out
 
 
@@ -854,7 +854,7 @@ def _refuse_lossy_snapshots(partition: Partition, opts: ConvertOptions) -> None:
         if has:
             raise LossyConversionError(
                 f"--strict: converting to magic {opts.to_magic} would lose information: "
-                f"{LOSS_DESCRIPTIONS['producerSnapshots']}", path=path)
+                f"{LOSS_DESCRIPTIONS['producer_snapshots']}", path=path)
 
 
 def _count_unchanged(result: PartitionResult, segments: Sequence[Segment], opts: ConvertOptions, is_whole: bool,
@@ -1213,8 +1213,8 @@ class ConvertRun:
 
     def to_dict(self) -> dict:
         """The summary (one JSON line after the partitions' own)."""
-        out = {"type": "summary", "partitions": len(self.results), "dryRun": self.dry_run,
-               "toMagic": self.opts.to_magic, "compression": None if self.opts.codec is None else CODEC_NAMES[self.opts.codec]}
+        out = {"type": "summary", "partitions": len(self.results), "dry_run": self.dry_run,
+               "to_magic": self.opts.to_magic, "compression": None if self.opts.codec is None else CODEC_NAMES[self.opts.codec]}
         out.update(self.total.to_dict())
         return out
 

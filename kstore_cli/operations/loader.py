@@ -83,14 +83,14 @@ class RecoverResult:
     dry_run: bool = False
 
     def to_dict(self) -> dict:
-        return {"type": "partition", "partition": self.partition, "logEndOffset": self.log_end_offset,
-                "segments": self.segments, "bytesValidated": self.bytes_validated,
-                "indexesWritten": [os.path.basename(p) for p in self.indexes_written], "cutAt": self.cut_at,
-                "quarantineDir": self.quarantine_dir, "rolledSegment": self.rolled,
+        return {"type": "partition", "partition": self.partition, "log_end_offset": self.log_end_offset,
+                "segments": self.segments, "bytes_validated": self.bytes_validated,
+                "indexes_written": [os.path.basename(p) for p in self.indexes_written], "cut_at": self.cut_at,
+                "quarantine_dir": self.quarantine_dir, "rolled_segment": self.rolled,
                 "snapshot": None if self.snapshot is None else os.path.basename(self.snapshot),
-                "checkpointsLowered": self.checkpoints_lowered,
-                "orphanIndexesDeleted": [os.path.basename(p) for p in self.orphans_deleted],
-                "problem": self.problem, "left": len(self.left), "dryRun": self.dry_run}
+                "checkpoints_lowered": self.checkpoints_lowered,
+                "orphan_indexes_deleted": [os.path.basename(p) for p in self.orphans_deleted],
+                "problem": self.problem, "left": len(self.left), "dry_run": self.dry_run}
 
 
 def _unflushed(partition: Partition, recovery_point: int) -> Partition:

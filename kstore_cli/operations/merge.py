@@ -63,12 +63,12 @@ class MergeResult:
 
     def to_dict(self) -> dict:
         return {"type": "partition", "topic": self.topic, "partition": self.partition,
-                "destination": self.destination, "logStartOffset": self.log_start_offset,
-                "logEndOffset": self.log_end_offset,
-                "sources": [{"copy": c, "firstOffset": a, "lastOffset": b} for c, a, b in self.sources],
-                "diverged": [{"copy": c, "firstOffset": a, "lastOffset": b, "reason": r}
+                "destination": self.destination, "log_start_offset": self.log_start_offset,
+                "log_end_offset": self.log_end_offset,
+                "sources": [{"copy": c, "first_offset": a, "last_offset": b} for c, a, b in self.sources],
+                "diverged": [{"copy": c, "first_offset": a, "last_offset": b, "reason": r}
                              for c, a, b, r in self.diverged],
-                "sideDirs": self.side_dirs}
+                "side_dirs": self.side_dirs}
 
 
 def _write_batches(directory: str, batches: List[Tuple]) -> None:

@@ -106,11 +106,11 @@ class SegmentRebuild:
         if self.message is not None:
             row["message"] = self.message
         if self.log_size is not None:
-            row.update(logSize=self.log_size, validBytes=self.valid_bytes, nextOffset=self.next_offset,
-                       abortedTransactions=self.aborted_transactions)
+            row.update(log_size=self.log_size, valid_bytes=self.valid_bytes, next_offset=self.next_offset,
+                       aborted_transactions=self.aborted_transactions)
         if self.problem is not None:
             row["problem"] = self.problem.to_dict()
-            row["truncatedBytes"] = self.truncated_bytes
+            row["truncated_bytes"] = self.truncated_bytes
         return row
 
 
@@ -171,7 +171,7 @@ class ConfigNote:
         row = {"type": "config", "partition": self.partition, "status": "refused" if self.refused else "applied",
                "message": self.message}
         if not self.refused:
-            row.update(indexIntervalBytes=self.index_interval_bytes, source=self.source)
+            row.update(index_interval_bytes=self.index_interval_bytes, source=self.source)
         return row
 
 

@@ -431,7 +431,7 @@ def _cut_manifest(plan: PartitionPlan, damaged: SegmentPlan, moves: List[Tuple[s
         "validBytes": result.valid_bytes,
         "logSizeBefore": result.log_size,
         "nextOffset": result.next_offset,
-        "problem": result.problem.to_dict(),
+        "problem": result.problem.to_dict(manifest=True),
         "tailFile": None if tail is None else os.path.basename(tail),
         "movedFiles": [{"from": os.path.basename(a), "to": os.path.basename(b), **file_record(a)} for a, b in moves],
         # What the cut lowered (a resumed cut keeps what the killed run already lowered): what

@@ -73,10 +73,10 @@ class RestorePlan:
         return self.already_restored
 
     def to_dict(self) -> dict:
-        return {"type": "restore", "quarantineDir": self.qdir, "partition": self.partition, "segment": self.segment,
-                "alreadyRestored": self.already_restored, "appendBytes": self.append_bytes,
-                "removeRolled": [os.path.basename(p) for p in self.unroll],
-                "moveBack": [{"from": a, "to": b} for a, b in self.moves],
+        return {"type": "restore", "quarantine_dir": self.qdir, "partition": self.partition, "segment": self.segment,
+                "already_restored": self.already_restored, "append_bytes": self.append_bytes,
+                "remove_rolled": [os.path.basename(p) for p in self.unroll],
+                "move_back": [{"from": a, "to": b} for a, b in self.moves],
                 "checkpoints": [{"file": self.checked.checkpoint_path(c), "from": c["after"], "to": c["before"]}
                                 for c in self.checkpoints]}
 

@@ -121,7 +121,7 @@ class Deletion:
 
     def to_dict(self) -> dict:
         return {"segment": self.base_offset, "rule": self.rule, "reason": self.reason,
-                "logBytes": self.log_size, "bytes": self.bytes, "files": self.files}
+                "log_bytes": self.log_size, "bytes": self.bytes, "files": self.files}
 
 
 class RetentionPlan:
@@ -182,7 +182,7 @@ class RetentionPlan:
         out = {
             "partition": self.partition.path,
             "topic": self.partition.topic,
-            "partitionId": self.partition.partition,
+            "partition_id": self.partition.partition,
             "skipped": self.skipped,
             "problem": self.problem,
             "notes": self.notes,
@@ -191,20 +191,20 @@ class RetentionPlan:
             out["config"] = self.settings()
         if self.active:
             out.update({
-                "logStartOffset": self.log_start_offset,
-                "newLogStartOffset": self.new_log_start_offset,
-                "logEndOffset": self.log_end_offset,
-                "highWatermark": self.high_watermark,
-                "highWatermarkSource": self.high_watermark_source,
-                "logBytes": self.log_bytes,
-                "segmentsDeleted": len(self.deletions),
+                "log_start_offset": self.log_start_offset,
+                "new_log_start_offset": self.new_log_start_offset,
+                "log_end_offset": self.log_end_offset,
+                "high_watermark": self.high_watermark,
+                "high_watermark_source": self.high_watermark_source,
+                "log_bytes": self.log_bytes,
+                "segments_deleted": len(self.deletions),
                 "deleted": [d.to_dict() for d in self.deletions],
-                "rolledSegment": self.roll_offset,
-                "interruptedDeletionFiles": self.pending,
-                "leftoversRemoved": self.leftovers,
-                "leftoversKept": self.leftovers_kept,
-                "logStartOffsetCheckpoint": self.checkpoint_offset,
-                "leaderEpochs": None if self.epochs_after == self.epochs_before else self.epochs_after,
+                "rolled_segment": self.roll_offset,
+                "interrupted_deletion_files": self.pending,
+                "leftovers_removed": self.leftovers,
+                "leftovers_kept": self.leftovers_kept,
+                "log_start_offset_checkpoint": self.checkpoint_offset,
+                "leader_epochs": None if self.epochs_after == self.epochs_before else self.epochs_after,
             })
         return out
 
@@ -516,10 +516,10 @@ class PartitionRetention:
 
     def to_dict(self) -> dict:
         row = self.plan.to_dict()
-        row["bytesFreed"] = self.bytes_freed
+        row["bytes_freed"] = self.bytes_freed
         # Renamed .deleted now, removed by a later run once the delete delay has passed.
-        row["bytesDeferred"] = self.bytes_deferred
-        row["dryRun"] = self.dry_run
+        row["bytes_deferred"] = self.bytes_deferred
+        row["dry_run"] = self.dry_run
         return row
 
 
@@ -586,10 +586,10 @@ class RetainRun:
 
     def summary(self) -> dict:
         active = [r for r in self.partitions if not r.plan.problem and not r.plan.skipped]
-        return {"type": "summary", "dryRun": self.dry_run, "now": self.now, "partitions": len(self.partitions),
-                "segmentsDeleted": sum(len(r.plan.deletions) for r in active),
-                "bytesFreed": sum(r.bytes_freed for r in active),
-                "bytesDeferred": sum(r.bytes_deferred for r in active), "problems": len(self.problems)}
+        return {"type": "summary", "dry_run": self.dry_run, "now": self.now, "partitions": len(self.partitions),
+                "segments_deleted": sum(len(r.plan.deletions) for r in active),
+                "bytes_freed": sum(r.bytes_freed for r in active),
+                "bytes_deferred": sum(r.bytes_deferred for r in active), "problems": len(self.problems)}
 
 
 def retain(request: RetainRequest) -> RetainRun:

@@ -66,9 +66,16 @@ class DamagedRange:
     next_offset: Optional[int]
 
     def to_dict(self) -> dict:
+        """salvage --json's line for the range."""
         return {"type": "gap", "file": self.log, "start": self.start, "end": self.end, "bytes": self.end - self.start,
-                "kind": self.kind, "firstOffset": self.first_offset,
-                "lastOffset": None if self.next_offset is None else self.next_offset - 1}
+                "kind": self.kind, "first_offset": self.first_offset,
+                "last_offset": None if self.next_offset is None else self.next_offset - 1}
+
+    def manifest_dict(self) -> dict:
+        """The range as the quarantine manifest spells it (a file format: its keys do not change)."""
+        out = self.to_dict()
+        out["firstOffset"], out["lastOffset"] = out.pop("first_offset"), out.pop("last_offset")
+        return out
 
 
 @dataclass
@@ -323,7 +330,7 @@ def _quarantine(src: Partition, partition_root: str, pending: List[str], changed
         manifest = {"partition": src.path, "kind": "salvage", "finished": False, "ranges": []}
     report.quarantine_dir = qdir
     listed = {r.get("savedAs") for r in manifest["ranges"]}
-    added = [{**rng.to_dict(), "savedAs": _range_name(rng), **file_record(rng.log, rng.start, rng.end)}
+    added = [{**rng.manifest_dict(), "savedAs": _range_name(rng), **file_record(rng.log, rng.start, rng.end)}
              for rng in ranges if _range_name(rng) not in listed]
     if added or resumed is None:
         # The manifest first: a dir left by a killed run says what it is for, and the rerun finishes it

@@ -144,7 +144,7 @@ class Issue:
 
     def to_dict(self) -> dict:
         return {
-            "severity": self.severity, "check": self.check, "dataDir": self.data_dir, "partition": self.partition,
+            "severity": self.severity, "check": self.check, "data_dir": self.data_dir, "partition": self.partition,
             "file": self.file, "position": self.position, "offset": self.offset, "message": self.message,
             "kafka": self.kafka, "repair": self.repair,
         }
@@ -204,7 +204,7 @@ class Broker:
         return sorted({d.cluster_id for d in self.data_dirs if d.cluster_id is not None})
 
     def to_dict(self) -> dict:
-        return {"nodeId": self.node_id, "clusterIds": self.cluster_ids, "dataDirs": [d.path for d in self.data_dirs]}
+        return {"node_id": self.node_id, "cluster_ids": self.cluster_ids, "data_dirs": [d.path for d in self.data_dirs]}
 
 
 class Survey:

@@ -50,16 +50,16 @@ class PartitionSummary:
 
     def to_dict(self) -> dict:
         return {
-            "type": "partition", "partition": self.partition, "topic": self.topic, "partitionId": self.partition_id,
-            "segments": self.segments, "baseOffsets": self.base_offsets,
-            "logStartOffset": self.log_start_offset, "logStartOffsetSource": self.log_start_offset_source,
-            "lastOffset": self.last_offset, "logEndOffset": self.log_end_offset, "sizeBytes": self.size_bytes,
-            "minTimestamp": self.min_timestamp, "maxTimestamp": self.max_timestamp, "batches": self.batches,
-            "magics": self.magics, "codecs": self.codecs, "producerIds": self.producer_ids,
-            "openTransactions": [{"producerId": p, "firstOffset": f} for p, f in self.open_transactions],
-            "abortedTransactions": self.aborted_transactions, "snapshots": self.snapshots,
-            "indexHealth": self.index_health, "problems": self.problems, "notes": self.notes,
-            "leftoverFiles": self.leftover_files, "orphanIndexes": self.orphan_indexes,
+            "type": "partition", "partition": self.partition, "topic": self.topic, "partition_id": self.partition_id,
+            "segments": self.segments, "base_offsets": self.base_offsets,
+            "log_start_offset": self.log_start_offset, "log_start_offset_source": self.log_start_offset_source,
+            "last_offset": self.last_offset, "log_end_offset": self.log_end_offset, "size_bytes": self.size_bytes,
+            "min_timestamp": self.min_timestamp, "max_timestamp": self.max_timestamp, "batches": self.batches,
+            "magics": self.magics, "codecs": self.codecs, "producer_ids": self.producer_ids,
+            "open_transactions": [{"producer_id": p, "first_offset": f} for p, f in self.open_transactions],
+            "aborted_transactions": self.aborted_transactions, "snapshots": self.snapshots,
+            "index_health": self.index_health, "problems": self.problems, "notes": self.notes,
+            "leftover_files": self.leftover_files, "orphan_indexes": self.orphan_indexes,
         }
 
 

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from kstore_cli import errors
 from kstore_cli.errors import CorruptDataError, ExitStatus, KstoreError, UsageError
@@ -203,16 +203,19 @@ class ExportSummary:
         self.internal_left_out: List[str] = []
 
     def to_dict(self) -> dict:
-        return {"type": "summary", "kafkaPartitions": self.kafka_partitions, "sparkPartitions": self.tasks, "records": self.records,
-                "bytesIn": self.bytes_in, "parquetFiles": self.parquet_files, "parquetBytes": self.parquet_bytes,
+        return {"type": "summary", "kafka_partitions": self.kafka_partitions, "spark_partitions": self.tasks, "records": self.records,
+                "bytes_in": self.bytes_in, "parquet_files": self.parquet_files, "parquet_bytes": self.parquet_bytes,
                 "seconds": round(self.seconds, 3), "output": self.output, "writer": self.writer,
-                "skippedBatches": [b.to_dict() for b in self.skipped],
-                "internalPartitionsLeftOut": list(self.internal_left_out)}
+                "skipped_batches": [b.to_dict(snake_case=True) for b in self.skipped],
+                "internal_partitions_left_out": list(self.internal_left_out)}
 
-    def text(self) -> str:
+    def text(self, size: Optional[Callable[[int], str]] = None) -> str:
+        """The summary line (then the notes); `size` spells the byte counts (a terminal's human units)."""
         rate = self.records / self.seconds if self.seconds else 0.0
+        sizes = (f"{size(self.bytes_in)} in, {size(self.parquet_bytes)} of Parquet out" if size else
+                 f"{self.bytes_in} bytes in, {self.parquet_bytes} Parquet bytes out")
         return (f"exported {self.records} records from {self.kafka_partitions} Kafka partitions "
-                f"({self.tasks} Spark partitions): {self.bytes_in} bytes in, {self.parquet_bytes} Parquet bytes out "
+                f"({self.tasks} Spark partitions): {sizes} "
                 f"in {self.parquet_files} files ({self.writer} writer), {self.seconds:.1f} s ({rate:,.0f} records/s) "
                 f"-> {self.output}" + "".join(f"\n{line}" for line in self.notes()))
 

@@ -71,10 +71,11 @@ class SkippedBatch:
         self.last_offset = last_offset
         self.reason = reason
 
-    def to_dict(self) -> dict:
+    def to_dict(self, snake_case: bool = False) -> dict:
+        """As _kstore_skipped.json spells it (a file format: unchanged); `snake_case`: as --json does."""
+        first, last = ("base_offset", "last_offset") if snake_case else ("baseOffset", "lastOffset")
         return {"topic": self.topic, "partition": self.partition, "file": self.log, "position": self.position,
-                "bytes": self.size, "baseOffset": self.base_offset, "lastOffset": self.last_offset,
-                "reason": self.reason}
+                "bytes": self.size, first: self.base_offset, last: self.last_offset, "reason": self.reason}
 
     @classmethod
     def from_dict(cls, d: dict) -> "SkippedBatch":

@@ -187,7 +187,7 @@ def _log(part: Path, base: int, data: bytes) -> None:
 
 def _not_cleaned(part: Path) -> dict:
     row = one_pass(part, T + 100_000, 1 << 20).to_dict()
-    assert not row["cleaned"] and row["cleanableBytes"] == 0 and row["cleanBytes"] == 0
+    assert not row["cleaned"] and row["cleanable_bytes"] == 0 and row["clean_bytes"] == 0
     return row
 
 
@@ -201,7 +201,7 @@ def test_a_log_held_back_by_an_open_transaction_says_so(tmp_path: Path) -> None:
     _log(part, 5, _plain(5, 5))
     _log(part, 10, b"")
     row = _not_cleaned(part)
-    assert row["lastStableOffset"] == 3
+    assert row["last_stable_offset"] == 3
     assert row["reason"] == ("cleaning stops at the first unstable offset 3, where producer 7's transaction is "
                              "still open, and nothing below it is cleanable")
 

@@ -325,7 +325,7 @@ def test_a_zstd_batch_of_two_frames_is_read_across_them() -> None:
     args = dict(memory=1 << 20, capacity=1 << 20, now=T, last_records={}, upper_bound=1 << 40, io_buffer=1 << 16)
     got = clean(native, log, **args)
     assert got == clean(py, log, **args)
-    assert got[0] == "ok" and got[3]["messagesWritten"] == 2 and got[3]["batchesRebuilt"] == 1
+    assert got[0] == "ok" and got[3]["messages_written"] == 2 and got[3]["batches_rebuilt"] == 1
 
 
 @needs_native
@@ -394,4 +394,4 @@ def test_an_expired_commit_marker_goes_unless_it_is_its_producers_last(last_reco
                 io_buffer=1 << 16)
     got = clean(native, log, **args)
     assert got == clean(py, log, **args)
-    assert (got[3]["emptyBatchesWritten"], got[3]["markersRemoved"]) == (empty, removed)
+    assert (got[3]["empty_batches_written"], got[3]["markers_removed"]) == (empty, removed)

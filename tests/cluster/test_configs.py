@@ -132,12 +132,12 @@ def test_retain_takes_retention_ms_from_the_metadata_log_with_no_flag_and_says_s
     (row,) = [p for p in json_lines_summary(result.output)["partitions"] if p["partition"].endswith("time-roll-0")]
     assert row["config"]["retention.ms"] == {"value": 15000,
                                              "source": f"cluster metadata @ offset {at[(TOPIC, 'time-roll', 'retention.ms')]}"}
-    assert row["segmentsDeleted"] > 0
+    assert row["segments_deleted"] > 0
     text = CliRunner().invoke(cli, ["retain", "--dry-run", "--now", now, str(data)])
     assert f"retention.ms=15000 (cluster metadata @ offset {at[(TOPIC, 'time-roll', 'retention.ms')]})" in text.output
     flagged = _retain("--now", now, "--retention-ms", "-1", str(data))
     (row,) = [p for p in json_lines_summary(flagged.output)["partitions"] if p["partition"].endswith("time-roll-0")]
-    assert row["config"]["retention.ms"]["source"] == "--retention-ms" and row["segmentsDeleted"] == 0
+    assert row["config"]["retention.ms"]["source"] == "--retention-ms" and row["segments_deleted"] == 0
     # Without the metadata log (and no flag or file) retain still refuses to guess a policy.
     shutil.rmtree(data / "__cluster_metadata-0")
     assert CliRunner().invoke(cli, ["retain", "--dry-run", str(data)]).exception.exit_status == 2
@@ -225,7 +225,7 @@ def test_a_kraft_node_with_no_flags_deletes_nothing_on_kafkas_7_day_default(tmp_
     result = CliRunner().invoke(cli, ["retain", "--json", "--now", now, str(data)])
     assert result.exit_code == 0, result.output
     (row,) = [p for p in json_lines_summary(result.stdout)["partitions"] if p["partition"].endswith("time-roll-0")]
-    assert row["segmentsDeleted"] == 0
+    assert row["segments_deleted"] == 0
     assert row["config"]["retention.ms"] == {"value": 7 * 24 * HOUR,
                                              "source": "Kafka default, not applied without --kafka-defaults"}
     assert any(n.startswith("retention.ms=604800000 is only Kafka's default: not applied") for n in row["notes"])
@@ -233,7 +233,7 @@ def test_a_kraft_node_with_no_flags_deletes_nothing_on_kafkas_7_day_default(tmp_
     # The operator asks for Kafka's defaults: they apply, and the source says so.
     applied = CliRunner().invoke(cli, ["retain", "--dry-run", "--json", "--kafka-defaults", "--now", now, str(data)])
     (row,) = [p for p in json_lines_summary(applied.stdout)["partitions"] if p["partition"].endswith("time-roll-0")]
-    assert row["segmentsDeleted"] > 0 and row["config"]["retention.ms"]["source"] == "Kafka default, applied: --kafka-defaults"
+    assert row["segments_deleted"] > 0 and row["config"]["retention.ms"]["source"] == "Kafka default, applied: --kafka-defaults"
 
 
 def test_compact_delete_retention_after_cleaning_ignores_the_default_retention_ms(tmp_path: Path) -> None:
@@ -246,7 +246,7 @@ def test_compact_delete_retention_after_cleaning_ignores_the_default_retention_m
     result = CliRunner().invoke(cli, ["compact", "--json", "--force-clean", "--now", now, str(data)])
     assert result.exit_code == 0, result.output
     (row,) = [p for p in json_lines_summary(result.stdout)["partitions"] if p["partition"].endswith("cache-0")]
-    assert row["cleaned"] and (row["retention"] is None or row["retention"]["segmentsDeleted"] == 0)
+    assert row["cleaned"] and (row["retention"] is None or row["retention"]["segments_deleted"] == 0)
     assert row["settings"]["retention.ms"]["source"] == "Kafka default, not applied without --kafka-defaults"
 
 
@@ -319,7 +319,7 @@ def test_rebuild_index_gives_an_older_incarnation_no_setting_of_the_recreated_to
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     (note,) = [r for r in rows if r["type"] == "config"]
-    assert note["status"] == "applied" and note["indexIntervalBytes"] == 4096 and note["source"] == "Kafka default"
+    assert note["status"] == "applied" and note["index_interval_bytes"] == 4096 and note["source"] == "Kafka default"
     assert note["message"].startswith(f"partition.metadata has topic ID {OLD_INCARNATION}")
     for index in part.glob("*.index"):
         assert index.read_bytes() == (reference / "4096" / "time-roll-0" / index.name).read_bytes(), index.name

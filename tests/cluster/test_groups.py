@@ -93,7 +93,7 @@ def test_cli_reset_offsets_csv_and_json():
     assert res.exit_code == 0
     doc = json_lines_summary(res.stdout)
     assert [g["group"] for g in doc["groups"]] == ["eos-app", "orders-app"]
-    assert doc["missingPartitions"] == []
+    assert doc["missing_partitions"] == []
 
 
 def test_reset_offsets_csv_sorted():

@@ -106,8 +106,8 @@ def test_merge_keeps_the_lineage_once_and_kafka_loads_it(copies, oracle, tmp_pat
                                       *(str(root / n) for n in ("a", "b", "c"))])
     assert result.exit_code == 1, result.output  # b diverged: said in the exit status
     (row,) = [json.loads(line) for line in result.output.splitlines()]
-    assert row["diverged"] == [{"copy": str(root / "b" / "t-0"), "firstOffset": common_leo,
-                                "lastOffset": common_leo + 3 * 3 - 1, "reason": "diverged"}]  # b's three batches
+    assert row["diverged"] == [{"copy": str(root / "b" / "t-0"), "first_offset": common_leo,
+                                "last_offset": common_leo + 3 * 3 - 1, "reason": "diverged"}]  # b's three batches
     merged = _batches(out / "t-0")
     offsets = [o for base, last, _raw in merged for o in range(base, last + 1)]
     assert offsets == list(range(0, summary_a["log_end_offset"]))  # every offset of the lineage, once
@@ -115,7 +115,7 @@ def test_merge_keeps_the_lineage_once_and_kafka_loads_it(copies, oracle, tmp_pat
     common = {b[0]: b[2] for b in _batches(root / "common" / "t-0")}
     for base, _last, raw in merged:
         assert raw == (a_batches.get(base) or common[base])  # byte for byte from the lineage
-    assert row["sources"][0]["lastOffset"] == first_base - 1
+    assert row["sources"][0]["last_offset"] == first_base - 1
     side_batches = _batches(side / "copy1" / "t-0") or _batches(next(side.glob("*/t-0")))
     assert side_batches and side_batches[0][0] == common_leo
     clean, unclean = oracle.run_many([("load-log", [str(out / "t-0"), "--clean"]),
@@ -171,12 +171,12 @@ def test_merge_reports_a_batch_that_differs_below_the_truncation_point(copies, t
     # c's batches below a's first segment are left out too: a copy with a batch that differs from the
     # leader's is no donor of older history
     differs = [(0, first_base - 1), (target[0], target[1])]
-    assert by["c"]["leftOut"] == [{"firstOffset": a, "lastOffset": b, "reason": "differs"} for a, b in differs]
+    assert by["c"]["left_out"] == [{"first_offset": a, "last_offset": b, "reason": "differs"} for a, b in differs]
     out, side = tmp_path / "out", tmp_path / "side"
     result = _merge("--output-dir", str(out), "--keep-diverged", str(side), str(root / "a"), str(tmp_path / "c"))
     assert result.exit_code == 1, result.output
     (row,) = [json.loads(line) for line in result.output.splitlines()]
-    assert row["diverged"] == [{"copy": str(c_part), "firstOffset": a, "lastOffset": b, "reason": "differs"}
+    assert row["diverged"] == [{"copy": str(c_part), "first_offset": a, "last_offset": b, "reason": "differs"}
                                for a, b in differs]
     assert _offsets(out / "t-0") == list(range(first_base, summary_a["log_end_offset"]))
     (side_part,) = side.glob("*/t-0")
@@ -199,17 +199,17 @@ def test_merge_keeps_aside_the_whole_batch_that_straddles_the_truncation_point(c
     b_part = str(tmp_path / "b" / "t-0")
     # below the truncation point b's batches are not a's (other epoch's data): differs; from the base of the
     # batch holding common_leo + 4 on: diverged
-    assert row["diverged"] == [{"copy": b_part, "firstOffset": common_leo, "lastOffset": common_leo + 2,
+    assert row["diverged"] == [{"copy": b_part, "first_offset": common_leo, "last_offset": common_leo + 2,
                                 "reason": "differs"},
-                               {"copy": b_part, "firstOffset": common_leo + 3, "lastOffset": common_leo + 8,
+                               {"copy": b_part, "first_offset": common_leo + 3, "last_offset": common_leo + 8,
                                 "reason": "diverged"}]
     (side_part,) = side.glob("*/t-0")
     assert _offsets(side_part) == list(range(common_leo, common_leo + 9))  # every offset not taken, once
     replicas = CliRunner().invoke(cli, ["replicas", "--json", *inputs])
     assert replicas.exit_code == 1
     by = {Path(c["path"]).parent.name: c for c in json.loads(replicas.output)["copies"]}
-    assert [(r["firstOffset"], r["lastOffset"], r["reason"]) for r in by["b"]["leftOut"]] == [
-        (d["firstOffset"], d["lastOffset"], d["reason"]) for d in row["diverged"]]  # the two commands agree
+    assert [(r["first_offset"], r["last_offset"], r["reason"]) for r in by["b"]["left_out"]] == [
+        (d["first_offset"], d["last_offset"], d["reason"]) for d in row["diverged"]]  # the two commands agree
 
 
 def _topic_id(part: Path, tid: str) -> None:
@@ -226,8 +226,8 @@ def test_copies_with_different_topic_ids_are_different_topics(copies, tmp_path) 
     assert replicas.exit_code == 1, replicas.output
     assert "TOPIC ID DIFFERS" in replicas.output and "DwECAwQFBgcICQoLDA0ODw" in replicas.output
     rows = [json.loads(line) for line in CliRunner().invoke(cli, ["replicas", "--json", a, c]).output.splitlines()]
-    assert sorted(r["topicId"] for r in rows) == ["AAECAwQFBgcICQoLDA0ODw", "DwECAwQFBgcICQoLDA0ODw"]
-    assert all(r["divergent"] and len(r["copies"]) == 1 and r["otherTopicIds"] for r in rows)
+    assert sorted(r["topic_id"] for r in rows) == ["AAECAwQFBgcICQoLDA0ODw", "DwECAwQFBgcICQoLDA0ODw"]
+    assert all(r["divergent"] and len(r["copies"]) == 1 and r["other_topic_ids"] for r in rows)
     out = tmp_path / "out"
     result = CliRunner().invoke(cli, ["merge", "--output-dir", str(out), a, c])
     assert isinstance(result.exception, KstoreError) and result.exception.exit_status == 1

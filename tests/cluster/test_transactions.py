@@ -144,7 +144,7 @@ def test_a_missing_coordinator_partition_makes_unknown_not_hanging(written, tmp_
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert all("type" in row for row in rows)
     (summary,) = [r for r in rows if r["type"] == "summary"]
-    assert summary["missingPartitions"] == [missing] and summary["undetermined"] == 1
+    assert summary["missing_partitions"] == [missing] and summary["undetermined"] == 1
 
 
 def test_text_and_exit_status(written) -> None:

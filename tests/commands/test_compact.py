@@ -148,15 +148,16 @@ def test_golden_cleaner_cases_pass_by_pass(tmp_path: Path, case: str) -> None:
         row = json_lines_summary(result.output)["partitions"][0]
         assert row["cleaned"], row
         # Cleaner.clean()'s arguments, return value and CleanerStats, as Kafka reported them.
-        assert row["firstDirtyOffset"] == info["firstDirtyOffset"]
-        assert row["firstUncleanableOffset"] == info["firstUncleanableOffset"]
-        assert row["endOffset"] == info["endOffset"]
+        assert row["first_dirty_offset"] == info["firstDirtyOffset"]
+        assert row["first_uncleanable_offset"] == info["firstUncleanableOffset"]
+        assert row["end_offset"] == info["endOffset"]
         stats = row["stats"]
         for key in ("bytesRead", "mapBytesRead", "mapMessagesRead", "messagesRead", "invalidMessagesRead",
                     "messagesWritten"):
-            assert stats[key] == info[key], (n, key, stats[key], info[key])
+            ours = re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), key)  # --json keys are snake_case
+            assert stats[ours] == info[key], (n, key, stats[ours], info[key])
         if case != "clean-codecs":  # recompressed batches differ in size only
-            assert stats["bytesWritten"] == info["bytesWritten"]
+            assert stats["bytes_written"] == info["bytesWritten"]
         compare_stage(part, CLEANER / case / STAGES[n][1])
         assert read_offset_checkpoint(str(part.parent / "cleaner-offset-checkpoint")) == {(case, 0): info["endOffset"]}
         # The cleaned segment keeps the mtime of the last segment of its group.
@@ -211,12 +212,12 @@ def test_dry_run_changes_nothing_and_reports_what_a_run_removes(tmp_path: Path) 
     real = run(*NOW, "--json", str(part))
     assert real.exit_code == 0, real.output
     d, r = json_lines_summary(dry.output), json_lines_summary(real.output)
-    assert d["dryRun"] and not r["dryRun"]
-    for key in ("recordsRemoved", "bytesBefore", "bytesAfter"):
+    assert d["dry_run"] and not r["dry_run"]
+    for key in ("records_removed", "bytes_before", "bytes_after"):
         assert d[key] == r[key] and r[key] > 0
     assert d["partitions"][0]["stats"] == r["partitions"][0]["stats"]
-    assert r["bytesAfter"] == sum(os.path.getsize(s.log) for s in Partition(str(part)).segments)
-    assert r["bytesBefore"] - r["bytesAfter"] > 0
+    assert r["bytes_after"] == sum(os.path.getsize(s.log) for s in Partition(str(part)).segments)
+    assert r["bytes_before"] - r["bytes_after"] > 0
 
 
 def test_json_and_text_output_and_policy_of_a_data_dir(tmp_path: Path) -> None:
@@ -229,7 +230,7 @@ def test_json_and_text_output_and_policy_of_a_data_dir(tmp_path: Path) -> None:
     rows = {Path(r["partition"]).name: r for r in out["partitions"]}
     assert rows["orders-0"]["skipped"].startswith("cleanup.policy=delete")
     assert rows["__consumer_offsets-0"]["cleaned"] and rows["__consumer_offsets-0"]["policy"] == "compact"
-    assert out["partitionsCleaned"] == 1
+    assert out["partitions_cleaned"] == 1
     text = run(*CLOCK, str(data))
     assert text.exit_code == 0
     assert "orders-0: skipped" in text.output
@@ -381,7 +382,7 @@ def test_an_intent_the_directory_no_longer_fits_is_dropped_for_a_normal_pass(tmp
     assert result.exit_code == 0, result.output
     row = json_lines_summary(result.output)["partitions"][0]
     assert any("is stale" in note for note in row["notes"]), row["notes"]
-    assert row["firstDirtyOffset"] == 36 and row["cleaned"]
+    assert row["first_dirty_offset"] == 36 and row["cleaned"]
     assert not (data / "orders-0" / "kstore-compact-intent.json").exists()
 
 
@@ -397,7 +398,7 @@ def test_an_intent_after_the_last_swap_only_advances_the_checkpoint(tmp_path: Pa
     assert "an interrupted pass would be finished first" in dry.output
     result = run(*argv)
     row = json_lines_summary(result.output)["partitions"][0]
-    assert result.exit_code == 0 and not row["cleaned"] and row["endOffset"] == 57
+    assert result.exit_code == 0 and not row["cleaned"] and row["end_offset"] == 57
     assert any("finished the pass interrupted after its swap" in note for note in row["notes"]), row["notes"]
     assert tree_state(data) == tree_state(reference / "data")
 

@@ -75,8 +75,8 @@ def test_output_dir_mirrors_a_data_dir_and_passes_verify_and_rebuild(tmp_path: P
     rows = [json.loads(line) for line in result.output.splitlines()]
     summary = rows[-1]
     assert summary["type"] == "summary" and summary["partitions"] == len(rows) - 1 == 20
-    assert summary["recordsIn"] == summary["recordsOut"] and summary["losses"] == {}
-    assert summary["bytesOut"] < summary["bytesIn"]
+    assert summary["records_in"] == summary["records_out"] and summary["losses"] == {}
+    assert summary["bytes_out"] < summary["bytes_in"]
     assert dir_hash(tmp_path / "logs") == before  # the input is only read
     for name in ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint", "replication-offset-checkpoint"):
         assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "logs" / name).read_bytes()
@@ -102,11 +102,11 @@ def test_text_summary_reports_losses_and_strict_refuses(tmp_path: Path) -> None:
     assert dir_hash(tmp_path / "data", with_lock=False) == before
     dry = run("--to-magic", "0", "--compression", "lz4", "--dry-run", str(part))
     assert dry.exit_code == 0
-    assert "would convert" in dry.output and "controlBatches" in dry.output and "timestamps" in dry.output
+    assert "would convert" in dry.output and "control_batches" in dry.output and "timestamps" in dry.output
     assert dir_hash(tmp_path / "data", with_lock=False) == before
     done = run("--to-magic", "1", "--compression", "snappy", "--in-place", str(part))
     assert done.exit_code == 0, done.output
-    assert "3 controlBatches" in done.output and "lost:" in done.output
+    assert "3 control_batches" in done.output and "lost:" in done.output
     assert kstore_records(part) == expected_after(src_records, 1)
     rerun = run("--to-magic", "1", "--compression", "snappy", "--in-place", "--json", str(part))
     assert json.loads(rerun.output.splitlines()[0])["status"] == "unchanged"

@@ -69,7 +69,7 @@ def test_healthy_kafka_written_fixtures_have_zero_findings():
     parts = [r for r in records if r["type"] == "partition"]
     assert len(parts) == 20 and all(r["healthy"] and r["segments"] > 0 for r in parts)
     summary = records[-1]
-    assert summary["type"] == "summary" and summary["healthy"] and summary["healthyPartitions"] == 20
+    assert summary["type"] == "summary" and summary["healthy"] and summary["healthy_partitions"] == 20
 
 
 def test_healthy_formatted_data_dir_text_output(tmp_path):
@@ -94,7 +94,7 @@ def test_multi_broker_folder_is_recognised_and_every_partition_checked(tmp_path)
     code, records = doctor(folder)
     assert code == 0, findings(records)
     brokers = [r for r in records if r["type"] == "broker"]
-    assert [(b["nodeId"], b["dataDirs"]) for b in brokers] == [
+    assert [(b["node_id"], b["data_dirs"]) for b in brokers] == [
         (1, [str(folder / "kafka-1")]), (2, [str(folder / "kafka-2")])]
     parts = {r["partition"]: r["segments"] for r in records if r["type"] == "partition"}
     assert parts == {str(folder / "kafka-1" / "v2-none-0"): 4, str(folder / "kafka-1" / "transactional-0"): 8,
@@ -122,7 +122,7 @@ def test_meta_properties_checks(tmp_path):
     (d / "meta.properties").write_text("version=1\ncluster.id=x\n")
     code, records = doctor(a, b, c, d)
     assert code == 1
-    got = {(f["check"], f["dataDir"]) for f in findings(records) if f["check"].startswith("meta-")}
+    got = {(f["check"], f["data_dir"]) for f in findings(records) if f["check"].startswith("meta-")}
     assert got == {("meta-properties-duplicate-directory-id", str(b)), ("meta-properties-missing", str(c)),
                    ("meta-properties-node-id", str(d))}
 
@@ -456,10 +456,10 @@ def test_a_data_dir_reached_through_a_symlink(tmp_path):
     code, records = doctor(alias)
     assert code == 1
     dirs = [r for r in records if r["type"] == "datadir"]
-    assert [(d["dataDir"], d["partitions"]) for d in dirs] == [(str(data), 1)]
+    assert [(d["data_dir"], d["partitions"]) for d in dirs] == [(str(data), 1)]
     assert [f["check"] for f in findings(records)] == ["stray-directory"]
     [part] = [r for r in records if r["type"] == "partition"]
-    assert part["dataDir"] == str(data) and part["segments"] == 4
+    assert part["data_dir"] == str(data) and part["segments"] == 4
 
 
 def _cluster_log(data: Path, brokers, partitions, topics=(("orders", "T1"),)) -> None:

@@ -127,7 +127,7 @@ def test_cli_text_and_json() -> None:
     result = CliRunner().invoke(cli, ["find", part, "--timestamp", "1700000005000", "--json"])
     rows = [json.loads(line) for line in result.output.splitlines()]
     assert rows[0]["type"] == "record" and rows[0]["timestamp"] >= 1700000005000
-    assert rows[-1]["type"] == "lookup" and rows[-1]["usedIndex"] and rows[-1]["bytesRead"] < 8192
+    assert rows[-1]["type"] == "lookup" and rows[-1]["used_index"] and rows[-1]["bytes_read"] < 8192
 
 
 def test_usage_and_not_found() -> None:

@@ -26,13 +26,13 @@ def test_transactional_partition_summary() -> None:
     (row,) = rows_of(result.output)
     part = CORPUS / "logs" / "transactional-0"
     aborted = sum(len(TransactionIndex(str(p)).entries()) for p in part.glob("*.txnindex"))
-    assert row["abortedTransactions"] == aborted > 0
-    assert row["openTransactions"] == [{"producerId": 5002, "firstOffset": 405}]  # pid 5002's txn left open
-    assert {5000, 5001, 5002, 6000} <= set(row["producerIds"])
-    assert row["logEndOffset"] == 481 and row["segments"] == 8
-    assert row["sizeBytes"] == sum(p.stat().st_size for p in part.glob("*.log"))
-    assert row["indexHealth"] == "ok"
-    assert row["logStartOffsetSource"] == "log-start-offset-checkpoint"
+    assert row["aborted_transactions"] == aborted > 0
+    assert row["open_transactions"] == [{"producer_id": 5002, "first_offset": 405}]  # pid 5002's txn left open
+    assert {5000, 5001, 5002, 6000} <= set(row["producer_ids"])
+    assert row["log_end_offset"] == 481 and row["segments"] == 8
+    assert row["size_bytes"] == sum(p.stat().st_size for p in part.glob("*.log"))
+    assert row["index_health"] == "ok"
+    assert row["log_start_offset_source"] == "log-start-offset-checkpoint"
 
 
 def test_data_dir_formats_codecs_leftovers_and_skipped(tmp_path: Path) -> None:
@@ -43,7 +43,7 @@ def test_data_dir_formats_codecs_leftovers_and_skipped(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     rows = rows_of(result.output)
     by_name = {os.path.basename(r.get("partition", r.get("path", ""))): r for r in rows}
-    assert by_name["v2-none-0"]["leftoverFiles"] == ["00000000000000000000.log.deleted"]
+    assert by_name["v2-none-0"]["leftover_files"] == ["00000000000000000000.log.deleted"]
     assert by_name["mixed-magic-0"]["magics"] == [0, 1, 2]
     assert set(by_name["v2-zstd-0"]["codecs"]) == {"zstd"}
     assert by_name["orders-0.0123456789abcdef0123456789abcdef-delete"]["type"] == "skipped"

@@ -79,9 +79,9 @@ def test_index_files_without_their_log_are_deleted_as_kafkas_loader_does(oracle,
     assert "3 index file(s) without their .log deleted" in out, out
     code, out, _err = run_main(["recover", "--dry-run", "--json", str(tmp_path / "dry")])
     row = next(r for r in _rows(out) if r.get("partition") == str(tmp_path / "dry" / "orders-0"))
-    assert code == 0 and len(row["orphanIndexesDeleted"]) == 3 and len(_orphans(tmp_path / "dry")) == 3, out
+    assert code == 0 and len(row["orphan_indexes_deleted"]) == 3 and len(_orphans(tmp_path / "dry")) == 3, out
     kafka = oracle.run_many([("load-log", [str(tmp_path / "dry" / "orders-0"), "--no-records"])])[0].one("summary")
-    assert sorted(kafka["files_removed"]) == sorted(row["orphanIndexesDeleted"]), kafka
+    assert sorted(kafka["files_removed"]) == sorted(row["orphan_indexes_deleted"]), kafka
 
 
 def test_a_partition_without_logs_loses_its_orphans_keeps_its_checkpoints_and_is_named(tmp_path: Path) -> None:
@@ -161,8 +161,8 @@ def test_a_failed_recovery_point_write_still_prints_what_was_recovered_cut_and_q
     assert row.startswith(f"{part}: recovered ") and "CUT at " in row and "quarantined in " in row, outputs["text"]
     assert f"{tmp_path / 'text' / 'data' / 'clicks-0'}: recovered " in outputs["text"]
     rows = _rows(outputs["json"])
-    (cut,) = [r for r in rows if r["type"] == "partition" and r["cutAt"] is not None]
-    assert cut["partition"] == str(tmp_path / "json" / "data" / "orders-0") and os.path.isdir(cut["quarantineDir"])
+    (cut,) = [r for r in rows if r["type"] == "partition" and r["cut_at"] is not None]
+    assert cut["partition"] == str(tmp_path / "json" / "data" / "orders-0") and os.path.isdir(cut["quarantine_dir"])
     assert rows[-1]["type"] == "summary" and rows[-1]["partitions"] == 2 and rows[-1]["cut"] == 1, rows
     code, out, _err = run_main(["recover", "--jobs", "1", str(tmp_path / "text" / "data")])  # the rerun writes it
     assert code == 0 and (tmp_path / "text" / "data" / "recovery-point-offset-checkpoint").read_text() == \

@@ -64,10 +64,10 @@ def test_dry_run_lists_exactly_what_a_run_deletes_and_changes_nothing(tmp_path: 
     assert dry.exit_code == 0, dry.output
     assert tree_state(tmp_path) == before and not (tmp_path / "data" / ".lock").exists()
     summary = json_lines_summary(dry.output)
-    assert summary["dryRun"] is True
+    assert summary["dry_run"] is True
     planned = {f for part in summary["partitions"] for d in part["deleted"] for f in d["files"]}
-    planned |= {f for part in summary["partitions"] for f in part["leftoversRemoved"]}
-    assert summary["bytesFreed"] == sum(sizes[f] for f in planned)
+    planned |= {f for part in summary["partitions"] for f in part["leftovers_removed"]}
+    assert summary["bytes_freed"] == sum(sizes[f] for f in planned)
     text = run("--dry-run", *POLICY, str(tmp_path / "data"))
     for f in planned:
         assert os.path.basename(f) in text.output
@@ -78,7 +78,7 @@ def test_dry_run_lists_exactly_what_a_run_deletes_and_changes_nothing(tmp_path: 
     after = {str(p) for p in (tmp_path / "data").rglob("*") if p.is_file()}
     assert planned and planned.isdisjoint(after)
     assert set(sizes) - after == planned
-    assert json_lines_summary(real.output)["bytesFreed"] == summary["bytesFreed"]
+    assert json_lines_summary(real.output)["bytes_freed"] == summary["bytes_freed"]
 
 
 def test_summary_quiet_and_nothing_to_do(tmp_path: Path) -> None:
@@ -102,7 +102,7 @@ def test_topics_selects_the_partitions_of_a_data_dir(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     summary = json_lines_summary(result.output)
     assert [os.path.basename(p["partition"]) for p in summary["partitions"]] == ["clicks-0"]
-    assert summary["segmentsDeleted"] == 3
+    assert summary["segments_deleted"] == 3
     assert {p.name for p in (tmp_path / "data" / "orders-0").iterdir()} == orders
     none = kstore("retain", "--topics", "nothing*", *POLICY, str(tmp_path / "data"))
     assert none.returncode == 2 and none.stderr.startswith("kstore: error:") and "matching --topics" in none.stderr
@@ -114,11 +114,11 @@ def test_checkpoints_and_verify_index_after_a_data_dir_run(tmp_path: Path) -> No
     result = run("--json", *POLICY, str(data))
     summary = json_lines_summary(result.output)
     by_topic = {p["topic"]: p for p in summary["partitions"]}
-    assert by_topic["orders"]["segmentsDeleted"] == 2 and by_topic["clicks"]["rolledSegment"] is not None
+    assert by_topic["orders"]["segments_deleted"] == 2 and by_topic["clicks"]["rolled_segment"] is not None
     lso = read_offset_checkpoint(str(data / "log-start-offset-checkpoint"))
     for topic in ("orders", "clicks"):
         first = Partition(str(data / f"{topic}-0")).segments[0].base_offset
-        assert lso[(topic, 0)] == first == by_topic[topic]["newLogStartOffset"]
+        assert lso[(topic, 0)] == first == by_topic[topic]["new_log_start_offset"]
         epochs = read_leader_epoch_checkpoint(str(data / f"{topic}-0" / "leader-epoch-checkpoint"))
         assert epochs[0][1] == first
     verify = CliRunner().invoke(cli, ["verify-index", str(data)])
@@ -138,10 +138,10 @@ def test_kafka_corpus_data_dir_with_config_files(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     parts = {p["topic"]: p for p in json_lines_summary(result.output)["partitions"]}
     assert parts["time-roll"]["config"]["retention.ms"] == {"value": 300000, "source": f"{server}: log.retention.minutes"}
-    assert parts["time-roll"]["segmentsDeleted"] > 0
+    assert parts["time-roll"]["segments_deleted"] > 0
     after = tree_state(tmp_path / "logs")
     for topic in ("v2-none", "v2-zstd", "legacy-v0", "__consumer_offsets", "__transaction_state"):
-        assert parts[topic]["segmentsDeleted"] == 0, topic
+        assert parts[topic]["segments_deleted"] == 0, topic
         assert {k: v for k, v in after.items() if k.startswith(topic + "-0/")} == \
                {k: v for k, v in before.items() if k.startswith(topic + "-0/")}
     verify = CliRunner().invoke(cli, ["verify-index", str(tmp_path / "logs")])
@@ -206,7 +206,7 @@ def test_two_concurrent_runs_never_both_act(tmp_path: Path) -> None:
         go.touch()
         out, err = first.communicate(timeout=60)
         assert first.returncode == 0, err
-        assert json_lines_summary(out)["segmentsDeleted"] == 5
+        assert json_lines_summary(out)["segments_deleted"] == 5
     finally:
         if first.poll() is None:
             first.kill()
@@ -223,7 +223,7 @@ def test_simultaneous_runs_delete_once(tmp_path: Path) -> None:
     procs = [subprocess.Popen([sys.executable, "-m", "kstore_cli", "retain", "--json", *POLICY, str(data)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV) for _ in range(2)]
     outcomes = [p.communicate(timeout=60) + (p.returncode,) for p in procs]
-    acted = [json_lines_summary(out)["segmentsDeleted"] for out, _err, rc in outcomes if rc == 0]
+    acted = [json_lines_summary(out)["segments_deleted"] for out, _err, rc in outcomes if rc == 0]
     refused = [err for _out, err, rc in outcomes if rc != 0]
     assert all("locked" in err for err in refused)
     assert sorted(acted)[-1:] == [5] and sum(acted) == 5  # one acted; the other was refused or found nothing
@@ -348,10 +348,10 @@ def test_terminal_gets_a_table_and_dry_run_notes_a_running_broker(tmp_path: Path
     assert "a real run would refuse" in result.output
     summary = json_lines_summary(run("--dry-run", "--json", "--delete-delay-ms", "1000", *POLICY, str(data)).output)
     # Nothing is freed now: the renamed files and the young leftover wait for the delay.
-    assert summary["bytesFreed"] == 0
+    assert summary["bytes_freed"] == 0
     orders = next(p for p in summary["partitions"] if p["topic"] == "orders")
-    assert [os.path.basename(f) for f in orders["leftoversKept"]] == ["00000000000000000099.log.deleted"]
-    assert summary["bytesDeferred"] == sum(d["bytes"] for p in summary["partitions"] for d in p["deleted"]) > 0
+    assert [os.path.basename(f) for f in orders["leftovers_kept"]] == ["00000000000000000099.log.deleted"]
+    assert summary["bytes_deferred"] == sum(d["bytes"] for p in summary["partitions"] for d in p["deleted"]) > 0
 
 
 # --------------------------------------------------------------------------- no destructive default (issue 16)
@@ -406,7 +406,7 @@ def test_retention_bytes_alone_deletes_nothing_by_time(tmp_path: Path) -> None:
     result = run("--dry-run", "--json", "--now", str(NOW), "--retention-bytes", "10G", str(tmp_path / "data"))
     assert result.exit_code == 0, result.output
     rows = json_lines_summary(result.stdout)["partitions"]
-    assert [r["segmentsDeleted"] for r in rows] == [0, 0]
+    assert [r["segments_deleted"] for r in rows] == [0, 0]
     for row in rows:
         assert row["config"]["retention.ms"]["source"] == "Kafka default, not applied without --kafka-defaults"
         assert row["config"]["retention.bytes"] == {"value": 10 * 1024 ** 3, "source": "--retention-bytes"}
@@ -418,7 +418,7 @@ def test_retention_bytes_alone_deletes_nothing_by_time(tmp_path: Path) -> None:
     # --kafka-defaults: the operator asks for Kafka's 7 days as well.
     both = run("--dry-run", "--json", "--now", str(NOW), "--retention-bytes", "10G", "--kafka-defaults",
                str(tmp_path / "data"))
-    assert [r["segmentsDeleted"] for r in json_lines_summary(both.stdout)["partitions"]] == [3, 3]
+    assert [r["segments_deleted"] for r in json_lines_summary(both.stdout)["partitions"]] == [3, 3]
 
 
 def test_kafka_defaults_alone_is_a_policy_source(tmp_path: Path) -> None:
@@ -426,5 +426,5 @@ def test_kafka_defaults_alone_is_a_policy_source(tmp_path: Path) -> None:
     result = run("--dry-run", "--json", "--now", str(NOW), "--kafka-defaults", str(tmp_path / "data"))
     assert result.exit_code == 0, result.output
     rows = json_lines_summary(result.stdout)["partitions"]
-    assert [r["segmentsDeleted"] for r in rows] == [3, 3]
+    assert [r["segments_deleted"] for r in rows] == [3, 3]
     assert {d["rule"] for r in rows for d in r["deleted"]} == {"retention.ms"}

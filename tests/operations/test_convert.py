@@ -301,10 +301,10 @@ def test_v2_to_v1_to_v2_loses_only_what_v1_cannot_hold(tmp_path: Path) -> None:
     got = kstore_records(tmp_path / "v2" / "gen-v2-0")
     assert got == expected_after(source_records(src), 1)  # offsets, timestamps, keys, values; no headers, no markers
     losses = v1.stats.losses
-    assert losses["controlBatches"] == 3 and losses["abortMarkers"] == 1 and losses["emptyBatches"] == 1
+    assert losses["control_batches"] == 3 and losses["abort_markers"] == 1 and losses["empty_batches"] == 1
     assert losses["headers"] == sum(1 for (r, c) in source_records(src) if r[4] and not c)
-    assert losses["transactional"] == 3 and losses["producerFields"] == 4 and losses["deleteHorizons"] == 1
-    assert losses["offsetRanges"] == 1 and losses["leaderEpochs"] == 8
+    assert losses["transactional"] == 3 and losses["producer_fields"] == 4 and losses["delete_horizons"] == 1
+    assert losses["offset_ranges"] == 1 and losses["leader_epochs"] == 8
     assert "timestamps" not in losses
     assert not back.stats.lossy
     # the log end (34, after the final COMMIT marker) survives as an empty segment at 34
@@ -558,7 +558,7 @@ def test_codec_threads_change_no_byte(magic: int, codec: int, tmp_path: Path) ->
                                    output_root=str(out))
         files = sorted((out / "p-0").iterdir())
         outputs[jobs] = ({f.name: f.read_bytes() for f in files}, result.stats.to_dict())
-    assert outputs[1][1]["batchesOut"] > 60
+    assert outputs[1][1]["batches_out"] > 60
     assert outputs[2] == outputs[1] and outputs[3] == outputs[1]
 
 

@@ -107,7 +107,7 @@ def test_cli_jobs_and_dry_run(tmp_path) -> None:
     assert rows[-1]["partitions"] == 4 and rows[-1]["problems"] == 0, done.output
     again = CliRunner().invoke(cli, ["recover", "--json", str(tmp_path / "d1")])
     assert again.exit_code == 0, again.output  # nothing left: no cut, nothing rewritten
-    assert all(not json.loads(line).get("indexesWritten") for line in again.output.splitlines()[:-1])
+    assert all(not json.loads(line).get("indexes_written") for line in again.output.splitlines()[:-1])
 
 
 class _Crash(Exception):

@@ -183,7 +183,7 @@ def test_cli_dry_run_and_exit_status(tmp_path) -> None:
     before = {p.name: p.read_bytes() for p in part.iterdir()}
     result = CliRunner().invoke(cli, ["salvage", "--dry-run", "--json", str(part)])
     rows = [json.loads(line) for line in result.output.splitlines()]
-    assert result.exit_code == 1 and rows[-1]["type"] == "summary" and rows[-1]["damagedRanges"] >= 1
+    assert result.exit_code == 1 and rows[-1]["type"] == "summary" and rows[-1]["damaged_ranges"] >= 1
     assert all(r["kind"] == DAMAGE for r in rows if r["type"] == "gap" and r["kind"] != "zero-filled tail")
     assert {p.name: p.read_bytes() for p in part.iterdir()} == before  # a dry run writes nothing
 

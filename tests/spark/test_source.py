@@ -351,7 +351,7 @@ def test_export_fails_with_file_and_byte_or_skips_and_lists(spark, damaged, tmp_
     assert {"_SUCCESS", SKIPPED_FILE} <= set(os.listdir(out))
     listed = json.loads((out / SKIPPED_FILE).read_text())["skippedBatches"]
     assert listed == [b.to_dict() for b in summary.skipped]
-    assert summary.to_dict()["skippedBatches"] == listed
+    assert summary.to_dict()["skipped_batches"] == [b.to_dict(snake_case=True) for b in summary.skipped]
     assert f"skipped 2 damaged or truncated batches (listed in {out}/{SKIPPED_FILE}):" in summary.text()
     # Appending keeps what earlier exports skipped.
     export_with(spark, ExportRequest([str(root)], str(out), writer=writer, on_corruption="skip", mode="append"))
