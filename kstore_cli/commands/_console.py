@@ -3,30 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Callable, List, Optional, Tuple
 
 import click
 
+from kstore_cli.commands._render import console, human_bytes, is_tty  # noqa: F401 - the commands' names
 from kstore_cli.errors import ExitStatus
-
-
-def is_tty() -> bool:
-    """True when stdout is a terminal (tables and progress bars); False in pipes and cron."""
-    try:
-        return sys.stdout.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def human_bytes(n: int) -> str:
-    """1536 -> '1.5 KiB'."""
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
 
 
 def exit_with_problems(ctx: click.Context, problems: List[Tuple[str, str]], status: int = ExitStatus.PROBLEMS) -> None:
@@ -55,8 +37,6 @@ def byte_progress(show: bool, label: str, total: Callable[[], int]) -> "tuple[Op
     if not show:
         return None, None
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from kstore_cli.commands._render import console
 
     bar = Progress(TextColumn(label), BarColumn(), DownloadColumn(binary_units=True), TimeRemainingColumn(),
                    console=console(), transient=True)

@@ -15,7 +15,24 @@ from typing import Any, Iterable, List, NamedTuple, Optional, Sequence
 
 import click
 
-from kstore_cli.commands._console import human_bytes, is_tty
+
+def is_tty() -> bool:
+    """True when stdout is a terminal (tables and progress bars); False in pipes and cron."""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def human_bytes(n: int) -> str:
+    """1536 -> '1.5 KiB'."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
 
 _TRAILING = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)$")
 _DURATIONS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000))
