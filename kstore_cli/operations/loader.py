@@ -31,7 +31,7 @@ import copy
 import functools
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from kstore_cli.errors import ExitStatus, FileUnreadableError, KstoreError
 from kstore_cli.log import fileops, names
@@ -295,6 +295,8 @@ class RecoverRun(Outcome):
     """Every partition's recovery, in path order; the data dirs' findings left (after the partitions'),
     and the errors: a partition's file, or a data dir's recovery-point checkpoint, not written."""
 
+    skipped: List[Tuple[str, str]] = field(default_factory=list)
+    errors: List[KstoreError] = field(default_factory=list)
     results: List[RecoverResult] = field(default_factory=list)
     dir_left: List[Issue] = field(default_factory=list)
     jobs: int = 1

@@ -10,7 +10,6 @@ A run's outcome (:class:`Outcome`) is typed: its rows (each with ``to_dict`` for
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -115,15 +114,15 @@ class PartitionRunner:
                             on_result=on_result)
 
 
-@dataclass
 class Outcome:
     """What a per-partition run hands its command to emit: after the rows, each ``(partition, problem)``
-    is a line on stderr and each error its own line; the exit status is the worst one."""
+    is a line on stderr and each error its own line; the exit status is the worst one. A run's class
+    says its own rows (each with ``to_dict`` for --json) and overrides what applies."""
 
     #: the partitions a data dir's walk left alone (scope), reported with the rows
-    skipped: List[Tuple[str, str]] = field(default_factory=list)
+    skipped: Sequence[Tuple[str, str]] = ()
     #: files that could not be read or written, each with its own exit status (3), after the rows
-    errors: List[KstoreError] = field(default_factory=list)
+    errors: Sequence[KstoreError] = ()
 
     def problem_lines(self) -> List[Tuple[str, str]]:
         """The ``(partition, problem)`` pairs reported on stderr ("kstore: <partition>: <problem>")."""
@@ -140,7 +139,3 @@ class Outcome:
             return max(int(e.exit_status) for e in self.errors)
         return self.problems_status()
 
-
-def nothing_locked() -> ContextManager[None]:
-    """A block that takes no lock (an output dir outside every data dir, a dry run)."""
-    return contextlib.nullcontext()
