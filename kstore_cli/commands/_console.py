@@ -8,8 +8,6 @@ from typing import Callable, List, Optional, Tuple
 
 import click
 
-from kstore_cli.errors import ExitStatus
-
 
 def is_tty() -> bool:
     """True when stdout is a terminal (tables and progress bars); False in pipes and cron."""
@@ -27,16 +25,6 @@ def human_bytes(n: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} B"
-
-
-def exit_with_problems(ctx: click.Context, problems: List[Tuple[str, str]], status: int = ExitStatus.PROBLEMS) -> None:
-    """One "kstore: <partition>: <problem>" line per (partition, problem) a command could not handle, then exit
-    with `status`; nothing when there is none."""
-    for partition, problem in problems:
-        click.echo(f"kstore: {partition}: {problem}", err=True)
-    if problems:
-        ctx.exit(int(status))
-
 
 
 def echo_skipped(skipped: List[Tuple[str, str]], as_json: bool) -> None:
