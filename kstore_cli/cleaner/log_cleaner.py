@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from kstore_cli.errors import ExitStatus, KstoreError, UsageError
-from kstore_cli.log import fileops, scope
+from kstore_cli.log import scope
 from kstore_cli.cleaner.cleaner import PassResult, compact_partition
 from kstore_cli.cluster.configs import PartitionsRequest
 from kstore_cli.log.config import DEFAULT_SOURCE, CleanerSettings, TopicConfig
-from kstore_cli.log.logdir import Partition, group_by_data_dir, partitions_of, resolve_some
+from kstore_cli.log.logdir import Partition, group_by_data_dir, partitions_of
 from kstore_cli.operations.retention import DataDirState, apply_retention, now_ms, plan_partition
+from kstore_cli.operations.runner import Outcome, PartitionRunner, select
 
 #: The topic-level settings a pass depends on, reported with where each came from.
 SETTINGS = ("cleanup.policy", "retention.ms", "retention.bytes", "delete.retention.ms", "min.compaction.lag.ms",
@@ -81,7 +82,7 @@ class PartitionCompaction:
 
 
 @dataclass
-class CompactRun:
+class CompactRun(Outcome):
     """Every partition of a compact run, in order, and the exit status its problems call for."""
 
     now: int
@@ -93,6 +94,13 @@ class CompactRun:
     @property
     def problems(self) -> List[PartitionCompaction]:
         return [p for p in self.partitions if p.problem is not None]
+
+    def problem_lines(self) -> List[Tuple[str, str]]:
+        return [(p.partition.path, p.problem) for p in self.problems]
+
+    def problems_status(self) -> int:
+        """The worst status of the partitions' problems (1, or 3 for a file not read or written)."""
+        return int(self.worst_status) if self.problems else 0
 
     def summary(self) -> dict:
         cleaned = [p.result for p in self.partitions if p.cleaned]
@@ -121,8 +129,8 @@ class LogCleaner:
             if os.path.isfile(os.path.abspath(raw)):
                 raise UsageError("compact works on whole partitions: give a partition or data directory, not a file",
                                  path=raw)
-        self.targets = resolve_some(request.paths, request.topics)
-        scope.refuse_named(request.paths, self.targets, "compact")  # in a data dir's walk it is skipped (_one)
+        # A log no command may change is refused when named; in a data dir's walk it is skipped (_one).
+        self.targets = select(request.paths, request.topics, "compact", skip_left_alone=False).targets
         self.explicit = {os.path.abspath(raw) for raw in request.paths}
         self.settings = CleanerSettings.from_files(request.config_file, dedupe_buffer_bytes=request.dedupe_buffer_bytes)
         self.resolver = request.resolver(list(group_by_data_dir(self.targets)))
@@ -147,11 +155,11 @@ class LogCleaner:
         req = self.request
         run = CompactRun(now_ms() if req.now is None else req.now, req.dry_run)
         groups = group_by_data_dir(self.targets)
-        with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
-                                    force=req.force, enabled=not req.dry_run):
+        runner = PartitionRunner.for_targets(groups, force=req.force, lock=not req.dry_run)
+        with runner.locked():
             for data_dir in sorted(groups):
                 state = DataDirState(data_dir)
-                in_use = req.dry_run and not req.force and fileops.is_locked(data_dir)
+                in_use = runner.in_use(data_dir)
                 for partition in partitions_of(groups[data_dir]):
                     run.partitions.append(self._one(partition, data_dir, state, run, in_use, progress))
         return run

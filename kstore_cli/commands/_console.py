@@ -8,16 +8,6 @@ from typing import Callable, List, Optional, Tuple
 import click
 
 from kstore_cli.commands._render import console, human_bytes, is_tty  # noqa: F401 - the commands' names
-from kstore_cli.errors import ExitStatus
-
-
-def exit_with_problems(ctx: click.Context, problems: List[Tuple[str, str]], status: int = ExitStatus.PROBLEMS) -> None:
-    """One "kstore: <partition>: <problem>" line per (partition, problem) a command could not handle, then exit
-    with `status`; nothing when there is none."""
-    for partition, problem in problems:
-        click.echo(f"kstore: {partition}: {problem}", err=True)
-    if problems:
-        ctx.exit(int(status))
 
 
 

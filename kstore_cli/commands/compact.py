@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Optional
 
 import click
 
-from kstore_cli.commands._console import byte_progress, exit_with_problems, human_bytes, is_tty
+from kstore_cli.commands._console import human_bytes, is_tty
+from kstore_cli.commands._emit import emit, finish, with_progress
 from kstore_cli.commands._options import (
     ExistingPath,
     SizeType,
@@ -78,47 +78,7 @@ def _render_table(run: CompactRun) -> None:
             print_lines(f"{os.path.basename(p.partition.path)}:", settings_line(p.settings))
 
 
-@click.command(name="compact")
-@click.argument("paths", nargs=-1, required=True, type=ExistingPath())
-@click.option("--delete-retention-ms", type=int, help="delete.retention.ms: how long tombstones and empty "
-              "transaction markers stay after their first cleaning [default: topic config, else 1 day].")
-@click.option("--min-compaction-lag-ms", type=int, help="min.compaction.lag.ms: segments with records newer "
-              "than this are not cleaned [default: 0].")
-@click.option("--max-compaction-lag-ms", type=int, help="max.compaction.lag.ms: a dirty segment older than "
-              "this makes the partition eligible whatever its dirty ratio.")
-@click.option("--min-cleanable-dirty-ratio", type=float, help="min.cleanable.dirty.ratio [default: 0.5].")
-@click.option("--segment-bytes", type=int, help="segment.bytes: the size limit when grouping segments.")
-@click.option("--max-index-bytes", type=int, help="segment.index.bytes: the index size limit when grouping.")
-@click.option("--policy", type=click.Choice(["compact"]), help="Compact as if cleanup.policy were compact, "
-              "whatever the topic's resolved policy. Without it a partition directory whose policy has no "
-              "compact (the default, delete) is refused: compacting such a topic removes records it keeps.")
-@click.option("--dedupe-buffer-bytes", type=SizeType(min=24), help="Memory for the key -> offset map "
-              "(log.cleaner.dedupe.buffer.size) [default: 134217728]; a pass ends early when it is full.")
-@now_option
-@click.option("--config", "config_file", type=ExistingPath(dir_okay=False),
-              help="A broker server.properties: log.cleaner.* settings and topic defaults (log.cleanup.policy, ...).")
-@click.option("--topic-config", type=ExistingPath(dir_okay=False),
-              help="Per-topic overrides: INI sections named by topic or glob with topic-level keys "
-                   "(cleanup.policy, delete.retention.ms, index.interval.bytes, ...); JSON also accepted.")
-@click.option("--force-clean", is_flag=True, help="Clean even when the dirty ratio and lag rules say the broker "
-              "would not yet.")
-@click.option("--dry-run", is_flag=True, help="Report what a pass would remove (records, batches, bytes); "
-              "change nothing.")
-@json_option("JSON Lines: a line per partition (what the pass removed), then a summary.")
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing on success; problems still go to stderr.")
-@force_option
-@topics_option
-@cluster_metadata_option
-@kafka_defaults_option
-@click.pass_context
-def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_compaction_lag_ms: Optional[int],
-            max_compaction_lag_ms: Optional[int], min_cleanable_dirty_ratio: Optional[float],
-            segment_bytes: Optional[int], max_index_bytes: Optional[int], policy: Optional[str],
-            dedupe_buffer_bytes: Optional[int],
-            now: Optional[int], config_file: Optional[str], topic_config: Optional[str], force_clean: bool,
-            dry_run: bool, as_json: bool, quiet: bool, force: bool, topics: Optional[str],
-            no_cluster_metadata: bool, kafka_defaults: bool) -> None:
-    """Compact partitions exactly as Kafka's log cleaner does: one cleaner pass per partition.
+HELP = """Compact partitions exactly as Kafka's log cleaner does: one cleaner pass per partition.
 
     PATH is a partition directory or a data directory (its partitions whose cleanup.policy
     includes compact: __consumer_offsets, __transaction_state, and topics set so by
@@ -160,6 +120,48 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
       kstore compact --dry-run --json --force-clean --config /etc/kafka/server.properties /var/lib/kafka/data
       kstore compact --topic-config topics.ini --delete-retention-ms 0 /srv/standby/orders-changelog-3
     """
+
+
+@click.command(name="compact", help=HELP)
+@click.argument("paths", nargs=-1, required=True, type=ExistingPath())
+@click.option("--delete-retention-ms", type=int, help="delete.retention.ms: how long tombstones and empty "
+              "transaction markers stay after their first cleaning [default: topic config, else 1 day].")
+@click.option("--min-compaction-lag-ms", type=int, help="min.compaction.lag.ms: segments with records newer "
+              "than this are not cleaned [default: 0].")
+@click.option("--max-compaction-lag-ms", type=int, help="max.compaction.lag.ms: a dirty segment older than "
+              "this makes the partition eligible whatever its dirty ratio.")
+@click.option("--min-cleanable-dirty-ratio", type=float, help="min.cleanable.dirty.ratio [default: 0.5].")
+@click.option("--segment-bytes", type=int, help="segment.bytes: the size limit when grouping segments.")
+@click.option("--max-index-bytes", type=int, help="segment.index.bytes: the index size limit when grouping.")
+@click.option("--policy", type=click.Choice(["compact"]), help="Compact as if cleanup.policy were compact, "
+              "whatever the topic's resolved policy. Without it a partition directory whose policy has no "
+              "compact (the default, delete) is refused: compacting such a topic removes records it keeps.")
+@click.option("--dedupe-buffer-bytes", type=SizeType(min=24), help="Memory for the key -> offset map "
+              "(log.cleaner.dedupe.buffer.size) [default: 134217728]; a pass ends early when it is full.")
+@now_option
+@click.option("--config", "config_file", type=ExistingPath(dir_okay=False),
+              help="A broker server.properties: log.cleaner.* settings and topic defaults (log.cleanup.policy, ...).")
+@click.option("--topic-config", type=ExistingPath(dir_okay=False),
+              help="Per-topic overrides: INI sections named by topic or glob with topic-level keys "
+                   "(cleanup.policy, delete.retention.ms, index.interval.bytes, ...); JSON also accepted.")
+@click.option("--force-clean", is_flag=True, help="Clean even when the dirty ratio and lag rules say the broker "
+              "would not yet.")
+@click.option("--dry-run", is_flag=True, help="Report what a pass would remove (records, batches, bytes); "
+              "change nothing.")
+@json_option("JSON Lines: a line per partition (what the pass removed), then a summary.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing on success; problems still go to stderr.")
+@force_option
+@topics_option
+@cluster_metadata_option
+@kafka_defaults_option
+def command(paths, delete_retention_ms: Optional[int], min_compaction_lag_ms: Optional[int],
+            max_compaction_lag_ms: Optional[int], min_cleanable_dirty_ratio: Optional[float],
+            segment_bytes: Optional[int], max_index_bytes: Optional[int], policy: Optional[str],
+            dedupe_buffer_bytes: Optional[int],
+            now: Optional[int], config_file: Optional[str], topic_config: Optional[str], force_clean: bool,
+            dry_run: bool, as_json: bool, quiet: bool, force: bool, topics: Optional[str],
+            no_cluster_metadata: bool, kafka_defaults: bool) -> None:
+    """``kstore compact`` (its help is HELP)."""
     flags = compaction_flags(delete_retention_ms=delete_retention_ms, min_compaction_lag_ms=min_compaction_lag_ms,
                              max_compaction_lag_ms=max_compaction_lag_ms,
                              min_cleanable_dirty_ratio=min_cleanable_dirty_ratio, segment_bytes=segment_bytes,
@@ -171,16 +173,8 @@ def command(ctx: click.Context, paths, delete_retention_ms: Optional[int], min_c
         cluster_metadata=not no_cluster_metadata, kafka_defaults=kafka_defaults,
         dedupe_buffer_bytes=dedupe_buffer_bytes, now=now,
         force_clean=force_clean, dry_run=dry_run, force=force))
-    bar, advance = byte_progress(is_tty() and not as_json and not quiet, "compacting", cleaner.total_bytes)
-    try:
-        run = cleaner.run(progress=advance)
-    finally:
-        if bar is not None:
-            bar.stop()
-    if as_json:
-        for p in run.partitions:  # JSON Lines: a line per partition, then the summary
-            click.echo(json.dumps({"type": "partition", **p.to_dict()}, sort_keys=True))
-        click.echo(json.dumps(run.summary(), sort_keys=True))
-    elif not quiet:
-        (_render_table if is_tty() else _render_text)(run)
-    exit_with_problems(ctx, [(p.partition.path, p.problem) for p in run.problems], run.worst_status)
+    run = with_progress(is_tty() and not as_json and not quiet, "compacting", cleaner.total_bytes, cleaner.run)
+    # JSON Lines: a line per partition, then the summary
+    emit(as_json, lambda: [*({"type": "partition", **p.to_dict()} for p in run.partitions), run.summary()],
+         None if quiet else lambda: (_render_table if is_tty() else _render_text)(run))
+    finish(run)

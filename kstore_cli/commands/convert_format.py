@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from typing import Optional
@@ -20,10 +21,11 @@ from kstore_cli.commands._options import (
     topics_option,
 )
 
-from kstore_cli.commands._console import byte_progress, echo_skipped
+from kstore_cli.commands._console import echo_skipped
 from kstore_cli.commands._console import human_bytes
 from kstore_cli.commands._render import new_table, print_rich, size
 from kstore_cli.commands._console import is_tty as _is_tty
+from kstore_cli.commands._emit import with_progress
 from kstore_cli.codecs import CODEC_IDS
 from kstore_cli.operations.convert import (
     LOSS_DESCRIPTIONS,
@@ -36,8 +38,7 @@ from kstore_cli.operations.convert import (
     output_guard,
 )
 from kstore_cli.log.index import DEFAULT_INDEX_INTERVAL_BYTES
-from kstore_cli.log.logdir import resolve_some
-from kstore_cli.log.scope import mutable_targets
+from kstore_cli.operations.runner import select
 
 
 def _summary_line(stats: ConvertStats, human: bool = False) -> str:
@@ -108,24 +109,20 @@ def command(ctx: click.Context, paths, topics: Optional[str], to_magic: str, com
         batch_bytes=batch_bytes, strict=strict, segment_bytes=segment_bytes,
         index_interval_bytes=index_interval_bytes, jobs=jobs,
     )
-    targets, skipped = mutable_targets(paths, resolve_some(paths, topics), "convert-format")
+    selection = select(paths, topics, "convert-format")
+    targets = selection.targets
     guard = contextlib.nullcontext()
     if output_dir:
         check_output_dir(output_dir, paths, targets)
         guard = output_guard(output_dir, paths, targets, force=force, dry_run=dry_run)
     tty = _is_tty() and not as_json
     with guard:
-        progress_cm, advance = byte_progress(tty, "converting",
-                                             lambda: sum(os.path.getsize(s.log) for t in targets for s in t.segments))
-        try:
-            run = convert_targets(paths, targets, opts, output_dir=None if in_place else output_dir, dry_run=dry_run,
-                                  force=force, progress=advance,
-                                  on_result=(lambda r: click.echo(json.dumps(r.to_dict(), sort_keys=True)))
-                                  if as_json else None)
-        finally:
-            if progress_cm is not None:
-                progress_cm.stop()
-    echo_skipped(skipped, as_json)
+        run = with_progress(tty, "converting", lambda: sum(os.path.getsize(s.log) for t in targets for s in t.segments),
+                            functools.partial(convert_targets, paths, targets, opts,
+                                              output_dir=None if in_place else output_dir, dry_run=dry_run, force=force,
+                                              on_result=(lambda r: click.echo(json.dumps(r.to_dict(), sort_keys=True)))
+                                              if as_json else None))
+    echo_skipped(selection.skipped, as_json)
     if as_json:
         click.echo(json.dumps(run.to_dict(), sort_keys=True))
     else:

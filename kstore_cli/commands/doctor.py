@@ -13,7 +13,7 @@ from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.commands._render import console, new_table
 from kstore_cli.commands._options import ExistingPath, json_option, topics_option
 from kstore_cli.errors import ExitStatus, UsageError
-from kstore_cli.log.fileops import is_locked
+from kstore_cli.log.locks import is_locked
 from kstore_cli.log.logdir import nothing_found
 from kstore_cli.operations.verify import verify_partition
 from kstore_cli.operations.partition_findings import partition_issues

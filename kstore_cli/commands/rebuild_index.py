@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
-from typing import Any, Optional
+from typing import Optional
 
 import click
 
@@ -20,14 +19,9 @@ from kstore_cli.commands._options import (
 
 from kstore_cli.commands._console import echo_skipped
 from kstore_cli.commands._console import is_tty as _is_tty
-from kstore_cli.cluster.configs import resolver_from_files
-from kstore_cli.errors import ExitStatus
-from kstore_cli.log import fileops
+from kstore_cli.commands._emit import emit, finish
 from kstore_cli.commands._render import new_table, print_rich
-from kstore_cli.log.config import ConfigResolver
-from kstore_cli.log.logdir import Target, group_by_data_dir, nothing_found, resolve
-from kstore_cli.log.scope import check_quarantine_dir, mutable_targets
-from kstore_cli.operations.rebuild import ConfigNote, PartitionRebuild, rebuild_partition
+from kstore_cli.operations.rebuild import IndexRebuild, PartitionRebuild, RebuildRequest
 
 
 def _render_table(result: PartitionRebuild) -> None:
@@ -76,21 +70,6 @@ def _render_text(result: PartitionRebuild) -> None:
         click.echo(f"{result.partition}: {healthy} segment(s) with nothing to rebuild")
 
 
-def _rebuild_one(resolver: ConfigResolver, target: Target, data_dir: str, **kwargs: Any) -> PartitionRebuild:
-    """One partition rebuilt with its index.interval.bytes, or refused where Kafka refuses its config. An older
-    incarnation of a recreated topic (a stray replica) is rebuilt without the new topic's overrides from the
-    metadata log, and says so: the interval changes only the index's density, and rebuild-index deletes nothing
-    Kafka's recovery would keep."""
-    config, problem = resolver.for_partition(target.partition, data_dir, other_incarnation=True)
-    if config is None:
-        return PartitionRebuild.refused(target.partition, problem or "")
-    interval = config.get("index.interval.bytes")
-    result = rebuild_partition(target.partition, only=target.only, index_interval_bytes=interval, **kwargs)
-    if problem is not None:
-        result.config = ConfigNote(target.partition.path, problem, interval, config.source("index.interval.bytes"))
-    return result
-
-
 @click.command(name="rebuild-index")
 @click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @click.option("--index-interval-bytes", type=SIZE,
@@ -110,8 +89,7 @@ def _rebuild_one(resolver: ConfigResolver, target: Target, data_dir: str, **kwar
 @topics_option
 @cluster_metadata_option
 @json_option("One JSON object per line.")
-@click.pass_context
-def command(ctx: click.Context, paths, index_interval_bytes: Optional[int], config_file: Optional[str],
+def command(paths, index_interval_bytes: Optional[int], config_file: Optional[str],
             topic_config: Optional[str], all_indexes: bool, truncate: bool, quarantine_dir: Optional[str],
             dry_run: bool, force: bool, topics: Optional[str], no_cluster_metadata: bool, as_json: bool) -> None:
     """Regenerate the wrong or missing .index, .timeindex and .txnindex files as Kafka's recovery writes them.
@@ -146,31 +124,11 @@ def command(ctx: click.Context, paths, index_interval_bytes: Optional[int], conf
       kstore rebuild-index --dry-run /var/lib/kafka/data
       kstore rebuild-index --truncate --quarantine-dir /srv/quarantine /var/lib/kafka/data/orders-0
     """
-    targets = resolve(paths, topics)
-    if not targets:
-        raise nothing_found(paths, topics)
-    targets, skipped = mutable_targets(paths, targets, "rebuild-index")
-    check_quarantine_dir(quarantine_dir, paths, targets)
-    echo_skipped(skipped, as_json)
-    tty = _is_tty() and not as_json
-    flags = {} if index_interval_bytes is None else {"index.interval.bytes": (index_interval_bytes, "--index-interval-bytes")}
-    groups = group_by_data_dir(targets)
-    resolver = resolver_from_files(config_file, topic_config, flags, data_dirs=list(groups),
-                                   cluster_metadata=not no_cluster_metadata)
-    problems = False
-    with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
-                                force=force, enabled=not dry_run):
-        for data_dir, dir_targets in groups.items():
-            for target in dir_targets:
-                result = _rebuild_one(resolver, target, data_dir, all_indexes=all_indexes, truncate=truncate,
-                                      dry_run=dry_run, quarantine_dir=quarantine_dir)
-                problems = problems or result.problems
-                if as_json:
-                    for item in result.results():
-                        click.echo(json.dumps(item.to_dict(), sort_keys=True))
-                elif tty:
-                    _render_table(result)
-                else:
-                    _render_text(result)
-    if problems:
-        ctx.exit(int(ExitStatus.PROBLEMS))
+    rebuild = IndexRebuild(RebuildRequest(
+        paths, topics=topics, index_interval_bytes=index_interval_bytes, config_file=config_file,
+        topic_config=topic_config, cluster_metadata=not no_cluster_metadata, all_indexes=all_indexes,
+        truncate=truncate, quarantine_dir=quarantine_dir, dry_run=dry_run, force=force))
+    echo_skipped(rebuild.selection.skipped, as_json)
+    render = _render_table if _is_tty() and not as_json else _render_text
+    finish(rebuild.run(on_result=lambda result: emit(as_json, lambda: [item.to_dict() for item in result.results()],
+                                                     lambda: render(result))))

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import multiprocessing
-import os
-from concurrent.futures import ProcessPoolExecutor
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import click
 
 from kstore_cli.commands._console import echo_skipped, is_tty
+from kstore_cli.commands._emit import emit, finish
 from kstore_cli.commands._render import size
 from kstore_cli.commands._options import ExistingPath, dry_run_option, force_option, json_option, topics_option
-from kstore_cli.errors import ExitStatus, KstoreError, UsageError
-from kstore_cli.log import fileops
-from kstore_cli.operations.loader import RecoverResult, advance_recovery_points, check_what_is_left, recover_partition
-from kstore_cli.log.logdir import group_by_data_dir, nothing_found, resolve
-from kstore_cli.log.scope import check_quarantine_dir, mutable_targets
+from kstore_cli.operations.loader import RecoverRequest, RecoverResult, RecoverRun, recover
 from kstore_cli.operations.startup import Issue
 
 
@@ -33,8 +26,7 @@ from kstore_cli.operations.startup import Issue
 @force_option
 @topics_option
 @json_option("JSON Lines: one line per partition, then a summary.")
-@click.pass_context
-def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Optional[str], index_interval_bytes: int,
+def command(paths, jobs: Optional[int], quarantine_dir: Optional[str], index_interval_bytes: int,
             dry_run: bool, force: bool, topics: Optional[str], as_json: bool) -> None:
     """Do the recovery a broker would do at startup after an unclean shutdown, offline and in parallel.
 
@@ -64,69 +56,30 @@ def command(ctx: click.Context, paths, jobs: Optional[int], quarantine_dir: Opti
       kstore recover --jobs 8 /var/lib/kafka/data
       kstore recover --dry-run /var/lib/kafka/data/orders-0
     """
-    targets = resolve(paths, topics)
-    if not targets:
-        raise nothing_found(paths, topics)
-    if any(t.only is not None for t in targets):
-        raise UsageError("recover works on whole partitions: give a partition or data directory, not a .log file")
-    targets, skipped = mutable_targets(paths, targets, "recover")
-    check_quarantine_dir(quarantine_dir, paths, targets)
-    groups = group_by_data_dir(targets)
-    partitions: List[str] = sorted({t.partition.path for t in targets
-                                    if t.partition.partition >= 0 and not t.partition.name.endswith(
-                                        ("-delete", "-future", "-stray"))})
-    jobs = jobs or os.cpu_count() or 1
-    results: List[RecoverResult] = []
-    checkpoint_errors: List[KstoreError] = []
-    with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
-                                force=force, enabled=not dry_run):
-        kwargs = dict(quarantine_root=quarantine_dir, index_interval_bytes=index_interval_bytes, dry_run=dry_run)
-        if jobs == 1 or len(partitions) == 1:
-            results = [recover_partition(p, **kwargs) for p in partitions]
-        else:
-            # Workers are forked (explicitly: not spawned nor from a forkserver) by this process, which holds
-            # the data dirs' .lock for them: an fcntl lock is not inherited, so each worker is bound to its
-            # parent (fileops.bind_to_parent: killed by the kernel when the parent dies, and no file
-            # operation once it is gone) and no write happens without the lock held by its living parent.
-            # The lock shared by the workers serializes their updates of the data dirs' checkpoints.
-            context = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(max_workers=min(jobs, len(partitions)), mp_context=context,
-                                     initializer=fileops.bind_to_parent,
-                                     initargs=(os.getpid(), context.Lock())) as pool:
-                results = list(pool.map(_recover, [(p, kwargs) for p in partitions]))
-        for data_dir in sorted(groups):
-            try:
-                advance_recovery_points(data_dir, results)
-            except KstoreError as exc:
-                # Reported after the rows: what the partitions' recovery did (cut, quarantined, rolled) is done
-                # and must be seen; the old checkpoint stays (atomic write), so the broker recovers from there.
-                checkpoint_errors.append(exc)
-    dir_left = check_what_is_left(results)
-    echo_skipped(skipped, as_json)
-    human = is_tty()
-    for r in results:
-        if as_json:
-            click.echo(json.dumps(r.to_dict(), sort_keys=True))
-        else:
-            click.echo(f"{r.partition}: {_status(r, dry_run, human)}")
-        _findings(r.left, as_json)
-    _findings(dir_left, as_json)
-    left = sum(len(r.left) for r in results) + len(dir_left)
-    if as_json:
-        click.echo(json.dumps({"type": "summary", "partitions": len(results), "skipped": len(skipped),
-                               "dry_run": dry_run, "jobs": jobs, "cut": sum(1 for r in results if r.cut_at),
-                               "problems": sum(1 for r in results if r.problem), "left": left,
-                               "bytes_validated": sum(r.bytes_validated for r in results)}, sort_keys=True))
-    errors = [r.error for r in results if r.error is not None] + checkpoint_errors
-    if errors:
-        from kstore_cli.commands._errors import report_error  # the one place errors become lines and exit codes
+    run = recover(RecoverRequest(paths, topics=topics, jobs=jobs, quarantine_dir=quarantine_dir,
+                                 index_interval_bytes=index_interval_bytes, dry_run=dry_run, force=force))
+    echo_skipped(run.skipped, as_json)
+    emit(as_json, lambda: _json_rows(run), lambda: _render_text(run))
 
-        statuses = [report_error(e) for e in errors]  # one line each, on stderr
-        ctx.exit(max(statuses))
-    # A cut made is recovery done (its bytes are quarantined), as rebuild-index --truncate; one still to make
-    # (a dry run), a partition left unrecovered or something left that stops the broker is a problem.
-    if left or any(r.problem or (dry_run and r.cut_at) for r in results):
-        ctx.exit(int(ExitStatus.PROBLEMS))
+    finish(run)
+
+
+def _json_rows(run: RecoverRun) -> Iterator[dict]:
+    """A line per partition, each followed by what it left, then the data dirs' findings and the summary."""
+    for r in run.results:
+        yield r.to_dict()
+        yield from ({"type": "finding", **issue.to_dict()} for issue in r.left)
+    yield from ({"type": "finding", **issue.to_dict()} for issue in run.dir_left)
+    yield run.summary()
+
+
+def _render_text(run: RecoverRun) -> None:
+    """A line per partition, each followed by what it left (as doctor prints its findings), then the data dirs'."""
+    human = is_tty()
+    for r in run.results:
+        click.echo(f"{r.partition}: {_status(r, run.dry_run, human)}")
+        _findings(r.left)
+    _findings(run.dir_left)
 
 
 def _status(r: RecoverResult, dry_run: bool, human: bool = False) -> str:
@@ -149,16 +102,7 @@ def _status(r: RecoverResult, dry_run: bool, human: bool = False) -> str:
     return done + (f"; LEFT: {len(r.left)} finding(s) that stop the broker" if r.left else "")
 
 
-def _findings(issues: List[Issue], as_json: bool) -> None:
-    """What is left, as doctor prints its findings."""
+def _findings(issues: List[Issue]) -> None:
     for issue in issues:
-        if as_json:
-            click.echo(json.dumps({"type": "finding", **issue.to_dict()}, sort_keys=True))
-        else:
-            for line in issue.text_lines():
-                click.echo(line)
-
-
-def _recover(args) -> RecoverResult:
-    path, kwargs = args
-    return recover_partition(path, **kwargs)
+        for line in issue.text_lines():
+            click.echo(line)

@@ -8,9 +8,7 @@ import os
 import click
 
 from kstore_cli.commands._options import dry_run_option, force_option, json_option
-
-from kstore_cli.log import fileops
-from kstore_cli.operations.restore import apply_restore, plan_restore
+from kstore_cli.operations.restore import restore
 
 
 @click.command(name="restore")
@@ -46,11 +44,7 @@ def command(quarantine_dir: str, dry_run: bool, force: bool, as_json: bool) -> N
     Example:
       kstore restore /var/lib/kafka/kstore-quarantine/orders-0/20261123T213000123456Z
     """
-    plan = plan_restore(quarantine_dir, verify_contents=dry_run)  # the hashes: once, under the lock
-    if not dry_run and not plan.nothing_to_do:
-        with fileops.lock_data_dirs({plan.data_dir: [plan.partition]}, force=force):
-            plan = plan_restore(quarantine_dir)  # again under the lock: nothing may change in between
-            apply_restore(plan)
+    plan = restore(quarantine_dir, dry_run=dry_run, force=force)
     if as_json:
         out = plan.to_dict()
         out["dry_run"] = dry_run

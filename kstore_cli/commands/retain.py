@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import List, Optional
 
 import click
 
-from kstore_cli.commands._console import exit_with_problems, human_bytes
+from kstore_cli.commands._console import human_bytes
 from kstore_cli.commands._console import is_tty as _is_tty
+from kstore_cli.commands._emit import emit, finish
 from kstore_cli.commands._options import (
     ExistingPath,
     SizeType,
@@ -128,8 +128,7 @@ def _render_table(results: List[PartitionRetention], dry_run: bool) -> None:
 @topics_option
 @cluster_metadata_option
 @kafka_defaults_option
-@click.pass_context
-def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_minutes: Optional[int],
+def command(paths, retention_ms: Optional[int], retention_minutes: Optional[int],
             retention_hours: Optional[int], retention_bytes: Optional[int], log_start_offset: Optional[int],
             config_file: Optional[str], topic_config: Optional[str], now: Optional[int], delete_delay_ms: int,
             dry_run: bool, as_json: bool, quiet: bool, force: bool, topics: Optional[str],
@@ -177,10 +176,7 @@ def command(ctx: click.Context, paths, retention_ms: Optional[int], retention_mi
                                cluster_metadata=not no_cluster_metadata, kafka_defaults=kafka_defaults, now=now,
                                log_start_offset=log_start_offset,
                                delete_delay_ms=delete_delay_ms, dry_run=dry_run, force=force))
-    if as_json:
-        for result in run.partitions:  # JSON Lines: a line per partition, then the summary
-            click.echo(json.dumps({"type": "partition", **result.to_dict()}, sort_keys=True))
-        click.echo(json.dumps(run.summary(), sort_keys=True))
-    elif not quiet:
-        (_render_table if _is_tty() else _render_text)(run.partitions, dry_run)
-    exit_with_problems(ctx, [(r.plan.partition.path, r.plan.problem) for r in run.problems])
+    # JSON Lines: a line per partition, then the summary
+    emit(as_json, lambda: [*({"type": "partition", **r.to_dict()} for r in run.partitions), run.summary()],
+         None if quiet else lambda: (_render_table if _is_tty() else _render_text)(run.partitions, dry_run))
+    finish(run)

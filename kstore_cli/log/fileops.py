@@ -24,7 +24,7 @@ import os
 import signal
 import stat
 import sys
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple
+from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 
 from kstore_cli.errors import FileUnreadableError, KstoreError, UnsafeFileError
 from kstore_cli.record.reader import describe_kind
@@ -511,19 +511,6 @@ def append_range(src: Optional[str], dst: str, start: int, end: int, *, expected
         if exc.errno == errno.ELOOP:
             refuse_link(dst)
         raise _fail("append to", dst, exc, _PARTIAL) from None
-
-
-#: The locks moved to :mod:`kstore_cli.log.locks` (which builds on this module); their names here still work.
-_LOCK_NAMES = frozenset({"LogDirLock", "lock_data_dirs", "lock_dirs", "is_locked"})
-
-
-def __getattr__(name: str) -> Any:
-    """``fileops.lock_data_dirs`` & co.: the names of :mod:`kstore_cli.log.locks`, imported on first use."""
-    if name in _LOCK_NAMES:
-        from kstore_cli.log import locks
-
-        return getattr(locks, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_dirs(directory: str, like: Optional[str] = None) -> None:

@@ -24,7 +24,7 @@ import os
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from kstore_cli.errors import UsageError
-from kstore_cli.log import fileops, names
+from kstore_cli.log import fileops, locks, names
 from kstore_cli.log.logdir import DATA_DIR_FILES, Partition, Target
 
 #: What makes a directory a Kafka data dir for the output-dir rule: meta.properties or a data dir's checkpoint
@@ -164,5 +164,5 @@ def output_dir_guard(output_dir: str, *, option: str = "--output-dir", inputs: I
     dir's ``.lock`` held for the block (a running broker makes this refuse, unless `force`; none taken
     when not `lock`, a dry run)."""
     data_dir = check_output_dir(output_dir, option=option, inputs=inputs, new_partitions=new_partitions)
-    with fileops.lock_data_dirs({data_dir: []} if data_dir is not None and lock else {}, force=force):
+    with locks.lock_data_dirs({data_dir: []} if data_dir is not None and lock else {}, force=force):
         yield

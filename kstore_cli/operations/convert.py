@@ -68,6 +68,7 @@ from kstore_cli.record.reader import RELEASE_EVERY, iterate_source, open_source,
 from kstore_cli.log.snapshot import build_snapshot, read_snapshot
 from kstore_cli.log.writer import PartitionWriter
 from kstore_cli.operations.recovery import state_at_segment
+from kstore_cli.operations.runner import PartitionRunner
 
 DEFAULT_BATCH_BYTES = 16 * 1024
 #: A source batch goes to the pool to be decompressed only when it has at least this many (compressed) bytes,
@@ -1241,12 +1242,13 @@ def convert_targets(
             if os.path.isdir(path) and not is_partition_dir(path):
                 copy_data_dir_files(path, output_dir)
     groups = group_by_data_dir(targets)
-    with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
-                                force=force, enabled=in_place and not dry_run):
-        for dir_targets in groups.values():
-            for target in dir_targets:
-                result = convert_partition(target, opts, output_root=output_dir, dry_run=dry_run, progress=progress)
-                run.add(result)
-                if on_result is not None:
-                    on_result(result)
+
+    def done(result: PartitionResult) -> None:
+        run.add(result)
+        if on_result is not None:
+            on_result(result)
+
+    runner = PartitionRunner.for_targets(groups, force=force, lock=in_place and not dry_run)
+    runner.each_target(groups, lambda target, _data_dir: convert_partition(
+        target, opts, output_root=output_dir, dry_run=dry_run, progress=progress), on_result=done)
     return run

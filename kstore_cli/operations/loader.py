@@ -28,9 +28,10 @@ marker skips recovery of every partition, also those kstore did not recover).
 from __future__ import annotations
 
 import copy
+import functools
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from kstore_cli.errors import ExitStatus, FileUnreadableError, KstoreError
 from kstore_cli.log import fileops, names
@@ -47,6 +48,7 @@ from kstore_cli.record.reader import read_batches
 from kstore_cli.operations.recovery import apply_plan, checkpoint_changes, plan_partition, write_checkpoint_change
 from kstore_cli.operations.retention import roll_empty_segment
 from kstore_cli.operations.partition_findings import partition_issues
+from kstore_cli.operations.runner import Outcome, PartitionRunner, select
 from kstore_cli.operations.startup import ERROR, DataDirInfo, Issue, survey
 
 #: doctor's checks of checkpoint entries against the log end: recovery lowers every one of these
@@ -273,3 +275,76 @@ def check_what_is_left(results: List[RecoverResult]) -> List[Issue]:
                   if i.severity == ERROR and not (r.dry_run and i.check in _LOWERED_BY_RECOVERY)
                   and (kraft or i.check != "partition-metadata-missing")]
     return [i for info in found.data_dirs.values() for i in info.issues if i.severity == ERROR]
+
+
+@dataclass
+class RecoverRequest:
+    """A recover run: the PATHS (partition or data dirs), topic globs, partitions recovered at once, the
+    quarantine root, the rebuilt indexes' index.interval.bytes, and the run's mode."""
+
+    paths: Sequence[str]
+    topics: Optional[str] = None
+    jobs: Optional[int] = None
+    quarantine_dir: Optional[str] = None
+    index_interval_bytes: int = 4096
+    dry_run: bool = False
+    force: bool = False
+
+
+@dataclass
+class RecoverRun(Outcome):
+    """Every partition's recovery, in path order; the data dirs' findings left (after the partitions'),
+    and the errors: a partition's file, or a data dir's recovery-point checkpoint, not written."""
+
+    skipped: List[Tuple[str, str]] = field(default_factory=list)
+    errors: List[KstoreError] = field(default_factory=list)
+    results: List[RecoverResult] = field(default_factory=list)
+    dir_left: List[Issue] = field(default_factory=list)
+    jobs: int = 1
+    dry_run: bool = False
+
+    @property
+    def left(self) -> int:
+        """The findings left that stop the broker."""
+        return sum(len(r.left) for r in self.results) + len(self.dir_left)
+
+    def problems_status(self) -> int:
+        # A cut made is recovery done (its bytes are quarantined), as rebuild-index --truncate; one still to make
+        # (a dry run), a partition left unrecovered or something left that stops the broker is a problem.
+        if self.left or any(r.problem or (self.dry_run and r.cut_at) for r in self.results):
+            return int(ExitStatus.PROBLEMS)
+        return 0
+
+    def summary(self) -> dict:
+        """The JSON line after the partitions'."""
+        return {"type": "summary", "partitions": len(self.results), "skipped": len(self.skipped),
+                "dry_run": self.dry_run, "jobs": self.jobs, "cut": sum(1 for r in self.results if r.cut_at),
+                "problems": sum(1 for r in self.results if r.problem), "left": self.left,
+                "bytes_validated": sum(r.bytes_validated for r in self.results)}
+
+
+def recover(request: RecoverRequest) -> RecoverRun:
+    """``kstore recover``: every partition under the data dirs' locks (in `jobs` processes), then each data
+    dir's recovery-point checkpoint, then doctor's startup checks on what was recovered."""
+    selection = select(request.paths, request.topics, "recover", whole_partitions=True,
+                       quarantine_dir=request.quarantine_dir)
+    groups = selection.groups
+    partitions: List[str] = sorted({t.partition.path for t in selection.targets
+                                    if t.partition.partition >= 0 and not t.partition.name.endswith(
+                                        ("-delete", "-future", "-stray"))})
+    run = RecoverRun(skipped=selection.skipped, jobs=request.jobs or os.cpu_count() or 1, dry_run=request.dry_run)
+    runner = PartitionRunner.for_targets(groups, force=request.force, lock=not request.dry_run)
+    work = functools.partial(recover_partition, quarantine_root=request.quarantine_dir,
+                             index_interval_bytes=request.index_interval_bytes, dry_run=request.dry_run)
+    with runner.locked():
+        run.results = runner.map(work, partitions, jobs=run.jobs)
+        for data_dir in sorted(groups):
+            try:
+                advance_recovery_points(data_dir, run.results)
+            except KstoreError as exc:
+                # Reported after the rows: what the partitions' recovery did (cut, quarantined, rolled) is done
+                # and must be seen; the old checkpoint stays (atomic write), so the broker recovers from there.
+                run.errors.append(exc)
+    run.dir_left = check_what_is_left(run.results)
+    run.errors[:0] = [r.error for r in run.results if r.error is not None]
+    return run

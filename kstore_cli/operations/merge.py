@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
 from kstore_cli.errors import KstoreError, UsageError
-from kstore_cli.log import fileops, names, scope
+from kstore_cli.log import fileops, locks, names, scope
 from kstore_cli.log.checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -263,7 +263,7 @@ def merge(paths: List[str], output_root: str, *, leader_path: Optional[str] = No
     keep_diverged = None if keep_diverged is None else os.path.abspath(keep_diverged)
     # The dirs the outputs are built beside: one merge at a time there (a second would clear the first's
     # temp dir as a killed run's leftover).
-    with fileops.lock_dirs([os.path.dirname(d) for d in (output_root, keep_diverged) if d is not None],
+    with locks.lock_dirs([os.path.dirname(d) for d in (output_root, keep_diverged) if d is not None],
                            "a merge's output"):
         return _merge(paths, output_root, leader_path, keep_diverged)
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from kstore_cli.errors import ExitStatus
+from kstore_cli.log.config import ConfigResolver
 from kstore_cli.log.index import DEFAULT_INDEX_INTERVAL_BYTES
-from kstore_cli.log.logdir import Partition
+from kstore_cli.log.logdir import Partition, Target
 from kstore_cli.operations.quarantine import default_quarantine_root
+from kstore_cli.operations.runner import Outcome, PartitionRunner, select
 from kstore_cli.operations.recovery import ZERO_TAIL, PartitionPlan, SegmentPlan, TailProblem, apply_plan, plan_partition
 from kstore_cli.operations.verify import ERROR, verify_partition
 
@@ -262,3 +265,69 @@ def _segment_rebuild(plan: PartitionPlan, splan: SegmentPlan, truncate: bool, dr
     if dry_run and out.status == "rebuilt":
         out.status = "would rebuild"
     return out
+
+
+@dataclass
+class RebuildRequest:
+    """A rebuild-index run: the PATHS, topic globs, index.interval.bytes (the flag, else the config files, else
+    the cluster metadata log), which indexes to rewrite, whether to cut a damaged tail and where to, and the mode."""
+
+    paths: Sequence[str]
+    topics: Optional[str] = None
+    index_interval_bytes: Optional[int] = None
+    config_file: Optional[str] = None
+    topic_config: Optional[str] = None
+    cluster_metadata: bool = True
+    all_indexes: bool = False
+    truncate: bool = False
+    quarantine_dir: Optional[str] = None
+    dry_run: bool = False
+    force: bool = False
+
+
+@dataclass
+class RebuildRun(Outcome):
+    """Every partition's rebuild, in order; damage left in place or a partition refused is exit 1."""
+
+    skipped: List[Tuple[str, str]] = field(default_factory=list)
+    results: List[PartitionRebuild] = field(default_factory=list)
+
+    def problems_status(self) -> int:
+        return int(ExitStatus.PROBLEMS) if any(r.problems for r in self.results) else 0
+
+
+class IndexRebuild:
+    """A rebuild-index run, its partitions selected (usage errors raised) before anything is locked."""
+
+    def __init__(self, request: RebuildRequest) -> None:
+        self.request = request
+        self.selection = select(request.paths, request.topics, "rebuild-index", quarantine_dir=request.quarantine_dir)
+
+    def run(self, on_result: Optional[Callable[[PartitionRebuild], None]] = None) -> RebuildRun:
+        """Every partition under its data dir's lock (none for a dry run); `on_result` is told each one's result."""
+        req = self.request
+        groups = self.selection.groups
+        flags = ({} if req.index_interval_bytes is None
+                 else {"index.interval.bytes": (req.index_interval_bytes, "--index-interval-bytes")})
+        resolver = ConfigResolver.from_files(req.config_file, req.topic_config, flags, data_dirs=list(groups),
+                                             cluster_metadata=req.cluster_metadata)
+        runner = PartitionRunner.for_targets(groups, force=req.force, lock=not req.dry_run)
+        results = runner.each_target(groups, lambda target, data_dir: _rebuild_one(
+            resolver, target, data_dir, all_indexes=req.all_indexes, truncate=req.truncate, dry_run=req.dry_run,
+            quarantine_dir=req.quarantine_dir), on_result=on_result)
+        return RebuildRun(skipped=self.selection.skipped, results=results)
+
+
+def _rebuild_one(resolver: ConfigResolver, target: Target, data_dir: str, **kwargs: Any) -> PartitionRebuild:
+    """One partition rebuilt with its index.interval.bytes, or refused where Kafka refuses its config. An older
+    incarnation of a recreated topic (a stray replica) is rebuilt without the new topic's overrides from the
+    metadata log, and says so: the interval changes only the index's density, and rebuild-index deletes nothing
+    Kafka's recovery would keep."""
+    config, problem = resolver.for_partition(target.partition, data_dir, other_incarnation=True)
+    if config is None:
+        return PartitionRebuild.refused(target.partition, problem or "")
+    interval = config.get("index.interval.bytes")
+    result = rebuild_partition(target.partition, only=target.only, index_interval_bytes=interval, **kwargs)
+    if problem is not None:
+        result.config = ConfigNote(target.partition.path, problem, interval, config.source("index.interval.bytes"))
+    return result

@@ -35,6 +35,7 @@ from kstore_cli.log.checkpoint import (
     read_leader_epoch_checkpoint,
     read_offset_checkpoint,
 )
+from kstore_cli.operations.runner import PartitionRunner
 from kstore_cli.operations.quarantine import QuarantineManifest, load_manifest, same_bytes, same_range, write_manifest
 
 _CHUNK = 1 << 20
@@ -282,3 +283,14 @@ def apply_restore(plan: RestorePlan) -> None:
     done = dict(manifest)
     done["restored"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     write_manifest(plan.qdir, done)
+
+
+def restore(qdir: str, *, dry_run: bool = False, force: bool = False) -> RestorePlan:
+    """``kstore restore``: the plan checked (the quarantined files' hashes: once, under the lock), then applied
+    under the data dir's lock, planned again there so that nothing may change in between (not for a dry run)."""
+    plan = plan_restore(qdir, verify_contents=dry_run)
+    if not dry_run and not plan.nothing_to_do:
+        with PartitionRunner({plan.data_dir: [plan.partition]}, force=force).locked():
+            plan = plan_restore(qdir)
+            apply_restore(plan)
+    return plan

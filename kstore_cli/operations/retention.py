@@ -52,8 +52,9 @@ from kstore_cli.log.checkpoint import (
 from kstore_cli.cluster.configs import PartitionsRequest
 from kstore_cli.log.config import ConfigResolver, TopicConfig
 from kstore_cli.log.log_segment import TS_NEW_SEGMENT, largest_timestamp
-from kstore_cli.log.logdir import Partition, Segment, Target, group_by_data_dir, partitions_of, resolve_some
+from kstore_cli.log.logdir import Partition, Segment, Target, partitions_of
 from kstore_cli.log.unified_log import DataDirState, log_offsets  # noqa: F401 - DataDirState: the commands' handle
+from kstore_cli.operations.runner import Outcome, PartitionRunner, select
 
 RULE_LOG_START_OFFSET = "log-start-offset"
 RULE_RETENTION_BYTES = "retention.bytes"
@@ -542,12 +543,12 @@ def cleanup_logs(groups: Dict[str, List[Target]], resolver: ConfigResolver, *, n
     lock taken first (none for a dry run), every partition planned before anything changes, then each data
     dir's plans applied. A dry run notes data dirs a running process holds (a real run would refuse)."""
     results: List[PartitionRetention] = []
-    with fileops.lock_data_dirs({d: [t.partition.path for t in ts] for d, ts in groups.items()},
-                                force=force, enabled=not dry_run):
+    runner = PartitionRunner.for_targets(groups, force=force, lock=not dry_run)
+    with runner.locked():
         planned: Dict[str, Tuple[DataDirState, List[RetentionPlan]]] = {}
         for data_dir in sorted(groups):
             state = DataDirState(data_dir)
-            in_use = dry_run and not force and fileops.is_locked(data_dir)
+            in_use = runner.in_use(data_dir)
             plans = [_plan_one(p, data_dir, resolver, state, now=now, log_start_offset=log_start_offset,
                                 delete_delay_ms=delete_delay_ms) for p in partitions_of(groups[data_dir])]
             if in_use:
@@ -573,7 +574,7 @@ class RetainRequest(PartitionsRequest):
 
 
 @dataclass
-class RetainRun:
+class RetainRun(Outcome):
     """Every partition's retention pass, in order, and the run's summary."""
 
     now: int
@@ -583,6 +584,9 @@ class RetainRun:
     @property
     def problems(self) -> List[PartitionRetention]:
         return [r for r in self.partitions if r.plan.problem]
+
+    def problem_lines(self) -> List[Tuple[str, str]]:
+        return [(r.plan.partition.path, r.plan.problem) for r in self.problems]
 
     def summary(self) -> dict:
         active = [r for r in self.partitions if not r.plan.problem and not r.plan.skipped]
@@ -596,11 +600,8 @@ def retain(request: RetainRequest) -> RetainRun:
     """``kstore retain``: the partitions resolved, a retention policy required (Kafka's 7-day default is a
     broker's, not a standby copy's: a cron line that lost its options must not delete a week-old copy),
     then :func:`cleanup_logs`."""
-    targets = resolve_some(request.paths, request.topics)
-    if any(t.only is not None for t in targets):
-        raise UsageError("retain works on whole partitions: give a partition or data directory, not a .log file")
-    scope.refuse_named(request.paths, targets, "retain")  # in a data dir's walk it is skipped (_not_retainable)
-    groups = group_by_data_dir(targets)
+    # A log no command may change is refused when named; in a data dir's walk it is skipped (_not_retainable).
+    groups = select(request.paths, request.topics, "retain", whole_partitions=True, skip_left_alone=False).groups
     resolver = request.resolver(list(groups))
     if (not request.flags and request.config_file is None and request.topic_config is None and not resolver.cluster
             and not request.kafka_defaults):

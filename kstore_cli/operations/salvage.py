@@ -22,15 +22,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Tuple
 
-from kstore_cli.errors import UsageError
-from kstore_cli.log import fileops
+from kstore_cli.errors import ExitStatus, UsageError
+from kstore_cli.log import fileops, scope
 from kstore_cli.log.checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
     PARTITION_METADATA,
     format_leader_epoch_checkpoint,
     read_leader_epoch_checkpoint,
 )
-from kstore_cli.log.logdir import Partition, Segment
+from kstore_cli.log.logdir import Partition, Segment, Target, is_partition_dir
 from kstore_cli.log.producer_state import ProducerStateManager
 from kstore_cli.record.reader import map_file
 from kstore_cli.record.resync import BatchFinder
@@ -46,6 +46,7 @@ from kstore_cli.operations.quarantine import (
     write_manifest,
 )
 from kstore_cli.operations.recovery import apply_plan, checkpoint_changes, is_zero, plan_partition
+from kstore_cli.operations.runner import Outcome, PartitionRunner
 
 
 DAMAGE = "damaged"
@@ -388,3 +389,55 @@ def salvage_in_place(plan: SalvagePlan, quarantine_root: Optional[str] = None) -
         for qdir in pending:
             _mark_finished(qdir, src.path)
     return report
+
+
+@dataclass
+class SalvageRun(Outcome):
+    """A salvage run: the plan (again under the lock in place), what was written, and the mode. In place,
+    damage left out and quarantined is salvage done (a rerun finds nothing): 0, as rebuild-index
+    --truncate; a dry run or a copy leaves the damaged input as it was: 1."""
+
+    plan: SalvagePlan
+    report: Optional[SalvageReport] = None
+    dry_run: bool = False
+    in_place: bool = False
+
+    def gaps(self) -> List[DamagedRange]:
+        """The damaged ranges and zero-filled tails, by file and byte."""
+        return sorted(self.plan.damaged + self.plan.zero_tails, key=lambda g: (g.log, g.start))
+
+    def problems_status(self) -> int:
+        return int(ExitStatus.PROBLEMS) if self.plan.damaged and not self.in_place else 0
+
+    def summary(self) -> dict:
+        """The JSON line after the gaps'."""
+        plan, report = self.plan, self.report
+        return {"type": "summary", "partition": plan.partition.path, "batches_kept": plan.batches_kept,
+                "damaged_ranges": len(plan.damaged), "zero_tails": len(plan.zero_tails),
+                "log_end_offset": plan.log_end_offset, "dry_run": self.dry_run,
+                "destination": report.destination if report else None,
+                "quarantine_dir": report.quarantine_dir if report else None}
+
+
+def salvage(partition_dir: str, *, output_dir: Optional[str] = None, in_place: bool = False,
+            quarantine_dir: Optional[str] = None, dry_run: bool = False, force: bool = False) -> SalvageRun:
+    """``kstore salvage``: exactly one of `output_dir` (the input only read), `in_place` (under the data
+    dir's lock; damaged bytes into `quarantine_dir`) and `dry_run`."""
+    if not is_partition_dir(partition_dir):
+        raise UsageError("expected a partition directory (<topic>-<partition>)", path=partition_dir)
+    if sum(bool(x) for x in (output_dir, in_place, dry_run)) != 1:
+        raise UsageError("give exactly one of --output-dir DIR, --in-place and --dry-run")
+    partition = Partition(os.path.abspath(partition_dir))
+    if not dry_run:
+        scope.refuse_named([partition_dir], [Target(partition)], "salvage")
+    if in_place:
+        scope.check_quarantine_dir(quarantine_dir, [partition_dir], [Target(partition)])
+    run = SalvageRun(plan_salvage(partition), dry_run=dry_run, in_place=in_place)
+    if output_dir:
+        with scope.output_dir_guard(output_dir, inputs=[partition_dir], new_partitions=[partition.name], force=force):
+            run.report = salvage_to(run.plan, output_dir)
+    elif in_place:
+        with PartitionRunner({partition.data_dir: [partition.path]}, force=force).locked():
+            run.plan = plan_salvage(partition)  # again under the lock
+            run.report = salvage_in_place(run.plan, quarantine_dir)
+    return run

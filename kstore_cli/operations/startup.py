@@ -46,7 +46,7 @@ from kstore_cli.log.checkpoint import (
     read_partition_metadata,
     read_properties,
 )
-from kstore_cli.log.fileops import is_locked
+from kstore_cli.log.locks import is_locked
 from kstore_cli.log.logdir import (
     Partition,
     find_data_dirs,

@@ -33,7 +33,7 @@ import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from kstore_cli.errors import KstoreError, UsageError
-from kstore_cli.log import fileops, logdir
+from kstore_cli.log import locks, logdir
 from kstore_cli.log.index import OffsetIndex, TransactionIndex
 from kstore_cli.log.log_segment import max_timestamp_so_far, open_index
 from kstore_cli.log.logdir import LookupStats, Partition, Segment
@@ -461,7 +461,7 @@ def plan_read(opts: ReadOptions, pushed: Optional[Pushed] = None) -> Plan:
     for target in targets:
         part = target.partition
         if part.data_dir not in locked:
-            locked[part.data_dir] = fileops.is_locked(part.data_dir)
+            locked[part.data_dir] = locks.is_locked(part.data_dir)
         scan = PartitionScan(part.topic, part.partition, part.path)
         plan.scans.append(scan)
         if not _resolve_bounds(scan, part, opts, pushed, stats):

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from kstore_cli.log import fileops
+from kstore_cli.log import fileops, locks
 from kstore_cli.log.checkpoint import read_offset_checkpoint
 from kstore_cli.operations.loader import recover_partition
 from tests.conftest import ROOT
@@ -70,7 +70,7 @@ def test_workers_die_with_a_sigkilled_parent_and_write_nothing_more(tmp_path: Pa
     try:
         assert _wait_until(lambda: ready.exists() and len(child_pids(parent.pid)) == 2, 60), "no worker at work"
         workers = child_pids(parent.pid)
-        assert fileops.is_locked(str(run / "data"))
+        assert locks.is_locked(str(run / "data"))
         os.kill(parent.pid, signal.SIGKILL)  # the parent alone
         assert parent.wait(10) == -signal.SIGKILL
         before = _state(run)
@@ -89,7 +89,7 @@ def test_workers_die_with_a_sigkilled_parent_and_write_nothing_more(tmp_path: Pa
         if parent.poll() is None:
             parent.kill()
             parent.wait()
-    assert not fileops.is_locked(str(run / "data"))
+    assert not locks.is_locked(str(run / "data"))
     again = _kstore("recover", "--jobs", "2", str(run / "data"))
     assert again.returncode == 0, again.stderr
     assert tree_bytes(run / "data") == want, diff(tree_bytes(run / "data"), want)

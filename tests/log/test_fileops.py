@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kstore_cli.errors import FileUnreadableError, UnsafeFileError
-from kstore_cli.log import fileops
+from kstore_cli.log import fileops, locks
 
 from tests.ownership import (  # noqa: F401 (fixtures)
     GID, UID, as_root, kafka_dir, owner, umask077, unopenable_as, world_tmp as tmp_path)
@@ -74,7 +74,7 @@ def test_a_new_lock_file_is_the_data_dirs_and_not_through_a_link(tmp_path: Path,
     d.mkdir()
     (d / "recovery-point-offset-checkpoint").write_bytes(b"0\n0\n")
     kafka_dir(d)
-    with fileops.LogDirLock(str(d)):
+    with locks.LogDirLock(str(d)):
         pass
     assert owner(d / ".lock") == (UID, GID, 0o640)
     assert unopenable_as(UID, [d / ".lock"]) == []
@@ -84,7 +84,7 @@ def test_a_new_lock_file_is_the_data_dirs_and_not_through_a_link(tmp_path: Path,
     target.parent.mkdir()
     os.symlink(target, d / ".lock")
     with pytest.raises(UnsafeFileError, match="symbolic link"):
-        with fileops.LogDirLock(str(d)):
+        with locks.LogDirLock(str(d)):
             pass
     assert not target.exists()
 
@@ -129,14 +129,14 @@ def test_refused_partitions_and_fifos(tmp_path: Path) -> None:
     (part / "00000000000000000000.log").write_bytes(b"")
     os.mkfifo(part / "00000000000000000000.index")
     with pytest.raises(UnsafeFileError, match="FIFO"):
-        with fileops.LogDirLock(str(data), force=True, partitions=[str(part)]):
+        with locks.LogDirLock(str(data), force=True, partitions=[str(part)]):
             pass
     with pytest.raises(UnsafeFileError, match="FIFO"):
         fileops.truncate(str(part / "00000000000000000000.index"), 0)
     os.unlink(part / "00000000000000000000.index")
     os.symlink(tmp_path / "x", data / "log-start-offset-checkpoint")
     with pytest.raises(UnsafeFileError, match="log-start-offset-checkpoint"):
-        with fileops.LogDirLock(str(data), partitions=[str(part)]):
+        with locks.LogDirLock(str(data), partitions=[str(part)]):
             pass
     assert isinstance(UnsafeFileError("x"), FileUnreadableError)  # exit 3
 
@@ -145,7 +145,7 @@ def test_the_lock_of_an_alias_is_the_real_data_dirs(tmp_path: Path) -> None:
     real = tmp_path / "real"
     real.mkdir()
     os.symlink(real, tmp_path / "alias")
-    lock = fileops.LogDirLock(str(tmp_path / "alias"))
+    lock = locks.LogDirLock(str(tmp_path / "alias"))
     assert lock.path == str(real / ".lock")
 
 

@@ -1,0 +1,141 @@
+"""One runner for the commands that work partition by partition (recover, rebuild-index, salvage, restore,
+retain, compact, convert-format): the PATHS resolved, what the mutating scope rule leaves alone set aside
+(:mod:`~kstore_cli.log.scope`), the partitions grouped by data dir, every data dir's ``.lock`` taken first
+(a live broker's lock is respected unless ``force``; none for a dry run), and a function run per partition,
+in this process or in a pool of forked workers bound to it.
+
+A run's outcome (:class:`Outcome`) is typed: its rows (each with ``to_dict`` for ``--json``), the
+``(partition, problem)`` pairs and the errors the command reports on stderr after them, and its exit status.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, ContextManager, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar
+
+from kstore_cli.errors import ExitStatus, KstoreError, UsageError
+from kstore_cli.log import fileops, locks, scope
+from kstore_cli.log.logdir import Target, group_by_data_dir, resolve_some
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class Selection:
+    """The targets a command works on and the ``(partition, reason)`` of those a data dir's walk left alone."""
+
+    paths: List[str]
+    targets: List[Target]
+    skipped: List[Tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def groups(self) -> Dict[str, List[Target]]:
+        """The targets keyed by their data dir (one lock each), in the order first named."""
+        return group_by_data_dir(self.targets)
+
+
+def select(paths: Iterable[str], topics: Optional[str], command: str, *, whole_partitions: bool = False,
+           skip_left_alone: bool = True, quarantine_dir: Optional[str] = None) -> Selection:
+    """PATHS resolved (a usage error when nothing is found). `whole_partitions`: a ``.log`` given is a usage
+    error. A PATH naming a log no command may change is refused; in a data dir's walk such a log is skipped
+    (`skip_left_alone`; else the command skips it itself). A --quarantine-dir given holds to the output-dir rule."""
+    paths = list(paths)
+    targets = resolve_some(paths, topics)
+    if whole_partitions and any(t.only is not None for t in targets):
+        raise UsageError(f"{command} works on whole partitions: give a partition or data directory, not a .log file")
+    skipped: List[Tuple[str, str]] = []
+    if skip_left_alone:
+        targets, skipped = scope.mutable_targets(paths, targets, command)
+    else:
+        scope.refuse_named(paths, targets, command)
+    scope.check_quarantine_dir(quarantine_dir, paths, targets)
+    return Selection(paths, targets, skipped)
+
+
+class PartitionRunner:
+    """Work on partitions under their data dirs' locks: `partitions_by_data_dir` maps each data dir to the
+    partition dirs about to change; `force` takes a lock a running process holds; `lock=False` (a dry run)
+    takes none."""
+
+    def __init__(self, partitions_by_data_dir: Mapping[str, Iterable[str]], *, force: bool = False,
+                 lock: bool = True) -> None:
+        self.partitions_by_data_dir = {d: list(ps) for d, ps in partitions_by_data_dir.items()}
+        self.force = force
+        self.lock = lock
+
+    @classmethod
+    def for_targets(cls, groups: Mapping[str, Iterable[Target]], *, force: bool = False,
+                    lock: bool = True) -> "PartitionRunner":
+        """A runner over `groups` (data dir -> targets, as :attr:`Selection.groups`)."""
+        return cls({d: [t.partition.path for t in ts] for d, ts in groups.items()}, force=force, lock=lock)
+
+    def locked(self) -> ContextManager[None]:
+        """Every data dir's ``.lock``, in path order, held until the block ends (:func:`locks.lock_data_dirs`)."""
+        return locks.lock_data_dirs(self.partitions_by_data_dir, force=self.force, enabled=self.lock)
+
+    def in_use(self, data_dir: str) -> bool:
+        """In a dry run (no lock taken): whether a running process holds the data dir (a real run would refuse)."""
+        return not self.lock and not self.force and locks.is_locked(data_dir)
+
+    def map(self, work: Callable[[T], R], items: Sequence[T], *, jobs: int = 1,
+            on_result: Optional[Callable[[R], None]] = None) -> List[R]:
+        """`work` on each item, results in the items' order; the caller holds the locks (:meth:`locked`).
+        With `jobs` > 1 and several items, in a pool of that many processes (`work` and the items pickled)."""
+        if jobs == 1 or len(items) <= 1:
+            results = []
+            for item in items:
+                results.append(work(item))
+                if on_result is not None:
+                    on_result(results[-1])
+            return results
+        # Workers are forked (explicitly: not spawned nor from a forkserver) by this process, which holds
+        # the data dirs' .lock for them: an fcntl lock is not inherited, so each worker is bound to its
+        # parent (fileops.bind_to_parent: killed by the kernel when the parent dies, and no file
+        # operation once it is gone) and no write happens without the lock held by its living parent.
+        # The lock shared by the workers serializes their updates of the data dirs' checkpoints.
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=context,
+                                 initializer=fileops.bind_to_parent, initargs=(os.getpid(), context.Lock())) as pool:
+            results = list(pool.map(work, items))
+        for result in results if on_result is not None else []:
+            on_result(result)
+        return results
+
+    def each_target(self, groups: Mapping[str, Iterable[Target]], work: Callable[[Target, str], R], *,
+                    on_result: Optional[Callable[[R], None]] = None) -> List[R]:
+        """Under the locks, `work(target, data_dir)` on every target of `groups`, data dir by data dir in
+        their order; `on_result` is told each result as it is done."""
+        with self.locked():
+            return self.map(lambda pair: work(*pair), [(t, d) for d, ts in groups.items() for t in ts],
+                            on_result=on_result)
+
+
+class Outcome:
+    """What a per-partition run hands its command to emit: after the rows, each ``(partition, problem)``
+    is a line on stderr and each error its own line; the exit status is the worst one. A run's class
+    says its own rows (each with ``to_dict`` for --json) and overrides what applies."""
+
+    #: the partitions a data dir's walk left alone (scope), reported with the rows
+    skipped: Sequence[Tuple[str, str]] = ()
+    #: files that could not be read or written, each with its own exit status (3), after the rows
+    errors: Sequence[KstoreError] = ()
+
+    def problem_lines(self) -> List[Tuple[str, str]]:
+        """The ``(partition, problem)`` pairs reported on stderr ("kstore: <partition>: <problem>")."""
+        return []
+
+    def problems_status(self) -> int:
+        """The exit status when there is a problem but no error (0: none)."""
+        return int(ExitStatus.PROBLEMS) if self.problem_lines() else 0
+
+    @property
+    def exit_status(self) -> int:
+        """The worst of the errors' statuses, else :meth:`problems_status`."""
+        if self.errors:
+            return max(int(e.exit_status) for e in self.errors)
+        return self.problems_status()
+
