@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from kstore_cli.errors import ExitStatus
+from kstore_cli.cluster.configs import resolver_from_files
 from kstore_cli.log.config import ConfigResolver
 from kstore_cli.log.index import DEFAULT_INDEX_INTERVAL_BYTES
 from kstore_cli.log.logdir import Partition, Target
@@ -309,8 +310,8 @@ class IndexRebuild:
         groups = self.selection.groups
         flags = ({} if req.index_interval_bytes is None
                  else {"index.interval.bytes": (req.index_interval_bytes, "--index-interval-bytes")})
-        resolver = ConfigResolver.from_files(req.config_file, req.topic_config, flags, data_dirs=list(groups),
-                                             cluster_metadata=req.cluster_metadata)
+        resolver = resolver_from_files(req.config_file, req.topic_config, flags, data_dirs=list(groups),
+                                       cluster_metadata=req.cluster_metadata)
         runner = PartitionRunner.for_targets(groups, force=req.force, lock=not req.dry_run)
         results = runner.each_target(groups, lambda target, data_dir: _rebuild_one(
             resolver, target, data_dir, all_indexes=req.all_indexes, truncate=req.truncate, dry_run=req.dry_run,
