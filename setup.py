@@ -59,7 +59,7 @@ setup(
             extra_link_args=_LDFLAGS,
             optional=True,
         ),
-        # dump-segment's native text formatter (kstore_cli/dump/dumplog.py falls back to Python without it).
+        # dump-segment's native text formatter (kstore_cli/dump/text_log.py falls back to Python without it).
         Extension(
             "kstore_cli.record._dumptext_c",
             sources=["kstore_cli/record/_dumptext_c.c"],

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kstore_cli.dump import dumplog
+from kstore_cli.dump import dumplog, text_log
 from kstore_cli.codecs import GZIP, LZ4, NONE, ZSTD
 from kstore_cli.errors import KstoreError
 from kstore_cli.parsers import make_parser
@@ -111,13 +111,13 @@ def _counting(*args):
 def _dump(path: str, *, native_on: bool, skip: bool, print_data: bool, parser=None, utf8_stdout: bool = False,
           runs: bool = True):
     """stdout, stderr and status; `utf8_stdout`: stdout is a UTF-8 TextIOWrapper (as dump-segment's), so the
-    native lines go out as bytes (dumplog._Utf8Out), else a StringIO (str lines). `runs`: runs of plain
+    native lines go out as bytes (text_log._Utf8Out), else a StringIO (str lines). `runs`: runs of plain
     batches go through format_v2_run (else every batch through format_v2_records)."""
-    saved = dumplog._native_format_v2
-    saved_run = dumplog._native_format_run
-    dumplog._native_format_v2 = _counting if native_on else None
+    saved = text_log._native_format_v2
+    saved_run = text_log._native_format_run
+    text_log._native_format_v2 = _counting if native_on else None
     if not runs:
-        dumplog._native_format_run = None
+        text_log._native_format_run = None
     raw = io.BytesIO()
     out = io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace", newline="") if utf8_stdout \
         else io.StringIO()
@@ -132,8 +132,8 @@ def _dump(path: str, *, native_on: bool, skip: bool, print_data: bool, parser=No
         out.flush()
         text = raw.getvalue().decode("utf-8") if utf8_stdout else out.getvalue()
     finally:
-        dumplog._native_format_v2 = saved
-        dumplog._native_format_run = saved_run
+        text_log._native_format_v2 = saved
+        text_log._native_format_run = saved_run
     return text, err.getvalue(), status
 
 
@@ -223,7 +223,7 @@ def test_backend_switch_turns_the_native_formatter_off() -> None:
 
     from tests.conftest import ROOT
 
-    code = "from kstore_cli.dump import dumplog; print(dumplog._native_format_v2 is None)"
+    code = "from kstore_cli.dump import text_log; print(text_log._native_format_v2 is None)"
     env = dict(os.environ, KSTORE_DECODER="python")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "True"
@@ -235,12 +235,12 @@ def test_utf8_out_only_over_a_plain_utf8_stream() -> None:
     raw = io.BytesIO()
     stream = io.TextIOWrapper(raw, encoding="UTF8", errors="backslashreplace", newline="")
     stream.write("first ")
-    out = dumplog._Utf8Out.over(stream)
+    out = text_log._Utf8Out.over(stream)
     assert out is not None
     out.write("Dumping /d/\udcff.log\n")
     out.write_bytes("é\n".encode())
     out.flush()
     assert raw.getvalue() == "first Dumping /d/\\udcff.log\né\n".encode()
-    assert dumplog._Utf8Out.over(io.StringIO()) is None
-    assert dumplog._Utf8Out.over(io.TextIOWrapper(io.BytesIO(), encoding="latin-1")) is None
-    assert dumplog._Utf8Out.over(io.TextIOWrapper(io.BytesIO(), encoding="utf-8", line_buffering=True)) is None
+    assert text_log._Utf8Out.over(io.StringIO()) is None
+    assert text_log._Utf8Out.over(io.TextIOWrapper(io.BytesIO(), encoding="latin-1")) is None
+    assert text_log._Utf8Out.over(io.TextIOWrapper(io.BytesIO(), encoding="utf-8", line_buffering=True)) is None

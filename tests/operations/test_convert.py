@@ -458,10 +458,10 @@ def _many_wrappers(directory: Path, n: int = 60, bad: Tuple[int, ...] = ()) -> P
 def pool_every_job(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every codec job to the pool, however small (these tests' batches are far below POOL_MIN_BYTES), and
     output batches compressed there a few at a time (chunks of ~2.5 KB: two or three 1000-byte batches)."""
-    from kstore_cli.operations import convert
+    from kstore_cli.operations import convert_batches
 
-    monkeypatch.setattr(convert, "POOL_MIN_BYTES", 0)
-    monkeypatch.setattr(convert, "COMPRESS_CHUNK_BYTES", 2500)
+    monkeypatch.setattr(convert_batches, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(convert_batches, "COMPRESS_CHUNK_BYTES", 2500)
 
 
 class _CountingPool:
@@ -493,7 +493,7 @@ def test_codec_jobs_reach_the_pool_large_or_in_chunks(tmp_path: Path, monkeypatc
     source batch the regular path reads goes to the pool only when it has POOL_MIN_BYTES or more (an lz4
     wrapper here); gzip and uncompressed legacy entries, whatever their size, are inflated by the fast
     path in this thread. The bytes are the same either way."""
-    from kstore_cli.operations import convert
+    from kstore_cli.operations import convert, convert_batches
 
     monkeypatch.setattr(convert, "ThreadPoolExecutor", _CountingPool)
     small = Partition(str(_many_wrappers(tmp_path / "small" / "p-0")))
@@ -513,7 +513,7 @@ def test_codec_jobs_reach_the_pool_large_or_in_chunks(tmp_path: Path, monkeypatc
             return build_legacy_batch(recs, magic=1, codec=codec)
         _write(tmp_path / f"big{codec}" / "p-0", [(0, [big(i) for i in range(4)])])
         large = Partition(str(tmp_path / f"big{codec}" / "p-0"))
-        assert all(b.size >= convert.POOL_MIN_BYTES for b in read_batches(large.segments[0].log))
+        assert all(b.size >= convert_batches.POOL_MIN_BYTES for b in read_batches(large.segments[0].log))
         convert_partition(Target(large, None), ConvertOptions(2, codec=ZSTD, jobs=2, batch_bytes=64 * 1024),
                           output_root=str(tmp_path / f"big{codec}-out"))
         jobs = _CountingPool.last.jobs
