@@ -28,7 +28,7 @@ export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export KSTORE_DECODER=native PYTHONMALLOC=malloc PYTHONPATH="$WORK"
 python3 -c "from kstore_cli.record import decode, _decode_c; assert decode.BACKEND == 'native'; print('sanitized', _decode_c.__file__)"
-python3 -c "from kstore_cli.dump import dumplog; from kstore_cli.record import _dumptext_c; assert dumplog._native_format_v2 is not None; print('sanitized', _dumptext_c.__file__)"
+python3 -c "from kstore_cli.dump import text_log; from kstore_cli.record import _dumptext_c; assert text_log._native_format_v2 is not None; print('sanitized', _dumptext_c.__file__)"
 python3 -c "from kstore_cli.record import encode, _encode_c; assert encode.BACKEND == 'native'; print('sanitized', _encode_c.__file__)"
 status=0
 python3 -m pytest -q -p no:cacheprovider tests/record/test_decode_twins.py tests/record/test_columns.py tests/record/test_fuzz.py \
