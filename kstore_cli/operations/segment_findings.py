@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional, Tuple
 
+from kstore_cli.cluster.metadata_image import is_torn_tail
 from kstore_cli.log import names
 from kstore_cli.log.logdir import Partition
 from kstore_cli.operations import recovery, verify
@@ -102,7 +103,5 @@ def _log_advice(partition: Partition, data_dir: str, finding: "Finding", plan: "
 
 def _is_torn_tail(finding: "Finding", splan: "SegmentPlan") -> bool:
     """Whether the metadata log's last segment ends in what a crash leaves (kstore metadata's torn tail)."""
-    from kstore_cli.cluster.metadata_image import is_torn_tail
-
     last = splan.segment.base_offset - 1 if splan.result.last_offset is None else splan.result.last_offset
     return is_torn_tail(finding.file, splan.result.problem.position, last, last_segment=True)

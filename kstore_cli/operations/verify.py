@@ -20,6 +20,7 @@ from kstore_cli.errors import KstoreError
 from kstore_cli.log import names
 from kstore_cli.log.index import DEFAULT_INDEX_INTERVAL_BYTES, AbortedTxn, OffsetIndex, TimeIndex, TransactionIndex
 from kstore_cli.log.logdir import Partition, Segment, nothing_found
+from kstore_cli.operations import partition_findings, startup
 from kstore_cli.operations.recovery import (
     ZERO_TAIL,
     BatchSink,
@@ -98,8 +99,6 @@ class VerifyRun:
     (each partition is checked when its verdict is asked for, so output streams)."""
 
     def __init__(self, paths: Sequence[str], topics: Optional[str] = None) -> None:
-        from kstore_cli.operations import partition_findings, startup
-
         self._startup = startup
         self._partition_issues = partition_findings.partition_issues
         self._found = startup.survey(paths, topics=topics)
