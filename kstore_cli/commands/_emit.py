@@ -4,13 +4,15 @@ rendering), then the problems and errors on stderr, then its exit status."""
 from __future__ import annotations
 
 import json
-from typing import Callable, Iterable, Optional, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, TypeVar
 
 import click
 
 from kstore_cli.commands._console import byte_progress
 from kstore_cli.commands._errors import report_error
-from kstore_cli.operations.runner import Outcome
+
+if TYPE_CHECKING:
+    from kstore_cli.operations.runner import Outcome
 
 R = TypeVar("R")
 
@@ -24,7 +26,7 @@ def emit(as_json: bool, rows: Callable[[], Iterable[dict]], render: Optional[Cal
         render()
 
 
-def finish(outcome: Outcome) -> None:
+def finish(outcome: "Outcome") -> None:
     """After the rows: a "kstore: <partition>: <problem>" line per problem and one line per error (the one
     mapping of errors to lines and exit codes, :func:`report_error`), on stderr; then exit with the outcome's
     status (nothing when it is 0)."""

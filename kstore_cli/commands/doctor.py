@@ -11,6 +11,7 @@ import click
 from kstore_cli.commands._console import byte_progress
 from kstore_cli.commands._console import is_tty as _is_tty
 from kstore_cli.commands._render import console, new_table
+from kstore_cli.commands._emit import exit_with
 from kstore_cli.commands._options import ExistingPath, json_option, topics_option
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.log.locks import is_locked
@@ -89,7 +90,7 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str]) -> 
             out.finding(issue)
     out.summary(found, healthy, counts)
     if counts[ERROR] or counts[WARNING]:
-        ctx.exit(int(ExitStatus.PROBLEMS))
+        exit_with(ExitStatus.PROBLEMS)
 
 
 def _check_partitions(found, by_dir: Dict[str, List[Issue]], counts: Dict[str, int], out: "_Output", advance) -> int:

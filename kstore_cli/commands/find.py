@@ -7,6 +7,7 @@ from typing import Optional
 
 import click
 
+from kstore_cli.commands._emit import exit_with
 from kstore_cli.commands._options import ExistingPath, TIME, json_option
 
 from kstore_cli.dump.dumplog import format_batch_line, format_record_line, record_json
@@ -67,7 +68,7 @@ def command(ctx: click.Context, partition_dir: str, offset: Optional[int], times
     else:
         click.echo(_summary_line(lookup), err=True)
     if lookup.first is None:
-        ctx.exit(int(ExitStatus.PROBLEMS))
+        exit_with(ExitStatus.PROBLEMS)
 
 
 def _summary_line(lookup: Lookup) -> str:

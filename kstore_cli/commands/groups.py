@@ -8,6 +8,7 @@ from typing import Optional, Tuple
 import click
 
 from kstore_cli.commands._console import is_tty
+from kstore_cli.commands._emit import exit_with
 from kstore_cli.commands._options import ExistingPath, json_option, topics_option
 from kstore_cli.commands._render import Column, print_table
 
@@ -114,4 +115,4 @@ def command(paths: Tuple[str, ...], groups: Tuple[str, ...], topics: Optional[st
     incomplete = bool(not state.loaded_partitions or state.unknown_groups or state.skipped
                       or (groups and len(state.groups) < len(groups)))
     if incomplete or state.missing_partitions:
-        raise SystemExit(int(ExitStatus.PROBLEMS))
+        exit_with(ExitStatus.PROBLEMS)

@@ -8,6 +8,7 @@ from typing import Optional
 import click
 
 from kstore_cli.commands._console import echo_skipped
+from kstore_cli.commands._emit import exit_with
 from kstore_cli.commands._options import ExistingPath, json_option
 from kstore_cli.errors import ExitStatus
 from kstore_cli.operations.merge import merge
@@ -60,4 +61,4 @@ def command(ctx: click.Context, paths, output_dir: str, leader_path: Optional[st
         for side in r.side_dirs:
             click.echo(f"  left-out batches written to {side}")
     if any(r.diverged for r in results):
-        ctx.exit(int(ExitStatus.PROBLEMS))
+        exit_with(ExitStatus.PROBLEMS)

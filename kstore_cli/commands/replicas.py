@@ -9,6 +9,7 @@ from typing import Optional
 import click
 
 from kstore_cli.commands._console import echo_skipped
+from kstore_cli.commands._emit import exit_with
 from kstore_cli.commands._options import ExistingPath, json_option
 from kstore_cli.errors import ExitStatus
 from kstore_cli.cluster.replicas import REASONS, compare
@@ -65,4 +66,4 @@ def command(ctx: click.Context, paths, leader_path: Optional[str], as_json: bool
             for first, last, reason in c.left_out:
                 click.echo(f"    not in the merged log: offsets {first}..{last}: {REASONS[reason]}")
     if any(pc.divergent for pc in found):
-        ctx.exit(int(ExitStatus.PROBLEMS))
+        exit_with(ExitStatus.PROBLEMS)

@@ -8,6 +8,7 @@ from typing import Dict, Optional, Tuple
 import click
 
 from kstore_cli.commands._console import human_bytes, is_tty
+from kstore_cli.commands._emit import exit_with
 from kstore_cli.commands._options import TIME, ExistingPath, json_option, topics_option
 
 from kstore_cli.errors import ExitStatus, UsageError
@@ -115,4 +116,4 @@ def command(ctx: click.Context, paths, output: str, master: str, topics: Optiona
         click.echo(f"kstore: error: {first.log} at byte {first.position}: {first.reason} "
                    f"({len(summary.skipped)} damaged or truncated batches skipped, listed in "
                    f"{summary.output.rstrip('/')}/{SKIPPED_FILE})", err=True)
-        ctx.exit(int(ExitStatus.PROBLEMS))
+        exit_with(ExitStatus.PROBLEMS)

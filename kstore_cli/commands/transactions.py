@@ -9,6 +9,7 @@ from typing import Optional, Tuple
 
 import click
 
+from kstore_cli.commands._emit import exit_with
 from kstore_cli.commands._options import ExistingPath, format_time_ms, json_option, now_option, topics_option
 from kstore_cli.errors import ExitStatus
 from kstore_cli.cluster.transactions import (
@@ -110,4 +111,4 @@ def command(ctx: click.Context, paths: Tuple[str, ...], transactional_ids: Tuple
     for w in warnings:
         click.echo(f"kstore: warning: {w}", err=True)
     if report.hanging or report.undetermined or report.missing_partitions or report.skipped:
-        ctx.exit(int(ExitStatus.PROBLEMS))
+        exit_with(ExitStatus.PROBLEMS)

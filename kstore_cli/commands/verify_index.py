@@ -10,6 +10,7 @@ import click
 
 from kstore_cli.commands._console import is_tty
 from kstore_cli.commands._render import console, new_table
+from kstore_cli.commands._emit import exit_with
 from kstore_cli.commands._options import ExistingPath, json_option, topics_option
 from kstore_cli.errors import ExitStatus
 from kstore_cli.operations.verify import ERROR, Finding, PartitionVerdict, VerifyRun
@@ -55,7 +56,7 @@ def command(ctx: click.Context, paths, as_json: bool, quiet: bool, topics: Optio
         unhealthy = unhealthy or not verdict.healthy
         render(verdict, quiet)
     if unhealthy:
-        ctx.exit(int(ExitStatus.PROBLEMS))
+        exit_with(ExitStatus.PROBLEMS)
 
 
 def _finding_dict(f: Finding) -> dict:
