@@ -27,6 +27,7 @@ from kstore_cli.record import decode
 from kstore_cli.record.batch import LOG_OVERHEAD, Batch
 from kstore_cli.record.columns import RecordColumns, read_columns
 from kstore_cli.record.reader import read_batches
+from kstore_cli.record.wire import LAST_OFFSET_DELTA_OFFSET, LOG_ENTRY_HEADER, MAGIC_OFFSET
 from kstore_cli.spark.columns import ColumnBuilder
 from kstore_cli.spark.plan import Slice, Task
 
@@ -93,9 +94,8 @@ class SkippedBatch:
 
 
 #: An entry's first bytes: base offset (v2) or offset (legacy), size.
-_ENTRY_PREFIX = struct.Struct(">qi")
-#: A v2 batch header up to lastOffsetDelta: base offset, length, leader epoch, magic, crc, attributes.
-_V2_PREFIX = struct.Struct(">qiibIhi")
+_ENTRY_PREFIX = LOG_ENTRY_HEADER
+_INT32 = struct.Struct(">i")
 
 
 def _truncated_tail(log: str, position: int, end: int) -> CorruptRecordError:
@@ -127,11 +127,10 @@ def _skipped(sl: Slice, position: int, size: int, exc: KstoreError, header=None)
         try:
             with open(sl.log, "rb") as f:
                 f.seek(position)
-                head = f.read(min(size, _V2_PREFIX.size))
+                head = f.read(min(size, LAST_OFFSET_DELTA_OFFSET + 4))
             base = _ENTRY_PREFIX.unpack_from(head)[0]
-            if len(head) == _V2_PREFIX.size:
-                _b, _s, _e, magic, _c, _a, delta = _V2_PREFIX.unpack(head)
-                last = base + delta if magic == 2 else None
+            if len(head) == LAST_OFFSET_DELTA_OFFSET + 4 and head[MAGIC_OFFSET] == 2:
+                last = base + _INT32.unpack_from(head, LAST_OFFSET_DELTA_OFFSET)[0]
         except (OSError, struct.error):
             base = None
     return SkippedBatch(sl.scan.topic, sl.scan.partition, sl.log, position, size, base, last, exc.message)
