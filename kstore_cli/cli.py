@@ -196,7 +196,7 @@ def _silence_stdout() -> None:
 def _exit_with_error(exc: KstoreError) -> NoReturn:
     """Exit with the error's one line on stderr and its exit status."""
     # Imported on an error only: `kstore --version` imports no command module.
-    from kstore_cli.commands._errors import report_error
+    from kstore_cli.commands._emit import report_error
 
     sys.exit(report_error(exc))
 

@@ -1,5 +1,6 @@
-"""The one way out of a command that runs partitions: its rows emitted (JSON Lines or the command's own
-rendering), then the problems and errors on stderr, then its exit status."""
+"""The one way out of a command: its rows emitted (JSON Lines or the command's own rendering), then the
+problems and errors on stderr, then its exit status; and how a kstore error becomes its one line on stderr and
+its exit status (:func:`report_error`, for cli.main too)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional, TypeVar
 
 import click
 
-from kstore_cli.commands._console import byte_progress
-from kstore_cli.commands._errors import report_error
+from kstore_cli.commands._render import byte_progress
+from kstore_cli.errors import KstoreError
 
 if TYPE_CHECKING:
     from kstore_cli.operations.runner import Outcome
@@ -53,3 +54,9 @@ def with_progress(show: bool, label: str, total: Callable[[], int], call: Callab
     finally:
         if bar is not None:
             bar.stop()
+
+
+def report_error(exc: KstoreError) -> int:
+    """Print a one-line error on stderr and return its exit status."""
+    click.echo(f"kstore: error: {exc}", err=True)
+    return int(exc.exit_status)

@@ -8,10 +8,11 @@ NO_COLOR is unset. In a pipe: raw numbers, no escape at all, a header line. Neve
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import re
 import sys
-from typing import Any, Iterable, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import click
 
@@ -171,3 +172,27 @@ def print_table(title: Optional[str], columns: Sequence[Column], rows: List[Sequ
     click.echo("\t".join(c.name for c in columns))
     for row in rows:
         click.echo("\t".join(cell(v, c.unit) for v, c in zip(row, columns)))
+
+
+def echo_skipped(skipped: List[Tuple[str, str]], as_json: bool) -> None:
+    """A line per (partition, reason) a mutating command's walk left alone (scope.mutable_targets): never
+    silent; JSON ``{"type": "skipped", ...}``."""
+    from kstore_cli.log.scope import skipped_dict
+
+    for path, reason in skipped:
+        click.echo(json.dumps(skipped_dict(path, reason), sort_keys=True) if as_json else f"{path}: skipped: {reason}")
+
+
+def byte_progress(show: bool, label: str, total: Callable[[], int]) -> "tuple[Optional[object], Optional[Callable[[int], None]]]":
+    """A transient progress bar over `total()` bytes when `show` (a terminal), else (None, None):
+    (the bar, to ``stop()`` when done; the callback the core advances it with). `total` is called
+    only when the bar is shown (summing sizes is I/O)."""
+    if not show:
+        return None, None
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn(label), BarColumn(), DownloadColumn(binary_units=True), TimeRemainingColumn(),
+                   console=console(), transient=True)
+    bar.start()
+    task = bar.add_task(label, total=total())
+    return bar, lambda n: bar.update(task, advance=n)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import click
 
-from kstore_cli.commands._console import human_bytes, is_tty
+from kstore_cli.commands._render import human_bytes, is_tty
 from kstore_cli.commands._emit import emit, finish, with_progress
 from kstore_cli.commands._options import (
     ExistingPath,

@@ -21,10 +21,10 @@ from kstore_cli.commands._options import (
     topics_option,
 )
 
-from kstore_cli.commands._console import echo_skipped
-from kstore_cli.commands._console import human_bytes
+from kstore_cli.commands._render import echo_skipped
+from kstore_cli.commands._render import human_bytes
 from kstore_cli.commands._render import new_table, print_rich, size
-from kstore_cli.commands._console import is_tty as _is_tty
+from kstore_cli.commands._render import is_tty as _is_tty
 from kstore_cli.commands._emit import with_progress
 from kstore_cli.codecs import CODEC_IDS
 from kstore_cli.operations.convert import (

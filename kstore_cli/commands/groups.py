@@ -7,7 +7,7 @@ from typing import Optional, Tuple
 
 import click
 
-from kstore_cli.commands._console import is_tty
+from kstore_cli.commands._render import is_tty
 from kstore_cli.commands._emit import exit_with
 from kstore_cli.commands._options import ExistingPath, json_option, topics_option
 from kstore_cli.commands._render import Column, print_table

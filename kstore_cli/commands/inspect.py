@@ -8,8 +8,8 @@ from typing import Dict, List, Optional, Tuple
 
 import click
 
-from kstore_cli.commands._console import human_bytes
-from kstore_cli.commands._console import is_tty as _is_tty
+from kstore_cli.commands._render import human_bytes
+from kstore_cli.commands._render import is_tty as _is_tty
 from kstore_cli.commands._render import console
 from kstore_cli.commands._options import ExistingPath, format_time_ms, json_option, topics_option
 from kstore_cli.log.logdir import DataDir, find_data_dirs, is_partition_dir, nothing_found, partitions_of, resolve

@@ -7,7 +7,7 @@ from typing import Optional
 
 import click
 
-from kstore_cli.commands._console import echo_skipped
+from kstore_cli.commands._render import echo_skipped
 from kstore_cli.commands._emit import exit_with
 from kstore_cli.commands._options import ExistingPath, json_option
 from kstore_cli.errors import ExitStatus

@@ -17,8 +17,8 @@ from kstore_cli.commands._options import (
     topics_option,
 )
 
-from kstore_cli.commands._console import echo_skipped
-from kstore_cli.commands._console import is_tty as _is_tty
+from kstore_cli.commands._render import echo_skipped
+from kstore_cli.commands._render import is_tty as _is_tty
 from kstore_cli.commands._emit import emit, finish
 from kstore_cli.commands._render import new_table, print_rich
 from kstore_cli.operations.rebuild import IndexRebuild, PartitionRebuild, RebuildRequest

@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional
 
 import click
 
-from kstore_cli.commands._console import echo_skipped, is_tty
+from kstore_cli.commands._render import echo_skipped, is_tty
 from kstore_cli.commands._emit import emit, finish
 from kstore_cli.commands._render import size
 from kstore_cli.commands._options import ExistingPath, dry_run_option, force_option, json_option, topics_option

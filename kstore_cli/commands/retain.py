@@ -7,8 +7,8 @@ from typing import List, Optional
 
 import click
 
-from kstore_cli.commands._console import human_bytes
-from kstore_cli.commands._console import is_tty as _is_tty
+from kstore_cli.commands._render import human_bytes
+from kstore_cli.commands._render import is_tty as _is_tty
 from kstore_cli.commands._emit import emit, finish
 from kstore_cli.commands._options import (
     ExistingPath,

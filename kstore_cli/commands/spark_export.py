@@ -7,7 +7,7 @@ from typing import Dict, Optional, Tuple
 
 import click
 
-from kstore_cli.commands._console import human_bytes, is_tty
+from kstore_cli.commands._render import human_bytes, is_tty
 from kstore_cli.commands._emit import exit_with
 from kstore_cli.commands._options import TIME, ExistingPath, json_option, topics_option
 

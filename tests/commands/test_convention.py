@@ -147,7 +147,7 @@ def test_human_units_on_a_terminal_raw_in_a_pipe(data, argv, human, raw, termina
 
 
 def test_spark_export_summary_units() -> None:
-    from kstore_cli.commands._console import human_bytes
+    from kstore_cli.commands._render import human_bytes
     from kstore_cli.spark.export import ExportSummary
 
     summary = ExportSummary()
