@@ -950,4 +950,4 @@ def test_find_through_an_index_entry_pointing_outside_the_log_scans_instead(tmp_
         result = CliRunner().invoke(cli, ["find", str(part), "--offset", str(target), "--json"])
         assert result.exception is None and result.exit_code == 0, (position, result.output, result.exception)
         assert result.output.splitlines()[0] == good.output.splitlines()[0]  # the same record
-        assert base in json.loads(result.output.splitlines()[-1])["scannedSegments"]
+        assert base in json.loads(result.output.splitlines()[-1])["scanned_segments"]
