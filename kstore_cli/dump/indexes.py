@@ -7,9 +7,9 @@ from typing import Any, Iterator, Tuple
 
 from kstore_cli.errors import CorruptIndexError, FileUnreadableError
 from kstore_cli.log.index import OffsetIndex, TimeIndex
-from kstore_cli.log.names import INDEX_SUFFIX
+from kstore_cli.log.names import INDEX_SUFFIX, LOG_SUFFIX, base_offset_from_name
 from kstore_cli.record.batch import MAX_INT32, Batch
-from kstore_cli.record.reader import read_batches
+from kstore_cli.record.reader import map_file, read_batches
 from kstore_cli.dump.files import file_name, sibling_path
 
 def _slice_end(log: memoryview, position: int, size: int, log_path: str) -> int:
@@ -52,6 +52,13 @@ def sibling_offset_index(path: str, base: int) -> OffsetIndex:
             "Kafka would create an empty one and fail with 'Invalid max index size: -1')"
         )
         raise
+
+
+def open_time_index(path: str) -> Tuple[str, memoryview, OffsetIndex, TimeIndex]:
+    """What a .timeindex dump reads: (its .log's path, the .log mapped, the sibling offset index, the time index)."""
+    base = base_offset_from_name(path)
+    log_path = sibling_path(path, LOG_SUFFIX)
+    return log_path, map_file(log_path), sibling_offset_index(path, base), TimeIndex(path, base)
 
 
 def verify_time_index(

@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, Optional, Sequence
 from kstore_cli.codecs import CODEC_NAMES
 from kstore_cli.errors import CorruptSnapshotError, ExitStatus, KstoreError, UsageError
 from kstore_cli.java import MAX_INT64, MIN_INT64, java_long
-from kstore_cli.log.index import OffsetIndex, TimeIndex, TransactionIndex
+from kstore_cli.log.index import OffsetIndex, TransactionIndex
 from kstore_cli.log.names import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -25,7 +25,7 @@ from kstore_cli.record.batch import CONTROL_TYPE_NAMES, MAX_INT32, Batch, Record
 from kstore_cli.record.reader import map_file, read_batches
 from kstore_cli.record.text import java_utf8
 from kstore_cli.dump.files import BOOTSTRAP_CHECKPOINT, CHECKPOINT_SUFFIX, file_name, file_suffix, java_file_path, kraft_snapshot_id, sibling_path
-from kstore_cli.dump.indexes import first_batch_at, sibling_offset_index, verify_time_index, zero_tail_stop
+from kstore_cli.dump.indexes import first_batch_at, open_time_index, verify_time_index, zero_tail_stop
 from kstore_cli.dump.lines import control_type_id, records_as_iterated
 from kstore_cli.dump.options import Dumper
 
@@ -173,11 +173,7 @@ class JsonDumper(Dumper):
 
     def dump_time_index(self, path: str) -> None:
         o = self.o
-        base = base_offset_from_name(path)
-        log_path = sibling_path(path, LOG_SUFFIX)
-        log = map_file(log_path)
-        index = sibling_offset_index(path, base)
-        time_index = TimeIndex(path, base)
+        log_path, log, index, time_index = open_time_index(path)
         if o.index_sanity_check:
             time_index.sanity_check()
             return

@@ -21,7 +21,7 @@ from kstore_cli.log.snapshot import parse_snapshot
 from kstore_cli.record.reader import map_file
 from kstore_cli.record.text import ScalaHashMapOrder
 from kstore_cli.dump.files import CHECKPOINT_SUFFIX, file_suffix, java_absolute_path, java_file_path, located, sibling_path
-from kstore_cli.dump.indexes import first_batch_at, sibling_offset_index, verify_time_index, zero_tail_stop
+from kstore_cli.dump.indexes import first_batch_at, open_time_index, verify_time_index, zero_tail_stop
 from kstore_cli.dump.lines import format_snapshot_entry
 from kstore_cli.dump.options import DumpOptions
 from kstore_cli.dump.text_log import TextLogDump
@@ -111,11 +111,7 @@ class TextDumper(TextLogDump):
     def dump_time_index(self, path: str) -> None:
         o = self.o
         write = self.out.write
-        base = base_offset_from_name(path)
-        log_path = sibling_path(path, LOG_SUFFIX)
-        log = map_file(log_path)
-        index = sibling_offset_index(path, base)
-        time_index = TimeIndex(path, base)
+        log_path, log, index, time_index = open_time_index(path)
         if o.index_sanity_check:
             time_index.sanity_check()
             write(f"{path} passed sanity check.\n")
