@@ -44,8 +44,15 @@ setup(
     ext_modules=[
         Extension(
             "kstore_cli.record._decode_c",
-            sources=["kstore_cli/record/_decode_c.c"],
-            depends=_DEPENDS,
+            sources=[
+                "kstore_cli/record/_decode_c.c",
+                "kstore_cli/record/_decode_v2.c",
+                "kstore_cli/record/_decode_records.c",
+                "kstore_cli/record/_decode_build.c",
+                "kstore_cli/record/_decode_columns.c",
+                "kstore_cli/record/_decode_frame.c",
+            ],
+            depends=[*_DEPENDS, "kstore_cli/record/_decode_c.h"],
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,
