@@ -53,8 +53,8 @@ setup(
         # The record encoder (convert-format's write path; kstore_cli/record/encode.py falls back to Python).
         Extension(
             "kstore_cli.record._encode_c",
-            sources=["kstore_cli/record/_encode_c.c"],
-            depends=_DEPENDS,
+            sources=["kstore_cli/record/_encode_c.c", "kstore_cli/record/_encode_convert_c.c"],
+            depends=_DEPENDS + ["kstore_cli/record/_encode_c.h"],
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,
