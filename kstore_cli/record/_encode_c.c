@@ -178,6 +178,54 @@ static int strict_utf8(const uint8_t *p, Py_ssize_t n) {
     return -1;
 }
 
+/* One record's headers (4-tuples of spans) appended to the header spans column: 1, 0 when a key is not
+ * strict UTF-8 (Kafka re-encodes such a key: the caller takes the record path), -1 with an error set. */
+static int table_headers(Out *spans, PyObject *hs, const Py_buffer *v) {
+    for (Py_ssize_t h = 0; h < PyTuple_GET_SIZE(hs); h++) {
+        PyObject *ht = PyTuple_GET_ITEM(hs, h);
+        if (!PyTuple_Check(ht) || PyTuple_GET_SIZE(ht) != 4) {
+            PyErr_SetString(PyExc_TypeError, "headers must be 4-tuples");
+            return -1;
+        }
+        int64_t hsp[4];
+        for (int k = 0; k < 4; k++)
+            if (as_i64(PyTuple_GET_ITEM(ht, k), &hsp[k]) < 0) return -1;
+        if (hsp[0] < 0 || hsp[1] < 0 || hsp[1] > v->len || hsp[0] > v->len - hsp[1]) {
+            PyErr_SetString(PyExc_ValueError, "header key span outside the data");
+            return -1;
+        }
+        int ok = strict_utf8((const uint8_t *)v->buf + hsp[0], (Py_ssize_t)hsp[1]);
+        if (ok <= 0) return ok;
+        if (kstore_out_reserve(spans, 32) < 0) return -1;
+        memcpy(spans->buf + spans->len, hsp, 32);
+        spans->len += 32;
+    }
+    return 1;
+}
+
+/* One decode_v2_records tuple appended to the columns: 1, 0 (a key that is not strict UTF-8), -1 error. */
+static int table_record(Out *cols, PyObject *r, const Py_buffer *v, int64_t base_offset, int64_t base_ts,
+                        int has_lat, int64_t lat, int64_t *headers_seen) {
+    if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 8 || !PyTuple_Check(PyTuple_GET_ITEM(r, 7))) {
+        PyErr_SetString(PyExc_TypeError, "records must be decode_v2_records tuples");
+        return -1;
+    }
+    int64_t f[7];
+    for (int k = 0; k < 7; k++)
+        if (as_i64(PyTuple_GET_ITEM(r, k), &f[k]) < 0) return -1;
+    int64_t sp[4] = {f[3], f[4], f[5], f[6]};
+    if (put_q(&cols[0], wrap_add(base_offset, f[0])) < 0 ||
+        put_q(&cols[1], has_lat ? lat : wrap_add(base_ts, f[1])) < 0 || kstore_out_reserve(&cols[2], 32) < 0)
+        return -1;
+    memcpy(cols[2].buf + cols[2].len, sp, 32);
+    cols[2].len += 32;
+    PyObject *hs = PyTuple_GET_ITEM(r, 7);
+    int ok = table_headers(&cols[4], hs, v);
+    if (ok <= 0) return ok;
+    *headers_seen += PyTuple_GET_SIZE(hs);
+    return put_q(&cols[3], *headers_seen) < 0 ? -1 : 1;
+}
+
 /* v2_table(data, records, base_offset, base_timestamp, log_append_time); see _encode_py.v2_table. */
 static PyObject *py_v2_table(PyObject *self, PyObject *args) {
     PyObject *data, *records, *lat_obj;
@@ -192,56 +240,17 @@ static PyObject *py_v2_table(PyObject *self, PyObject *args) {
     Out cols[5] = {{0}};
     Py_ssize_t n = PyList_GET_SIZE(records);
     int64_t headers_seen = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *r = PyList_GET_ITEM(records, i);
-        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 8 || !PyTuple_Check(PyTuple_GET_ITEM(r, 7))) {
-            PyErr_SetString(PyExc_TypeError, "records must be decode_v2_records tuples");
-            goto fail;
-        }
-        int64_t f[7];
-        for (int k = 0; k < 7; k++)
-            if (as_i64(PyTuple_GET_ITEM(r, k), &f[k]) < 0) goto fail;
-        int64_t sp[4] = {f[3], f[4], f[5], f[6]};
-        if (put_q(&cols[0], wrap_add(base_offset, f[0])) < 0 ||
-            put_q(&cols[1], has_lat ? lat : wrap_add(base_ts, f[1])) < 0 || kstore_out_reserve(&cols[2], 32) < 0)
-            goto fail;
-        memcpy(cols[2].buf + cols[2].len, sp, 32);
-        cols[2].len += 32;
-        PyObject *hs = PyTuple_GET_ITEM(r, 7);
-        for (Py_ssize_t h = 0; h < PyTuple_GET_SIZE(hs); h++) {
-            PyObject *ht = PyTuple_GET_ITEM(hs, h);
-            if (!PyTuple_Check(ht) || PyTuple_GET_SIZE(ht) != 4) {
-                PyErr_SetString(PyExc_TypeError, "headers must be 4-tuples");
-                goto fail;
-            }
-            int64_t hsp[4];
-            for (int k = 0; k < 4; k++)
-                if (as_i64(PyTuple_GET_ITEM(ht, k), &hsp[k]) < 0) goto fail;
-            if (hsp[0] < 0 || hsp[1] < 0 || hsp[1] > v.len || hsp[0] > v.len - hsp[1]) {
-                PyErr_SetString(PyExc_ValueError, "header key span outside the data");
-                goto fail;
-            }
-            int ok = strict_utf8((const uint8_t *)v.buf + hsp[0], (Py_ssize_t)hsp[1]);
-            if (ok < 0) goto fail;
-            if (!ok) { /* Kafka re-encodes such a key: the caller takes the record path */
-                PyBuffer_Release(&v);
-                for (int k = 0; k < 5; k++) PyMem_Free(cols[k].buf);
-                Py_RETURN_NONE;
-            }
-            if (kstore_out_reserve(&cols[4], 32) < 0) goto fail;
-            memcpy(cols[4].buf + cols[4].len, hsp, 32);
-            cols[4].len += 32;
-        }
-        headers_seen += PyTuple_GET_SIZE(hs);
-        if (put_q(&cols[3], headers_seen) < 0) goto fail;
-    }
+    int ok = 1;
+    for (Py_ssize_t i = 0; i < n && ok > 0; i++)
+        ok = table_record(cols, PyList_GET_ITEM(records, i), &v, base_offset, base_ts, has_lat, lat, &headers_seen);
     PyBuffer_Release(&v);
+    if (ok <= 0) {
+        for (int k = 0; k < 5; k++) PyMem_Free(cols[k].buf);
+        if (ok < 0) return NULL;
+        Py_RETURN_NONE;
+    }
     if (!headers_seen) cols[3].len = 0;
     return kstore_table_tuple(n, data, cols, 5);
-fail:
-    PyBuffer_Release(&v);
-    for (int k = 0; k < 5; k++) PyMem_Free(cols[k].buf);
-    return NULL;
 }
 
 /* ------------------------------------------------------------------ reading a table */

@@ -11,6 +11,53 @@
 
 /* ------------------------------------------------------------------ v2_frames */
 
+/* Holds every body's buffer (*held of them, also on failure) and sums the batches' sizes into *total;
+ * 0, or -1 with an error set. */
+static int hold_bodies(PyObject *bseq, Py_ssize_t n, Py_buffer *views, Py_ssize_t *held, Py_ssize_t *total) {
+    for (; *held < n; (*held)++) {
+        Py_buffer *v = &views[*held];
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(bseq, *held), v, PyBUF_SIMPLE) < 0) return -1;
+        if (v->len > MAX_INT32 - 49 || *total > PY_SSIZE_T_MAX - 61 - v->len) {
+            PyBuffer_Release(v);
+            PyErr_SetString(PyExc_OverflowError, "batch larger than 2 GiB");
+            return -1;
+        }
+        *total += 61 + v->len;
+    }
+    return 0;
+}
+
+/* One v2 batch at p: the header from its tuple, then the body, then the CRC; 0, or -1 with an error set. */
+static int write_frame(uint8_t *p, PyObject *header, const Py_buffer *body) {
+    long long base_offset, base_ts, max_ts, pid;
+    int delta, attributes, epoch, pepoch, seq, count;
+    if (!PyArg_ParseTuple(header, "LiiLLiLiii;a v2 header is (base_offset, "
+                          "last_offset_delta, attributes, base_timestamp, max_timestamp, partition_leader_epoch, "
+                          "producer_id, producer_epoch, base_sequence, count)", &base_offset, &delta, &attributes,
+                          &base_ts, &max_ts, &epoch, &pid, &pepoch, &seq, &count))
+        return -1;
+    if (attributes < -32768 || attributes > 32767 || pepoch < -32768 || pepoch > 32767) {
+        PyErr_SetString(PyExc_OverflowError, "attributes and producer epoch are int16");
+        return -1;
+    }
+    Py_ssize_t len = body->len;
+    put_be64(p, (uint64_t)base_offset);
+    put_be32(p + V2_LENGTH_OFFSET, (uint32_t)(V2_HEADER_SIZE - LOG_OVERHEAD + len));
+    put_be32(p + V2_PARTITION_LEADER_EPOCH_OFFSET, (uint32_t)epoch);
+    p[MAGIC_OFFSET] = 2;
+    put_be16(p + V2_ATTRIBUTES_OFFSET, (uint16_t)attributes);
+    put_be32(p + V2_LAST_OFFSET_DELTA_OFFSET, (uint32_t)delta);
+    put_be64(p + V2_BASE_TIMESTAMP_OFFSET, (uint64_t)base_ts);
+    put_be64(p + V2_MAX_TIMESTAMP_OFFSET, (uint64_t)max_ts);
+    put_be64(p + V2_PRODUCER_ID_OFFSET, (uint64_t)pid);
+    put_be16(p + V2_PRODUCER_EPOCH_OFFSET, (uint16_t)pepoch);
+    put_be32(p + V2_BASE_SEQUENCE_OFFSET, (uint32_t)seq);
+    put_be32(p + V2_RECORDS_COUNT_OFFSET, (uint32_t)count);
+    if (len) memcpy(p + V2_HEADER_SIZE, body->buf, (size_t)len);
+    put_be32(p + V2_CRC_POS, crc32c(p + V2_CRC_START, (size_t)(V2_HEADER_SIZE - V2_CRC_START + len)));
+    return 0;
+}
+
 /* v2_frames(bodies, headers); see _encode_py.v2_frames. */
 PyObject *kstore_py_v2_frames(PyObject *self, PyObject *args) {
     PyObject *bodies, *headers;
@@ -29,49 +76,16 @@ PyObject *kstore_py_v2_frames(PyObject *self, PyObject *args) {
     }
     views = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_buffer));
     if (!views) { PyErr_NoMemory(); goto done; }
-    for (; held < n; held++) {
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(bseq, held), &views[held], PyBUF_SIMPLE) < 0) goto done;
-        if (views[held].len > MAX_INT32 - 49 || total > PY_SSIZE_T_MAX - 61 - views[held].len) {
-            PyBuffer_Release(&views[held]);
-            PyErr_SetString(PyExc_OverflowError, "batch larger than 2 GiB");
-            goto done;
-        }
-        total += 61 + views[held].len;
-    }
+    if (hold_bodies(bseq, n, views, &held, &total) < 0) goto done;
     result = PyBytes_FromStringAndSize(NULL, total);
     if (!result) goto done;
     uint8_t *p = (uint8_t *)PyBytes_AS_STRING(result);
     for (Py_ssize_t i = 0; i < n; i++) {
-        long long base_offset, base_ts, max_ts, pid;
-        int delta, attributes, epoch, pepoch, seq, count;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(hseq, i), "LiiLLiLiii;a v2 header is (base_offset, "
-                              "last_offset_delta, attributes, base_timestamp, max_timestamp, partition_leader_epoch, "
-                              "producer_id, producer_epoch, base_sequence, count)", &base_offset, &delta, &attributes,
-                              &base_ts, &max_ts, &epoch, &pid, &pepoch, &seq, &count)) {
+        if (write_frame(p, PySequence_Fast_GET_ITEM(hseq, i), &views[i]) < 0) {
             Py_CLEAR(result);
             goto done;
         }
-        if (attributes < -32768 || attributes > 32767 || pepoch < -32768 || pepoch > 32767) {
-            PyErr_SetString(PyExc_OverflowError, "attributes and producer epoch are int16");
-            Py_CLEAR(result);
-            goto done;
-        }
-        Py_ssize_t len = views[i].len;
-        put_be64(p, (uint64_t)base_offset);
-        put_be32(p + V2_LENGTH_OFFSET, (uint32_t)(V2_HEADER_SIZE - LOG_OVERHEAD + len));
-        put_be32(p + V2_PARTITION_LEADER_EPOCH_OFFSET, (uint32_t)epoch);
-        p[MAGIC_OFFSET] = 2;
-        put_be16(p + V2_ATTRIBUTES_OFFSET, (uint16_t)attributes);
-        put_be32(p + V2_LAST_OFFSET_DELTA_OFFSET, (uint32_t)delta);
-        put_be64(p + V2_BASE_TIMESTAMP_OFFSET, (uint64_t)base_ts);
-        put_be64(p + V2_MAX_TIMESTAMP_OFFSET, (uint64_t)max_ts);
-        put_be64(p + V2_PRODUCER_ID_OFFSET, (uint64_t)pid);
-        put_be16(p + V2_PRODUCER_EPOCH_OFFSET, (uint16_t)pepoch);
-        put_be32(p + V2_BASE_SEQUENCE_OFFSET, (uint32_t)seq);
-        put_be32(p + V2_RECORDS_COUNT_OFFSET, (uint32_t)count);
-        if (len) memcpy(p + V2_HEADER_SIZE, views[i].buf, (size_t)len);
-        put_be32(p + V2_CRC_POS, crc32c(p + V2_CRC_START, (size_t)(V2_HEADER_SIZE - V2_CRC_START + len)));
-        p += V2_HEADER_SIZE + len;
+        p += V2_HEADER_SIZE + views[i].len;
     }
 done:
     for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&views[i]);
@@ -183,6 +197,121 @@ static PyObject *long_or_none(int has, int64_t v) {
     return Py_None;
 }
 
+/* The group being filled: (codec, timestamp_type, log_append_time or None, base_offset, base_timestamp,
+ * size) once active. */
+typedef struct {
+    int active, codec, ts_type, has_lat;
+    long long lat, base, base_ts, size;
+} Group;
+
+/* What a call took and added: legacy_to_v2's counts. */
+typedef struct {
+    long long wrappers, taken_bytes, records, added, last_wrapper, max_ts, last;
+} Progress;
+
+/* g from the group argument (None: not active); 0, or -1 with an error set. */
+static int parse_group(PyObject *group, Group *g) {
+    g->active = group != Py_None;
+    if (!g->active) return 0;
+    PyObject *lat_obj;
+    if (!PyArg_ParseTuple(group, "iiOLLL", &g->codec, &g->ts_type, &lat_obj, &g->base, &g->base_ts, &g->size))
+        return -1;
+    g->has_lat = lat_obj != Py_None;
+    if (g->has_lat && (g->lat = PyLong_AsLongLong(lat_obj)) == -1 && PyErr_Occurred()) return -1;
+    return 0;
+}
+
+/* The carry (table, start, codec, timestamp_type, log_append_time or None) as the current wrapper, its
+ * table a new reference on success; 0, or -1 with an error set (nothing referenced). */
+static int parse_carry(PyObject *carry, Wrapper *cur, Py_ssize_t *start) {
+    if (carry == Py_None) return 0;
+    PyObject *lat_obj;
+    if (!PyArg_ParseTuple(carry, "OniiO", &cur->table, start, &cur->codec, &cur->ts_type, &lat_obj)) return -1;
+    cur->has_lat = lat_obj != Py_None;
+    if (cur->has_lat && (cur->lat = PyLong_AsLongLong(lat_obj)) == -1 && PyErr_Occurred()) return -1;
+    Py_INCREF(cur->table);
+    return 0;
+}
+
+/* The wrapper at *pos into cur when it joins the group: 1 taken (*pos and the counts advanced), 0 not
+ * (*reason RUN_KEY when it was refused for its timestamp type, log append time or codec), -1 error. */
+static int next_wrapper(PyObject *src, const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, int64_t max_inflate,
+                        const Group *g, int by_codec, Wrapper *cur, Progress *pr, int *reason) {
+    int r = take_wrapper(src, b, *pos, end, max_inflate, cur);
+    if (r <= 0) return r;
+    if (g->active && (cur->ts_type != g->ts_type || cur->has_lat != g->has_lat || (cur->has_lat && cur->lat != g->lat) ||
+                      (by_codec && cur->codec != g->codec))) {
+        Py_CLEAR(cur->table);
+        *reason = RUN_KEY;
+        return 0;
+    }
+    *pos += cur->size;
+    pr->wrappers++;
+    pr->taken_bytes += cur->size;
+    pr->last_wrapper = cur->offset;
+    pr->records += PyLong_AsSsize_t(PyTuple_GET_ITEM(cur->table, 0));
+    return 1;
+}
+
+/* The records of cur's table from *start that fit, written as v2 records of the group (started here
+ * when not active): 1 all of them, 0 the group is full (*start: the first left), -1 error. */
+static int add_records(PyObject *out, const Wrapper *cur, Py_ssize_t *start, int64_t limit, int64_t fresh_size,
+                       Group *g, Progress *pr) {
+    Table t;
+    if (kstore_table_open(cur->table, &t) < 0) return -1;
+    Py_ssize_t first = *start;
+    if (first < 0 || first >= t.n) {
+        kstore_table_release(&t);
+        PyErr_SetString(PyExc_ValueError, "carry start out of the table");
+        return -1;
+    }
+    int fresh = !g->active;
+    if (fresh) {
+        *g = (Group){1, cur->codec, cur->ts_type, cur->has_lat, cur->lat, ld64(t.offsets + 8 * first),
+                     ld64(t.timestamps + 8 * first), fresh_size};
+    }
+    int64_t sz = g->size, m = 0;
+    Py_ssize_t stop = kstore_fit_records(&t, first, 2, &sz, limit, g->base, fresh);
+    if (stop < 0 || (stop > first && kstore_write_v2(out, &t, first, stop, g->base, g->base_ts, &m) < 0)) {
+        kstore_table_release(&t);
+        return -1;
+    }
+    g->size = sz;
+    if (stop > first) {
+        pr->max_ts = pr->added ? (m > pr->max_ts ? m : pr->max_ts) : m;
+        pr->added += stop - first;
+        pr->last = ld64(t.offsets + 8 * (stop - 1));
+    }
+    Py_ssize_t n = t.n;
+    kstore_table_release(&t);
+    if (stop < n) {
+        *start = stop;
+        return 0;
+    }
+    return 1;
+}
+
+/* legacy_to_v2's result tuple (see _encode_py.legacy_to_v2); NULL with an error set. */
+static PyObject *run_result(int reason, Py_ssize_t pos, const Progress *pr, const Group *g, const Wrapper *cur,
+                            Py_ssize_t start) {
+    PyObject *result = NULL;
+    /* "N": each long_or_none reference goes to its tuple (or is dropped when building fails). */
+    PyObject *group_out = g->active ? Py_BuildValue("iiNLLL", g->codec, g->ts_type, long_or_none(g->has_lat, g->lat),
+                                                    g->base, g->base_ts, g->size)
+                                    : long_or_none(0, 0);
+    PyObject *carry_out = reason == RUN_FULL ? Py_BuildValue("OniiN", cur->table, start, cur->codec, cur->ts_type,
+                                                             long_or_none(cur->has_lat, cur->lat))
+                                             : long_or_none(0, 0);
+    if (group_out && carry_out)
+        result = Py_BuildValue("inLLLNOLNNO", reason, pos, pr->wrappers, pr->taken_bytes, pr->records,
+                               long_or_none(pr->wrappers > 0, pr->last_wrapper), group_out, pr->added,
+                               long_or_none(pr->added > 0, pr->max_ts), long_or_none(pr->added > 0, pr->last),
+                               carry_out);
+    Py_XDECREF(group_out);
+    Py_XDECREF(carry_out);
+    return result;
+}
+
 /* legacy_to_v2(buf, pos, end, max_inflate, out, group, limit, fresh_size, carry, by_codec); see
  * _encode_py.legacy_to_v2. */
 PyObject *kstore_py_legacy_to_v2(PyObject *self, PyObject *args) {
@@ -197,103 +326,33 @@ PyObject *kstore_py_legacy_to_v2(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "a carry starts a new group");
         return NULL;
     }
-    /* the group: (codec, timestamp_type, log_append_time or None, base_offset, base_timestamp, size) */
-    int active = group != Py_None, g_codec = 0, g_ts_type = 0, g_has_lat = 0;
-    long long g_lat = 0, g_base = 0, g_base_ts = 0, g_size = 0;
-    if (active) {
-        PyObject *lat_obj;
-        if (!PyArg_ParseTuple(group, "iiOLLL", &g_codec, &g_ts_type, &lat_obj, &g_base, &g_base_ts, &g_size))
-            return NULL;
-        g_has_lat = lat_obj != Py_None;
-        if (g_has_lat && (g_lat = PyLong_AsLongLong(lat_obj)) == -1 && PyErr_Occurred()) return NULL;
-    }
+    Group g = {0};
     Wrapper cur = {0};
     Py_ssize_t start = 0;
-    if (carry != Py_None) {
-        PyObject *lat_obj;
-        if (!PyArg_ParseTuple(carry, "OniiO", &cur.table, &start, &cur.codec, &cur.ts_type, &lat_obj)) return NULL;
-        cur.has_lat = lat_obj != Py_None;
-        if (cur.has_lat && (cur.lat = PyLong_AsLongLong(lat_obj)) == -1 && PyErr_Occurred()) return NULL;
-        Py_INCREF(cur.table);
-    }
+    if (parse_group(group, &g) < 0 || parse_carry(carry, &cur, &start) < 0) return NULL;
     Py_buffer sv;
     if (PyObject_GetBuffer(src, &sv, PyBUF_SIMPLE) < 0) { Py_XDECREF(cur.table); return NULL; }
-    const uint8_t *b = sv.buf;
     if (end > sv.len) end = sv.len;
     if (pos < 0) pos = end;
-    long long wrappers = 0, taken_bytes = 0, records = 0, added = 0, last_wrapper = 0, max_ts = 0, last = 0;
+    Progress pr = {0};
     int reason = RUN_STOP;
     PyObject *result = NULL;
     for (;;) {
         if (!cur.table) {
-            int r = take_wrapper(src, b, pos, end, max_inflate, &cur);
+            int r = next_wrapper(src, sv.buf, &pos, end, max_inflate, &g, by_codec, &cur, &pr, &reason);
             if (r < 0) goto fail;
             if (r == 0) break;
-            if (active && (cur.ts_type != g_ts_type || cur.has_lat != g_has_lat || (cur.has_lat && cur.lat != g_lat) ||
-                           (by_codec && cur.codec != g_codec))) {
-                Py_CLEAR(cur.table);
-                reason = RUN_KEY;
-                break;
-            }
-            pos += cur.size;
-            wrappers++;
-            taken_bytes += cur.size;
-            last_wrapper = cur.offset;
             start = 0;
-            records += PyLong_AsSsize_t(PyTuple_GET_ITEM(cur.table, 0));
         }
-        Table t;
-        if (kstore_table_open(cur.table, &t) < 0) goto fail;
-        if (start < 0 || start >= t.n) {
-            kstore_table_release(&t);
-            PyErr_SetString(PyExc_ValueError, "carry start out of the table");
-            goto fail;
-        }
-        int fresh = !active;
-        if (fresh) {
-            active = 1;
-            g_codec = cur.codec;
-            g_ts_type = cur.ts_type;
-            g_has_lat = cur.has_lat;
-            g_lat = cur.lat;
-            g_base = ld64(t.offsets + 8 * start);
-            g_base_ts = ld64(t.timestamps + 8 * start);
-            g_size = fresh_size;
-        }
-        int64_t sz = g_size, m = 0;
-        Py_ssize_t stop = kstore_fit_records(&t, start, 2, &sz, limit, g_base, fresh);
-        if (stop < 0 || (stop > start && kstore_write_v2(out, &t, start, stop, g_base, g_base_ts, &m) < 0)) {
-            kstore_table_release(&t);
-            goto fail;
-        }
-        g_size = sz;
-        if (stop > start) {
-            max_ts = added ? (m > max_ts ? m : max_ts) : m;
-            added += stop - start;
-            last = ld64(t.offsets + 8 * (stop - 1));
-        }
-        Py_ssize_t n = t.n;
-        kstore_table_release(&t);
-        if (stop < n) {
-            start = stop;
+        int r = add_records(out, &cur, &start, limit, fresh_size, &g, &pr);
+        if (r < 0) goto fail;
+        if (r == 0) {
             reason = RUN_FULL;
             break;
         }
         Py_CLEAR(cur.table);
     }
-    /* "N": each long_or_none reference goes to its tuple (or is dropped when building fails). */
-    PyObject *group_out = active ? Py_BuildValue("iiNLLL", g_codec, g_ts_type, long_or_none(g_has_lat, g_lat), g_base,
-                                                 g_base_ts, g_size)
-                                 : long_or_none(0, 0);
-    PyObject *carry_out = reason == RUN_FULL ? Py_BuildValue("OniiN", cur.table, start, cur.codec, cur.ts_type,
-                                                             long_or_none(cur.has_lat, cur.lat))
-                                             : long_or_none(0, 0);
-    if (group_out && carry_out)
-        result = Py_BuildValue("inLLLNOLNNO", reason, pos, wrappers, taken_bytes, records,
-                               long_or_none(wrappers > 0, last_wrapper), group_out, added,
-                               long_or_none(added > 0, max_ts), long_or_none(added > 0, last), carry_out);
-    Py_XDECREF(group_out);
-    Py_XDECREF(carry_out);
+    result = run_result(reason, pos, &pr, &g, &cur, start);
 fail:
     Py_XDECREF(cur.table);
     PyBuffer_Release(&sv);
