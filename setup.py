@@ -71,8 +71,8 @@ setup(
         # compact's native write path (kstore_cli/record/record_filter.py falls back to Python without it).
         Extension(
             "kstore_cli.record._cleaner_c",
-            sources=["kstore_cli/record/_cleaner_c.c"],
-            depends=_DEPENDS,
+            sources=["kstore_cli/record/_cleaner_c.c", "kstore_cli/record/_cleaner_map_c.c"],
+            depends=_DEPENDS + ["kstore_cli/record/_cleaner_c.h"],
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,
