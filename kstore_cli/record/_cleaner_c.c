@@ -20,6 +20,8 @@
  *
  * Compression stays in the codec libraries: `decompress(codec, payload)` and `compress(codec,
  * data)` are Python callables, called once per compressed batch.
+ *
+ * MD5 and the OffsetMap type are in _cleaner_map_c.c, the per-record map work in _cleaner_c.h.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -7,6 +7,12 @@
 #ifndef KSTORE_CLEANER_C_H
 #define KSTORE_CLEANER_C_H
 
+/* Shared between the extension's files only: hidden, so calls inside a file bind (and inline) as for a
+ * static function, and nothing is exported beyond the module's PyInit. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(hidden)
+#endif
+
 #define HASH_SIZE 16
 #define BYTES_PER_ENTRY 24
 #define INITIAL_SLOTS 4096
@@ -66,11 +72,10 @@ typedef struct {
     memo_t *memo;
 } OffsetMapObject;
 
-
 extern PyTypeObject kstore_offset_map_type; /* OffsetMap */
 /* Doubles the small table, or moves to Kafka's full table; 0, or -1 with an error set. */
 int kstore_map_grow(OffsetMapObject *m);
-/* Readies the OffsetMap type (and this file's copy of _wire.h's tables); -1 with an error set. */
+/* Readies the OffsetMap type (and _cleaner_map_c.c's copy of _wire.h's tables); -1 with an error set. */
 int kstore_cleaner_map_init(void);
 
 static inline void key_digest(OffsetMapObject *m, const uint8_t *key, size_t n, uint8_t out[HASH_SIZE]) {
@@ -154,5 +159,9 @@ static inline int64_t map_get_digest(OffsetMapObject *m, const uint8_t *d) {
     return -1;
 }
 
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #endif /* KSTORE_CLEANER_C_H */

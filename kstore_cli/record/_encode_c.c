@@ -7,6 +7,9 @@
  * checked before any byte is read through it (lengths of its columns, every span inside the data),
  * so a table that did not come from legacy_table / v2_table is a ValueError, never a stray read.
  * Offsets and timestamps are Java longs: sums and differences wrap (unsigned arithmetic, no UB).
+ *
+ * convert-format's fused paths (v2_frames, legacy_to_v2) are in _encode_convert_c.c; what both files
+ * share is in _encode_c.h.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

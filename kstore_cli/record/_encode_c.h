@@ -6,6 +6,12 @@
 #ifndef KSTORE_ENCODE_C_H
 #define KSTORE_ENCODE_C_H
 
+/* Shared between the extension's files only: hidden, so calls inside a file bind (and inline) as for a
+ * static function, and nothing is exported beyond the module's PyInit. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(hidden)
+#endif
+
 extern PyObject *kstore_invalid_record_error; /* kstore_cli.errors.InvalidRecordError */
 
 #define MAX_INT32 0x7FFFFFFFLL
@@ -64,5 +70,9 @@ PyObject *kstore_py_v2_frames(PyObject *self, PyObject *args);
 PyObject *kstore_py_legacy_to_v2(PyObject *self, PyObject *args);
 /* Its module state (zlib, interned names) and its copy of _wire.h's CRC tables; -1 with an error set. */
 int kstore_encode_convert_init(void);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #endif /* KSTORE_ENCODE_C_H */
