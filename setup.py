@@ -60,8 +60,8 @@ setup(
         # The record encoder (convert-format's write path; kstore_cli/record/encode.py falls back to Python).
         Extension(
             "kstore_cli.record._encode_c",
-            sources=["kstore_cli/record/_encode_c.c"],
-            depends=_DEPENDS,
+            sources=["kstore_cli/record/_encode_c.c", "kstore_cli/record/_encode_convert_c.c"],
+            depends=_DEPENDS + ["kstore_cli/record/_encode_c.h"],
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,
@@ -78,8 +78,8 @@ setup(
         # compact's native write path (kstore_cli/record/record_filter.py falls back to Python without it).
         Extension(
             "kstore_cli.record._cleaner_c",
-            sources=["kstore_cli/record/_cleaner_c.c"],
-            depends=_DEPENDS,
+            sources=["kstore_cli/record/_cleaner_c.c", "kstore_cli/record/_cleaner_map_c.c"],
+            depends=_DEPENDS + ["kstore_cli/record/_cleaner_c.h"],
             extra_compile_args=_CFLAGS,
             extra_link_args=_LDFLAGS,
             optional=True,

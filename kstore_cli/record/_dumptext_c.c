@@ -325,6 +325,41 @@ static int add_gap(PyObject **gaps, int64_t a, int64_t b) {
     return rc;
 }
 
+/* A record line's metadata: offset, timestamp, sizes, sequence, header keys (o has 200 bytes free). */
+static inline int put_record_meta(Out *o, const uint8_t *b, const Spans *sp, int64_t offset, int64_t timestamp,
+                                  const char *ts_name, size_t ts_name_len, int32_t seq) {
+    PUT_LIT(o, "| offset: ");
+    put_i64(o, offset);
+    put(o, ts_name, ts_name_len);
+    put_i64(o, timestamp);
+    PUT_LIT(o, " keySize: ");
+    put_i64(o, sp->kl);
+    PUT_LIT(o, " valueSize: ");
+    put_i64(o, sp->vl);
+    PUT_LIT(o, " sequence: ");
+    put_i64(o, seq);
+    PUT_LIT(o, " headerKeys: ");
+    return put_header_keys(o, b, sp->hstart, sp->hcount);
+}
+
+/* A record line's key and payload (--print-data-log), each when not null. */
+static inline int put_record_data(Out *o, const uint8_t *b, const Spans *sp, int meta) {
+    if (sp->kl >= 0) {
+        if (out_reserve(o, 8) < 0) return -1;
+        if (meta)
+            PUT_LIT(o, " key: ");
+        else
+            PUT_LIT(o, "| key: ");
+        if (put_java_utf8(o, b + sp->kp, sp->kl) < 0) return -1;
+    }
+    if (sp->vl >= 0) {
+        if (out_reserve(o, 10) < 0) return -1;
+        PUT_LIT(o, " payload: ");
+        if (put_java_utf8(o, b + sp->vp, sp->vl) < 0) return -1;
+    }
+    return 0;
+}
+
 /* One batch's record lines into o, from data b[p:end]: 0 done, 1 when the batch is not plain and well formed
  * (the caller falls back to Python; o and the gaps may hold part of it), -1 on a Python error. */
 static int format_records(Out *o, const uint8_t *b, Py_ssize_t p, Py_ssize_t end, Py_ssize_t count,
@@ -353,36 +388,10 @@ static int format_records(Out *o, const uint8_t *b, Py_ssize_t p, Py_ssize_t end
         }
         last = offset;
         if (out_reserve(o, 200) < 0) return -1;
-        if (meta) {
-            int32_t seq = base_sequence >= 0 ? increment_sequence(base_sequence, off_delta) : -1;
-            PUT_LIT(o, "| offset: ");
-            put_i64(o, offset);
-            put(o, ts_name, ts_name_len);
-            put_i64(o, timestamp);
-            PUT_LIT(o, " keySize: ");
-            put_i64(o, sp.kl);
-            PUT_LIT(o, " valueSize: ");
-            put_i64(o, sp.vl);
-            PUT_LIT(o, " sequence: ");
-            put_i64(o, seq);
-            PUT_LIT(o, " headerKeys: ");
-            if (put_header_keys(o, b, sp.hstart, sp.hcount) < 0) return -1;
-        }
-        if (data) {
-            if (sp.kl >= 0) {
-                if (out_reserve(o, 8) < 0) return -1;
-                if (meta)
-                    PUT_LIT(o, " key: ");
-                else
-                    PUT_LIT(o, "| key: ");
-                if (put_java_utf8(o, b + sp.kp, sp.kl) < 0) return -1;
-            }
-            if (sp.vl >= 0) {
-                if (out_reserve(o, 10) < 0) return -1;
-                PUT_LIT(o, " payload: ");
-                if (put_java_utf8(o, b + sp.vp, sp.vl) < 0) return -1;
-            }
-        }
+        if (meta && put_record_meta(o, b, &sp, offset, timestamp, ts_name, ts_name_len,
+                                    base_sequence >= 0 ? increment_sequence(base_sequence, off_delta) : -1) < 0)
+            return -1;
+        if (data && put_record_data(o, b, &sp, meta) < 0) return -1;
         if (out_reserve(o, 1) < 0) return -1;
         PUT_LIT(o, "\n");
     }
@@ -453,6 +462,54 @@ done:
 /* ------------------------------------------------------------------ runs of batches */
 
 
+/* The batch line of the plain batch h at pos, as dumplog._v2_batch_line writes it. */
+static int put_batch_line(Out *o, const uint8_t *h, Py_ssize_t pos, Py_ssize_t size) {
+    int16_t attributes = s16(be16(h + V2_ATTRIBUTES_OFFSET));
+    int64_t base_offset = s64(be64(h));
+    int32_t delta = s32(be32(h + V2_LAST_OFFSET_DELTA_OFFSET)), base_sequence = s32(be32(h + V2_BASE_SEQUENCE_OFFSET));
+    if (out_reserve(o, 600) < 0) return -1;
+    PUT_LIT(o, "baseOffset: ");
+    put_i64(o, base_offset);
+    PUT_LIT(o, " lastOffset: ");
+    put_i64(o, s64((uint64_t)base_offset + (uint64_t)(int64_t)delta));
+    PUT_LIT(o, " count: ");
+    put_i64(o, s32(be32(h + V2_RECORDS_COUNT_OFFSET)));
+    PUT_LIT(o, " baseSequence: ");
+    put_i64(o, base_sequence);
+    PUT_LIT(o, " lastSequence: ");
+    put_i64(o, base_sequence == -1 ? -1 : increment_sequence(base_sequence, delta));
+    PUT_LIT(o, " producerId: ");
+    put_i64(o, s64(be64(h + V2_PRODUCER_ID_OFFSET)));
+    PUT_LIT(o, " producerEpoch: ");
+    put_i64(o, s16(be16(h + V2_PRODUCER_EPOCH_OFFSET)));
+    PUT_LIT(o, " partitionLeaderEpoch: ");
+    put_i64(o, s32(be32(h + V2_PARTITION_LEADER_EPOCH_OFFSET)));
+    if (attributes & 0x10)
+        PUT_LIT(o, " isTransactional: true isControl: false deleteHorizonMs: ");
+    else
+        PUT_LIT(o, " isTransactional: false isControl: false deleteHorizonMs: ");
+    if (attributes & 0x40) {
+        PUT_LIT(o, "OptionalLong[");
+        put_i64(o, s64(be64(h + V2_BASE_TIMESTAMP_OFFSET)));
+        PUT_LIT(o, "]");
+    } else {
+        PUT_LIT(o, "OptionalLong.empty");
+    }
+    PUT_LIT(o, " position: ");
+    put_i64(o, pos);
+    if (attributes & 0x08)
+        PUT_LIT(o, " LogAppendTime: ");
+    else
+        PUT_LIT(o, " CreateTime: ");
+    put_i64(o, s64(be64(h + V2_MAX_TIMESTAMP_OFFSET)));
+    PUT_LIT(o, " size: ");
+    put_i64(o, size);
+    PUT_LIT(o, " magic: 2 compresscodec: none crc: ");
+    put_i64(o, be32(h + V2_CRC_POS));
+    PUT_LIT(o, " isvalid: true\n");
+    return 0;
+}
+
 /* One plain batch at b[pos:] (its line and its records' lines) into o: 0 done, 1 not plain (o, *lastp and
  * the gaps as they were), -1 on a Python error. Plain: magic 2, the whole batch before `end`, its CRC right,
  * uncompressed, not a control batch, at least one record, records that parse exactly. */
@@ -470,52 +527,12 @@ static int format_batch(Out *o, const uint8_t *b, Py_ssize_t pos, Py_ssize_t end
     if (crc32c(h + V2_CRC_START, (size_t)(size - V2_CRC_START)) != crc) return 1;
     int64_t base_offset = s64(be64(h)), base_timestamp = s64(be64(h + V2_BASE_TIMESTAMP_OFFSET));
     int64_t max_timestamp = s64(be64(h + V2_MAX_TIMESTAMP_OFFSET));
-    int32_t delta = s32(be32(h + V2_LAST_OFFSET_DELTA_OFFSET)), base_sequence = s32(be32(h + V2_BASE_SEQUENCE_OFFSET));
+    int32_t base_sequence = s32(be32(h + V2_BASE_SEQUENCE_OFFSET));
     int log_append = (attributes & 0x08) != 0;
     size_t len0 = o->len;
     Py_ssize_t ngaps = *gaps ? PyList_GET_SIZE(*gaps) : 0;
     int64_t last = *lastp;
-    /* The batch line, as dumplog._v2_batch_line writes it. */
-    if (out_reserve(o, 600) < 0) return -1;
-    PUT_LIT(o, "baseOffset: ");
-    put_i64(o, base_offset);
-    PUT_LIT(o, " lastOffset: ");
-    put_i64(o, s64((uint64_t)base_offset + (uint64_t)(int64_t)delta));
-    PUT_LIT(o, " count: ");
-    put_i64(o, count);
-    PUT_LIT(o, " baseSequence: ");
-    put_i64(o, base_sequence);
-    PUT_LIT(o, " lastSequence: ");
-    put_i64(o, base_sequence == -1 ? -1 : increment_sequence(base_sequence, delta));
-    PUT_LIT(o, " producerId: ");
-    put_i64(o, s64(be64(h + V2_PRODUCER_ID_OFFSET)));
-    PUT_LIT(o, " producerEpoch: ");
-    put_i64(o, s16(be16(h + V2_PRODUCER_EPOCH_OFFSET)));
-    PUT_LIT(o, " partitionLeaderEpoch: ");
-    put_i64(o, s32(be32(h + V2_PARTITION_LEADER_EPOCH_OFFSET)));
-    if (attributes & 0x10)
-        PUT_LIT(o, " isTransactional: true isControl: false deleteHorizonMs: ");
-    else
-        PUT_LIT(o, " isTransactional: false isControl: false deleteHorizonMs: ");
-    if (attributes & 0x40) {
-        PUT_LIT(o, "OptionalLong[");
-        put_i64(o, base_timestamp);
-        PUT_LIT(o, "]");
-    } else {
-        PUT_LIT(o, "OptionalLong.empty");
-    }
-    PUT_LIT(o, " position: ");
-    put_i64(o, pos);
-    if (log_append)
-        PUT_LIT(o, " LogAppendTime: ");
-    else
-        PUT_LIT(o, " CreateTime: ");
-    put_i64(o, max_timestamp);
-    PUT_LIT(o, " size: ");
-    put_i64(o, size);
-    PUT_LIT(o, " magic: 2 compresscodec: none crc: ");
-    put_i64(o, crc);
-    PUT_LIT(o, " isvalid: true\n");
+    if (put_batch_line(o, h, pos, size) < 0) return -1;
     int rc = format_records(o, b, pos + V2_HEADER_SIZE, pos + size, count, base_offset, base_timestamp, log_append,
                             max_timestamp, base_sequence, &last, gaps, flags);
     if (rc > 0) {

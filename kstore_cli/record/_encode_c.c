@@ -7,32 +7,20 @@
  * checked before any byte is read through it (lengths of its columns, every span inside the data),
  * so a table that did not come from legacy_table / v2_table is a ValueError, never a stray read.
  * Offsets and timestamps are Java longs: sums and differences wrap (unsigned arithmetic, no UB).
+ *
+ * convert-format's fused paths (v2_frames, legacy_to_v2) are in _encode_convert_c.c; what both files
+ * share is in _encode_c.h.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include "_wire.h" /* v2_frames' CRC-32C: SSE 4.2's instruction when the CPU has it */
+#include "_wire.h" /* encode_legacy's CRC-32 */
+#include "_encode_c.h"
 
-static PyObject *InvalidRecordError; /* kstore_cli.errors.InvalidRecordError */
-
-#define MAX_INT32 0x7FFFFFFFLL
-#define V2_RECORD_OVERHEAD 21
-#define LEGACY_RECORD_OVERHEAD 34
-#define V2_HEADER_OVERHEAD 10
-
-/* ------------------------------------------------------------------ Java arithmetic, native columns */
-
-static inline int64_t wrap_add(int64_t a, int64_t b) { return s64((uint64_t)a + (uint64_t)b); }
-static inline int64_t wrap_sub(int64_t a, int64_t b) { return s64((uint64_t)a - (uint64_t)b); }
-static inline int64_t ld64(const uint8_t *p) { int64_t v; memcpy(&v, p, 8); return v; }
+PyObject *kstore_invalid_record_error;
 
 /* ------------------------------------------------------------------ growing output */
 
-typedef struct {
-    uint8_t *buf;
-    Py_ssize_t len, cap;
-} Out;
-
-static int out_reserve(Out *o, Py_ssize_t more) {
+int kstore_out_reserve(Out *o, Py_ssize_t more) {
     if (more > PY_SSIZE_T_MAX - o->len) { PyErr_NoMemory(); return -1; }
     Py_ssize_t need = o->len + more;
     if (need <= o->cap) return 0;
@@ -54,26 +42,18 @@ static PyObject *out_bytes(Out *o) {
 
 /* ------------------------------------------------------------------ legacy_table */
 
-/* Appends one int64 to o (native byte order). */
-static inline int put_q(Out *o, int64_t v) {
-    if (o->len + 8 > o->cap && out_reserve(o, 8) < 0) return -1;
-    memcpy(o->buf + o->len, &v, 8);
-    o->len += 8;
-    return 0;
-}
-
 static PyObject *invalid(const char *msg) {
-    PyErr_SetString(InvalidRecordError, msg);
+    PyErr_SetString(kstore_invalid_record_error, msg);
     return NULL;
 }
 
 /* One legacy entry at pos as decode_legacy_message reads it: 1 parsed, 0 does not fit, -1 error. */
-static int legacy_entry(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, int64_t *f) {
+int kstore_legacy_entry(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, int64_t *f) {
     if (end - pos < LOG_OVERHEAD) return 0;
     int64_t offset = s64(be64(b + pos));
     int32_t size = s32(be32(b + pos + SIZE_OFFSET));
     if (size < RECORD_OVERHEAD_V0) {
-        PyErr_Format(InvalidRecordError, "Record size %d is less than the minimum record overhead (%d)", size,
+        PyErr_Format(kstore_invalid_record_error, "Record size %d is less than the minimum record overhead (%d)", size,
                      RECORD_OVERHEAD_V0);
         return -1;
     }
@@ -102,11 +82,11 @@ static int legacy_entry(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, int64_
     f[5] = kp; f[6] = kl; f[7] = vp; f[8] = vl;
     return 1;
 structure:
-    PyErr_SetString(InvalidRecordError, "Found invalid record structure");
+    PyErr_SetString(kstore_invalid_record_error, "Found invalid record structure");
     return -1;
 }
 
-static PyObject *table_tuple(Py_ssize_t n, PyObject *data, Out *cols, int ncols) {
+PyObject *kstore_table_tuple(Py_ssize_t n, PyObject *data, Out *cols, int ncols) {
     PyObject *t = PyTuple_New(7);
     if (!t) goto fail;
     PyTuple_SET_ITEM(t, 0, PyLong_FromSsize_t(n));
@@ -125,7 +105,7 @@ fail:
 }
 
 /* The record table of a decompressed wrapper's inner messages (see _encode_py.legacy_table). */
-static PyObject *legacy_table_of(PyObject *data, int wrapper_magic, int64_t wrapper_offset, int has_lat, int64_t lat) {
+PyObject *kstore_legacy_table_of(PyObject *data, int wrapper_magic, int64_t wrapper_offset, int has_lat, int64_t lat) {
     Py_buffer v;
     if (PyObject_GetBuffer(data, &v, PyBUF_SIMPLE) < 0) return NULL;
     const uint8_t *b = v.buf;
@@ -133,12 +113,12 @@ static PyObject *legacy_table_of(PyObject *data, int wrapper_magic, int64_t wrap
     Py_ssize_t pos = 0, n = 0;
     int64_t f[9];
     for (;;) {
-        int r = legacy_entry(b, pos, v.len, f);
+        int r = kstore_legacy_entry(b, pos, v.len, f);
         if (r < 0) goto fail;
         if (r == 0) break; /* a truncated trailing inner entry ends the iteration silently */
         if (f[3] & 0x07) { invalid("Inner messages must not be compressed"); goto fail; }
         int64_t ts = f[2] == 0 ? -1 : (has_lat ? lat : f[4]);
-        if (put_q(&cols[0], f[0]) < 0 || put_q(&cols[1], ts) < 0 || out_reserve(&cols[2], 32) < 0) goto fail;
+        if (put_q(&cols[0], f[0]) < 0 || put_q(&cols[1], ts) < 0 || kstore_out_reserve(&cols[2], 32) < 0) goto fail;
         int64_t sp[4] = {f[5], f[6], f[7], f[8]};
         memcpy(cols[2].buf + cols[2].len, sp, 32);
         cols[2].len += 32;
@@ -149,7 +129,7 @@ static PyObject *legacy_table_of(PyObject *data, int wrapper_magic, int64_t wrap
     if (wrapper_magic > 0 && wrapper_offset != 0) { /* wrapper offset 0 (some librdkafka): kept */
         int64_t last_inner = ld64(cols[0].buf + (n - 1) * 8);
         if (wrapper_offset < last_inner) {
-            PyErr_Format(InvalidRecordError,
+            PyErr_Format(kstore_invalid_record_error,
                          "Found invalid wrapper offset in compressed v1 message set, wrapper offset '%lld' is less "
                          "than the last inner message offset '%lld' and it is not zero.",
                          (long long)wrapper_offset, (long long)last_inner);
@@ -162,7 +142,7 @@ static PyObject *legacy_table_of(PyObject *data, int wrapper_magic, int64_t wrap
         }
     }
     PyBuffer_Release(&v);
-    return table_tuple(n, data, cols, 3);
+    return kstore_table_tuple(n, data, cols, 3);
 fail:
     PyBuffer_Release(&v);
     for (int i = 0; i < 3; i++) PyMem_Free(cols[i].buf);
@@ -181,7 +161,7 @@ static PyObject *py_legacy_table(PyObject *self, PyObject *args) {
         lat = PyLong_AsLongLong(lat_obj);
         if (lat == -1 && PyErr_Occurred()) return NULL;
     }
-    return legacy_table_of(data, wrapper_magic, wrapper_offset, has_lat, lat);
+    return kstore_legacy_table_of(data, wrapper_magic, wrapper_offset, has_lat, lat);
 }
 
 /* ------------------------------------------------------------------ v2_table */
@@ -201,6 +181,54 @@ static int strict_utf8(const uint8_t *p, Py_ssize_t n) {
     return -1;
 }
 
+/* One record's headers (4-tuples of spans) appended to the header spans column: 1, 0 when a key is not
+ * strict UTF-8 (Kafka re-encodes such a key: the caller takes the record path), -1 with an error set. */
+static int table_headers(Out *spans, PyObject *hs, const Py_buffer *v) {
+    for (Py_ssize_t h = 0; h < PyTuple_GET_SIZE(hs); h++) {
+        PyObject *ht = PyTuple_GET_ITEM(hs, h);
+        if (!PyTuple_Check(ht) || PyTuple_GET_SIZE(ht) != 4) {
+            PyErr_SetString(PyExc_TypeError, "headers must be 4-tuples");
+            return -1;
+        }
+        int64_t hsp[4];
+        for (int k = 0; k < 4; k++)
+            if (as_i64(PyTuple_GET_ITEM(ht, k), &hsp[k]) < 0) return -1;
+        if (hsp[0] < 0 || hsp[1] < 0 || hsp[1] > v->len || hsp[0] > v->len - hsp[1]) {
+            PyErr_SetString(PyExc_ValueError, "header key span outside the data");
+            return -1;
+        }
+        int ok = strict_utf8((const uint8_t *)v->buf + hsp[0], (Py_ssize_t)hsp[1]);
+        if (ok <= 0) return ok;
+        if (kstore_out_reserve(spans, 32) < 0) return -1;
+        memcpy(spans->buf + spans->len, hsp, 32);
+        spans->len += 32;
+    }
+    return 1;
+}
+
+/* One decode_v2_records tuple appended to the columns: 1, 0 (a key that is not strict UTF-8), -1 error. */
+static int table_record(Out *cols, PyObject *r, const Py_buffer *v, int64_t base_offset, int64_t base_ts,
+                        int has_lat, int64_t lat, int64_t *headers_seen) {
+    if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 8 || !PyTuple_Check(PyTuple_GET_ITEM(r, 7))) {
+        PyErr_SetString(PyExc_TypeError, "records must be decode_v2_records tuples");
+        return -1;
+    }
+    int64_t f[7];
+    for (int k = 0; k < 7; k++)
+        if (as_i64(PyTuple_GET_ITEM(r, k), &f[k]) < 0) return -1;
+    int64_t sp[4] = {f[3], f[4], f[5], f[6]};
+    if (put_q(&cols[0], wrap_add(base_offset, f[0])) < 0 ||
+        put_q(&cols[1], has_lat ? lat : wrap_add(base_ts, f[1])) < 0 || kstore_out_reserve(&cols[2], 32) < 0)
+        return -1;
+    memcpy(cols[2].buf + cols[2].len, sp, 32);
+    cols[2].len += 32;
+    PyObject *hs = PyTuple_GET_ITEM(r, 7);
+    int ok = table_headers(&cols[4], hs, v);
+    if (ok <= 0) return ok;
+    *headers_seen += PyTuple_GET_SIZE(hs);
+    return put_q(&cols[3], *headers_seen) < 0 ? -1 : 1;
+}
+
 /* v2_table(data, records, base_offset, base_timestamp, log_append_time); see _encode_py.v2_table. */
 static PyObject *py_v2_table(PyObject *self, PyObject *args) {
     PyObject *data, *records, *lat_obj;
@@ -215,75 +243,27 @@ static PyObject *py_v2_table(PyObject *self, PyObject *args) {
     Out cols[5] = {{0}};
     Py_ssize_t n = PyList_GET_SIZE(records);
     int64_t headers_seen = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *r = PyList_GET_ITEM(records, i);
-        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 8 || !PyTuple_Check(PyTuple_GET_ITEM(r, 7))) {
-            PyErr_SetString(PyExc_TypeError, "records must be decode_v2_records tuples");
-            goto fail;
-        }
-        int64_t f[7];
-        for (int k = 0; k < 7; k++)
-            if (as_i64(PyTuple_GET_ITEM(r, k), &f[k]) < 0) goto fail;
-        int64_t sp[4] = {f[3], f[4], f[5], f[6]};
-        if (put_q(&cols[0], wrap_add(base_offset, f[0])) < 0 ||
-            put_q(&cols[1], has_lat ? lat : wrap_add(base_ts, f[1])) < 0 || out_reserve(&cols[2], 32) < 0)
-            goto fail;
-        memcpy(cols[2].buf + cols[2].len, sp, 32);
-        cols[2].len += 32;
-        PyObject *hs = PyTuple_GET_ITEM(r, 7);
-        for (Py_ssize_t h = 0; h < PyTuple_GET_SIZE(hs); h++) {
-            PyObject *ht = PyTuple_GET_ITEM(hs, h);
-            if (!PyTuple_Check(ht) || PyTuple_GET_SIZE(ht) != 4) {
-                PyErr_SetString(PyExc_TypeError, "headers must be 4-tuples");
-                goto fail;
-            }
-            int64_t hsp[4];
-            for (int k = 0; k < 4; k++)
-                if (as_i64(PyTuple_GET_ITEM(ht, k), &hsp[k]) < 0) goto fail;
-            if (hsp[0] < 0 || hsp[1] < 0 || hsp[1] > v.len || hsp[0] > v.len - hsp[1]) {
-                PyErr_SetString(PyExc_ValueError, "header key span outside the data");
-                goto fail;
-            }
-            int ok = strict_utf8((const uint8_t *)v.buf + hsp[0], (Py_ssize_t)hsp[1]);
-            if (ok < 0) goto fail;
-            if (!ok) { /* Kafka re-encodes such a key: the caller takes the record path */
-                PyBuffer_Release(&v);
-                for (int k = 0; k < 5; k++) PyMem_Free(cols[k].buf);
-                Py_RETURN_NONE;
-            }
-            if (out_reserve(&cols[4], 32) < 0) goto fail;
-            memcpy(cols[4].buf + cols[4].len, hsp, 32);
-            cols[4].len += 32;
-        }
-        headers_seen += PyTuple_GET_SIZE(hs);
-        if (put_q(&cols[3], headers_seen) < 0) goto fail;
+    int ok = 1;
+    for (Py_ssize_t i = 0; i < n && ok > 0; i++)
+        ok = table_record(cols, PyList_GET_ITEM(records, i), &v, base_offset, base_ts, has_lat, lat, &headers_seen);
+    PyBuffer_Release(&v);
+    if (ok <= 0) {
+        for (int k = 0; k < 5; k++) PyMem_Free(cols[k].buf);
+        if (ok < 0) return NULL;
+        Py_RETURN_NONE;
     }
-    PyBuffer_Release(&v);
     if (!headers_seen) cols[3].len = 0;
-    return table_tuple(n, data, cols, 5);
-fail:
-    PyBuffer_Release(&v);
-    for (int k = 0; k < 5; k++) PyMem_Free(cols[k].buf);
-    return NULL;
+    return kstore_table_tuple(n, data, cols, 5);
 }
 
 /* ------------------------------------------------------------------ reading a table */
 
-typedef struct {
-    Py_ssize_t n, nh;
-    Py_buffer views[6]; /* data, offsets, timestamps, spans, header_ends, header_spans */
-    int held;
-    const uint8_t *data;
-    Py_ssize_t data_len;
-    const uint8_t *offsets, *timestamps, *spans, *header_ends, *header_spans;
-} Table;
-
-static void table_release(Table *t) {
+void kstore_table_release(Table *t) {
     for (int i = 0; i < t->held; i++) PyBuffer_Release(&t->views[i]);
     t->held = 0;
 }
 
-static int table_open(PyObject *obj, Table *t) {
+int kstore_table_open(PyObject *obj, Table *t) {
     t->held = 0;
     if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 7) {
         PyErr_SetString(PyExc_TypeError, "a record table is a 7-tuple");
@@ -293,7 +273,7 @@ static int table_open(PyObject *obj, Table *t) {
     if (t->n == -1 && PyErr_Occurred()) return -1;
     for (int i = 0; i < 6; i++) {
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(obj, 1 + i), &t->views[i], PyBUF_SIMPLE) < 0) {
-            table_release(t);
+            kstore_table_release(t);
             return -1;
         }
         t->held++;
@@ -303,7 +283,7 @@ static int table_open(PyObject *obj, Table *t) {
     if (n < 0 || n > PY_SSIZE_T_MAX / 32 || t->views[1].len != 8 * n || t->views[2].len != 8 * n ||
         t->views[3].len != 32 * n || (he != 0 && he != 8 * n) || hs % 32) {
         PyErr_SetString(PyExc_ValueError, "inconsistent record table");
-        table_release(t);
+        kstore_table_release(t);
         return -1;
     }
     t->nh = hs / 32;
@@ -361,7 +341,7 @@ static int64_t record_size(const Table *t, Py_ssize_t i, int to_magic) {
 }
 
 /* How many records from start join a group: the stop index, *size advanced; -1 with an error set. */
-static Py_ssize_t fit_records(const Table *t, Py_ssize_t start, int to_magic, int64_t *size, int64_t limit,
+Py_ssize_t kstore_fit_records(const Table *t, Py_ssize_t start, int to_magic, int64_t *size, int64_t limit,
                               int64_t group_base, int take_first) {
     if (start < 0 || start > t->n) {
         PyErr_Format(PyExc_ValueError, "start %zd out of the table", start);
@@ -389,10 +369,10 @@ static PyObject *py_fit(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OniLLLp", &obj, &start, &to_magic, &size, &limit, &group_base, &take_first))
         return NULL;
     Table t;
-    if (table_open(obj, &t) < 0) return NULL;
+    if (kstore_table_open(obj, &t) < 0) return NULL;
     int64_t sz = size;
-    Py_ssize_t stop = fit_records(&t, start, to_magic, &sz, limit, group_base, take_first);
-    table_release(&t);
+    Py_ssize_t stop = kstore_fit_records(&t, start, to_magic, &sz, limit, group_base, take_first);
+    kstore_table_release(&t);
     if (stop < 0) return NULL;
     return Py_BuildValue("nL", stop, (long long)sz);
 }
@@ -403,14 +383,14 @@ static PyObject *py_table_size(PyObject *self, PyObject *args) {
     int to_magic;
     if (!PyArg_ParseTuple(args, "Oi", &obj, &to_magic)) return NULL;
     Table t;
-    if (table_open(obj, &t) < 0) return NULL;
+    if (kstore_table_open(obj, &t) < 0) return NULL;
     int64_t total = 0;
     for (Py_ssize_t i = 0; i < t.n; i++) {
         int64_t s = record_size(&t, i, to_magic);
-        if (s < 0) { table_release(&t); return NULL; }
+        if (s < 0) { kstore_table_release(&t); return NULL; }
         total += s;
     }
-    table_release(&t);
+    kstore_table_release(&t);
     return PyLong_FromLongLong(total);
 }
 
@@ -459,7 +439,7 @@ static inline uint8_t *put_bytes(uint8_t *p, const uint8_t *data, int64_t pos, i
 }
 
 /* Records [start, stop) as DefaultRecords appended to out; 0 with *max_ts set, -1 with an error set. */
-static int write_v2(PyObject *out, const Table *t, Py_ssize_t start, Py_ssize_t stop, int64_t base_offset,
+int kstore_write_v2(PyObject *out, const Table *t, Py_ssize_t start, Py_ssize_t stop, int64_t base_offset,
                     int64_t base_ts, int64_t *max_ts) {
     if (!range_ok(t, start, stop)) return -1;
     int64_t total = 0;
@@ -564,10 +544,10 @@ static PyObject *py_encode_v2(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!OnnLL", &PyByteArray_Type, &out, &obj, &start, &stop, &base_offset, &base_ts))
         return NULL;
     Table t;
-    if (table_open(obj, &t) < 0) return NULL;
+    if (kstore_table_open(obj, &t) < 0) return NULL;
     int64_t max_ts;
-    int r = write_v2(out, &t, start, stop, base_offset, base_ts, &max_ts);
-    table_release(&t);
+    int r = kstore_write_v2(out, &t, start, stop, base_offset, base_ts, &max_ts);
+    kstore_table_release(&t);
     return r < 0 ? NULL : PyLong_FromLongLong(max_ts);
 }
 
@@ -583,9 +563,9 @@ static PyObject *py_encode_legacy(PyObject *self, PyObject *args) {
         return NULL;
     if (optional_i64(ts_obj, &has_ts, &fixed_ts) < 0) return NULL;
     Table t;
-    if (table_open(obj, &t) < 0) return NULL;
+    if (kstore_table_open(obj, &t) < 0) return NULL;
     int r = write_legacy(out, &t, start, stop, magic, attributes, offset_base, has_ts, fixed_ts, &max_ts);
-    table_release(&t);
+    kstore_table_release(&t);
     return r < 0 ? NULL : PyLong_FromLongLong(max_ts);
 }
 
@@ -605,13 +585,13 @@ static PyObject *py_add_v2(PyObject *self, PyObject *args) {
                           &limit, &take_first))
         return NULL;
     Table t;
-    if (table_open(obj, &t) < 0) return NULL;
+    if (kstore_table_open(obj, &t) < 0) return NULL;
     int64_t sz = size, max_ts = 0;
-    Py_ssize_t stop = fit_records(&t, start, 2, &sz, limit, base_offset, take_first);
+    Py_ssize_t stop = kstore_fit_records(&t, start, 2, &sz, limit, base_offset, take_first);
     PyObject *r = NULL;
-    if (stop >= 0 && (stop == start || write_v2(out, &t, start, stop, base_offset, base_ts, &max_ts) == 0))
+    if (stop >= 0 && (stop == start || kstore_write_v2(out, &t, start, stop, base_offset, base_ts, &max_ts) == 0))
         r = fit_result(&t, start, stop, sz, max_ts);
-    table_release(&t);
+    kstore_table_release(&t);
     return r;
 }
 
@@ -628,309 +608,18 @@ static PyObject *py_add_legacy(PyObject *self, PyObject *args) {
         return NULL;
     if (optional_i64(ts_obj, &has_ts, &fixed_ts) < 0) return NULL;
     Table t;
-    if (table_open(obj, &t) < 0) return NULL;
+    if (kstore_table_open(obj, &t) < 0) return NULL;
     int64_t sz = size;
-    Py_ssize_t stop = fit_records(&t, start, magic, &sz, limit, group_base, take_first);
+    Py_ssize_t stop = kstore_fit_records(&t, start, magic, &sz, limit, group_base, take_first);
     PyObject *r = NULL;
     if (stop >= 0 && (stop == start || write_legacy(out, &t, start, stop, magic, attributes, offset_base, has_ts,
                                                     fixed_ts, &max_ts) == 0))
         r = fit_result(&t, start, stop, sz, max_ts);
-    table_release(&t);
+    kstore_table_release(&t);
     return r;
 }
 
 
-/* ------------------------------------------------------------------ v2_frames */
-
-/* v2_frames(bodies, headers); see _encode_py.v2_frames. */
-static PyObject *py_v2_frames(PyObject *self, PyObject *args) {
-    PyObject *bodies, *headers;
-    if (!PyArg_ParseTuple(args, "OO", &bodies, &headers)) return NULL;
-    PyObject *bseq = PySequence_Fast(bodies, "bodies must be a sequence");
-    if (!bseq) return NULL;
-    PyObject *hseq = PySequence_Fast(headers, "headers must be a sequence");
-    if (!hseq) { Py_DECREF(bseq); return NULL; }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(bseq);
-    PyObject *result = NULL;
-    Py_buffer *views = NULL;
-    Py_ssize_t held = 0, total = 0;
-    if (PySequence_Fast_GET_SIZE(hseq) != n) {
-        PyErr_SetString(PyExc_ValueError, "a header per body");
-        goto done;
-    }
-    views = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_buffer));
-    if (!views) { PyErr_NoMemory(); goto done; }
-    for (; held < n; held++) {
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(bseq, held), &views[held], PyBUF_SIMPLE) < 0) goto done;
-        if (views[held].len > MAX_INT32 - 49 || total > PY_SSIZE_T_MAX - 61 - views[held].len) {
-            PyBuffer_Release(&views[held]);
-            PyErr_SetString(PyExc_OverflowError, "batch larger than 2 GiB");
-            goto done;
-        }
-        total += 61 + views[held].len;
-    }
-    result = PyBytes_FromStringAndSize(NULL, total);
-    if (!result) goto done;
-    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(result);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        long long base_offset, base_ts, max_ts, pid;
-        int delta, attributes, epoch, pepoch, seq, count;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(hseq, i), "LiiLLiLiii;a v2 header is (base_offset, "
-                              "last_offset_delta, attributes, base_timestamp, max_timestamp, partition_leader_epoch, "
-                              "producer_id, producer_epoch, base_sequence, count)", &base_offset, &delta, &attributes,
-                              &base_ts, &max_ts, &epoch, &pid, &pepoch, &seq, &count)) {
-            Py_CLEAR(result);
-            goto done;
-        }
-        if (attributes < -32768 || attributes > 32767 || pepoch < -32768 || pepoch > 32767) {
-            PyErr_SetString(PyExc_OverflowError, "attributes and producer epoch are int16");
-            Py_CLEAR(result);
-            goto done;
-        }
-        Py_ssize_t len = views[i].len;
-        put_be64(p, (uint64_t)base_offset);
-        put_be32(p + V2_LENGTH_OFFSET, (uint32_t)(V2_HEADER_SIZE - LOG_OVERHEAD + len));
-        put_be32(p + V2_PARTITION_LEADER_EPOCH_OFFSET, (uint32_t)epoch);
-        p[MAGIC_OFFSET] = 2;
-        put_be16(p + V2_ATTRIBUTES_OFFSET, (uint16_t)attributes);
-        put_be32(p + V2_LAST_OFFSET_DELTA_OFFSET, (uint32_t)delta);
-        put_be64(p + V2_BASE_TIMESTAMP_OFFSET, (uint64_t)base_ts);
-        put_be64(p + V2_MAX_TIMESTAMP_OFFSET, (uint64_t)max_ts);
-        put_be64(p + V2_PRODUCER_ID_OFFSET, (uint64_t)pid);
-        put_be16(p + V2_PRODUCER_EPOCH_OFFSET, (uint16_t)pepoch);
-        put_be32(p + V2_BASE_SEQUENCE_OFFSET, (uint32_t)seq);
-        put_be32(p + V2_RECORDS_COUNT_OFFSET, (uint32_t)count);
-        if (len) memcpy(p + V2_HEADER_SIZE, views[i].buf, (size_t)len);
-        put_be32(p + V2_CRC_POS, crc32c(p + V2_CRC_START, (size_t)(V2_HEADER_SIZE - V2_CRC_START + len)));
-        p += V2_HEADER_SIZE + len;
-    }
-done:
-    for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&views[i]);
-    PyMem_Free(views);
-    Py_DECREF(bseq);
-    Py_DECREF(hseq);
-    return result;
-}
-
-/* ------------------------------------------------------------------ legacy_to_v2 (convert-format's fast path) */
-
-static PyObject *zlib_decompressobj; /* zlib.decompressobj: gzip goes through the codec library */
-static PyObject *str_decompress, *str_eof, *str_unused_data;
-
-#define RUN_STOP 0
-#define RUN_FULL 1
-#define RUN_KEY 2
-#define HEADER_SIZE_UP_TO_MAGIC 17
-
-/* A wrapper taken: its table and what the group needs to know of it. */
-typedef struct {
-    PyObject *table;
-    Py_ssize_t size;
-    int64_t offset;
-    int codec, ts_type, has_lat;
-    int64_t lat;
-} Wrapper;
-
-/* Clears an Exception raised on data (the regular path raises it again where it belongs); anything
- * else (a BaseException such as KeyboardInterrupt) stays: -1. */
-static int refuse(void) {
-    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
-    PyErr_Clear();
-    return 0;
-}
-
-/* One gzip member inflated to at most max_inflate bytes, nothing after it: a new reference, NULL with
- * no error when that is not the case, NULL with an error for a BaseException. */
-static PyObject *inflate_gzip(const uint8_t *p, int64_t len, int64_t max_inflate) {
-    PyObject *view = PyMemoryView_FromMemory((char *)p, (Py_ssize_t)len, PyBUF_READ);
-    if (!view) return NULL;
-    PyObject *d = PyObject_CallFunction(zlib_decompressobj, "i", 16 + 15);
-    PyObject *data = NULL, *eof = NULL, *unused = NULL;
-    if (!d) goto done;
-    PyObject *room = PyLong_FromLongLong(max_inflate + 1);
-    if (!room) goto done;
-    data = PyObject_CallMethodObjArgs(d, str_decompress, view, room, NULL);
-    Py_DECREF(room);
-    if (!data) goto done;
-    eof = PyObject_GetAttr(d, str_eof);
-    unused = eof ? PyObject_GetAttr(d, str_unused_data) : NULL;
-    if (!unused) { Py_CLEAR(data); goto done; }
-    if (eof != Py_True || !PyBytes_Check(unused) || PyBytes_GET_SIZE(unused) != 0 || !PyBytes_Check(data) ||
-        PyBytes_GET_SIZE(data) > max_inflate)
-        Py_CLEAR(data);
-done:
-    Py_XDECREF(unused);
-    Py_XDECREF(eof);
-    Py_XDECREF(d);
-    Py_DECREF(view);
-    if (!data && PyErr_Occurred() && refuse() == 0) return NULL;
-    return data;
-}
-
-/* The wrapper at pos taken as _encode_py._take_wrapper takes it: 1 taken (w filled), 0 not, -1 error. */
-static int take_wrapper(PyObject *src, const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, int64_t max_inflate,
-                        Wrapper *w) {
-    if (end - pos < HEADER_SIZE_UP_TO_MAGIC) return 0;
-    int32_t size = s32(be32(b + pos + SIZE_OFFSET));
-    if (size < RECORD_OVERHEAD_V0 || (int64_t)size > (int64_t)(end - pos) - LOG_OVERHEAD || b[pos + MAGIC_OFFSET] > 1) return 0;
-    Py_ssize_t total = LOG_OVERHEAD + (Py_ssize_t)size;
-    if (crc32_ieee(b + pos + LEGACY_MAGIC_OFFSET, (size_t)(total - LEGACY_MAGIC_OFFSET)) != be32(b + pos + LEGACY_CRC_OFFSET)) return 0;
-    int64_t f[9];
-    int r = legacy_entry(b, pos, pos + total, f);
-    if (r < 0) return refuse();
-    if (r == 0) return 0;
-    if (f[0] < 0) return 0; /* an offset Kafka rejects: the regular path refuses it */
-    int magic = (int)f[2], attributes = (int)f[3];
-    w->size = total;
-    w->offset = f[0];
-    w->has_lat = magic > 0 && (attributes & 0x08);
-    w->lat = w->has_lat ? f[4] : 0;
-    w->ts_type = w->has_lat ? 1 : 0;
-    int codec = w->codec = attributes & 0x07;
-    if (codec == 0) {
-        Out cols[3] = {{0}};
-        int64_t sp[4] = {f[5], f[6], f[7], f[8]};
-        if (put_q(&cols[0], f[0]) < 0 || put_q(&cols[1], f[4]) < 0 || out_reserve(&cols[2], 32) < 0) {
-            for (int i = 0; i < 3; i++) PyMem_Free(cols[i].buf);
-            return -1;
-        }
-        memcpy(cols[2].buf, sp, 32);
-        cols[2].len = 32;
-        w->table = table_tuple(1, src, cols, 3);
-        return w->table ? 1 : -1;
-    }
-    if (codec != 1 || f[8] < 0) return 0; /* gzip only */
-    PyObject *data = inflate_gzip(b + f[7], f[8], max_inflate);
-    if (!data) return PyErr_Occurred() ? -1 : 0;
-    w->table = legacy_table_of(data, magic, f[0], w->has_lat, w->lat);
-    Py_DECREF(data);
-    if (!w->table) return refuse();
-    return 1;
-}
-
-/* v, or None when not `has`: a new reference. */
-static PyObject *long_or_none(int has, int64_t v) {
-    if (has) return PyLong_FromLongLong(v);
-    Py_INCREF(Py_None);
-    return Py_None;
-}
-
-/* legacy_to_v2(buf, pos, end, max_inflate, out, group, limit, fresh_size, carry, by_codec); see
- * _encode_py.legacy_to_v2. */
-static PyObject *py_legacy_to_v2(PyObject *self, PyObject *args) {
-    PyObject *src, *out, *group, *carry;
-    Py_ssize_t pos, end;
-    long long max_inflate, limit, fresh_size;
-    int by_codec;
-    if (!PyArg_ParseTuple(args, "OnnLO!OLLOp", &src, &pos, &end, &max_inflate, &PyByteArray_Type, &out, &group, &limit,
-                          &fresh_size, &carry, &by_codec))
-        return NULL;
-    if (carry != Py_None && group != Py_None) {
-        PyErr_SetString(PyExc_ValueError, "a carry starts a new group");
-        return NULL;
-    }
-    /* the group: (codec, timestamp_type, log_append_time or None, base_offset, base_timestamp, size) */
-    int active = group != Py_None, g_codec = 0, g_ts_type = 0, g_has_lat = 0;
-    long long g_lat = 0, g_base = 0, g_base_ts = 0, g_size = 0;
-    if (active) {
-        PyObject *lat_obj;
-        if (!PyArg_ParseTuple(group, "iiOLLL", &g_codec, &g_ts_type, &lat_obj, &g_base, &g_base_ts, &g_size))
-            return NULL;
-        g_has_lat = lat_obj != Py_None;
-        if (g_has_lat && (g_lat = PyLong_AsLongLong(lat_obj)) == -1 && PyErr_Occurred()) return NULL;
-    }
-    Wrapper cur = {0};
-    Py_ssize_t start = 0;
-    if (carry != Py_None) {
-        PyObject *lat_obj;
-        if (!PyArg_ParseTuple(carry, "OniiO", &cur.table, &start, &cur.codec, &cur.ts_type, &lat_obj)) return NULL;
-        cur.has_lat = lat_obj != Py_None;
-        if (cur.has_lat && (cur.lat = PyLong_AsLongLong(lat_obj)) == -1 && PyErr_Occurred()) return NULL;
-        Py_INCREF(cur.table);
-    }
-    Py_buffer sv;
-    if (PyObject_GetBuffer(src, &sv, PyBUF_SIMPLE) < 0) { Py_XDECREF(cur.table); return NULL; }
-    const uint8_t *b = sv.buf;
-    if (end > sv.len) end = sv.len;
-    if (pos < 0) pos = end;
-    long long wrappers = 0, taken_bytes = 0, records = 0, added = 0, last_wrapper = 0, max_ts = 0, last = 0;
-    int reason = RUN_STOP;
-    PyObject *result = NULL;
-    for (;;) {
-        if (!cur.table) {
-            int r = take_wrapper(src, b, pos, end, max_inflate, &cur);
-            if (r < 0) goto fail;
-            if (r == 0) break;
-            if (active && (cur.ts_type != g_ts_type || cur.has_lat != g_has_lat || (cur.has_lat && cur.lat != g_lat) ||
-                           (by_codec && cur.codec != g_codec))) {
-                Py_CLEAR(cur.table);
-                reason = RUN_KEY;
-                break;
-            }
-            pos += cur.size;
-            wrappers++;
-            taken_bytes += cur.size;
-            last_wrapper = cur.offset;
-            start = 0;
-            records += PyLong_AsSsize_t(PyTuple_GET_ITEM(cur.table, 0));
-        }
-        Table t;
-        if (table_open(cur.table, &t) < 0) goto fail;
-        if (start < 0 || start >= t.n) {
-            table_release(&t);
-            PyErr_SetString(PyExc_ValueError, "carry start out of the table");
-            goto fail;
-        }
-        int fresh = !active;
-        if (fresh) {
-            active = 1;
-            g_codec = cur.codec;
-            g_ts_type = cur.ts_type;
-            g_has_lat = cur.has_lat;
-            g_lat = cur.lat;
-            g_base = ld64(t.offsets + 8 * start);
-            g_base_ts = ld64(t.timestamps + 8 * start);
-            g_size = fresh_size;
-        }
-        int64_t sz = g_size, m = 0;
-        Py_ssize_t stop = fit_records(&t, start, 2, &sz, limit, g_base, fresh);
-        if (stop < 0 || (stop > start && write_v2(out, &t, start, stop, g_base, g_base_ts, &m) < 0)) {
-            table_release(&t);
-            goto fail;
-        }
-        g_size = sz;
-        if (stop > start) {
-            max_ts = added ? (m > max_ts ? m : max_ts) : m;
-            added += stop - start;
-            last = ld64(t.offsets + 8 * (stop - 1));
-        }
-        Py_ssize_t n = t.n;
-        table_release(&t);
-        if (stop < n) {
-            start = stop;
-            reason = RUN_FULL;
-            break;
-        }
-        Py_CLEAR(cur.table);
-    }
-    /* "N": each long_or_none reference goes to its tuple (or is dropped when building fails). */
-    PyObject *group_out = active ? Py_BuildValue("iiNLLL", g_codec, g_ts_type, long_or_none(g_has_lat, g_lat), g_base,
-                                                 g_base_ts, g_size)
-                                 : long_or_none(0, 0);
-    PyObject *carry_out = reason == RUN_FULL ? Py_BuildValue("OniiN", cur.table, start, cur.codec, cur.ts_type,
-                                                             long_or_none(cur.has_lat, cur.lat))
-                                             : long_or_none(0, 0);
-    if (group_out && carry_out)
-        result = Py_BuildValue("inLLLNOLNNO", reason, pos, wrappers, taken_bytes, records,
-                               long_or_none(wrappers > 0, last_wrapper), group_out, added,
-                               long_or_none(added > 0, max_ts), long_or_none(added > 0, last), carry_out);
-    Py_XDECREF(group_out);
-    Py_XDECREF(carry_out);
-fail:
-    Py_XDECREF(cur.table);
-    PyBuffer_Release(&sv);
-    return result;
-}
 
 static PyMethodDef methods[] = {
     {"legacy_table", py_legacy_table, METH_VARARGS,
@@ -942,9 +631,9 @@ static PyMethodDef methods[] = {
     {"encode_v2", py_encode_v2, METH_VARARGS, "Append records as DefaultRecords; see _encode_py.encode_v2."},
     {"encode_legacy", py_encode_legacy, METH_VARARGS, "Append records as legacy entries; see _encode_py.encode_legacy."},
     {"add_v2", py_add_v2, METH_VARARGS, "fit, then encode_v2 of the records that fit; see _encode_py.add_v2."},
-    {"v2_frames", py_v2_frames, METH_VARARGS,
+    {"v2_frames", kstore_py_v2_frames, METH_VARARGS,
      "v2 batches around bodies, one after the other; see _encode_py.v2_frames."},
-    {"legacy_to_v2", py_legacy_to_v2, METH_VARARGS,
+    {"legacy_to_v2", kstore_py_legacy_to_v2, METH_VARARGS,
      "Legacy entries into one group's v2 records, in one call; see _encode_py.legacy_to_v2."},
     {"add_legacy", py_add_legacy, METH_VARARGS, "fit, then encode_legacy of the records that fit; see _encode_py.add_legacy."},
     {NULL, NULL, 0, NULL},
@@ -958,18 +647,10 @@ static struct PyModuleDef moduledef = {
 PyMODINIT_FUNC PyInit__encode_c(void) {
     PyObject *errors = PyImport_ImportModule("kstore_cli.errors");
     if (!errors) return NULL;
-    InvalidRecordError = PyObject_GetAttrString(errors, "InvalidRecordError");
+    kstore_invalid_record_error = PyObject_GetAttrString(errors, "InvalidRecordError");
     Py_DECREF(errors);
-    if (!InvalidRecordError) return NULL;
-    PyObject *zlib = PyImport_ImportModule("zlib");
-    if (!zlib) return NULL;
-    zlib_decompressobj = PyObject_GetAttrString(zlib, "decompressobj");
-    Py_DECREF(zlib);
-    if (!zlib_decompressobj) return NULL;
-    str_decompress = PyUnicode_InternFromString("decompress");
-    str_eof = PyUnicode_InternFromString("eof");
-    str_unused_data = PyUnicode_InternFromString("unused_data");
-    if (!str_decompress || !str_eof || !str_unused_data) return NULL;
+    if (!kstore_invalid_record_error) return NULL;
+    if (kstore_encode_convert_init() < 0) return NULL;
     kstore_crc_init();
     return PyModule_Create(&moduledef);
 }
