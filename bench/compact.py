@@ -178,7 +178,7 @@ def _compact(part: Path, size_records: int, dedupe_buffer_bytes: int, max_passes
         rss_mb = max(rss_mb, rss)
         passes += 1
         lines = [json.loads(line) for line in stdout.splitlines() if line.strip()]
-        map_full = any(r.get("type") == "partition" and r["stats"]["mapFull"] for r in lines)
+        map_full = any(r.get("type") == "partition" and r["stats"]["map_full"] for r in lines)
     return {"seconds": wall, "peak_rss_mb": rss_mb, "passes": passes}
 
 
