@@ -328,6 +328,5 @@ PyTypeObject kstore_offset_map_type = {
 
 
 int kstore_cleaner_map_init(void) {
-    kstore_crc_init(); /* unused here, but no copy of _wire.h's tables is left uninitialised */
     return PyType_Ready(&kstore_offset_map_type);
 }
