@@ -19,6 +19,7 @@ import stat
 from typing import Any, Dict, List, Optional
 
 from kstore_cli.errors import FileUnreadableError, UsageError
+from kstore_cli.record.reader import describe_kind
 from kstore_cli.log import fileops, names
 from kstore_cli.log.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
@@ -206,7 +207,7 @@ class QuarantineManifest:
         except OSError as exc:
             raise FileUnreadableError(f"cannot be examined: {exc.strerror or exc}", path=path) from None
         if not stat.S_ISREG(st.st_mode):
-            raise self.refuse(field, f"{name} is {fileops.describe_kind(st.st_mode)}, not a regular file")
+            raise self.refuse(field, f"{name} is {describe_kind(st.st_mode)}, not a regular file")
         if st.st_nlink != 1 and st.st_uid != self.qdir_uid:
             # A second name of the quarantine dir owner's own file (a hard-link backup of the data dir) adds
             # nothing that user could not read anyway; a link to anyone else's file may hold their bytes.
@@ -243,7 +244,7 @@ def _open_manifest(qdir: str) -> "tuple[bytes, os.stat_result]":
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
-            raise UsageError(f"is {fileops.describe_kind(st.st_mode)}, not a regular file", path=path)
+            raise UsageError(f"is {describe_kind(st.st_mode)}, not a regular file", path=path)
         raw = f.read(_MAX_MANIFEST_BYTES + 1)
     if len(raw) > _MAX_MANIFEST_BYTES:
         raise UsageError(f"larger than {_MAX_MANIFEST_BYTES} bytes: not a kstore quarantine manifest", path=path)
@@ -318,7 +319,7 @@ def _check_partition(checker: _Checker, value: Any, qdir_st: os.stat_result, man
         raise checker.fail("partition", f"names {value}, not this partition ({expected})")
     st = _lstat(value, "the partition dir of the quarantine manifest does not exist")
     if not stat.S_ISDIR(st.st_mode):
-        raise checker.fail("partition", f"{value} is {fileops.describe_kind(st.st_mode)}, not a directory")
+        raise checker.fail("partition", f"{value} is {describe_kind(st.st_mode)}, not a directory")
     # The quarantine dir and its manifest take the partition's owner: a user who could write them may
     # name only a partition that user owns (what such a user could change anyway), never root's or another's
     # (root's, the partition owner's and our own user's manifests are trusted that far).
