@@ -20,7 +20,6 @@ from kstore_cli.record.batch import COMMIT, parse_control_key
 from kstore_cli.cluster.coordinator import coordinator_batches, partition_for
 from kstore_cli.log.logdir import Partition, coordinator_partitions
 from kstore_cli.log.unified_log import HW_CHECKPOINT, DataDirStates, log_offsets
-from kstore_cli.record.text import java_string_hash  # noqa: F401 - named from here by the tests
 
 OFFSETS_TOPIC = "__consumer_offsets"
 #: offsets.topic.num.partitions default (GroupCoordinatorConfig).

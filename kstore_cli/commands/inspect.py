@@ -13,7 +13,8 @@ from kstore_cli.commands._render import is_tty as _is_tty
 from kstore_cli.commands._render import console
 from kstore_cli.commands._options import ExistingPath, format_time_ms, json_option, topics_option
 from kstore_cli.log.logdir import DataDir, find_data_dirs, is_partition_dir, nothing_found, partitions_of, resolve
-from kstore_cli.operations.summary import DataDirStates, PartitionSummary, summarize_partition
+from kstore_cli.log.unified_log import DataDirStates
+from kstore_cli.operations.summary import PartitionSummary, summarize_partition
 
 
 def _short(ids: List[int], limit: int = 4) -> str:

@@ -10,7 +10,7 @@ from typing import Callable, List, Optional, Tuple
 from kstore_cli.codecs import CODEC_NAMES
 from kstore_cli.log.logdir import Partition
 from kstore_cli.operations.verify import ERROR, verify_partition
-from kstore_cli.log.unified_log import DataDirStates, log_offsets  # noqa: F401 - inspect names DataDirStates here
+from kstore_cli.log.unified_log import DataDirStates, log_offsets
 
 
 @dataclass

@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from kstore_cli.cli import _register_commands, cli
-from kstore_cli.cluster.groups import java_string_hash, load_groups, partition_for, reset_offsets_csv
+from kstore_cli.cluster.groups import load_groups, partition_for, reset_offsets_csv
+from kstore_cli.record.text import java_string_hash
 from kstore_cli.parsers.schema import write_message
 from kstore_cli.parsers.schemas import GROUP_COORDINATOR
 from tests.conftest import CORPUS, json_lines_summary
