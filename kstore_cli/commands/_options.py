@@ -149,6 +149,29 @@ def kafka_defaults_option(f: F) -> F:
                              "default deletes nothing (a standby copy is not a broker).")(f)
 
 
+class KafkaVersionType(click.ParamType):
+    """A Kafka release ('2.8', '3.9.1', '4.0')."""
+
+    name = "version"
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        from kstore_cli.log.kafka_version import KafkaVersion
+
+        if isinstance(value, KafkaVersion):
+            return value
+        try:
+            return KafkaVersion.parse(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def kafka_version_option(f: F) -> F:
+    """--kafka-version: judge by the rules of this Kafka release instead of the one that wrote each data dir."""
+    return click.option("--kafka-version", type=KafkaVersionType(), metavar="VERSION", default=None,
+                        help="Judge by the rules of this Kafka release (e.g. 3.9, 4.0) instead of the release "
+                             "each data dir's files show wrote it.")(f)
+
+
 class ExistingPath(click.Path):
     """click.Path(exists=True) whose missing path is what every other command says of one: the file
     cannot be opened (exit 3, ``kstore: error: PATH: no such file or directory``), not a usage error."""
