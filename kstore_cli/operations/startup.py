@@ -517,8 +517,9 @@ def _no_cluster_id(info: DataDirInfo, judged: BrokerJudgement, version: str, pat
                            "meta.properties at startup (KafkaServer; MetaPropertiesEnsemble.verify accepts a version 0 "
                            "file without it)", repair="none needed")
     return Issue(ERROR, "meta-properties-cluster-id", "no cluster.id", data_dir=info.path, file=path,
-                 kafka="fail: 'cluster.id was not specified in the v1 file' (MetaPropertiesEnsemble.verify) / "
-                       "'cluster ID not found' (KafkaRaftServer.initializeLogDirs)",
+                 kafka=("fail: 'cluster.id was not specified in the v1 file' (MetaPropertiesEnsemble.verify)"
+                        if version == "1" else "fail on a KRaft broker: 'Error: cluster ID not found in <dir>' "
+                        "(KafkaRaftServer.initializeLogDirs)"),
                  repair="set cluster.id to the cluster's id (the other data dirs' meta.properties)")
 
 
