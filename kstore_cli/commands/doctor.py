@@ -12,7 +12,7 @@ from kstore_cli.commands._render import byte_progress
 from kstore_cli.commands._render import is_tty as _is_tty
 from kstore_cli.commands._render import console, new_table
 from kstore_cli.commands._emit import exit_with
-from kstore_cli.commands._options import ExistingPath, json_option, topics_option
+from kstore_cli.commands._options import ExistingPath, json_option, kafka_version_option, topics_option
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.log.locks import is_locked
 from kstore_cli.log.logdir import nothing_found
@@ -37,8 +37,9 @@ _SEVERITY_ORDER = {ERROR: 0, WARNING: 1, NOTE: 2}
 @click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @json_option("JSON Lines: one object per broker, data dir, finding and partition, then a summary; each has a `type`.")
 @topics_option
+@kafka_version_option
 @click.pass_context
-def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str]) -> None:
+def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kafka_version) -> None:
     """Why would my broker not start on these data dirs, and what do I run (read-only).
 
     PATH is a data dir, a folder holding several brokers' data dirs (searched two levels down),
@@ -48,7 +49,9 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str]) -> 
     directories Kafka cannot parse (they stop the broker), partition.metadata and topic IDs,
     partitions without logs, leftover .swap/.cleaned/.deleted files, a CRC scan of every batch,
     index health (as verify-index) and producer snapshots. Each finding says what Kafka does
-    with it at startup and which command repairs it. See docs/runbook.md.
+    with it at startup and which command repairs it. Each data dir is judged by the rules of the
+    broker its files show (ZooKeeper or KRaft mode, which Kafka releases: one "judged as" line per
+    data dir), or of --kafka-version. See docs/runbook.md.
 
     \b
     Exit status: 0 healthy (notes allowed), 1 errors or warnings found, 3 unreadable.
@@ -58,7 +61,7 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str]) -> 
       kstore doctor /var/lib/kafka/data
       kstore doctor --json /backups/brokers | jq 'select(.type=="finding")'
     """
-    found = survey(paths, replicas=True, topics=topics)
+    found = survey(paths, replicas=True, topics=topics, kafka_version=kafka_version)
     if not found.data_dirs:
         raise UsageError("no data directories or partitions found in " + ", ".join(paths))
     if topics and not found.targets:
@@ -98,7 +101,7 @@ def _check_partitions(found, by_dir: Dict[str, List[Issue]], counts: Dict[str, i
     returns how many partitions are healthy."""
     healthy = 0
     for info in found.data_dirs.values():
-        out.data_dir(info)
+        out.data_dir(info, found.judge(info))
         for issue in sorted(by_dir.pop(info.path, []), key=lambda i: _SEVERITY_ORDER[i.severity]):
             counts[issue.severity] += 1
             out.finding(issue, under=info.path)
@@ -148,14 +151,14 @@ class _Output:
         dirs = ", ".join(d.path for d in broker.data_dirs)
         self._echo(f"broker node {broker.node_id}{cluster}: {len(broker.data_dirs)} data dir(s): {dirs}", "bold")
 
-    def data_dir(self, info) -> None:
+    def data_dir(self, info, judged) -> None:
         locked = is_locked(info.path)
         if self.as_json:
             click.echo(json.dumps({
                 "type": "datadir", "data_dir": info.path, "node_id": info.node_id, "cluster_id": info.cluster_id,
                 "directory_id": info.directory_id, "meta_properties": info.meta is not None,
                 "clean_shutdown_marker": clean_shutdown_marker(info.path), "locked": locked,
-                "partitions": len(info.partitions), "whole_data_dir": info.whole,
+                "partitions": len(info.partitions), "whole_data_dir": info.whole, "judged_as": judged.to_dict(),
             }, sort_keys=True))
             return
         if info.meta is not None:
@@ -169,8 +172,10 @@ class _Output:
                  + ("; LOCKED by a live process" if locked else ""))
         if self.console is None:
             self._echo(title)
+            self._echo("  " + judged.text())
             return
-        self.table = new_table(title, ("partition / file", "segments", "status / finding"), title_style="bold")
+        self.table = new_table(title + "\n" + judged.text(), ("partition / file", "segments", "status / finding"),
+                               title_style="bold")
         self.table.columns[1].justify = "right"
 
     def end_data_dir(self) -> None:

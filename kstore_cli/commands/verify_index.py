@@ -11,9 +11,9 @@ import click
 from kstore_cli.commands._render import is_tty
 from kstore_cli.commands._render import console, new_table
 from kstore_cli.commands._emit import exit_with
-from kstore_cli.commands._options import ExistingPath, json_option, topics_option
+from kstore_cli.commands._options import ExistingPath, json_option, kafka_version_option, topics_option
 from kstore_cli.errors import ExitStatus
-from kstore_cli.operations.verify import ERROR, Finding, PartitionVerdict, VerifyRun
+from kstore_cli.operations.verify import ERROR, NOTE, WARNING, Finding, PartitionVerdict, VerifyRun
 
 
 @click.command(name="verify-index")
@@ -21,8 +21,9 @@ from kstore_cli.operations.verify import ERROR, Finding, PartitionVerdict, Verif
 @json_option("One JSON object per finding, and one summary per partition.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only problems (and notes), no per-partition summary.")
 @topics_option
+@kafka_version_option
 @click.pass_context
-def command(ctx: click.Context, paths, as_json: bool, quiet: bool, topics: Optional[str]) -> None:
+def command(ctx: click.Context, paths, as_json: bool, quiet: bool, topics: Optional[str], kafka_version) -> None:
     """Check every .index, .timeindex and .txnindex against its .log (read-only).
 
     PATH is a .log file, a partition directory or a data directory. Checks: Kafka's
@@ -37,20 +38,22 @@ def command(ctx: click.Context, paths, as_json: bool, quiet: bool, topics: Optio
     The data dir is checked as `kstore doctor` checks it (except the lock): meta.properties,
     the checkpoint files' format and bounds, directories a broker cannot parse, partition.metadata
     and topic IDs, partitions without logs. A folder of several brokers' data dirs is searched.
+    Each data dir is judged by the rules of the broker its files show (ZooKeeper or KRaft mode, which
+    Kafka releases), or of --kafka-version; severities are doctor's.
 
     \b
-    Exit status: 0 healthy (notes allowed), 1 problems found, 3 unreadable.
+    Exit status: 0 healthy (notes allowed), 1 errors or warnings found, 3 unreadable.
 
     \b
     Example:
       kstore verify-index /var/lib/kafka/data
       kstore verify-index --json /var/lib/kafka/data/orders-0 | jq 'select(.severity=="error")'
     """
-    run = VerifyRun(paths, topics)
+    run = VerifyRun(paths, topics, kafka_version=kafka_version)
     render = _json if as_json else (_Table() if is_tty() else _text)
     unhealthy = False
     for f in run.layout:
-        unhealthy = unhealthy or f.severity == ERROR
+        unhealthy = unhealthy or f.severity != NOTE
         render(f, quiet)
     for verdict in run.partitions():
         unhealthy = unhealthy or not verdict.healthy
@@ -82,7 +85,7 @@ def _text(item, quiet: bool) -> None:
         click.echo(f"{f.file or item.partition}: {f.severity}: {f.check}: {f.message}")
     if not quiet:
         click.echo(f"{item.partition}: {item.segments} segment(s), "
-                   + ("healthy" if item.healthy else f"{item.errors} problem(s)")
+                   + ("healthy" if item.healthy else f"{item.errors + item.warnings} problem(s)")
                    + (f", {item.notes} note(s)" if item.notes else ""))
 
 
@@ -99,11 +102,11 @@ class _Table:
         if not item.findings and quiet:
             return
         verdict: PartitionVerdict = item
-        status = "[green]healthy[/]" if verdict.healthy else f"[red]{verdict.errors} problem(s)[/]"
+        status = "[green]healthy[/]" if verdict.healthy else f"[red]{verdict.errors + verdict.warnings} problem(s)[/]"
         table = new_table(f"{verdict.partition}: {verdict.segments} segment(s), {status}",
                           ("segment", "file", "severity", "check", "message"))
         for f in verdict.findings:
-            sev = "[red]error[/]" if f.severity == ERROR else "[yellow]note[/]"
+            sev = {ERROR: "[red]error[/]", WARNING: "[yellow]warning[/]"}.get(f.severity, "[cyan]note[/]")
             table.add_row("" if f.segment is None else str(f.segment),
                           os.path.basename(f.file) if f.file else "", sev, f.check, f.message)
         self.console.print(table)

@@ -49,7 +49,7 @@ from kstore_cli.operations.recovery import apply_plan, checkpoint_changes, plan_
 from kstore_cli.operations.retention import roll_empty_segment
 from kstore_cli.operations.partition_findings import partition_issues
 from kstore_cli.operations.runner import Outcome, PartitionRunner, select
-from kstore_cli.operations.startup import ERROR, DataDirInfo, Issue, survey
+from kstore_cli.operations.startup import ERROR, Issue, survey
 
 #: doctor's checks of checkpoint entries against the log end: recovery lowers every one of these
 #: (checkpoint_changes), so a dry run's findings of them are not left over.
@@ -244,13 +244,6 @@ def advance_recovery_points(data_dir: str, results: List[RecoverResult]) -> None
     fileops.atomic_write(path, format_offset_checkpoint(entries).encode())
 
 
-def _is_kraft(info: DataDirInfo) -> bool:
-    """meta.properties version 1 (written by a KRaft node). A ZooKeeper-mode broker (version 0, or a copy
-    with none) loads a log without partition.metadata: before 2.8 none had one, and only a KRaft broker
-    calls such a log stray (LogManager.isStrayKraftReplica)."""
-    return info.meta is not None and info.meta.get("version", "0").strip() == "1"
-
-
 def check_what_is_left(results: List[RecoverResult]) -> List[Issue]:
     """doctor's startup checks on the partitions recovered (or, in a dry run, that would be): each one's
     findings that would still stop the broker (severity error) go to its ``left``; the data dirs' own
@@ -270,10 +263,8 @@ def check_what_is_left(results: List[RecoverResult]) -> List[Issue]:
             continue  # survey did not take it for a partition dir: none of doctor's partition checks apply
         if r.dry_run:
             partition.orphan_indexes = []  # the run deletes them
-        kraft = _is_kraft(found.data_dir_of(partition))
         r.left = [i for i in partition_issues(found, partition, None, log_end=r.log_end_offset)
-                  if i.severity == ERROR and not (r.dry_run and i.check in _LOWERED_BY_RECOVERY)
-                  and (kraft or i.check != "partition-metadata-missing")]
+                  if i.severity == ERROR and not (r.dry_run and i.check in _LOWERED_BY_RECOVERY)]
     return [i for info in found.data_dirs.values() for i in info.issues if i.severity == ERROR]
 
 

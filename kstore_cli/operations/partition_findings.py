@@ -22,9 +22,11 @@ from kstore_cli.log.checkpoint import (
     read_partition_metadata,
 )
 from kstore_cli.log.fileops import TMP_SUFFIX
+from kstore_cli.log.kafka_version import KafkaVersion
 from kstore_cli.log.logdir import Partition
 from kstore_cli.log.snapshot import read_snapshot
 from kstore_cli.log.unified_log import log_start_offset
+from kstore_cli.operations.broker_version import BrokerJudgement
 from kstore_cli.operations.startup import (
     ERROR,
     NOTE,
@@ -73,7 +75,7 @@ def partition_issues(found: Survey, partition: Partition, plan: Optional["Partit
     is_metadata = partition.name == names.METADATA_PARTITION_DIR
 
     if not is_metadata:
-        _partition_metadata_issues(p, partition, add)
+        _partition_metadata_issues(p, partition, found.judge(info), add)
 
     # ---- leader-epoch-checkpoint
     epoch_path = os.path.join(p, LEADER_EPOCH_CHECKPOINT)
@@ -94,16 +96,12 @@ def partition_issues(found: Survey, partition: Partition, plan: Optional["Partit
     return issues
 
 
-def _partition_metadata_issues(p: str, partition: Partition, add: Callable[..., None]) -> None:
-    """partition.metadata as UnifiedLog.initializeTopicId reads it (KRaft: LogManager.isStrayKraftReplica)."""
+def _partition_metadata_issues(p: str, partition: Partition, judged: BrokerJudgement, add: Callable[..., None]) -> None:
+    """partition.metadata as UnifiedLog.initializeTopicId reads it; a missing one matters to KRaft only."""
     pm = os.path.join(p, PARTITION_METADATA)
     if not os.path.exists(pm):
         if partition.segments:
-            add(ERROR, "partition-metadata-missing", "no partition.metadata (no topic ID)",
-                "stray: a KRaft broker treats a log without a topic ID as stray, renames it "
-                "<topic>-<partition>.<id>-stray and stops serving it (LogManager.isStrayKraftReplica)",
-                "copy partition.metadata from another replica of this topic (`kstore doctor` shows the topic ID "
-                "of every copy it checks); kstore has no command that writes it", file=pm)
+            _missing_topic_id(judged, add, pm)
     else:
         try:
             read_partition_metadata(pm)
@@ -112,6 +110,32 @@ def _partition_metadata_issues(p: str, partition: Partition, add: Callable[..., 
                 "fail: KafkaStorageException 'Error while reading partition metadata file'; the data dir goes "
                 "offline (PartitionMetadataFile.read)",
                 "copy partition.metadata from another replica of this topic", file=pm, position=exc.position)
+
+
+def _missing_topic_id(judged: BrokerJudgement, add: Callable[..., None], pm: str) -> None:
+    """A log without partition.metadata, by the judged broker's rules. A ZooKeeper-mode broker writes the file
+    itself once the controller's LeaderAndIsr carries the topic ID (UnifiedLog.assignTopicId, 2.8+; before 2.8,
+    or with inter.broker.protocol.version below 2.8, there is none: KafkaServer keepPartitionMetadataFile): no
+    finding. KRaft: LogManager.isStrayKraftReplica (3.7.1+) makes it stray at startup; 3.0-3.7.0 stop on it
+    (BrokerMetadataPublisher.findStrayPartitions / LogManager.findStrayReplicas)."""
+    copy = ("copy partition.metadata from another replica of this topic (`kstore doctor` shows the topic ID "
+            "of every copy it checks); kstore has no command that writes it")
+    if judged.zookeeper:
+        return
+    if not judged.kraft:
+        add(NOTE, "partition-metadata-missing", "no partition.metadata (no topic ID)",
+            "depends on the broker (this data dir's mode is unknown): a ZooKeeper-mode broker writes it when the "
+            "controller sends the topic ID (UnifiedLog.assignTopicId); a KRaft broker treats the log as stray "
+            "(LogManager.isStrayKraftReplica)", copy + "; `--kafka-version` judges for a given broker", file=pm)
+    elif judged.rules_version >= KafkaVersion(3, 7, 1):
+        add(ERROR, "partition-metadata-missing", "no partition.metadata (no topic ID)",
+            "stray: a KRaft broker treats a log without a topic ID as stray, renames it "
+            "<topic>-<partition>.<id>-stray and stops serving it (LogManager.isStrayKraftReplica)", copy, file=pm)
+    elif judged.rules_version >= KafkaVersion(3, 0):
+        add(ERROR, "partition-metadata-missing", "no partition.metadata (no topic ID)",
+            "fail: RuntimeException 'The log dir ... does not have a topic ID, which is not allowed when running in "
+            "KRaft mode' when the broker publishes its first metadata image (BrokerMetadataPublisher."
+            "findStrayPartitions, 3.0-3.6; LogManager.findStrayReplicas, 3.7.0)", copy, file=pm)
 
 
 def _empty_partition_issues(partition: Partition, entries: Dict[str, Optional[int]], epochs: List[Tuple[int, int]],

@@ -7,17 +7,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional, Tuple
 
-from kstore_cli.cluster.metadata_image import is_torn_tail
 from kstore_cli.log import names
 from kstore_cli.log.logdir import Partition
-from kstore_cli.operations import recovery, verify
-from kstore_cli.operations.startup import ERROR, NOTE, WARNING, Issue, clean_shutdown_marker
+from kstore_cli.operations import recovery
+from kstore_cli.operations.startup import WARNING, Issue, clean_shutdown_marker
 
 if TYPE_CHECKING:
     from kstore_cli.operations.recovery import PartitionPlan, SegmentPlan
     from kstore_cli.operations.verify import Finding
 
-_TORN_KINDS = (recovery.PARTIAL_BATCH, recovery.SHORT_TAIL, recovery.BAD_SIZE, recovery.CORRUPT_BATCH)
 # LogSegment.sanityCheck (4.0) checks only that the .index exists and the .txnindex's sanity:
 # offset and time indexes are loaded as they are and rebuilt only by an unclean shutdown's recovery.
 _INDEX_LOADED_AS_IS = ("ignore: loaded as it is (LogSegment.sanityCheck does not check offset or time indexes); "
@@ -45,7 +43,7 @@ def segment_issue(partition: Partition, data_dir: str, finding: "Finding", plan:
         return None  # doctor reports leftovers itself, with what Kafka does to each kind
     if check == "orphan-index" and not partition.segments:
         return None  # named in the partition-without-logs finding
-    severity = {verify.ERROR: ERROR}.get(finding.severity, NOTE)
+    severity = finding.severity  # verify's severities are doctor's: one per finding
     position = None
     repair = f"kstore rebuild-index {partition.path}"
     if check.startswith("log-"):
@@ -81,8 +79,8 @@ def _log_advice(partition: Partition, data_dir: str, finding: "Finding", plan: "
                 "out of order') and empties the segment; after a clean shutdown fetches of it fail",
                 f"no kstore command empties a segment as Kafka's recovery would: inspect it with "
                 f"`kstore dump-segment --deep-iteration {finding.file}` and restore it from a replica")
-    if (partition.name == names.METADATA_PARTITION_DIR and problem is not None and splan.is_last
-            and problem.kind in _TORN_KINDS and _is_torn_tail(finding, splan)):
+    if partition.name == names.METADATA_PARTITION_DIR and severity == WARNING:
+        # verify_partition's torn tail of the metadata log.
         # KafkaMetadataLog opens the log with recovery point 0 and lastShutdownClean=false: every start
         # recovers every segment, so a crash's torn tail is cut before the raft client reads it.
         return (WARNING, "truncate: KafkaMetadataLog recovers the whole metadata log at every start (recovery point "
@@ -99,9 +97,3 @@ def _log_advice(partition: Partition, data_dir: str, finding: "Finding", plan: "
                   "it crashes before the next clean shutdown)")
     return severity, kafka, (f"kstore rebuild-index --truncate {part}  (cuts where Kafka would; the cut bytes are "
                              "quarantined)")
-
-
-def _is_torn_tail(finding: "Finding", splan: "SegmentPlan") -> bool:
-    """Whether the metadata log's last segment ends in what a crash leaves (kstore metadata's torn tail)."""
-    last = splan.segment.base_offset - 1 if splan.result.last_offset is None else splan.result.last_offset
-    return is_torn_tail(finding.file, splan.result.problem.position, last, last_segment=True)

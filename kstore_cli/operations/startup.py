@@ -46,6 +46,7 @@ from kstore_cli.log.checkpoint import (
     read_partition_metadata,
     read_properties,
 )
+from kstore_cli.log.kafka_version import KafkaVersion
 from kstore_cli.log.locks import is_locked
 from kstore_cli.log.logdir import (
     Partition,
@@ -55,9 +56,11 @@ from kstore_cli.log.logdir import (
     lock_path,
     topic_matcher,
 )
+from kstore_cli.operations.broker_version import LAST_ZOOKEEPER, UNKNOWN, ZOOKEEPER, BrokerJudgement, judge_data_dir
 
 if TYPE_CHECKING:  # only the annotations need it here
     from kstore_cli.cluster.metadata_image import MetadataImage
+    from kstore_cli.cluster.metadata_loader import LoadResult
 
 #: The broker does not start, takes the data dir offline, or data is lost, hidden or damaged.
 ERROR = "error"
@@ -171,6 +174,8 @@ class DataDirInfo:
         #: Checkpoint file name -> {(topic, partition): offset}; None when missing or malformed.
         self.checkpoints: Dict[str, Optional[Dict[Tuple[str, int], int]]] = {}
         self.issues: List[Issue] = []
+        #: Whose rules judge it (Survey.judged fills it on first use).
+        self.judged: Optional[BrokerJudgement] = None
 
     @property
     def node_id(self) -> Optional[int]:
@@ -217,6 +222,9 @@ class Survey:
         self.targets: List[Tuple[Partition, Optional[int]]] = []
         #: --topics: which topics' partitions are checked (data-dir checks still read the whole dir).
         self.wanted: Callable[[str], bool] = topic_matcher(None)
+        #: --kafka-version: judge every data dir by this release's rules instead of its writer's.
+        self.asked: Optional[KafkaVersion] = None
+        self._metadata: Dict[str, Optional["LoadResult"]] = {}
 
     def in_scope(self, issue: "Issue") -> bool:
         """Whether a finding concerns a selected topic, or no one topic (a broker, a data dir, a dir no broker
@@ -227,6 +235,39 @@ class Survey:
     def data_dir_of(self, partition: Partition) -> DataDirInfo:
         return self.data_dirs[data_dir_key(partition)]
 
+    def metadata_log(self, partition_dir: str) -> Optional["LoadResult"]:
+        """The replay of a ``__cluster_metadata-0`` (once per survey); None when it cannot be read at all."""
+        if partition_dir not in self._metadata:
+            self._metadata[partition_dir] = _load_metadata(partition_dir)
+        return self._metadata[partition_dir]
+
+    def judge(self, info: DataDirInfo) -> BrokerJudgement:
+        """The broker whose rules judge `info` (broker_version.judge_data_dir), with --kafka-version applied."""
+        if info.judged is None:
+            info.judged = self._judge_files(info)._replace(asked=self.asked)
+        return info.judged
+
+    def _judge_files(self, info: DataDirInfo) -> BrokerJudgement:
+        node = info.node_id
+        same_node = [d for d in self.data_dirs.values() if node is not None and d.node_id == node] or [info]
+        metadata_dirs = [os.path.join(d.path, names.METADATA_PARTITION_DIR) for d in same_node
+                         if os.path.isdir(os.path.join(d.path, names.METADATA_PARTITION_DIR))]
+        loaded = self.metadata_log(metadata_dirs[0]) if metadata_dirs else None
+        level = loaded.image.features.metadata_version_level if loaded is not None else None
+        judged = judge_data_dir(info.meta, info.partitions, info.path, metadata_level=level,
+                                has_metadata_log=bool(metadata_dirs))
+        if judged.mode == UNKNOWN and info.meta is None:
+            # A dir without meta.properties among a broker's formatted dirs is judged as they are.
+            modes = {self._judge_files(d).mode for d in self.data_dirs.values() if d.meta is not None}
+            if len(modes) == 1 and UNKNOWN not in modes:
+                mode = modes.pop()
+                versions = judged.versions
+                if mode == ZOOKEEPER and (versions.high is None or versions.high > LAST_ZOOKEEPER):
+                    versions = versions._replace(high=LAST_ZOOKEEPER)
+                judged = judged._replace(mode=mode, versions=versions, evidence=judged.evidence + (
+                    f"the other data dirs checked are {mode}-mode",))
+        return judged
+
 
 def data_dir_key(partition: Partition) -> str:
     """The real path of the data dir holding `partition` (a symlinked alias names the same dir)."""
@@ -236,14 +277,17 @@ def data_dir_key(partition: Partition) -> str:
 # --------------------------------------------------------------------------- discovery
 
 
-def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str] = None) -> Survey:
+def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str] = None,
+           kafka_version: Optional[KafkaVersion] = None) -> Survey:
     """Find every data dir and partition the PATHs name (.log file, partition dir, data dir, or a
     folder of data dirs up to two levels down) and read each data dir's meta.properties and checkpoints.
     With `replicas`, ``-future`` replica dirs are partitions to check too (LogManager loads them through the
     same LogLoader, and serves them once the move completes); ``-stray`` and ``-delete`` dirs are never served.
-    With `topics` (comma-separated globs) only partitions of matching topics are targets."""
+    With `topics` (comma-separated globs) only partitions of matching topics are targets. Each data dir is
+    judged by the rules of the broker its files show (Survey.judge), or of `kafka_version`."""
     out = Survey()
     out.wanted = topic_matcher(topics)
+    out.asked = kafka_version
     seen: set = set()
 
     def data_dir(path: str, whole: bool) -> DataDirInfo:
@@ -370,7 +414,7 @@ def layout_issues(found: Survey, *, check_lock: bool = True) -> List[Issue]:
         issues.extend(_broker_issues(broker))
     for info in found.data_dirs.values():
         issues.extend(info.issues)
-        issues.extend(_meta_issues(info, found.data_dirs.values()))
+        issues.extend(_meta_issues(info, found))
         if check_lock and is_locked(info.path):
             holder = lock_holder(info.path)
             issues.append(Issue(
@@ -416,7 +460,7 @@ def lock_holder(data_dir: str) -> Optional[str]:
         return f"pid {pid}"
 
 
-def _meta_issues(info: DataDirInfo, others: Iterable[DataDirInfo]) -> List[Issue]:
+def _meta_issues(info: DataDirInfo, found: Survey) -> List[Issue]:
     path = os.path.join(info.path, META_PROPERTIES)
     if info.meta_error is not None:
         return [Issue(ERROR, "meta-properties-unreadable", info.meta_error.message, data_dir=info.path, file=path,
@@ -425,16 +469,7 @@ def _meta_issues(info: DataDirInfo, others: Iterable[DataDirInfo]) -> List[Issue
                       repair="restore meta.properties from another data dir of the same broker "
                              "(same cluster.id and node.id, without its directory.id line)")]
     if info.meta is None:
-        if not info.whole or not any(d.meta is not None or d.meta_error is not None for d in others):
-            # Copies made for kstore (and Kafka's own test harnesses) have none: with no meta.properties
-            # anywhere in what was checked, the data dir line says so, but it is not a finding.
-            return []
-        return [Issue(ERROR, "meta-properties-missing", "no meta.properties, while other data dirs checked have one",
-                      data_dir=info.path, file=path,
-                      kafka="fail on a KRaft broker: 'No `meta.properties` found in <dir> (have you run "
-                            "`kafka-storage.sh` to format the directory?)' (KafkaRaftServer.initializeLogDirs)",
-                      repair="copy meta.properties from another data dir of the same broker (same cluster.id and "
-                             "node.id, without its directory.id line)")]
+        return _missing_meta(info, found)
     out = []
     version = info.meta.get("version", "0").strip()
     if version not in ("0", "1"):
@@ -447,11 +482,45 @@ def _meta_issues(info: DataDirInfo, others: Iterable[DataDirInfo]) -> List[Issue
                          kafka="fail: 'node.id was not specified' / 'node ID not found' (MetaPropertiesEnsemble.verify)",
                          repair=f"set {key} to the broker's node.id (server.properties)"))
     if info.cluster_id is None:
-        out.append(Issue(ERROR, "meta-properties-cluster-id", "no cluster.id", data_dir=info.path, file=path,
-                         kafka="fail: 'cluster.id was not specified' / 'cluster ID not found' "
-                               "(MetaPropertiesEnsemble.verify, KafkaRaftServer.initializeLogDirs)",
-                         repair="set cluster.id to the cluster's id (the other data dirs' meta.properties)"))
+        out.append(_no_cluster_id(info, found.judge(info), version, path))
     return out
+
+
+def _missing_meta(info: DataDirInfo, found: Survey) -> List[Issue]:
+    """A data dir without meta.properties: KafkaRaftServer refuses it, a ZooKeeper-mode broker writes one."""
+    path = os.path.join(info.path, META_PROPERTIES)
+    if not info.whole or not any(d.meta is not None or d.meta_error is not None for d in found.data_dirs.values()):
+        # Copies made for kstore (and Kafka's own test harnesses) have none: with no meta.properties
+        # anywhere in what was checked, the data dir line says so, but it is not a finding.
+        return []
+    if found.judge(info).zookeeper:
+        return [Issue(NOTE, "meta-properties-missing", "no meta.properties, while other data dirs checked have one",
+                      data_dir=info.path, file=path,
+                      kafka="ignore: a ZooKeeper-mode broker writes it at startup with its broker.id and the "
+                            "cluster's id from ZooKeeper (KafkaServer: checkpointBrokerMetadata up to 3.6, "
+                            "MetaPropertiesEnsemble.Copier from 3.7)", repair="none needed")]
+    return [Issue(ERROR, "meta-properties-missing", "no meta.properties, while other data dirs checked have one",
+                  data_dir=info.path, file=path,
+                  kafka="fail on a KRaft broker: 'No `meta.properties` found in <dir> (have you run "
+                        "`kafka-storage.sh` to format the directory?)' (KafkaRaftServer.initializeLogDirs)",
+                  repair="copy meta.properties from another data dir of the same broker (same cluster.id and "
+                         "node.id, without its directory.id line)")]
+
+
+def _no_cluster_id(info: DataDirInfo, judged: BrokerJudgement, version: str, path: str) -> Issue:
+    """A meta.properties without cluster.id: optional in version 0 for a ZooKeeper-mode broker (MetaProperties,
+    BrokerMetadataCheckpoint: brokers before 0.10.1 wrote none), required by KRaft."""
+    if version == "0" and not judged.kraft:
+        return Issue(NOTE, "meta-properties-cluster-id", "no cluster.id (optional in a version=0 file)",
+                     data_dir=info.path, file=path,
+                     kafka="ignore: a ZooKeeper-mode broker takes the cluster's id from ZooKeeper and writes it into "
+                           "meta.properties at startup (KafkaServer; MetaPropertiesEnsemble.verify accepts a version 0 "
+                           "file without it)", repair="none needed")
+    return Issue(ERROR, "meta-properties-cluster-id", "no cluster.id", data_dir=info.path, file=path,
+                 kafka=("fail: 'cluster.id was not specified in the v1 file' (MetaPropertiesEnsemble.verify)"
+                        if version == "1" else "fail on a KRaft broker: 'Error: cluster ID not found in <dir>' "
+                        "(KafkaRaftServer.initializeLogDirs)"),
+                 repair="set cluster.id to the cluster's id (the other data dirs' meta.properties)")
 
 
 def _broker_issues(broker: Broker) -> List[Issue]:
@@ -572,18 +641,24 @@ def _unparseable(name: str) -> Optional[str]:
     return None
 
 
-def metadata_image_of(partition: Partition) -> Optional["MetadataImage"]:
-    """The cluster as the KRaft metadata log in ``__cluster_metadata-0`` has it at its end (the latest
-    snapshot, then the log after it, metadata transactions as the loader applies them), read by
-    kstore_cli.cluster.metadata_image: None when it cannot be read whole (damage is reported by the partition's
-    own checks; a partial image would make false alarms)."""
+def _load_metadata(partition_dir: str) -> Optional["LoadResult"]:
+    """The replay of the KRaft metadata log in `partition_dir` (kstore_cli.cluster.metadata_loader), None
+    when it cannot be read at all."""
     from kstore_cli.cluster.metadata_loader import MetadataSource, load_image
 
     try:
-        loaded = load_image(MetadataSource(partition.path))
+        return load_image(MetadataSource(partition_dir))
     except KstoreError:
         return None
-    return None if loaded.problems else loaded.image
+
+
+def metadata_image_of(partition: Partition, found: Optional[Survey] = None) -> Optional["MetadataImage"]:
+    """The cluster as the KRaft metadata log in ``__cluster_metadata-0`` has it at its end (the latest
+    snapshot, then the log after it, metadata transactions as the loader applies them), read by
+    kstore_cli.cluster.metadata_image: None when it cannot be read whole (damage is reported by the partition's
+    own checks; a partial image would make false alarms). With `found`, read once per survey."""
+    loaded = found.metadata_log(partition.path) if found is not None else _load_metadata(partition.path)
+    return None if loaded is None or loaded.problems else loaded.image
 
 
 def _topic_id_issues(found: Survey) -> List[Issue]:
@@ -596,7 +671,7 @@ def _topic_id_issues(found: Survey) -> List[Issue]:
     for info in found.data_dirs.values():
         for partition in info.partitions:
             if partition.name == names.METADATA_PARTITION_DIR:
-                image = metadata_image_of(partition)
+                image = metadata_image_of(partition, found)
                 if image is None:
                     incomplete.append(partition.path)
                 elif info.cluster_id not in images or len(image.topics.by_id) > len(images[info.cluster_id][1].topics.by_id):

@@ -9,7 +9,7 @@ from typing import Callable, List, Optional, Tuple
 
 from kstore_cli.codecs import CODEC_NAMES
 from kstore_cli.log.logdir import Partition
-from kstore_cli.operations.verify import ERROR, verify_partition
+from kstore_cli.operations.verify import NOTE, verify_partition
 from kstore_cli.log.unified_log import DataDirStates, log_offsets
 
 
@@ -74,7 +74,7 @@ def summarize_partition(partition: Partition, states: DataDirStates,
     last_offsets = [r.last_offset for r in results if r.last_offset is not None]
     timestamps = [r.min_timestamp for r in results if r.min_timestamp is not None]
     max_ts = [r.max_timestamp for r in results if r.max_timestamp >= 0]
-    errors = [f for f in findings if f.severity == ERROR]
+    errors = [f for f in findings if f.severity != NOTE]  # errors and warnings
     return PartitionSummary(
         partition=partition.path, topic=partition.topic, partition_id=partition.partition,
         base_offsets=[s.base_offset for s in partition.segments],

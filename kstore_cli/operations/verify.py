@@ -16,12 +16,18 @@ from bisect import bisect_left
 from itertools import islice
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
+from kstore_cli.cluster.metadata_image import is_torn_tail
 from kstore_cli.errors import KstoreError
 from kstore_cli.log import names
+from kstore_cli.log.kafka_version import KafkaVersion
 from kstore_cli.log.index import DEFAULT_INDEX_INTERVAL_BYTES, AbortedTxn, OffsetIndex, TimeIndex, TransactionIndex
 from kstore_cli.log.logdir import Partition, Segment, nothing_found
 from kstore_cli.operations import partition_findings, startup
 from kstore_cli.operations.recovery import (
+    BAD_SIZE,
+    CORRUPT_BATCH,
+    PARTIAL_BATCH,
+    SHORT_TAIL,
     ZERO_TAIL,
     BatchSink,
     PartitionPlan,
@@ -30,12 +36,16 @@ from kstore_cli.operations.recovery import (
     plan_partition,
 )
 
-ERROR = "error"
-NOTE = "note"
+# The severities are doctor's (operations.startup), one per finding in both commands.
+ERROR = startup.ERROR
+WARNING = startup.WARNING
+NOTE = startup.NOTE
+#: What a crash leaves at the end of the metadata log (KafkaMetadataLog cuts it at every start).
+_TORN_KINDS = (PARTIAL_BATCH, SHORT_TAIL, BAD_SIZE, CORRUPT_BATCH)
 
 
 class Finding:
-    """One thing verify found: an error (the partition is not healthy) or a note."""
+    """One thing verify found: an error or a warning (the partition is not healthy), or a note."""
 
     __slots__ = ("partition", "segment", "file", "severity", "check", "message")
 
@@ -62,11 +72,6 @@ class Finding:
         return f"Finding({self.severity}, {self.check}, {self.file}: {self.message})"
 
 
-#: Data-dir findings that say nothing about the files' consistency: notes for verify-index, errors in doctor
-#: (a KRaft broker treats a log without partition.metadata as stray; partitions built by tools often have none).
-_NOTES_IN_VERIFY = frozenset({"partition-metadata-missing"})
-
-
 class PartitionVerdict:
     """verify-index's answer for one partition: its findings and how many segments were checked."""
 
@@ -82,26 +87,31 @@ class PartitionVerdict:
         return sum(1 for f in self.findings if f.severity == ERROR)
 
     @property
+    def warnings(self) -> int:
+        return sum(1 for f in self.findings if f.severity == WARNING)
+
+    @property
     def notes(self) -> int:
-        return len(self.findings) - self.errors
+        return len(self.findings) - self.errors - self.warnings
 
     @property
     def healthy(self) -> bool:
-        return self.errors == 0
+        return self.errors == 0 and self.warnings == 0
 
     def to_dict(self) -> dict:
         return {"type": "partition", "partition": self.partition, "segments": self.segments,
-                "errors": self.errors, "notes": self.notes, "healthy": self.healthy}
+                "errors": self.errors, "warnings": self.warnings, "notes": self.notes, "healthy": self.healthy}
 
 
 class VerifyRun:
     """verify-index over paths: the data dirs' own findings first, then one verdict per partition, lazily
     (each partition is checked when its verdict is asked for, so output streams)."""
 
-    def __init__(self, paths: Sequence[str], topics: Optional[str] = None) -> None:
+    def __init__(self, paths: Sequence[str], topics: Optional[str] = None, *,
+                 kafka_version: Optional[KafkaVersion] = None) -> None:
         self._startup = startup
         self._partition_issues = partition_findings.partition_issues
-        self._found = startup.survey(paths, topics=topics)
+        self._found = startup.survey(paths, topics=topics, kafka_version=kafka_version)
         # doctor's data-dir checks (meta.properties, checkpoints, stray dirs, topic IDs) except the lock:
         # a live broker holding it is what a monitoring run expects.
         self.layout: List[Finding] = [self._finding(i) for i in startup.layout_issues(self._found, check_lock=False)]
@@ -109,10 +119,9 @@ class VerifyRun:
             raise nothing_found(paths, topics)
 
     def _finding(self, issue) -> Finding:
-        """A data-dir issue in verify-index's terms: errors stay errors, what Kafka fixes itself is a note."""
+        """A data-dir issue in verify-index's terms, with doctor's severity."""
         where = issue.partition or issue.data_dir or ""
-        error = issue.severity == self._startup.ERROR and issue.check not in _NOTES_IN_VERIFY
-        return Finding(os.path.basename(where), None, issue.file or where, ERROR if error else NOTE, issue.check,
+        return Finding(os.path.basename(where), None, issue.file or where, issue.severity, issue.check,
                        issue.message + (f" (at byte {issue.position})" if issue.position is not None else ""))
 
     def partitions(self) -> Iterator[PartitionVerdict]:
@@ -177,16 +186,18 @@ def verify_partition(partition: Partition, *, only: Optional[int] = None,
     def check(splan: SegmentPlan) -> None:
         nonlocal at_entries
         batches, at_entries = at_entries, None
-        _verify_segment(splan, batches, add)
+        _verify_segment(splan, batches, add, metadata_log=name == names.METADATA_PARTITION_DIR)
 
     plan = plan_partition(partition, only=only, progress=progress, stop_at_damage=False, batch_sink=sink,
                           on_segment=check, index_interval_bytes=index_interval_bytes)
     return findings, plan
 
 
-def _verify_segment(splan: SegmentPlan, batches: Optional["_BatchesAtEntries"], add: Callable[..., None]) -> None:
+def _verify_segment(splan: SegmentPlan, batches: Optional["_BatchesAtEntries"], add: Callable[..., None], *,
+                    metadata_log: bool = False) -> None:
     """One segment's checks, once recovery has scanned it: where its valid data ends, then each index
-    against what the scan found."""
+    against what the scan found. A torn tail of the metadata log is a warning: KafkaMetadataLog opens the log
+    with recovery point 0, as after an unclean shutdown, so every start cuts it."""
     seg = splan.segment
     base = seg.base_offset
     if splan.error is not None:
@@ -200,7 +211,10 @@ def _verify_segment(splan: SegmentPlan, batches: Optional["_BatchesAtEntries"], 
                 f"{problem.tail_bytes} zero bytes after byte {problem.position} (preallocated active segment; "
                 "a broker's recovery trims them)")
         else:
-            add(base, seg.log, ERROR, "log-" + problem.kind,
+            torn = (metadata_log and splan.is_last and problem.kind in _TORN_KINDS
+                    and is_torn_tail(seg.log, problem.position, base - 1 if result.last_offset is None
+                                     else result.last_offset, last_segment=True))
+            add(base, seg.log, WARNING if torn else ERROR, "log-" + problem.kind,
                 f"valid data ends at byte {problem.position}: {problem.message}")
     prealloc = splan.is_last and looks_preallocated(_length(seg.index), _length(seg.timeindex))
     # ---- .index

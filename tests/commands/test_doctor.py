@@ -319,12 +319,22 @@ def test_metadata_log_damage_with_intact_batches_after_it_stays_an_error(tmp_pat
 
 
 def test_missing_partition_metadata(tmp_path):
-    data = make_data_dir(tmp_path, partitions=("v2-none-0",))
+    # A KRaft dir with directory.id: a 3.7+ broker's, which calls the log stray (LogManager.isStrayKraftReplica).
+    data = make_data_dir(tmp_path, partitions=("v2-none-0",), directory_id="n9XlzHLvQJm2Bm7I9DqT3w")
     (data / "v2-none-0" / "partition.metadata").unlink()
     code, records = doctor(data)
     assert code == 1
     [f] = findings(records, "partition-metadata-missing")
-    assert "stray" in f["kafka"]
+    assert f["severity"] == "error" and "stray" in f["kafka"]
+
+
+def test_missing_partition_metadata_before_kraft_3_7(tmp_path):
+    # Without directory.id the KRaft broker that wrote it was 3.6 or older: it stops on such a log instead.
+    data = make_data_dir(tmp_path, partitions=("v2-none-0",))
+    (data / "v2-none-0" / "partition.metadata").unlink()
+    code, records = doctor(data)
+    [f] = findings(records, "partition-metadata-missing")
+    assert code == 1 and f["severity"] == "error" and "BrokerMetadataPublisher.findStrayPartitions" in f["kafka"]
 
 
 def test_leftover_swap_files(tmp_path):
