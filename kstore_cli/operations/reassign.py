@@ -14,8 +14,9 @@ ones):
   (a new replica fetches the leader's log minus what it already has: ``max(0, leader bytes - its bytes)``, so
   taking the largest holdings first moves the fewest bytes), then brokers on racks the partition does not use
   yet (when racks are registered), then the brokers with the fewest replicas, then the lowest id;
-* a partition with no live replica, or whose live replicas are all known to hold no copy, cannot be restored by a
-  reassignment (a new replica fetches from a leader, and there is none with the data): it is named, with the
+* a partition with no live replica, or whose live replicas are all known to hold no copy (the data dir the
+  metadata places the replica in was given, or all the dirs its broker registered: else it may hold one we do not
+  see), cannot be restored by a reassignment (a new replica fetches from a leader, and there is none with the data): it is named, with the
   copies outside its replica set, for ``kstore replicas``/``merge``/``salvage``;
 * so is one with too few live brokers outside its replica set to restore its replication factor.
 
@@ -27,9 +28,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from kstore_cli.cluster.metadata_image import MetadataImage
+from kstore_cli.cluster.metadata_image import RESERVED_DIRECTORY_IDS, MetadataImage
 from kstore_cli.cluster.metadata_loader import LoadResult, find_metadata, load_image
 from kstore_cli.errors import KstoreError, UsageError
 from kstore_cli.log import names
@@ -104,14 +105,34 @@ def _topic_ids(image: MetadataImage) -> Dict[str, str]:
     return {t["name"]: t["id"] for t in image.topics.by_id.values()}
 
 
-def holdings(found: Survey, topic_ids: Dict[str, str]) -> Tuple[Dict[TopicPartition, Dict[int, int]], Set[int]]:
-    """(bytes of each broker's current copy of each partition, the brokers whose data dirs were given)."""
-    held: Dict[TopicPartition, Dict[int, int]] = {}
-    known: Set[int] = set()
+@dataclass
+class Holdings:
+    """The copies in the data dirs given: bytes per partition and broker, and which data dirs were given."""
+
+    #: (topic, partition) -> {broker: bytes of its current copy}
+    sizes: Dict[TopicPartition, Dict[int, int]] = field(default_factory=dict)
+    #: broker -> the directory ids (meta.properties) of its data dirs given
+    dir_ids: Dict[int, Set[str]] = field(default_factory=dict)
+
+    def complete(self, image: MetadataImage, broker: int, directory: Optional[str]) -> bool:
+        """Whether the data dirs given show all of `broker`'s copies of a partition: the dir the metadata places
+        the replica in was given, or every dir the broker registered. Else the broker may hold a copy we do
+        not see, and is never said to hold none."""
+        given = self.dir_ids.get(broker, set())
+        if directory is not None and directory not in RESERVED_DIRECTORY_IDS and directory in given:
+            return True
+        registered = set((image.cluster.brokers.get(broker) or {}).get("log_dirs") or [])
+        return bool(registered) and registered <= given
+
+
+def holdings(found: Survey, topic_ids: Dict[str, str]) -> Holdings:
+    """Each broker's current copies (bytes) of the image's topics, and the directory ids of its data dirs."""
+    out = Holdings()
     for broker in found.brokers:
         if broker.node_id is None:
             continue
-        known.add(broker.node_id)
+        out.dir_ids.setdefault(broker.node_id, set()).update(
+            info.directory_id for info in broker.data_dirs if info.directory_id)
         for info in broker.data_dirs:
             for p in info.partitions:
                 if p.partition < 0 or is_future(p) or p.topic not in topic_ids:
@@ -122,9 +143,9 @@ def holdings(found: Survey, topic_ids: Dict[str, str]) -> Tuple[Dict[TopicPartit
                         continue  # an older incarnation of the topic: Partition.checkOrSetTopicId refuses it
                 except KstoreError:
                     continue
-                sizes = held.setdefault((p.topic, p.partition), {})
+                sizes = out.sizes.setdefault((p.topic, p.partition), {})
                 sizes[broker.node_id] = max(sizes.get(broker.node_id, 0), log_size(p))
-    return held, known
+    return out
 
 
 def _replica_counts(image: MetadataImage) -> Dict[int, int]:
@@ -167,13 +188,15 @@ def _no_copy(topic: str, partition: int, replicas: List[int], why: str, sizes: D
     return Unrestorable(topic, partition, replicas, f"{why}{where}: a reassignment cannot restore it ({REPAIR})")
 
 
-def _plan_partition(topic: str, partition: int, replicas: List[int], live: Set[int], known: Set[int],
-                    sizes: Dict[int, int], placer: _Placer) -> "Move | Unrestorable":
+def _plan_partition(topic: str, partition: int, registration: dict, live: Set[int], sizes: Dict[int, int],
+                    complete: Callable[[int, Optional[str]], bool], placer: _Placer) -> "Move | Unrestorable":
+    replicas: List[int] = registration["replicas"]
+    dirs = dict(zip(replicas, registration["directories"]))
     alive = [r for r in replicas if r in live]
     lost = [r for r in replicas if r not in live]
     if not alive:
         return _no_copy(topic, partition, replicas, f"every replica ({_ids(lost)}) is on a lost broker", sizes)
-    if all(r in known and r not in sizes for r in alive):
+    if all(r not in sizes and complete(r, dirs.get(r)) for r in alive):
         return _no_copy(topic, partition, replicas, f"no live replica ({_ids(alive)}) holds a copy", sizes)
     leader = max(alive, key=lambda r: (sizes.get(r, -1), -alive.index(r)))
     leader_bytes = max((sizes[r] for r in alive if r in sizes), default=None)
@@ -204,7 +227,7 @@ def generate(paths: Iterable[str], brokers: Optional[List[int]] = None, topics: 
     unnamed = [info.path for b in found.brokers if b.node_id is None for info in b.data_dirs]
     if unnamed:
         plan.problems.append("no node id in meta.properties, their copies are not counted: " + ", ".join(unnamed))
-    held, known = holdings(found, _topic_ids(image))
+    held = holdings(found, _topic_ids(image))
     placer = _Placer(image, live)
     live_set = set(live)
     for t in sorted(image.topics.by_id.values(), key=lambda t: t["name"]):
@@ -213,6 +236,7 @@ def generate(paths: Iterable[str], brokers: Optional[List[int]] = None, topics: 
         for n, p in sorted(t["partitions"].items()):
             if all(r in live_set for r in p["replicas"]):
                 continue
-            out = _plan_partition(t["name"], n, p["replicas"], live_set, known, held.get((t["name"], n), {}), placer)
+            out = _plan_partition(t["name"], n, p, live_set, held.sizes.get((t["name"], n), {}),
+                                  lambda b, d: held.complete(image, b, d), placer)
             (plan.moves if isinstance(out, Move) else plan.unrestorable).append(out)
     return plan
