@@ -48,7 +48,8 @@ def _summary(plan: ReassignPlan) -> List[str]:
 
 @click.command("reassign")
 @click.argument("paths", nargs=-1, required=True, type=ExistingPath())
-@click.option("--generate", "generate_plan", is_flag=True, help="Propose the reassignment (the one action that needs no live cluster).")
+@click.option("--generate", "generate_plan", is_flag=True,
+              help="Propose the reassignment (the one action that needs no live cluster).")
 @click.option("--brokers", callback=_broker_ids, metavar="IDS",
               help="The live brokers, comma-separated (default: those the metadata log has registered and unfenced).")
 @topics_option

@@ -16,8 +16,8 @@ ones):
   yet (when racks are registered), then the brokers with the fewest replicas, then the lowest id;
 * a partition with no live replica, or whose live replicas are all known to hold no copy (the data dir the
   metadata places the replica in was given, or all the dirs its broker registered: else it may hold one we do not
-  see), cannot be restored by a reassignment (a new replica fetches from a leader, and there is none with the data): it is named, with the
-  copies outside its replica set, for ``kstore replicas``/``merge``/``salvage``;
+  see), cannot be restored by a reassignment (a new replica fetches from a leader, and there is none with the
+  data): it is named, with the copies outside its replica set, for ``kstore replicas``/``merge``/``salvage``;
 * so is one with too few live brokers outside its replica set to restore its replication factor.
 
 The JSON is ``ReassignPartitionsCommand.formatAsReassignmentJson``'s (``{"version":1,"partitions":[{"topic",
