@@ -40,10 +40,19 @@ def _summary(plan: ReassignPlan) -> List[str]:
     lines = [f"metadata: {plan.metadata_dir} up to offset {plan.metadata_end_offset}; live brokers: "
              f"{','.join(map(str, plan.live_brokers)) or 'none'}"]
     for m in plan.moves:
-        adds = ", ".join(f"broker {b} fetches {size(n, human)}" for b, n in m.fetch_bytes.items())
+        if m.leader_bytes is None:
+            adds = f"{_ids(m.fetch_bytes)} fetch the leader's log (its size unknown: no live replica's dirs given)"
+        else:
+            adds = ", ".join(f"broker {b} fetches {size(n, human)}" for b, n in m.fetch_bytes.items())
         lines.append(f"{m.topic}-{m.partition}: {m.current} -> {m.proposed}: {adds}")
-    lines.append(f"{len(plan.moves)} partitions to reassign, {size(plan.bytes_moved, human)} to copy")
+    unknown = sum(m.leader_bytes is None for m in plan.moves)
+    lines.append(f"{len(plan.moves)} partitions to reassign, {size(plan.bytes_moved, human)} to copy"
+                 + (f" (and the logs of {unknown} partitions of unknown size)" if unknown else ""))
     return lines
+
+
+def _ids(brokers) -> str:
+    return "brokers " + ",".join(map(str, brokers)) if len(brokers) > 1 else f"broker {next(iter(brokers))}"
 
 
 @click.command("reassign")
@@ -79,9 +88,12 @@ def command(paths: Tuple[str, ...], generate_plan: bool, brokers: Optional[List[
     click.echo(f"Proposed partition reassignment configuration\n{_kafka_json(proposed)}")
     for line in _summary(plan):
         click.echo(f"kstore: {line}", err=True)
+    for m in plan.moves:
+        if m.note:
+            click.echo(f"kstore: {m.topic}-{m.partition}: {m.note}", err=True)
     for u in plan.unrestorable:
         click.echo(f"kstore: {u.topic}-{u.partition}: replicas {u.replicas}: {u.reason}", err=True)
     for p in plan.problems:
         click.echo(f"kstore: warning: {p}", err=True)
-    if plan.unrestorable or plan.problems:
+    if plan.unrestorable or plan.problems or any(m.note for m in plan.moves):
         exit_with(ExitStatus.PROBLEMS)

@@ -18,7 +18,9 @@ ones):
   metadata places the replica in was given, or all the dirs its broker registered: else it may hold one we do not
   see), cannot be restored by a reassignment (a new replica fetches from a leader, and there is none with the
   data): it is named, with the copies outside its replica set, for ``kstore replicas``/``merge``/``salvage``;
-* so is one with too few live brokers outside its replica set to restore its replication factor.
+* so is one with too few live brokers outside its replica set to restore its replication factor;
+* a partition whose live replicas are all out of the ISR gets its plan, and a note: it has no leader until an
+  unclean leader election (only ISR members are elected), so the new replicas cannot fetch until then.
 
 The JSON is ``ReassignPartitionsCommand.formatAsReassignmentJson``'s (``{"version":1,"partitions":[{"topic",
 "partition","replicas","log_dirs"}]}``, partitions by topic then partition, ``log_dirs`` all ``"any"``).
@@ -54,7 +56,10 @@ class Move:
     proposed: List[int]
     #: new broker -> bytes it has to fetch (the leader's bytes minus its own copy's)
     fetch_bytes: Dict[int, int]
+    #: the largest live copy's bytes (None: no live replica's data dirs were given)
     leader_bytes: Optional[int]
+    #: what else it takes (no live replica in the ISR: an unclean leader election first)
+    note: Optional[str] = None
 
     @property
     def bytes_moved(self) -> int:
@@ -206,7 +211,13 @@ def _plan_partition(topic: str, partition: int, registration: dict, live: Set[in
                             f"{len(replicas)} replicas but only {len(placer.live)} live brokers: the replication "
                             "factor cannot be restored (name more live brokers with --brokers)")
     proposed = [leader] + [r for r in alive if r != leader] + list(new)
-    return Move(topic, partition, list(replicas), proposed, new, leader_bytes)
+    move = Move(topic, partition, list(replicas), proposed, new, leader_bytes)
+    if not any(r in registration["isr"] for r in alive):
+        # PartitionChangeBuilder elects a leader from the ISR only: the new replicas have no leader to fetch from
+        move.note = (f"no live replica is in the ISR {registration['isr']}: the partition stays offline until an "
+                     f"unclean leader election (kafka-leader-election.sh --election-type unclean) makes broker "
+                     f"{leader} its leader, and the reassignment completes only then")
+    return move
 
 
 def _ids(brokers: Iterable[int]) -> str:

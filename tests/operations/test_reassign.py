@@ -24,9 +24,10 @@ def dir_id(node: int) -> str:
 
 
 def write_metadata(data_dir: Path, brokers: Dict[int, Tuple[bool, Optional[str]]],
-                   topics: Dict[str, List[List[int]]], extra_dirs: Dict[int, str] = {}) -> None:
+                   topics: Dict[str, List[List[int]]], extra_dirs: Dict[int, str] = {},
+                   isrs: Optional[Dict[Tuple[str, int], List[int]]] = None) -> None:
     """A KRaft metadata log: `brokers` id -> (fenced, rack), each registered with its data dir (dir_id) and those of
-    `extra_dirs`; `topics` name -> each partition's replicas."""
+    `extra_dirs`; `topics` name -> each partition's replicas (all in the ISR, but for `isrs`)."""
     regs = [broker(b, 10 + b, [dir_id(b)] + ([extra_dirs[b]] if b in extra_dirs else []), rack)
             for b, (_f, rack) in sorted(brokers.items())]
     unfence = [rec("UnfenceBrokerRecord", 0, Id=b, Epoch=10 + b) for b, (fenced, _r) in sorted(brokers.items())
@@ -36,6 +37,8 @@ def write_metadata(data_dir: Path, brokers: Dict[int, Tuple[bool, Optional[str]]
     for name, parts in topics.items():
         history.append(("data", [rec("TopicRecord", 0, Name=name, TopicId=TOPIC_IDS[name])]
                         + [partition(TOPIC_IDS[name], n, r, [], version=0) for n, r in enumerate(parts)]))
+    for (name, n), isr in (isrs or {}).items():
+        history.append(("data", [rec("PartitionChangeRecord", 0, PartitionId=n, TopicId=TOPIC_IDS[name], Isr=isr)]))
     (data_dir / "__cluster_metadata-0").mkdir(parents=True)
     (data_dir / "__cluster_metadata-0" / f"{0:020d}.log").write_bytes(_batches(history)[0])
 
@@ -170,3 +173,16 @@ def test_no_false_no_copy_when_a_dir_is_missing(tmp_path):
                    extra_dirs={1: uid(999)})
     plan = generate([str(tmp_path)])
     assert plan.unrestorable == [] and [m.proposed for m in plan.moves] == [[1, 2]]
+    assert plan.moves[0].leader_bytes is None  # its size is not known, and is never taken for 0
+
+
+def test_live_replicas_out_of_the_isr_are_said(tmp_path):
+    """wide-0 [3,1] with ISR [3]: broker 1's copy is restorable only after an unclean leader election."""
+    write_metadata(data_dir(tmp_path, 1), {1: (False, None), 2: (False, None), 3: (True, None)}, {"wide": [[3, 1]]},
+                   isrs={("wide", 0): [3]})
+    write_copy(data_dir(tmp_path, 1), "wide", 0, 100)
+    plan = generate([str(tmp_path)])
+    assert [m.proposed for m in plan.moves] == [[1, 2]]
+    assert "no live replica is in the ISR [3]" in plan.moves[0].note and "unclean" in plan.moves[0].note
+    healthy = generate([str(tmp_path)], brokers=[1, 2, 3])
+    assert healthy.moves == []
