@@ -45,6 +45,9 @@ def _summary(plan: ReassignPlan) -> List[str]:
         else:
             adds = ", ".join(f"broker {b} fetches {size(n, human)}" for b, n in m.fetch_bytes.items())
         lines.append(f"{m.topic}-{m.partition}: {m.current} -> {m.proposed}: {adds}")
+    if not plan.moves and not plan.unrestorable:
+        lines.append("nothing to reassign: every replica is on a live broker")
+        return lines
     unknown = sum(m.leader_bytes is None for m in plan.moves)
     lines.append(f"{len(plan.moves)} partitions to reassign, {size(plan.bytes_moved, human)} to copy"
                  + (f" (and the logs of {unknown} partitions of unknown size)" if unknown else ""))

@@ -60,3 +60,11 @@ def test_no_metadata_is_a_usage_error(tmp_path, run):
     (tmp_path / "t-0" / "00000000000000000000.log").write_bytes(b"")
     result = run("--generate", str(tmp_path))
     assert result.exit_code == 2 and "no __cluster_metadata-0" in result.stderr
+
+
+def test_nothing_to_reassign(cluster, run):  # noqa: F811
+    root, _sizes = cluster
+    result = run("--generate", "--topics", "orders", "--brokers", "1,2,3,4,5", str(root))
+    assert result.exit_code == 0
+    assert result.stdout.split("\n")[4] == '{"version":1,"partitions":[]}'
+    assert "nothing to reassign: every replica is on a live broker" in result.stderr
