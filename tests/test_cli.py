@@ -182,6 +182,7 @@ _MISSING_PATH_ARGV = {
     "recover": ["/no/such/dir"], "salvage": ["/no/such/dir", "--output-dir", "/tmp/kstore-never-made"],
     "restore": ["/no/such/dir"], "spark-export": ["/no/such/dir", "--output", "/tmp/kstore-never-made"],
     "metadata": ["/no/such/dir"], "transactions": ["/no/such/dir"], "groups": ["/no/such/dir"],
+    "log-dirs": ["/no/such/dir"], "reassign": ["--generate", "/no/such/dir"],
 }
 
 

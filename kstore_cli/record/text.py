@@ -9,7 +9,9 @@ as, Python's ``errors="replace"``.
 from __future__ import annotations
 
 import codecs
-from typing import Dict, Iterable, List
+from typing import Dict, Iterable, List, TypeVar
+
+T = TypeVar("T")
 
 
 def _cont(b: int) -> bool:
@@ -149,3 +151,19 @@ def scala_hashmap_order(keys: Iterable[str]) -> List[str]:
     for key in keys:
         m.put(key)
     return m.order()
+
+
+def java_hashmap_order(keys: Iterable[T], hashes: Iterable[int], initial_capacity: int = 16) -> List[T]:
+    """The iteration order of a ``java.util.HashMap`` (``new HashMap<>(initial_capacity)``) after ``put`` of each
+    key in turn (`hashes`: each key's ``hashCode()``): buckets by index (``(h ^ (h >>> 16)) & (table length - 1)``),
+    each bucket's keys in insertion order (a resize splits a bucket keeping that order); the table starts at
+    ``tableSizeFor(initial_capacity)`` and doubles whenever the size passes 0.75 of it. Keys are distinct; a
+    bucket of 9+ keys (a tree bin) is not modelled."""
+    keys = list(keys)
+    spread = [(h & 0xFFFFFFFF) ^ ((h & 0xFFFFFFFF) >> 16) for h in hashes]
+    table = 1
+    while table < initial_capacity:
+        table *= 2
+    while len(keys) > table * 3 // 4:
+        table *= 2
+    return [k for _b, _i, k in sorted((s & (table - 1), i, k) for i, (s, k) in enumerate(zip(spread, keys)))]
