@@ -16,7 +16,7 @@ from kstore_cli.commands._options import ExistingPath, json_option, topics_optio
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.log.locks import is_locked
 from kstore_cli.log.logdir import nothing_found
-from kstore_cli.operations.findings_groups import IssueGroup, group_issues
+from kstore_cli.operations.findings_groups import IssueGroup, group_issues, severity_rank
 from kstore_cli.operations.verify import verify_partition
 from kstore_cli.operations.partition_findings import partition_issues
 from kstore_cli.operations.segment_findings import segment_issue
@@ -30,9 +30,6 @@ from kstore_cli.operations.startup import (
     layout_issues,
     survey,
 )
-
-_SEVERITY_ORDER = {ERROR: 0, WARNING: 1, NOTE: 2}
-
 
 @click.command(name="doctor")
 @click.argument("paths", nargs=-1, required=True, type=ExistingPath())
@@ -108,7 +105,7 @@ def _check_partitions(found, by_dir: Dict[str, List[Issue]], counts: Dict[str, i
     healthy = 0
     for info in found.data_dirs.values():
         out.data_dir(info)
-        for issue in sorted(by_dir.pop(info.path, []), key=lambda i: _SEVERITY_ORDER[i.severity]):
+        for issue in sorted(by_dir.pop(info.path, []), key=lambda i: severity_rank(i.severity)):
             counts[issue.severity] += 1
             out.finding(issue, under=info.path)
         for partition, only in found.targets:
@@ -119,7 +116,7 @@ def _check_partitions(found, by_dir: Dict[str, List[Issue]], counts: Dict[str, i
             issues += partition_issues(found, partition, plan, whole_partition=only is None)
             if only is None:
                 issues += by_dir.pop(partition.path, [])
-            issues.sort(key=lambda i: _SEVERITY_ORDER[i.severity])
+            issues.sort(key=lambda i: severity_rank(i.severity))
             for issue in issues:
                 counts[issue.severity] += 1
             healthy += not any(i.severity != NOTE for i in issues)

@@ -211,12 +211,4 @@ def group_issues(issues: Iterable[Issue]) -> List[IssueGroup]:
     return groups
 
 
-def count_groups(groups: Iterable[IssueGroup]) -> Dict[str, int]:
-    """How many groups of each severity."""
-    counts = {ERROR: 0, WARNING: 0, NOTE: 0}
-    for g in groups:
-        counts[g.severity] += 1
-    return counts
-
-
-__all__ = ["IssueGroup", "group_issues", "count_groups", "format_ranges", "int_ranges", "severity_rank"]
+__all__ = ["IssueGroup", "group_issues", "format_ranges", "int_ranges", "severity_rank"]
