@@ -128,3 +128,29 @@ def test_segment_findings_of_one_partition_group_with_their_offsets(tmp_path):
     assert f"    run:   kstore rebuild-index {data / 'v2-none-0'}\n" in text
     code, text = _run("--verbose", str(data))
     assert text.count("missing-timeindex: ") == 4 + len(list((LOGS / "transactional-0").glob("*.timeindex")))
+
+
+def test_verify_index_groups_the_same_way(tmp_path):
+    """verify-index's text: the data dir's 115 missing partitions as two lines, a partition's per-segment findings
+    as one; --verbose and --json one line per finding."""
+    data = partial_data_dir(tmp_path / "partial")
+    result = CliRunner().invoke(cli, ["verify-index", str(data)], catch_exceptions=False)
+    assert result.exit_code == 1
+    heads = [line for line in result.output.splitlines() if f": {MISSING}: " in line]
+    assert [h.split(": error:")[0] for h in heads] == [f"{data}: __consumer_offsets 0-27,30-49 (48 partitions)",
+                                                       f"{data}: orders 0-66 (67 partitions)"]
+    result = CliRunner().invoke(cli, ["verify-index", "--verbose", str(data)], catch_exceptions=False)
+    assert result.output.count(f": {MISSING}: ") == 115
+    result = CliRunner().invoke(cli, ["verify-index", "--json", str(data)], catch_exceptions=False)
+    assert sum(json.loads(line).get("check") == MISSING for line in result.output.splitlines()) == 115
+
+    data = make_data_dir(tmp_path / "segments", partitions=("v2-none-0",))
+    for timeindex in (data / "v2-none-0").glob("*.timeindex"):
+        timeindex.unlink()
+    result = CliRunner().invoke(cli, ["verify-index", str(data)], catch_exceptions=False)
+    assert result.exit_code == 1
+    assert result.output.count("missing-timeindex") == 1, result.output
+    assert f"{data}: v2-none 0 at segments 0,174,327,497 (1 partition, 4 findings): error: missing-timeindex: " \
+        in result.output
+    result = CliRunner().invoke(cli, ["verify-index", "--verbose", str(data)], catch_exceptions=False)
+    assert result.output.count("missing-timeindex") == 4
