@@ -16,6 +16,7 @@ from kstore_cli.commands._options import ExistingPath, json_option, kafka_versio
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.log.locks import is_locked
 from kstore_cli.log.logdir import nothing_found
+from kstore_cli.operations.findings_groups import IssueGroup, group_issues, severity_rank
 from kstore_cli.operations.verify import verify_partition
 from kstore_cli.operations.partition_findings import partition_issues
 from kstore_cli.operations.segment_findings import segment_issue
@@ -30,16 +31,16 @@ from kstore_cli.operations.startup import (
     survey,
 )
 
-_SEVERITY_ORDER = {ERROR: 0, WARNING: 1, NOTE: 2}
-
-
 @click.command(name="doctor")
 @click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @json_option("JSON Lines: one object per broker, data dir, finding and partition, then a summary; each has a `type`.")
 @topics_option
 @kafka_version_option
+@click.option("--verbose", "-v", is_flag=True,
+              help="List every finding under its partition; by default repeated findings of one check on a "
+                   "topic's partitions are one line with their partition ranges.")
 @click.pass_context
-def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kafka_version) -> None:
+def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kafka_version, verbose: bool) -> None:
     """Why would my broker not start on these data dirs, and what do I run (read-only).
 
     PATH is a data dir, a folder holding several brokers' data dirs (searched two levels down),
@@ -53,12 +54,17 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kaf
     broker its files show (ZooKeeper or KRaft mode, which Kafka releases: one "judged as" line per
     data dir), or of --kafka-version. See docs/runbook.md.
 
+    Findings are listed per data dir after its partitions, real problems first (errors, warnings,
+    notes; the rarest first): the same check on many partitions of a topic is one line
+    (`orders 0-27,30-49 (48 partitions)`); --verbose lists each under its partition.
+
     \b
     Exit status: 0 healthy (notes allowed), 1 errors or warnings found, 3 unreadable.
 
     \b
     Example:
       kstore doctor /var/lib/kafka/data
+      kstore doctor --verbose /var/lib/kafka/data
       kstore doctor --json /backups/brokers | jq 'select(.type=="finding")'
     """
     found = survey(paths, replicas=True, topics=topics, kafka_version=kafka_version)
@@ -67,7 +73,7 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kaf
     if topics and not found.targets:
         raise nothing_found(paths, topics)
     tty = _is_tty() and not as_json
-    out = _Output(as_json, tty)
+    out = _Output(as_json, tty, verbose)
     for broker in found.brokers:
         out.broker(broker)
     counts: Dict[str, int] = {ERROR: 0, WARNING: 0, NOTE: 0}
@@ -102,7 +108,7 @@ def _check_partitions(found, by_dir: Dict[str, List[Issue]], counts: Dict[str, i
     healthy = 0
     for info in found.data_dirs.values():
         out.data_dir(info, found.judge(info))
-        for issue in sorted(by_dir.pop(info.path, []), key=lambda i: _SEVERITY_ORDER[i.severity]):
+        for issue in sorted(by_dir.pop(info.path, []), key=lambda i: severity_rank(i.severity)):
             counts[issue.severity] += 1
             out.finding(issue, under=info.path)
         for partition, only in found.targets:
@@ -113,23 +119,28 @@ def _check_partitions(found, by_dir: Dict[str, List[Issue]], counts: Dict[str, i
             issues += partition_issues(found, partition, plan, whole_partition=only is None)
             if only is None:
                 issues += by_dir.pop(partition.path, [])
-            issues.sort(key=lambda i: _SEVERITY_ORDER[i.severity])
+            issues.sort(key=lambda i: severity_rank(i.severity))
             for issue in issues:
                 counts[issue.severity] += 1
             healthy += not any(i.severity != NOTE for i in issues)
             out.partition(partition, only, len(plan.segments), issues)
-        out.end_data_dir()
+        out.end_data_dir(info.path)
     return healthy
 
 
 class _Output:
-    """A table per data dir on a terminal (a row per healthy partition, detail rows only for findings),
-    plain lines in a pipe, JSON Lines with --json."""
+    """A table per data dir on a terminal (a row per partition, then a row per group of findings), plain
+    lines in a pipe, JSON Lines with --json (every finding, then the data dir's groups). --verbose lists
+    each finding under its partition instead of the groups."""
 
-    def __init__(self, as_json: bool, tty: bool) -> None:
+    def __init__(self, as_json: bool, tty: bool, verbose: bool = False) -> None:
         self.as_json = as_json
+        self.verbose = verbose
         self.console = None
         self.table = None
+        #: The current data dir's findings, grouped when it ends.
+        self.pending: List[Issue] = []
+        self.groups = 0
         if tty:
             self.console = console()
 
@@ -178,28 +189,45 @@ class _Output:
                                title_style="bold")
         self.table.columns[1].justify = "right"
 
-    def end_data_dir(self) -> None:
+    def end_data_dir(self, under: Optional[str] = None) -> None:
+        """The data dir's findings grouped (after its partitions), then its table on a terminal."""
+        groups = group_issues(self.pending)
+        self.pending = []
+        self.groups += len(groups)
+        for group in groups:
+            if self.as_json:
+                click.echo(json.dumps({"type": "finding_group", **group.to_dict()}, sort_keys=True))
+            elif not self.verbose:
+                self._show(group, under)
         if self.table is not None:
             self.console.print(self.table)
             self.table = None
 
     def finding(self, issue: Issue, under: Optional[str] = None) -> None:
+        """A finding: kept for its data dir's groups; listed now with --json and --verbose."""
+        self.pending.append(issue)
         if self.as_json:
             click.echo(json.dumps({"type": "finding", **issue.to_dict()}, sort_keys=True))
-            return
-        if self.table is not None:
-            from rich.markup import escape
+        elif self.verbose:
+            self._show(issue, under)
 
-            style = {ERROR: "red", WARNING: "yellow", NOTE: "cyan"}[issue.severity]
-            where = issue.where
-            if under and where.startswith(under + os.sep):
-                where = "  " + where[len(under) + 1:]
-            self.table.add_row(escape(where), "", f"[{style}]{issue.severity}[/] {escape(issue.check)}: "
-                               f"{escape(issue.message)}\n[dim]kafka:[/] {escape(issue.kafka)}\n"
-                               f"[dim]run:[/]   {escape(issue.repair)}")
+    def _show(self, item: "Issue | IssueGroup", under: Optional[str]) -> None:
+        """A finding or a group of them: a table row on a terminal, else its lines."""
+        if self.table is None:
+            for line in item.text_lines():
+                self._echo(line)
             return
-        for line in issue.text_lines():
-            self._echo(line)
+        from rich.markup import escape
+
+        style = {ERROR: "red", WARNING: "yellow", NOTE: "cyan"}[item.severity]
+        where = item.where
+        if isinstance(item, IssueGroup) and item.count > 1:
+            where = "  " + item.subject if under and item.data_dir == under else where
+        elif under and where.startswith(under + os.sep):
+            where = "  " + where[len(under) + 1:]
+        self.table.add_row(escape(where), "", f"[{style}]{item.severity}[/] {escape(item.check)}: "
+                           f"{escape(item.message)}\n[dim]kafka:[/] {escape(item.kafka)}\n"
+                           f"[dim]run:[/]   {escape(item.repair)}")
 
     def partition(self, partition, only, segments: int, issues: List[Issue]) -> None:
         errors = sum(1 for i in issues if i.severity == ERROR)
@@ -237,12 +265,13 @@ class _Output:
             click.echo(json.dumps({
                 "type": "summary", "brokers": len(found.brokers), "data_dirs": len(found.data_dirs),
                 "partitions": partitions, "healthy_partitions": healthy, "errors": counts[ERROR],
-                "warnings": counts[WARNING], "notes": counts[NOTE],
+                "warnings": counts[WARNING], "notes": counts[NOTE], "groups": self.groups,
                 "healthy": counts[ERROR] == 0 and counts[WARNING] == 0,
             }, sort_keys=True))
             return
         verdict = ("no errors or warnings" if not counts[ERROR] and not counts[WARNING]
                    else f"{counts[ERROR]} error(s), {counts[WARNING]} warning(s)")
+        grouped = f" in {self.groups} group(s)" if self.groups else ""
         self._echo(f"{partitions} partition(s) in {len(found.data_dirs)} data dir(s) of {len(found.brokers)} "
                    f"broker(s): {healthy} healthy; {verdict}"
-                   + (f", {counts[NOTE]} note(s)" if counts[NOTE] else ""), "bold")
+                   + (f", {counts[NOTE]} note(s)" if counts[NOTE] else "") + grouped, "bold")

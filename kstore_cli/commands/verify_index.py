@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Optional
@@ -13,17 +14,21 @@ from kstore_cli.commands._render import console, new_table
 from kstore_cli.commands._emit import exit_with
 from kstore_cli.commands._options import ExistingPath, json_option, kafka_version_option, topics_option
 from kstore_cli.errors import ExitStatus
-from kstore_cli.operations.verify import ERROR, NOTE, WARNING, Finding, PartitionVerdict, VerifyRun
+from kstore_cli.operations.verify import ERROR, NOTE, WARNING, Finding, FindingGroup, PartitionVerdict, VerifyRun
 
 
 @click.command(name="verify-index")
 @click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @json_option("One JSON object per finding, and one summary per partition.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only problems (and notes), no per-partition summary.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="One line per finding; by default one check on several segments of a partition, or on many "
+                   "partitions of a topic (the data dir's checks), is one line with their ranges.")
 @topics_option
 @kafka_version_option
 @click.pass_context
-def command(ctx: click.Context, paths, as_json: bool, quiet: bool, topics: Optional[str], kafka_version) -> None:
+def command(ctx: click.Context, paths, as_json: bool, quiet: bool, topics: Optional[str], kafka_version,
+            verbose: bool) -> None:
     """Check every .index, .timeindex and .txnindex against its .log (read-only).
 
     PATH is a .log file, a partition directory or a data directory. Checks: Kafka's
@@ -50,10 +55,10 @@ def command(ctx: click.Context, paths, as_json: bool, quiet: bool, topics: Optio
       kstore verify-index --json /var/lib/kafka/data/orders-0 | jq 'select(.severity=="error")'
     """
     run = VerifyRun(paths, topics, kafka_version=kafka_version)
-    render = _json if as_json else (_Table() if is_tty() else _text)
-    unhealthy = False
-    for f in run.layout:
-        unhealthy = unhealthy or f.severity != NOTE
+    grouped = not (as_json or verbose)
+    render = _json if as_json else (_Table(grouped) if is_tty() else functools.partial(_text, grouped=grouped))
+    unhealthy = any(f.severity != NOTE for f in run.layout)
+    for f in run.layout_groups() if grouped else run.layout:
         render(f, quiet)
     for verdict in run.partitions():
         unhealthy = unhealthy or not verdict.healthy
@@ -77,11 +82,11 @@ def _json(item, quiet: bool) -> None:
     click.echo(json.dumps(item.to_dict(), sort_keys=True))
 
 
-def _text(item, quiet: bool) -> None:
+def _text(item, quiet: bool, grouped: bool = False) -> None:
     if isinstance(item, Finding):
         click.echo(f"{item.file}: {item.severity}: {item.check}: {item.message}")
         return
-    for f in item.findings:
+    for f in item.grouped_findings() if grouped else item.findings:
         click.echo(f"{f.file or item.partition}: {f.severity}: {f.check}: {f.message}")
     if not quiet:
         click.echo(f"{item.partition}: {item.segments} segment(s), "
@@ -92,8 +97,9 @@ def _text(item, quiet: bool) -> None:
 class _Table:
     """A rich table per partition on a terminal (data-dir findings as plain lines)."""
 
-    def __init__(self) -> None:
+    def __init__(self, grouped: bool) -> None:
         self.console = console()
+        self.grouped = grouped
 
     def __call__(self, item, quiet: bool) -> None:
         if isinstance(item, Finding):
@@ -105,8 +111,9 @@ class _Table:
         status = "[green]healthy[/]" if verdict.healthy else f"[red]{verdict.errors + verdict.warnings} problem(s)[/]"
         table = new_table(f"{verdict.partition}: {verdict.segments} segment(s), {status}",
                           ("segment", "file", "severity", "check", "message"))
-        for f in verdict.findings:
+        for f in verdict.grouped_findings() if self.grouped else verdict.findings:
             sev = {ERROR: "[red]error[/]", WARNING: "[yellow]warning[/]"}.get(f.severity, "[cyan]note[/]")
             table.add_row("" if f.segment is None else str(f.segment),
-                          os.path.basename(f.file) if f.file else "", sev, f.check, f.message)
+                          f.subject if isinstance(f, FindingGroup) else os.path.basename(f.file) if f.file else "",
+                          sev, f.check, f.message)
         self.console.print(table)

@@ -118,11 +118,12 @@ class Issue:
     """One thing found: where (data dir, partition, file, byte or offset), how bad, what Kafka does, what to run."""
 
     __slots__ = ("severity", "check", "data_dir", "partition", "file", "position", "offset", "message",
-                 "kafka", "repair")
+                 "kafka", "repair", "topic_partition", "gist")
 
     def __init__(self, severity: str, check: str, message: str, *, kafka: str, repair: str,
                  data_dir: Optional[str] = None, partition: Optional[str] = None, file: Optional[str] = None,
-                 position: Optional[int] = None, offset: Optional[int] = None) -> None:
+                 position: Optional[int] = None, offset: Optional[int] = None,
+                 topic_partition: Optional[Tuple[str, int]] = None, gist: Optional[str] = None) -> None:
         self.severity = severity
         self.check = check
         self.message = message
@@ -135,6 +136,10 @@ class Issue:
         self.file = file
         self.position = position
         self.offset = offset
+        #: (topic, partition) the finding is about: the partition dir's, or given where there is no dir.
+        self.topic_partition = topic_partition or _topic_partition_of(partition)
+        #: The message without this finding's own details, said of several alike (findings_groups).
+        self.gist = gist
 
     @property
     def where(self) -> str:
@@ -146,10 +151,11 @@ class Issue:
         return text
 
     def to_dict(self) -> dict:
+        topic, partition_id = self.topic_partition or (None, None)
         return {
             "severity": self.severity, "check": self.check, "data_dir": self.data_dir, "partition": self.partition,
             "file": self.file, "position": self.position, "offset": self.offset, "message": self.message,
-            "kafka": self.kafka, "repair": self.repair,
+            "kafka": self.kafka, "repair": self.repair, "topic": topic, "partition_id": partition_id,
         }
 
     def text_lines(self) -> List[str]:
@@ -159,6 +165,14 @@ class Issue:
 
     def __repr__(self) -> str:
         return f"Issue({self.severity}, {self.check}, {self.where}: {self.message})"
+
+
+def _topic_partition_of(partition: Optional[str]) -> Optional[Tuple[str, int]]:
+    """(topic, partition) of a partition dir named exactly ``<topic>-<partition>`` (not a -delete/-stray one)."""
+    parsed = names.parse_partition_dir(partition) if partition else None
+    if parsed is None or os.path.basename(os.path.normpath(partition)) != f"{parsed[0]}-{parsed[1]}":
+        return None
+    return parsed
 
 
 class DataDirInfo:
@@ -775,7 +789,10 @@ def _assigned_without_dir(found: Survey, cluster: Optional[str], source: str, im
                     ERROR if alone else WARNING, "assigned-partition-missing",
                     f"the cluster metadata ({source}) assigns {topic['name']}-{pid} (topic ID {tid}) to node {node} "
                     f"(replicas {reg['replicas']}, ISR {reg['isr']}; {leader}), but no data dir of node {node} "
-                    f"given holds it", data_dir=infos[0].path, partition=None,
+                    f"given holds it", data_dir=infos[0].path, partition=None, topic_partition=(topic["name"], pid),
+                    gist=(f"the cluster metadata ({source}) assigns these partitions (topic ID {tid}) to node {node}"
+                          + (", their only in-sync replica" if alone else "") + f", but no data dir of node {node} "
+                          "given holds them"),
                     kafka=("the broker creates the log empty and fetches it from the leader" if not alone else
                            "the broker creates the log empty; this node is the only in-sync replica, so the "
                            "partition's data is lost unless a copy of the directory is found"),

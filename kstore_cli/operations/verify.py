@@ -23,6 +23,7 @@ from kstore_cli.log.kafka_version import KafkaVersion
 from kstore_cli.log.index import DEFAULT_INDEX_INTERVAL_BYTES, AbortedTxn, OffsetIndex, TimeIndex, TransactionIndex
 from kstore_cli.log.logdir import Partition, Segment, nothing_found
 from kstore_cli.operations import partition_findings, startup
+from kstore_cli.operations.findings_groups import IssueGroup, group_issues
 from kstore_cli.operations.recovery import (
     BAD_SIZE,
     CORRUPT_BATCH,
@@ -102,6 +103,30 @@ class PartitionVerdict:
         return {"type": "partition", "partition": self.partition, "segments": self.segments,
                 "errors": self.errors, "warnings": self.warnings, "notes": self.notes, "healthy": self.healthy}
 
+    def grouped_findings(self) -> List[Finding]:
+        """The findings, one check on several segments as one (findings_groups.group_issues), errors first."""
+        issues = {}
+        for f in self.findings:
+            issue = startup.Issue(f.severity, f.check, f.message, kafka="", repair="", partition=self.partition,
+                                  data_dir=os.path.dirname(self.partition), file=f.file)
+            issues[id(issue)] = (issue, f)
+        return [issues[id(g.first)][1] if g.count == 1 else FindingGroup(g, g.severity)
+                for g in group_issues(i for i, _f in issues.values())]
+
+
+class FindingGroup(Finding):
+    """Findings alike as one line (findings_groups): `file` says where they are (a data dir, the topic's
+    partitions and segments), `subject` the same within the data dir."""
+
+    __slots__ = ("subject", "count")
+
+    def __init__(self, group: IssueGroup, severity: str) -> None:
+        super().__init__(group.data_dir or "", None, group.where, severity, group.check, group.message)
+        self.subject = group.subject
+        self.count = group.count
+
+
+
 
 class VerifyRun:
     """verify-index over paths: the data dirs' own findings first, then one verdict per partition, lazily
@@ -114,7 +139,8 @@ class VerifyRun:
         self._found = startup.survey(paths, topics=topics, kafka_version=kafka_version)
         # doctor's data-dir checks (meta.properties, checkpoints, stray dirs, topic IDs) except the lock:
         # a live broker holding it is what a monitoring run expects.
-        self.layout: List[Finding] = [self._finding(i) for i in startup.layout_issues(self._found, check_lock=False)]
+        self._layout_issues = startup.layout_issues(self._found, check_lock=False)
+        self.layout: List[Finding] = [self._finding(i) for i in self._layout_issues]
         if not self._found.targets and not self.layout:
             raise nothing_found(paths, topics)
 
@@ -123,6 +149,12 @@ class VerifyRun:
         where = issue.partition or issue.data_dir or ""
         return Finding(os.path.basename(where), None, issue.file or where, issue.severity, issue.check,
                        issue.message + (f" (at byte {issue.position})" if issue.position is not None else ""))
+
+    def layout_groups(self) -> List[Finding]:
+        """The data dirs' findings with those alike (one check on many partitions of a topic) as one, errors first."""
+        found = [self._finding(g.first) if g.count == 1 else FindingGroup(g, self._finding(g.first).severity)
+                 for g in group_issues(self._layout_issues)]
+        return sorted(found, key=lambda f: f.severity != ERROR)
 
     def partitions(self) -> Iterator[PartitionVerdict]:
         for partition, only in self._found.targets:

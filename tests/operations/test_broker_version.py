@@ -139,7 +139,7 @@ def test_zookeeper_rules_no_partition_metadata_and_no_cluster_id_are_not_errors(
     checks = {(i.check, i.severity) for i in layout_issues(found)}
     assert checks == {("meta-properties-cluster-id", "note")}
     code, records = run("doctor", tmp_path / "data")
-    assert [r for r in records if r.get("check") == "partition-metadata-missing"] == []
+    assert [r for r in records if r.get("type") == "finding" and r.get("check") == "partition-metadata-missing"] == []
 
 
 def test_kafka_version_4_judges_a_zookeeper_dir_by_kraft_rules(tmp_path):
@@ -165,10 +165,10 @@ def test_kraft_before_3_7_stops_on_a_log_without_topic_id_and_3_7_1_makes_it_str
     data = kraft_4x(tmp_path)
     (data / "orders-1" / "partition.metadata").unlink()
     _, records = run("doctor", data)
-    [f] = [r for r in records if r.get("check") == "partition-metadata-missing"]
+    [f] = [r for r in records if r.get("type") == "finding" and r.get("check") == "partition-metadata-missing"]
     assert f["severity"] == "error" and "isStrayKraftReplica" in f["kafka"]
     _, records = run("doctor", "--kafka-version", "3.5", data)
-    [f] = [r for r in records if r.get("check") == "partition-metadata-missing"]
+    [f] = [r for r in records if r.get("type") == "finding" and r.get("check") == "partition-metadata-missing"]
     assert f["severity"] == "error" and "does not have a topic ID" in f["kafka"]
 
 
@@ -176,7 +176,7 @@ def test_unknown_mode_is_a_note_not_an_error(tmp_path):
     data = _data_dir(tmp_path)
     _partition(data, "v2-none-0")
     code, records = run("doctor", data)
-    [f] = [r for r in records if r.get("check") == "partition-metadata-missing"]
+    [f] = [r for r in records if r.get("type") == "finding" and r.get("check") == "partition-metadata-missing"]
     assert code == 0 and f["severity"] == "note" and "--kafka-version" in f["repair"]
     [d] = [r for r in records if r["type"] == "datadir"]
     assert d["judged_as"]["mode"] == UNKNOWN
@@ -187,7 +187,7 @@ def test_a_dir_without_meta_properties_beside_zookeeper_dirs_is_a_note(tmp_path)
     b = _data_dir(tmp_path / "b")
     _partition(b, "v2-none-1")
     code, records = run("doctor", a, b)
-    [f] = [r for r in records if r.get("check") == "meta-properties-missing"]
+    [f] = [r for r in records if r.get("type") == "finding" and r.get("check") == "meta-properties-missing"]
     assert code == 0 and f["severity"] == "note"
 
 
