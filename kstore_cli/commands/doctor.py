@@ -12,13 +12,14 @@ from kstore_cli.commands._render import byte_progress
 from kstore_cli.commands._render import is_tty as _is_tty
 from kstore_cli.commands._render import console, new_table
 from kstore_cli.commands._emit import exit_with
-from kstore_cli.commands._options import ExistingPath, json_option, topics_option
+from kstore_cli.commands._options import ExistingPath, json_option, kafka_version_option, topics_option
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.log.locks import is_locked
 from kstore_cli.log.logdir import nothing_found
 from kstore_cli.operations.verify import verify_partition
 from kstore_cli.operations.partition_findings import partition_issues
 from kstore_cli.operations.segment_findings import segment_issue
+from kstore_cli.operations.upgrade import upgrade_issues
 from kstore_cli.operations.startup import (
     ERROR,
     NOTE,
@@ -37,8 +38,9 @@ _SEVERITY_ORDER = {ERROR: 0, WARNING: 1, NOTE: 2}
 @click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @json_option("JSON Lines: one object per broker, data dir, finding and partition, then a summary; each has a `type`.")
 @topics_option
+@kafka_version_option
 @click.pass_context
-def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str]) -> None:
+def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kafka_version=None) -> None:
     """Why would my broker not start on these data dirs, and what do I run (read-only).
 
     PATH is a data dir, a folder holding several brokers' data dirs (searched two levels down),
@@ -70,7 +72,8 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str]) -> 
     counts: Dict[str, int] = {ERROR: 0, WARNING: 0, NOTE: 0}
     by_dir: Dict[str, List[Issue]] = {}
     checked = {p.path for p, only in found.targets if only is None}
-    for issue in layout_issues(found):
+    # --kafka-version: also what a broker of that release would refuse or change (docs/upgrade.md).
+    for issue in layout_issues(found) + (upgrade_issues(found, kafka_version) if kafka_version else []):
         # A finding about one checked partition (a topic ID) is listed, and counted, with that partition.
         key = issue.partition if issue.partition in checked else issue.data_dir or ""
         by_dir.setdefault(key, []).append(issue)
