@@ -51,6 +51,9 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kaf
     partitions without logs, leftover .swap/.cleaned/.deleted files, a CRC scan of every batch,
     index health (as verify-index) and producer snapshots. Each finding says what Kafka does
     with it at startup and which command repairs it. See docs/runbook.md.
+    With --kafka-version, also what a broker of that release would refuse or
+    change (upgrade readiness: ZooKeeper mode, metadata.version, removed topic
+    configs, v0/v1 data; docs/upgrade.md).
 
     \b
     Exit status: 0 healthy (notes allowed), 1 errors or warnings found, 3 unreadable.

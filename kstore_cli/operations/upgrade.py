@@ -324,7 +324,7 @@ def _record_versions(partition: Partition, only: Optional[int]) -> Iterable[Tupl
                     if key is None or len(key) < 2:
                         continue
                     kv = int.from_bytes(key[:2], "big", signed=True)
-                    vv = int.from_bytes(value[:2], "big", signed=True) if value is not None and len(value) >= 2 else None
+                    vv = None if value is None or len(value) < 2 else int.from_bytes(value[:2], "big", signed=True)
                     yield kv, vv, record.offset
         except KstoreError:
             continue

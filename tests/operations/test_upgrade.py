@@ -41,8 +41,10 @@ def _partition(directory: Path, batches: List[bytes], topic_id: Optional[str] = 
     return directory
 
 
-def _coordinator(key_type: int, value_name: Optional[str], value_version: int, **fields) -> Tuple[bytes, Optional[bytes]]:
-    key_name = {0: "OffsetCommitKey", 1: "OffsetCommitKey", 2: "GroupMetadataKey", 3: "ConsumerGroupMetadataKey"}[key_type]
+def _coordinator(key_type: int, value_name: Optional[str], value_version: int, **fields):
+    """A group coordinator record: key (its version is the record type) and value of `value_version`."""
+    key_name = {0: "OffsetCommitKey", 1: "OffsetCommitKey", 2: "GroupMetadataKey",
+                3: "ConsumerGroupMetadataKey"}[key_type]
     key_fields = ({"group": "g", "topic": "orders", "partition": 0} if key_type < 2 else
                   {"group": "g"} if key_type == 2 else {"GroupId": "g"})
     key = struct.pack(">h", key_type) + write_message(GROUP_COORDINATOR[key_name], key_fields, key_type)
