@@ -20,6 +20,7 @@ from kstore_cli.operations.findings_groups import IssueGroup, group_issues, seve
 from kstore_cli.operations.verify import verify_partition
 from kstore_cli.operations.partition_findings import partition_issues
 from kstore_cli.operations.segment_findings import segment_issue
+from kstore_cli.operations.upgrade import upgrade_issues
 from kstore_cli.operations.startup import (
     ERROR,
     NOTE,
@@ -53,6 +54,9 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kaf
     with it at startup and which command repairs it. Each data dir is judged by the rules of the
     broker its files show (ZooKeeper or KRaft mode, which Kafka releases: one "judged as" line per
     data dir), or of --kafka-version. See docs/runbook.md.
+    With --kafka-version, also what a broker of that release would refuse or
+    change (upgrade readiness: ZooKeeper mode, metadata.version, removed topic
+    configs, v0/v1 data; docs/upgrade.md).
 
     Findings are listed per data dir after its partitions, real problems first (errors, warnings,
     notes; the rarest first): the same check on many partitions of a topic is one line
@@ -77,12 +81,7 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kaf
     for broker in found.brokers:
         out.broker(broker)
     counts: Dict[str, int] = {ERROR: 0, WARNING: 0, NOTE: 0}
-    by_dir: Dict[str, List[Issue]] = {}
-    checked = {p.path for p, only in found.targets if only is None}
-    for issue in layout_issues(found):
-        # A finding about one checked partition (a topic ID) is listed, and counted, with that partition.
-        key = issue.partition if issue.partition in checked else issue.data_dir or ""
-        by_dir.setdefault(key, []).append(issue)
+    by_dir = _layout_by_dir(found, kafka_version)
     healthy = 0
     bar, advance = byte_progress(tty, "checking", lambda: sum(
         os.path.getsize(s.log) for p, only in found.targets for s in p.segments if only in (None, s.base_offset)))
@@ -100,6 +99,18 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kaf
     out.summary(found, healthy, counts)
     if counts[ERROR] or counts[WARNING]:
         exit_with(ExitStatus.PROBLEMS)
+
+
+def _layout_by_dir(found, kafka_version) -> Dict[str, List[Issue]]:
+    """The data dirs' findings, keyed by the data dir, or by the checked partition a finding is about (a topic
+    ID: listed, and counted, with that partition); with --kafka-version also what a broker of that release
+    would refuse or change (docs/upgrade.md)."""
+    by_dir: Dict[str, List[Issue]] = {}
+    checked = {p.path for p, only in found.targets if only is None}
+    for issue in layout_issues(found) + (upgrade_issues(found, kafka_version) if kafka_version else []):
+        key = issue.partition if issue.partition in checked else issue.data_dir or ""
+        by_dir.setdefault(key, []).append(issue)
+    return by_dir
 
 
 def _check_partitions(found, by_dir: Dict[str, List[Issue]], counts: Dict[str, int], out: "_Output", advance) -> int:
