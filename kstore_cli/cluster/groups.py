@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from kstore_cli.errors import KstoreError, UsageError
 from kstore_cli.parsers.coordinator import _UnknownRecordType, deserialize
@@ -236,23 +236,22 @@ class _Loader:
         group.generation, group.assignment_epoch, group.state = modern.epoch, modern.assignment_epoch, modern.state
         return None
 
-    def finish(self, names: Callable[[], Dict[str, str]]) -> List[str]:
-        """Every live consumer/share group's members with topic names; the topic ids left unnamed.
+    def finish(self, names: Callable[[], Dict[str, str]]) -> Dict[str, Set[str]]:
+        """Every live consumer/share group's members with topic names; per group, the topic ids left unnamed.
         `names` (partition.metadata files) is only read when the records leave an id unnamed."""
-        resolved: Dict[str, List[Member]] = {}
-        unknown: set = set()
-        for group_id, modern in self.modern.items():
-            resolved[group_id], missing = modern.resolved_members(self.topic_names)
-            unknown |= missing
+        unknown = self._name_topics()
         if unknown:
             self.topic_names.update(names())
-            unknown = set()
-            for group_id, modern in self.modern.items():
-                resolved[group_id], missing = modern.resolved_members(self.topic_names)
-                unknown |= missing
-        for group_id, members in resolved.items():
-            self.groups[group_id].members = members
-        return sorted(unknown)
+            unknown = self._name_topics()
+        return unknown
+
+    def _name_topics(self) -> Dict[str, Set[str]]:
+        unknown: Dict[str, Set[str]] = {}
+        for group_id, modern in self.modern.items():
+            self.groups[group_id].members, missing = modern.resolved_members(self.topic_names)
+            if missing:
+                unknown[group_id] = missing
+        return unknown
 
 
 def _simple_group_state(group: Group) -> str:
@@ -301,7 +300,8 @@ def load_groups(paths: Iterable[str], *, num_partitions: int = DEFAULT_OFFSETS_P
         if g not in state and partition_for(g, num_partitions) in missing:
             unknown[g] = partition_for(g, num_partitions)
     _join_log_ends(partitions, state)
-    return GroupsState(state, num_partitions, found, missing, unknown, loader.skipped, unresolved)
+    unnamed = sorted({t for g in state for t in unresolved.get(g, ())})
+    return GroupsState(state, num_partitions, found, missing, unknown, loader.skipped, unnamed)
 
 
 def _join_log_ends(partitions: List[Partition], state: Dict[str, Group]) -> None:

@@ -10,7 +10,7 @@ import click
 from kstore_cli.commands._render import is_tty
 from kstore_cli.commands._emit import exit_with
 from kstore_cli.commands._options import ExistingPath, json_option, topics_option
-from kstore_cli.commands._render import Column, cell, iso_time, new_table, print_lines, print_rich, print_table
+from kstore_cli.commands._render import Column, cell, console, iso_time, new_table, print_lines, print_rich, print_table
 
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.log.logdir import topic_matcher
@@ -72,6 +72,10 @@ _STATE_COLUMNS = (Column("group"), Column("type"), Column("state"), Column("gene
                   Column("last_commit", "time"), Column("total_lag"))
 
 
+#: Columns of names, which fold; the others (numbers, states, times) are kept whole where they fit.
+_NAMES = {"topic", "group", "type", "consumer_id", "group_instance_id", "host", "client_id", "assignment"}
+
+
 def _assignment(parts: Optional[List[Tuple[str, int]]]) -> Optional[str]:
     """``orders:0,2 payments:1``; None (shown ``-``) when not known."""
     if parts is None:
@@ -97,7 +101,7 @@ def _title(g: Group) -> str:
     parts = [kind]
     if g.generation is not None:
         parts.append(f"{'generation' if g.kind == 'classic' else 'epoch'} {g.generation}")
-    parts += [g.state, f"{len(g.members)} members"]
+    parts += [g.state, f"{len(g.members)} member{'' if len(g.members) == 1 else 's'}"]
     lag = "-" if g.total_lag is None else str(g.total_lag)
     if g.lag_unknown and g.total_lag is not None:
         lag += f" ({g.lag_unknown} of {len(g.offsets)} partitions unknown)"
@@ -128,14 +132,19 @@ def _render_text(state: GroupsState, view: str) -> None:
 
 
 def _tty_table(title: Optional[str], columns: Tuple[Column, ...], rows: List[tuple]) -> None:
-    """print_table's terminal table with times kept whole (other cells fold to the terminal's width)."""
+    """print_table's terminal table, names folding to the terminal's width: numbers and times are kept
+    whole when they leave the names at least 16 characters (else they fold too)."""
     from rich.markup import escape
 
     table = new_table(title, columns)
-    for col, rich_col in zip(columns, table.columns):
-        rich_col.no_wrap = col.unit == "time"
-    for row in rows:
-        table.add_row(*(escape(cell(v, c.unit, human=True)) for v, c in zip(row, columns)))
+    cells = [[escape(cell(v, c.unit, human=True)) for v, c in zip(row, columns)] for row in rows]
+    whole = [i for i, c in enumerate(columns) if c.name not in _NAMES]
+    need = sum(max([len(c.name)] + [len(r[i]) for r in cells]) + 2 for i, c in enumerate(columns) if i in whole)
+    room = console().width - need - 16 * (len(columns) - len(whole))
+    for i, rich_col in enumerate(table.columns):
+        rich_col.no_wrap = i in whole and (room >= 0 or columns[i].unit == "time")
+    for row in cells:
+        table.add_row(*row)
     print_rich(table)
 
 
