@@ -107,6 +107,8 @@ class GroupsState:
     skipped: List[Tuple[str, int, str]]
     #: Topic ids of KIP-848/share assignments no record or partition.metadata names (shown as ids).
     unresolved_topic_ids: List[str] = field(default_factory=list)
+    #: (path, offset, group, what) of group records applied whose members' consumer protocol bytes did not decode.
+    member_problems: List[Tuple[str, int, str, str]] = field(default_factory=list)
 
 
 class _Loader:
@@ -119,6 +121,7 @@ class _Loader:
         self.topic_names: Dict[str, str] = {}
         self.pending: Dict[int, List[Tuple[str, str, int, Optional[dict]]]] = {}
         self.skipped: List[Tuple[str, int, str]] = []
+        self.member_problems: List[Tuple[str, int, str, str]] = []
 
     def _group(self, group_id: str) -> Group:
         group = self.groups.get(group_id)
@@ -171,7 +174,7 @@ class _Loader:
                 self._apply_offset(*args)
         elif rtype == _GROUP_METADATA:
             problems = self._classic_record(key["group"], value)
-            self.skipped.extend((path, record.offset, f"group {key['group']}: {p}") for p in problems)
+            self.member_problems.extend((path, record.offset, key["group"], p) for p in problems)
         elif rtype in _MODERN:
             problem = self._modern_record(*_MODERN[rtype], key, value)
             if problem:
@@ -196,7 +199,8 @@ class _Loader:
         self.modern.pop(group_id, None)
         group = self._group(group_id)
         members, problems = classic_members(value)
-        group.kind, group.protocol_type, group.generation = "classic", value.get("protocolType"), value.get("generation")
+        group.kind, group.protocol_type = "classic", value.get("protocolType")
+        group.generation = value.get("generation")
         group.protocol, group.leader, group.members = value.get("protocol"), value.get("leader"), members
         group.assignment_epoch, group.state = None, "Stable" if members else "Empty"
         return problems
@@ -301,7 +305,8 @@ def load_groups(paths: Iterable[str], *, num_partitions: int = DEFAULT_OFFSETS_P
             unknown[g] = partition_for(g, num_partitions)
     _join_log_ends(partitions, state)
     unnamed = sorted({t for g in state for t in unresolved.get(g, ())})
-    return GroupsState(state, num_partitions, found, missing, unknown, loader.skipped, unnamed)
+    problems = [p for p in loader.member_problems if p[2] in state]
+    return GroupsState(state, num_partitions, found, missing, unknown, loader.skipped, unnamed, problems)
 
 
 def _join_log_ends(partitions: List[Partition], state: Dict[str, Group]) -> None:

@@ -57,6 +57,7 @@ def _json(state: GroupsState) -> str:
         "unknown_groups": [{"group": g, "partition": p} for g, p in sorted(state.unknown_groups.items())],
         "skipped_records": [{"file": f, "offset": o, "reason": r} for f, o, r in state.skipped],
         "unresolved_topic_ids": state.unresolved_topic_ids,
+        "member_problems": [{"file": f, "offset": o, "group": g, "reason": r} for f, o, g, r in state.member_problems],
     }, sort_keys=True))
     return "\n".join(lines)
 
@@ -116,9 +117,9 @@ def _render_text(state: GroupsState, view: str) -> None:
     if not groups:
         return
     if view == "state":
-        (_tty_table if is_tty() else print_table)(None, _STATE_COLUMNS, [(g.group_id, g.kind, g.state, g.generation, len(g.members),
-                                            g.last_commit_timestamp, g.total_lag)
-                                           for g in groups])
+        rows = [(g.group_id, g.kind, g.state, g.generation, len(g.members), g.last_commit_timestamp, g.total_lag)
+                for g in groups]
+        (_tty_table if is_tty() else print_table)(None, _STATE_COLUMNS, rows)
         return
     columns = _MEMBER_COLUMNS if view == "members" else _OFFSET_COLUMNS
     if not is_tty():
@@ -161,6 +162,8 @@ def _warnings(state: GroupsState) -> list:
         out.append(f"group {g}: unknown, its offsets live in {OFFSETS_TOPIC}-{p}, which is not in the given paths")
     for f, o, r in state.skipped:
         out.append(f"{f}: record at offset {o} not loaded: {r}")
+    for f, o, g, r in state.member_problems:
+        out.append(f"{f}: record at offset {o}: group {g}: {r}")
     if state.unresolved_topic_ids:
         out.append("topic ids shown as ids (no partition-metadata record nor partition.metadata file names them): "
                    + ", ".join(state.unresolved_topic_ids))
@@ -214,7 +217,7 @@ def command(paths: Tuple[str, ...], groups: Tuple[str, ...], topics: Optional[st
     warnings = _warnings(state)
     for w in warnings:
         click.echo(f"kstore: warning: {w}", err=True)
-    incomplete = bool(not state.loaded_partitions or state.unknown_groups or state.skipped
+    incomplete = bool(not state.loaded_partitions or state.unknown_groups or state.skipped or state.member_problems
                       or (groups and len(state.groups) < len(groups)))
     if incomplete or state.missing_partitions:
         exit_with(ExitStatus.PROBLEMS)

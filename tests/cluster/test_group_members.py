@@ -243,3 +243,24 @@ def test_long_topic_name_gets_no_fixed_column(written):
     pieces = [rows[start].split()[0]] + [line.split()[0] for line in rows[start + 1:]
                                          if len(line.split()) == 1]
     assert "".join(pieces) == LONG_TOPIC
+
+
+def test_undecodable_consumer_protocol_bytes_are_said():
+    """A consumer-protocol member whose assignment bytes do not parse keeps its other columns; the
+    problem is named (Kafka's admin client fails describing such a group)."""
+    from kstore_cli.cluster.group_members import classic_members
+
+    good = _member("m1", "c1", "/h", None, _subscription(3, ["t"]), _assignment(1, [("t", [0])]))
+    bad = _member("m2", "c2", "/h", None, b"", b"\x00\x00\x00")  # version 0, then a truncated array length
+    members, problems = classic_members({"protocolType": "consumer", "members": [good, bad]})
+    assert [(m.member_id, m.assignment, m.subscribed_topics) for m in members] == [
+        ("m1", [("t", 0)], ["t"]), ("m2", None, None)]
+    assert len(problems) == 1 and problems[0].startswith("member m2: consumer protocol bytes not decoded")
+    # another protocol type (Kafka Connect): bytes not ours to read, assignment unknown, no problem
+    members, problems = classic_members({"protocolType": "connect", "members": [bad]})
+    assert members[0].assignment is None and problems == []
+    # a newer assignment version is read as the highest known (ConsumerProtocol.checkAssignmentVersion)
+    newer = bytes.fromhex("0009") + _assignment(3, [("t", [4])])[2:]
+    members, _ = classic_members({"protocolType": "consumer",
+                                  "members": [_member("m3", "c", "/h", None, b"", newer)]})
+    assert members[0].assignment == [("t", 4)]
