@@ -178,10 +178,10 @@ def _warnings(state: GroupsState) -> list:
               help="Deprecated (use --topics): only offsets of this topic (repeatable).")
 @click.option("--offsets-partitions", type=int, default=DEFAULT_OFFSETS_PARTITIONS, show_default=True,
               help=f"Partitions of {OFFSETS_TOPIC} (the cluster's offsets.topic.num.partitions).")
-@click.option("--members", "view", flag_value="members",
+@click.option("--members", "members_view", is_flag=True,
               help="Text: a row per member (consumer_id, group_instance_id, host, client_id, partitions, "
                    "assignment), as kafka-consumer-groups.sh --describe --members --verbose.")
-@click.option("--state", "view", flag_value="state",
+@click.option("--state", "state_view", is_flag=True,
               help="Text: a row per group (type, state, generation, members, last commit, total lag), as "
                    "kafka-consumer-groups.sh --describe --state.")
 @json_option("JSON Lines: a line per group with its state, members and offsets, then a summary.")
@@ -189,7 +189,7 @@ def _warnings(state: GroupsState) -> list:
               help="reset-offsets: the CSV kafka-consumer-groups.sh --reset-offsets --from-file takes "
                    "(TOPIC,PARTITION,OFFSET with one --group, else GROUP,TOPIC,PARTITION,OFFSET).")
 def command(paths: Tuple[str, ...], groups: Tuple[str, ...], topics: Optional[str], exact_topics: Tuple[str, ...],
-            offsets_partitions: int, view: Optional[str], as_json: bool, fmt: str) -> None:
+            offsets_partitions: int, members_view: bool, state_view: bool, as_json: bool, fmt: str) -> None:
     """Committed offsets per group, topic and partition from the __consumer_offsets partitions in PATHS,
     as the group coordinator would load them, with log end offset, high watermark and lag; each group's
     state, members, last commit time and total lag (--members, --state: other views).
@@ -203,6 +203,9 @@ def command(paths: Tuple[str, ...], groups: Tuple[str, ...], topics: Optional[st
         kafka-consumer-groups.sh --bootstrap-server HOST:9092 --group orders-app \\
           --reset-offsets --from-file orders-app.csv --execute
     """
+    if members_view and state_view:
+        raise UsageError("--members and --state do not go together")
+    view = "members" if members_view else "state" if state_view else None
     if view and fmt == "reset-offsets":
         raise UsageError(f"--{view} and --format reset-offsets do not go together")
     wanted = topic_matcher(",".join(filter(None, (topics, *exact_topics))))

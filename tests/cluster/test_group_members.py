@@ -19,7 +19,6 @@ from kstore_cli.parsers.schema import write_message
 from kstore_cli.parsers.schemas import (
     CONSUMER_PROTOCOL_ASSIGNMENT,
     CONSUMER_PROTOCOL_SUBSCRIPTION,
-    GROUP_COORDINATOR,
     GROUP_COORDINATOR_RECORDS,
 )
 
@@ -222,8 +221,9 @@ def test_cli_members_state_and_json(written):
     assert (group["state"], group["members"], group["assignment_epoch"]) == ("Stable", 1, 3)
     assert group["member_details"][0]["assignment"] == [{"topic": "orders", "partition": 0},
                                                         {"topic": "orders", "partition": 1}]
-    res = _kstore(data, "--offsets-partitions", "1", "--members", "--format", "reset-offsets")
-    assert res.returncode == 2 and res.stderr.startswith("kstore: error:")
+    for bad in (["--members", "--format", "reset-offsets"], ["--members", "--state"]):
+        res = _kstore(data, "--offsets-partitions", "1", *bad)
+        assert res.returncode == 2 and res.stderr.startswith("kstore: error:") and "go together" in res.stderr
 
 
 def test_long_topic_name_gets_no_fixed_column(written):
