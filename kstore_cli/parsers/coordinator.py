@@ -61,6 +61,18 @@ def deserialize(records: Dict[int, Tuple[Message, Message]], key: bytes, value: 
     return record_type, key_msg, key_values, value_version, value_msg, values
 
 
+def consumer_protocol(msg: Message, raw: bytes) -> Dict[str, Any]:
+    """A classic consumer group member's subscription or assignment bytes as ``ConsumerProtocol``
+    deserializes them: int16 version (a newer one read as the highest known, checkAssignmentVersion /
+    checkSubscriptionVersion), then the message. Raises :class:`JavaError`."""
+    r = WireReader(raw)
+    version = r.int16()
+    if version < msg.valid.lo:
+        raise JavaError(f"Unsupported {'assignment' if msg is CONSUMER_PROTOCOL_ASSIGNMENT else 'subscription'} "
+                        f"version: {version}")
+    return read_message(msg, r, min(version, msg.valid.hi))
+
+
 def _expand_consumer_protocol(tree: Dict[str, Any]) -> None:
     """Replace members' subscription/assignment bytes by their JSON where they decode (else keep them)."""
     if tree.get("protocolType") != "consumer":

@@ -38,7 +38,14 @@ def test_kafka_written_consumer_offsets():
     state = load_groups([str(LOGS / "__consumer_offsets-0")], num_partitions=1)
     assert sorted(state.groups) == ["eos-app", "orders-app"]  # 'analytics': offsets and group tombstoned
     orders = state.groups["orders-app"]
-    assert (orders.kind, orders.protocol_type, orders.generation, orders.members) == ("classic", "consumer", 4, 2)
+    assert (orders.kind, orders.protocol_type, orders.generation, orders.state) == ("classic", "consumer", 4, "Stable")
+    # the members of its last GroupMetadataValue, their ConsumerProtocol assignments decoded
+    assert [(m.client_id, m.client_host, m.group_instance_id, m.assignment) for m in orders.members] == [
+        ("consumer-orders-app-0", "/10.0.0.10", None, [("orders", 0), ("orders", 2), ("payments", 0), ("payments", 2)]),
+        ("consumer-orders-app-1", "/10.0.0.11", "static-1", [("orders", 1), ("payments", 1)])]
+    assert orders.members[0].subscribed_topics == ["orders", "payments"]
+    assert orders.last_commit_timestamp == 1700000195100
+    assert state.groups["eos-app"].state == "Empty"  # a simple group: offsets, no group record
     got = {k: c.offset for k, c in orders.offsets.items()}
     assert got == {("orders", 0): 3929, ("orders", 1): 3915, ("orders", 2): 3926,
                    ("payments", 0): 3725, ("payments", 1): 3919, ("payments", 2): 3815}
@@ -177,7 +184,7 @@ def test_broker_written_state(broker_written):
     state = load_groups([str(broker_written)], num_partitions=2)
     assert state.missing_partitions == [0] and state.skipped == []
     g1 = state.groups["g1"]
-    assert (g1.kind, g1.generation, g1.members) == ("classic", 3, 0)
+    assert (g1.kind, g1.generation, g1.members, g1.state) == ("classic", 3, [], "Empty")
     assert {k: c.offset for k, c in g1.offsets.items()} == {("orders", 0): 9}
     assert {k: c.offset for k, c in state.groups["g2"].offsets.items()} == {("orders", 0): 1}
     k = state.groups["kip848"]
