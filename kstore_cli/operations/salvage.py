@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Tuple
 
-from kstore_cli.errors import ExitStatus, UsageError
+from kstore_cli.errors import ExitStatus, KstoreError, UsageError
 from kstore_cli.log import fileops, scope
 from kstore_cli.log.checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
@@ -47,6 +47,7 @@ from kstore_cli.operations.quarantine import (
 )
 from kstore_cli.operations.recovery import apply_plan, checkpoint_changes, is_zero, plan_partition
 from kstore_cli.operations.runner import Outcome, PartitionRunner
+from kstore_cli.operations.tally import Tally
 
 
 DAMAGE = "damaged"
@@ -85,7 +86,7 @@ class SegmentSalvage:
 
     segment: Segment
     size: int
-    kept: List[tuple] = field(default_factory=list)  # (position, size, base offset, last offset)
+    kept: List[tuple] = field(default_factory=list)  # (position, size, base offset, last offset, records)
     damaged: List[DamagedRange] = field(default_factory=list)
 
     @property
@@ -123,6 +124,14 @@ class SalvagePlan:
                 return s.kept[-1][3] + 1
         return self.segments[0].segment.base_offset if self.segments else 0
 
+    def kept_tally(self) -> Tally:
+        """The batches kept: how many, their records, the first and last offset."""
+        tally = Tally()
+        for s in self.segments:
+            for _pos, _size, base, last, records in s.kept:
+                tally.add(base, last, records)
+        return tally
+
 
 class _Scan:
     """The walk over one segment."""
@@ -159,12 +168,12 @@ class _Scan:
                 return p
         return self.end
 
-    def run(self) -> SegmentSalvage:
-        pos = 0
+    def run(self, pos: int = 0) -> SegmentSalvage:
+        """Walk from byte `pos` (0: the whole segment) to its end."""
         while pos < self.end:
             batch = self.finder.batch_at(pos)
             if batch is not None and self._acceptable(batch):
-                self.out.kept.append((pos, batch.size, batch.base_offset, batch.last_offset))
+                self.out.kept.append((pos, batch.size, batch.base_offset, batch.last_offset, _records(batch)))
                 self.after = batch.last_offset
                 pos += batch.size
                 continue
@@ -175,17 +184,39 @@ class _Scan:
         return self.out
 
 
+def _records(batch) -> Optional[int]:
+    """The batch's records (None where a legacy wrapper's inner messages cannot be read: salvage keeps the
+    wrapper byte for byte, as Kafka's recovery does, which never decompresses it)."""
+    try:
+        return batch.record_count()
+    except KstoreError:
+        return None
+
+
 def plan_salvage(partition: Partition) -> SalvagePlan:
     """Walk every segment of the partition and decide what is kept (read-only)."""
     segments = partition.segments
-    out: List[SegmentSalvage] = []
     after = (segments[0].base_offset - 1) if segments else -1
-    for i, segment in enumerate(segments):
+    return SalvagePlan(partition, _walk(segments, 0, 0, after))
+
+
+def salvage_past(partition: Partition, segment: int, position: int, after: int) -> SalvagePlan:
+    """What salvage keeps of the partition from byte `position` of the segment at base offset `segment` on,
+    the last offset kept before it being `after` (where Kafka's recovery stops: doctor and rebuild-index
+    know everything before it from their own scan). Its first segment holds only what lies past `position`."""
+    segments = partition.segments
+    first = next(i for i, s in enumerate(segments) if s.base_offset == segment)
+    return SalvagePlan(partition, _walk(segments, first, position, after))
+
+
+def _walk(segments: List[Segment], first: int, position: int, after: int) -> List[SegmentSalvage]:
+    """The scan of segments[first:], the first from byte `position`, past the offset `after`."""
+    out: List[SegmentSalvage] = []
+    for i in range(first, len(segments)):
         below = segments[i + 1].base_offset if i + 1 < len(segments) else None
-        scan = _Scan(segment, after, below)
-        result = scan.run()
+        scan = _Scan(segments[i], after, below)
+        out.append(scan.run(position if i == first else 0))
         after = scan.after
-        out.append(result)
     # Each range's offsets end where the next kept batch (in this or a later segment) begins.
     waiting: List[DamagedRange] = []
     for seg in out:
@@ -197,13 +228,13 @@ def plan_salvage(partition: Partition) -> SalvagePlan:
                 for rng in waiting:
                     rng.next_offset = item[2]
                 waiting = []
-    return SalvagePlan(partition, out)
+    return out
 
 
 def kept_log_bytes(seg: SegmentSalvage) -> Iterator[memoryview]:
     """The bytes of the batches kept in a segment, in order (views of the mapped file)."""
     buf = map_file(seg.segment.log)
-    for position, size, _base, _last in seg.kept:
+    for position, size, *_offsets in seg.kept:
         yield buf[position:position + size]
 
 

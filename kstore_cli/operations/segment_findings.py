@@ -5,12 +5,13 @@ command that repairs it. Nothing here writes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from kstore_cli.cluster.metadata_image import is_torn_tail
 from kstore_cli.log import names
 from kstore_cli.log.logdir import Partition
 from kstore_cli.operations import recovery, verify
+from kstore_cli.operations.repair_costs import repair_costs
 from kstore_cli.operations.startup import ERROR, NOTE, WARNING, Issue, clean_shutdown_marker
 
 if TYPE_CHECKING:
@@ -48,11 +49,14 @@ def segment_issue(partition: Partition, data_dir: str, finding: "Finding", plan:
     severity = {verify.ERROR: ERROR}.get(finding.severity, NOTE)
     position = None
     repair = f"kstore rebuild-index {partition.path}"
+    repairs = None
     if check.startswith("log-"):
         splan = next((s for s in plan.segments if s.segment.base_offset == finding.segment), None)
         problem = splan.result.problem if splan is not None and splan.result is not None else None
         position = problem.position if problem is not None else None
         severity, kafka, repair = _log_advice(partition, data_dir, finding, plan, splan, severity)
+        if repair is None:
+            repair, repairs = _cut_repairs(partition, plan)
     elif check.startswith(("txnindex", "missing-txnindex")) and check not in _INDEX_KAFKA:
         kafka = _TXNINDEX_KAFKA
     else:
@@ -60,12 +64,13 @@ def segment_issue(partition: Partition, data_dir: str, finding: "Finding", plan:
         if check == "orphan-index":
             repair = "none needed"
     return Issue(severity, check, finding.message, kafka=kafka, repair=repair, data_dir=data_dir,
-                 partition=partition.path, file=finding.file, position=position)
+                 partition=partition.path, file=finding.file, position=position, repairs=repairs)
 
 
 def _log_advice(partition: Partition, data_dir: str, finding: "Finding", plan: "PartitionPlan",
-                splan: "Optional[SegmentPlan]", severity: str) -> Tuple[str, str, str]:
-    """(severity, what Kafka does, what to run) for a finding about a segment's .log."""
+                splan: "Optional[SegmentPlan]", severity: str) -> Tuple[str, str, Optional[str]]:
+    """(severity, what Kafka does, what to run) for a finding about a segment's .log; what to run is None
+    where the damage is cut as Kafka's recovery cuts it (:func:`_cut_repairs` names the repairs)."""
     part = partition.path
     check = finding.check
     problem = splan.result.problem if splan is not None and splan.result is not None else None
@@ -97,8 +102,27 @@ def _log_advice(partition: Partition, data_dir: str, finding: "Finding", plan: "
     if clean_shutdown_marker(data_dir):
         kafka += (" (this data dir has the clean shutdown marker: the broker starts without looking, unless "
                   "it crashes before the next clean shutdown)")
-    return severity, kafka, (f"kstore rebuild-index --truncate {part}  (cuts where Kafka would; the cut bytes are "
-                             "quarantined)")
+    return severity, kafka, None
+
+
+def _cut_repairs(partition: Partition, plan: "PartitionPlan") -> Tuple[str, Optional[List[dict]]]:
+    """What to run for damage Kafka's recovery cuts, one line per repair, and each repair's keeps and loses:
+    rebuild-index --truncate (the cut Kafka's recovery makes) and, where it keeps more, salvage first (every
+    intact batch past the damage kept). Where salvage keeps nothing more (no intact batch past the damage),
+    the cut alone: it can be undone (`kstore restore`), a salvage cannot."""
+    part = partition.path
+    truncate = f"kstore rebuild-index --truncate {part}"
+    costs = repair_costs(plan, truncate, f"kstore salvage --in-place {part}")
+    if costs is None:
+        return f"{truncate}  (cuts where Kafka would; the cut bytes are quarantined)", None
+    cut, salvage = costs
+    cut_line = (f"{truncate}  (Kafka's own recovery, cuts at the first invalid batch: {cut.text()}; the cut "
+                "bytes are quarantined, kstore restore undoes it)")
+    if salvage.keeps.batches <= cut.keeps.batches:
+        return cut_line, [cut.to_dict()]
+    salvage_line = (f"{salvage.command}  (every intact batch, past the damage too: {salvage.text()}; the damaged "
+                    "bytes are quarantined)")
+    return f"{salvage_line}\n{cut_line}", [salvage.to_dict(), cut.to_dict()]
 
 
 def _is_torn_tail(finding: "Finding", splan: "SegmentPlan") -> bool:

@@ -115,18 +115,21 @@ class Issue:
     """One thing found: where (data dir, partition, file, byte or offset), how bad, what Kafka does, what to run."""
 
     __slots__ = ("severity", "check", "data_dir", "partition", "file", "position", "offset", "message",
-                 "kafka", "repair")
+                 "kafka", "repair", "repairs")
 
     def __init__(self, severity: str, check: str, message: str, *, kafka: str, repair: str,
                  data_dir: Optional[str] = None, partition: Optional[str] = None, file: Optional[str] = None,
-                 position: Optional[int] = None, offset: Optional[int] = None) -> None:
+                 position: Optional[int] = None, offset: Optional[int] = None,
+                 repairs: Optional[List[dict]] = None) -> None:
         self.severity = severity
         self.check = check
         self.message = message
         #: What Kafka does with it at startup: starts "fail", "ignore", "truncate", "rebuild", "delete"...
         self.kafka = kafka
-        #: The command (or manual step) that repairs it.
+        #: The command (or manual step) that repairs it; one line per command where there are several.
         self.repair = repair
+        #: Where there are several repairs: what each keeps and loses (RepairCost.to_dict), best first.
+        self.repairs = repairs
         self.data_dir = data_dir
         self.partition = partition
         self.file = file
@@ -143,16 +146,20 @@ class Issue:
         return text
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "severity": self.severity, "check": self.check, "data_dir": self.data_dir, "partition": self.partition,
             "file": self.file, "position": self.position, "offset": self.offset, "message": self.message,
             "kafka": self.kafka, "repair": self.repair,
         }
+        if self.repairs is not None:
+            out["repairs"] = self.repairs
+        return out
 
     def text_lines(self) -> List[str]:
         """The finding as plain text: what, then what Kafka does and what to run (indented)."""
+        first, *others = self.repair.split("\n")
         return [f"{self.where}: {self.severity}: {self.check}: {self.message}", f"    kafka: {self.kafka}",
-                f"    run:   {self.repair}"]
+                f"    run:   {first}", *(f"    or:    {line}" for line in others)]
 
     def __repr__(self) -> str:
         return f"Issue({self.severity}, {self.check}, {self.where}: {self.message})"
