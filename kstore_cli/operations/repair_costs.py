@@ -10,75 +10,16 @@ on, so no byte before the damage is read twice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 from kstore_cli.errors import KstoreError
 from kstore_cli.operations.recovery import PartitionPlan, SegmentPlan
-from kstore_cli.operations.salvage import DAMAGE, DamagedRange, salvage_past
-from kstore_cli.operations.tally import Tally, offset_range
+from kstore_cli.operations.salvage import DAMAGE, salvage_past
+from kstore_cli.operations.tally import RepairCost, Tally
 from kstore_cli.record.reader import read_batches
 
 TRUNCATE = "rebuild-index --truncate"
 SALVAGE = "salvage"
-
-
-@dataclass
-class RepairCost:
-    """What one repair keeps and loses: the intact batches kept, the intact batches lost, and the damaged
-    ranges lost with them (their records cannot be read: a range holds at most one record per offset)."""
-
-    command: str
-    keeps: Tally
-    loses: Tally
-    damaged: List[DamagedRange] = field(default_factory=list)
-
-    @property
-    def damaged_records_at_most(self) -> Optional[int]:
-        """The most records the damaged ranges can have held (None: a range runs to the log end)."""
-        if any(d.next_offset is None for d in self.damaged):
-            return None
-        return sum(d.next_offset - d.first_offset for d in self.damaged)
-
-    def lost_offsets(self) -> List[List[Optional[int]]]:
-        """[first, last] of each run of offsets lost (last null: up to an end the damage hides)."""
-        spans = [[d.first_offset, None if d.next_offset is None else d.next_offset - 1] for d in self.damaged]
-        if self.loses.batches:
-            spans.append([self.loses.first_offset, self.loses.last_offset])
-        spans = [s for s in sorted(spans, key=lambda s: s[0]) if s[1] is None or s[1] >= s[0]]
-        merged: List[List[Optional[int]]] = []
-        for span in spans:
-            last = merged[-1] if merged else None
-            if last is not None and (last[1] is None or span[0] <= last[1] + 1):
-                last[1] = None if last[1] is None or span[1] is None else max(last[1], span[1])
-            else:
-                merged.append(list(span))
-        return merged
-
-    def to_dict(self) -> dict:
-        """doctor's `repairs` entry: command; keeps (batches, records, first and last offset); loses (the runs of
-        offsets lost, the records and batches of the intact batches among them, the damaged ranges' offsets and
-        the most records they can have held)."""
-        loses = {"offsets": self.lost_offsets(), "records": self.loses.records, "batches": self.loses.batches,
-                 "damaged": {"offsets": [[d.first_offset, None if d.next_offset is None else d.next_offset - 1]
-                                         for d in self.damaged],
-                             "records_at_most": self.damaged_records_at_most}}
-        if self.loses.uncounted:
-            loses["uncounted_batches"] = self.loses.uncounted
-        return {"command": self.command, "keeps": self.keeps.to_dict(), "loses": loses}
-
-    def text(self) -> str:
-        """One line: what the command keeps and loses."""
-        keeps = f"keeps {self.keeps.text()}" if self.keeps.batches else "keeps no batch"
-        at_most = self.damaged_records_at_most
-        damaged = ("the damaged batch(es) at offsets " + ", ".join(
-            offset_range(d.first_offset, None if d.next_offset is None else d.next_offset - 1) for d in self.damaged)
-            + (f" (at most {at_most} record(s), unreadable)" if at_most is not None else " (unreadable)"))
-        if not self.loses.batches:
-            return f"{keeps}; loses only {damaged}" if self.damaged else keeps
-        lost = ", ".join(offset_range(a, b) for a, b in self.lost_offsets())
-        return (f"{keeps}; loses offsets {lost}: {self.loses.records} record(s) in {self.loses.batches} intact "
-                f"batch(es)" + (f" and {damaged}" if self.damaged else ""))
 
 
 def segment_records(splan: SegmentPlan) -> Optional[int]:
@@ -122,6 +63,7 @@ def repair_costs(plan: PartitionPlan, truncate_command: str = TRUNCATE,
     after = kept.last_offset if kept.batches else plan.partition.segments[0].base_offset - 1
     past = salvage_past(plan.partition, damaged.segment.base_offset, damaged.result.valid_bytes, after)
     beyond = past.kept_tally()
-    lost = [d for s in past.segments for d in s.damaged if d.kind == DAMAGE]  # a zero-filled tail holds nothing
+    # a zero-filled tail holds nothing
+    lost = [(d.first_offset, d.next_offset) for s in past.segments for d in s.damaged if d.kind == DAMAGE]
     return (RepairCost(truncate_command, kept, beyond, lost),
             RepairCost(salvage_command, kept.merge(beyond), Tally(), lost))

@@ -47,7 +47,7 @@ from kstore_cli.operations.quarantine import (
 )
 from kstore_cli.operations.recovery import apply_plan, checkpoint_changes, is_zero, plan_partition
 from kstore_cli.operations.runner import Outcome, PartitionRunner
-from kstore_cli.operations.tally import Tally
+from kstore_cli.operations.tally import RepairCost, Tally
 
 
 DAMAGE = "damaged"
@@ -71,11 +71,18 @@ class DamagedRange:
         """salvage --json's line for the range."""
         return {"type": "gap", "file": self.log, "start": self.start, "end": self.end, "bytes": self.end - self.start,
                 "kind": self.kind, "first_offset": self.first_offset,
-                "last_offset": None if self.next_offset is None else self.next_offset - 1}
+                "last_offset": None if self.next_offset is None else self.next_offset - 1,
+                "records_at_most": self.records_at_most}
+
+    @property
+    def records_at_most(self) -> Optional[int]:
+        """The most records the range can have held: one per offset it can have held (None: up to the log end)."""
+        return None if self.next_offset is None else self.next_offset - self.first_offset
 
     def manifest_dict(self) -> dict:
         """The range as the quarantine manifest spells it (a file format: its keys do not change)."""
         out = self.to_dict()
+        del out["records_at_most"]
         out["firstOffset"], out["lastOffset"] = out.pop("first_offset"), out.pop("last_offset")
         return out
 
@@ -123,6 +130,10 @@ class SalvagePlan:
             if s.kept:
                 return s.kept[-1][3] + 1
         return self.segments[0].segment.base_offset if self.segments else 0
+
+    def cost(self) -> RepairCost:
+        """What salvage keeps (every batch kept) and loses (the damaged ranges), in offsets and records."""
+        return RepairCost("salvage", self.kept_tally(), Tally(), [(d.first_offset, d.next_offset) for d in self.damaged])
 
     def kept_tally(self) -> Tally:
         """The batches kept: how many, their records, the first and last offset."""
@@ -243,10 +254,10 @@ def damaged_bytes(rng: DamagedRange) -> memoryview:
 
 
 def describe(plan: SalvagePlan) -> str:
-    """One line: what was kept and left out."""
+    """One line: what is kept and left out, in offsets, records and bytes."""
     total = sum(s.size for s in plan.segments)
     kept = sum(s.kept_bytes for s in plan.segments)
-    return (f"{os.path.basename(plan.partition.path)}: kept {plan.batches_kept} batch(es), {kept} of {total} bytes; "
+    return (f"{os.path.basename(plan.partition.path)}: {plan.cost().text()}; {kept} of {total} bytes kept; "
             f"{len(plan.damaged)} damaged range(s), {len(plan.zero_tails)} zero-filled tail(s)")
 
 
@@ -443,7 +454,9 @@ class SalvageRun(Outcome):
     def summary(self) -> dict:
         """The JSON line after the gaps'."""
         plan, report = self.plan, self.report
+        cost = plan.cost().to_dict()
         return {"type": "summary", "partition": plan.partition.path, "batches_kept": plan.batches_kept,
+                "keeps": cost["keeps"], "loses": cost["loses"],
                 "damaged_ranges": len(plan.damaged), "zero_tails": len(plan.zero_tails),
                 "log_end_offset": plan.log_end_offset, "dry_run": self.dry_run,
                 "destination": report.destination if report else None,
