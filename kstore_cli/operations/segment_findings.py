@@ -29,11 +29,19 @@ _INDEX_KAFKA = {
     "orphan-index": "delete: removes the index file without a .log at startup (LogLoader)",
     "missing-index": ("rebuild: 'Could not find offset index file', LogLoader recovers the segment and writes a new "
                       "index (LogSegment.sanityCheck throws NoSuchFileException)"),
-    "missing-timeindex": ("ignore: creates an empty .timeindex and never fills it: time lookups in this segment find "
-                          "nothing"),
+    # LogLoader.loadSegmentFiles: with the .index there, LogSegment.sanityCheck(timeIndexFileNewlyCreated) resizes
+    # the new .timeindex to 0 and nothing fills it; without the .index it throws NoSuchFileException and the
+    # loader recovers the segment (LogSegment.recover), which rebuilds both indexes.
+    "missing-timeindex": ("ignore: the .index is there, so LogSegment.sanityCheck creates an empty .timeindex "
+                          "(LogLoader) and nothing fills it: time lookups in this segment find nothing, until an "
+                          "unclean shutdown's recovery reaches the segment"),
     "txnindex-sanity": ("rebuild: 'Found a corrupted index file corresponding to log file ...', LogLoader recovers "
                         "the segment and rebuilds its indexes (TransactionIndex.sanityCheck, CorruptIndexException)"),
 }
+#: missing-timeindex where the .index is missing too
+_NO_INDEXES_KAFKA = ("rebuild: the .index is missing too: 'Could not find offset index file' (LogSegment.sanityCheck "
+                     "throws NoSuchFileException), LogLoader recovers the segment and writes both indexes, the "
+                     ".timeindex filled")
 _TXNINDEX_KAFKA = ("ignore: loaded as it is; read_committed consumers get the wrong aborted transactions until an "
                    "unclean shutdown's recovery rebuilds it")
 
@@ -59,12 +67,19 @@ def segment_issue(partition: Partition, data_dir: str, finding: "Finding", plan:
             repair, repairs = _cut_repairs(partition, plan)
     elif check.startswith(("txnindex", "missing-txnindex")) and check not in _INDEX_KAFKA:
         kafka = _TXNINDEX_KAFKA
+    elif check == "missing-timeindex" and _index_missing(partition, finding.segment):
+        kafka = _NO_INDEXES_KAFKA
     else:
         kafka = _INDEX_KAFKA.get(check, _INDEX_LOADED_AS_IS)
         if check == "orphan-index":
             repair = "none needed"
     return Issue(severity, check, finding.message, kafka=kafka, repair=repair, data_dir=data_dir,
                  partition=partition.path, file=finding.file, position=position, repairs=repairs)
+
+
+def _index_missing(partition: Partition, base_offset: Optional[int]) -> bool:
+    """Whether the segment at `base_offset` has no .index."""
+    return any(s.base_offset == base_offset and s.index is None for s in partition.segments)
 
 
 def _log_advice(partition: Partition, data_dir: str, finding: "Finding", plan: "PartitionPlan",
