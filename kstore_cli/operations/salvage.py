@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
 from kstore_cli.errors import ExitStatus, KstoreError, UsageError
 from kstore_cli.log import fileops, scope
@@ -95,6 +95,9 @@ class SegmentSalvage:
     size: int
     kept: List[tuple] = field(default_factory=list)  # (position, size, base offset, last offset, records)
     damaged: List[DamagedRange] = field(default_factory=list)
+    #: A whole segment's batches as another scan counted them, for figures only (:func:`salvage_past`): a
+    #: segment whose recovery found every batch valid is not scanned again.
+    known: Optional[Tally] = None
 
     @property
     def kept_bytes(self) -> int:
@@ -139,6 +142,8 @@ class SalvagePlan:
         """The batches kept: how many, their records, the first and last offset."""
         tally = Tally()
         for s in self.segments:
+            if s.known is not None:
+                tally = tally.merge(s.known)
             for _pos, _size, base, last, records in s.kept:
                 tally.add(base, last, records)
         return tally
@@ -211,33 +216,47 @@ def plan_salvage(partition: Partition) -> SalvagePlan:
     return SalvagePlan(partition, _walk(segments, 0, 0, after))
 
 
-def salvage_past(partition: Partition, segment: int, position: int, after: int) -> SalvagePlan:
+#: known(segment, after, below): a later segment's batches as another scan counted them, when salvage would
+#: keep every one of them (their offsets above `after`, below `below`), else None (the segment is scanned).
+Known = Callable[[Segment, int, Optional[int]], Optional[Tally]]
+
+
+def salvage_past(partition: Partition, segment: int, position: int, after: int,
+                 known: Optional[Known] = None) -> SalvagePlan:
     """What salvage keeps of the partition from byte `position` of the segment at base offset `segment` on,
     the last offset kept before it being `after` (where Kafka's recovery stops: doctor and rebuild-index
-    know everything before it from their own scan). Its first segment holds only what lies past `position`."""
+    know everything before it from their own scan). Its first segment holds only what lies past `position`.
+    For figures only: a later segment `known` counts is not scanned again."""
     segments = partition.segments
     first = next(i for i, s in enumerate(segments) if s.base_offset == segment)
-    return SalvagePlan(partition, _walk(segments, first, position, after))
+    return SalvagePlan(partition, _walk(segments, first, position, after, known))
 
 
-def _walk(segments: List[Segment], first: int, position: int, after: int) -> List[SegmentSalvage]:
+def _walk(segments: List[Segment], first: int, position: int, after: int,
+          known: Optional[Known] = None) -> List[SegmentSalvage]:
     """The scan of segments[first:], the first from byte `position`, past the offset `after`."""
     out: List[SegmentSalvage] = []
     for i in range(first, len(segments)):
         below = segments[i + 1].base_offset if i + 1 < len(segments) else None
+        counted = known(segments[i], after, below) if known is not None and i > first else None
+        if counted is not None:
+            out.append(SegmentSalvage(segments[i], os.path.getsize(segments[i].log), known=counted))
+            after = counted.last_offset
+            continue
         scan = _Scan(segments[i], after, below)
         out.append(scan.run(position if i == first else 0))
         after = scan.after
     # Each range's offsets end where the next kept batch (in this or a later segment) begins.
     waiting: List[DamagedRange] = []
     for seg in out:
-        events = sorted([(k[0], k) for k in seg.kept] + [(d.start, d) for d in seg.damaged], key=lambda e: e[0])
+        starts = [(k[0], k[2]) for k in seg.kept] + ([(0, seg.known.first_offset)] if seg.known is not None else [])
+        events = sorted(starts + [(d.start, d) for d in seg.damaged], key=lambda e: e[0])
         for _pos, item in events:
             if isinstance(item, DamagedRange):
                 waiting.append(item)
             else:
                 for rng in waiting:
-                    rng.next_offset = item[2]
+                    rng.next_offset = item
                 waiting = []
     return out
 

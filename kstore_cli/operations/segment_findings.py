@@ -5,6 +5,7 @@ command that repairs it. Nothing here writes.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from kstore_cli.cluster.metadata_image import is_torn_tail
@@ -109,6 +110,12 @@ def _log_advice(partition: Partition, data_dir: str, finding: "Finding", plan: "
                 "0, as after an unclean shutdown): this torn tail, the state a crash leaves, is cut and the rest "
                 "loads (kstore metadata shows that image)",
                 f"none needed; kstore rebuild-index --truncate {part} cuts it now (the cut bytes are quarantined)")
+    first = plan.damaged
+    if first is not None and splan is not None and splan.segment.base_offset > first.segment.base_offset:
+        return (severity, f"delete: after an unclean shutdown recovery cuts the earlier damaged segment "
+                f"{os.path.basename(first.segment.log)} and deletes this one with it; after a clean shutdown fetches "
+                "of it fail with CorruptRecordException",
+                f"the repairs named for {first.segment.log} (each covers the whole partition)")
     dropped = sum(1 for s in plan.segments if s.segment.base_offset > (finding.segment or 0))
     kafka = ("truncate: after an unclean shutdown recovery cuts the .log at this byte"
              + (f" and deletes the {dropped} later segment(s)" if dropped else "")
