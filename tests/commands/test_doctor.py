@@ -546,3 +546,28 @@ def test_topics_limits_doctor_and_verify_index_to_matching_partitions(tmp_path):
     (data / "not a partition").mkdir()
     code, records = doctor("--topics", "v2-*", data)
     assert code == 1 and findings(records, "stray-directory"), records
+
+
+@pytest.mark.parametrize("also_index", [False, True], ids=["index-there", "index-missing-too"])
+def test_missing_timeindex_says_what_kafka_does_in_each_case(tmp_path, also_index):
+    """LogLoader.loadSegmentFiles: beside an .index, LogSegment.sanityCheck leaves a new empty .timeindex that
+    nothing fills; without the .index the segment is recovered and both are written (the oracle checks both:
+    test_doctor_oracle)."""
+    data = make_data_dir(tmp_path, partitions=("v2-none-0",))
+    part = data / "v2-none-0"
+    (part / "00000000000000000174.timeindex").unlink()
+    if also_index:
+        (part / "00000000000000000174.index").unlink()
+    code, records = doctor(data)
+    [f] = findings(records, "missing-timeindex")
+    assert code == 1 and f["file"] == str(part / "00000000000000000174.timeindex")
+    if also_index:
+        assert f["kafka"].startswith("rebuild: the .index is missing too: 'Could not find offset index file'")
+        assert f["message"] == "no .timeindex, nor .index (Kafka recovers the segment at startup, which fills both)"
+    else:
+        assert f["kafka"].startswith("ignore: the .index is there, so LogSegment.sanityCheck creates an empty "
+                                     ".timeindex")
+        assert f["message"] == "no .timeindex (Kafka creates an empty one at startup and does not fill it)"
+    _code, rows = verify(data)
+    [v] = [r for r in rows if r.get("check") == "missing-timeindex"]
+    assert v["message"] == f["message"]
