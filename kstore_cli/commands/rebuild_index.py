@@ -37,6 +37,8 @@ def _render_table(result: PartitionRebuild) -> None:
             detail = seg.problem.message + ("; " + detail if detail else "")
         style = {"damaged": "red", "zero-tail": "yellow", "truncated": "yellow", "rebuilt": "green"}.get(seg.status, "")
         table.add_row(str(seg.segment), f"[{style}]{seg.status}[/]" if style else seg.status, files, detail)
+    if result.cut is not None:
+        table.add_row("", result.cut.status, "", result.cut.cost.text("cuts"))
     if result.dropped is not None:
         table.add_row("later", result.dropped.status, f"{len(result.dropped.files)} files", result.dropped.message)
     if result.quarantine is not None:
@@ -61,6 +63,8 @@ def _render_text(result: PartitionRebuild) -> None:
         if seg.message:
             line += f"; {seg.message}"
         click.echo(line)
+    if result.cut is not None:
+        click.echo(result.cut.text())
     if result.dropped is not None:
         click.echo(f"{result.partition}: {len(result.dropped.files)} later files {result.dropped.status}: "
                    + ", ".join(os.path.basename(f) for f in result.dropped.files))

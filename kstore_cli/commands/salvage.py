@@ -58,8 +58,9 @@ def _render_text(run: SalvageRun) -> None:
     click.echo(describe(run.plan))
     for gap in run.gaps():
         last = "the log end" if gap.next_offset is None else gap.next_offset - 1
+        most = "" if gap.records_at_most is None else f" (at most {gap.records_at_most} record(s))"
         click.echo(f"  {gap.kind}: {os.path.basename(gap.log)} bytes {gap.start}-{gap.end} ({gap.end - gap.start} "
-                   f"bytes), offsets {gap.first_offset}..{last} not kept")
+                   f"bytes), offsets {gap.first_offset}..{last} not kept{most}")
     if run.report is not None:
         click.echo(f"written: {run.report.destination}" + (f"; damaged bytes in {run.report.quarantine_dir}"
                                                           if run.report.quarantine_dir else ""))

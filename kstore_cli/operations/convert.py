@@ -188,7 +188,7 @@ def _count_unchanged(result: PartitionResult, segments: Sequence[Segment], opts:
             stats.batches_out += 1
             stats.unchanged_batches += 1
             stats.bytes_in += batch.size
-            n = batch.count if batch.magic >= 2 else (1 if not batch.compression else len(batch.records()))
+            n = batch.record_count()
             stats.records_in += n
             stats.records_out += n
     stats.bytes_out = stats.bytes_in

@@ -19,6 +19,7 @@ from kstore_cli.log.index import DEFAULT_INDEX_INTERVAL_BYTES
 from kstore_cli.log.logdir import Partition, Target
 from kstore_cli.operations.quarantine import default_quarantine_root
 from kstore_cli.operations.runner import Outcome, PartitionRunner, select
+from kstore_cli.operations.repair_costs import RepairCost, repair_costs
 from kstore_cli.operations.recovery import ZERO_TAIL, PartitionPlan, SegmentPlan, TailProblem, apply_plan, plan_partition
 from kstore_cli.operations.verify import ERROR, verify_partition
 
@@ -133,6 +134,27 @@ class DroppedFiles:
 
 
 @dataclass
+class CutFigures:
+    """What the cut of a damaged segment keeps and cuts, in offsets and records: every batch before it kept,
+    every intact batch after it (salvage's resync scan) and the damaged ranges cut."""
+
+    partition: str
+    #: "cut", "would cut" (--dry-run) or "not cut" (no --truncate)
+    status: str
+    cost: RepairCost
+
+    def to_dict(self) -> dict:
+        loses = self.cost.to_dict()["loses"]
+        return {"type": "cut", "partition": self.partition, "status": self.status, "keeps": self.cost.keeps.to_dict(),
+                "cuts": loses}
+
+    def text(self) -> str:
+        """The line rebuild-index prints for it."""
+        label = "with --truncate it would cut" if self.status == "not cut" else self.status
+        return f"{self.partition}: {label}: {self.cost.text('cuts')}"
+
+
+@dataclass
 class QuarantineMove:
     """Where a cut put what it removed: (source, destination) of each file and of the cut tail."""
 
@@ -187,6 +209,7 @@ class PartitionRebuild:
     segments: List[SegmentRebuild]
     dropped: Optional[DroppedFiles] = None
     quarantine: Optional[QuarantineMove] = None
+    cut: Optional[CutFigures] = None
     #: Damage left in place (not cut, or not cuttable), or the partition refused: exit 1.
     problems: bool = False
     config: Optional[ConfigNote] = None
@@ -196,10 +219,11 @@ class PartitionRebuild:
         """A partition left alone because no config applies to it (exit 1)."""
         return cls(partition.path, [], problems=True, config=ConfigNote(partition.path, why))
 
-    def results(self) -> List["ConfigNote | SegmentRebuild | DroppedFiles | QuarantineMove"]:
-        """Everything to report, in order: the config note, the segments, the dropped files, the quarantine dir."""
+    def results(self) -> List["ConfigNote | SegmentRebuild | CutFigures | DroppedFiles | QuarantineMove"]:
+        """Everything to report, in order: the config note, the segments, what the cut keeps and cuts, the dropped
+        files, the quarantine dir."""
         return [*(r for r in (self.config,) if r is not None), *self.segments,
-                *(r for r in (self.dropped, self.quarantine) if r is not None)]
+                *(r for r in (self.cut, self.dropped, self.quarantine) if r is not None)]
 
 
 def rebuild_partition(partition: Partition, *, only: Optional[int] = None,
@@ -213,6 +237,11 @@ def rebuild_partition(partition: Partition, *, only: Optional[int] = None,
     damaged = plan.damaged
     problems = any(s.error is not None or (s.result is not None and s.result.problem is not None
                                            and not s.result.problem.truncatable) for s in plan.segments)
+    cut = None
+    if damaged is not None and (truncate or damaged.result.problem.kind != ZERO_TAIL):
+        costs = repair_costs(plan)  # before the cut: what lies past it is read from the files
+        if costs is not None:
+            cut = CutFigures(partition.path, ("would cut" if dry_run else "cut") if truncate else "not cut", costs[0])
     applied = None
     if damaged is not None and not truncate:
         problems = True
@@ -222,7 +251,7 @@ def rebuild_partition(partition: Partition, *, only: Optional[int] = None,
     elif damaged is not None:
         problems = True
     out = PartitionRebuild(partition.path, [_segment_rebuild(plan, s, truncate, dry_run) for s in plan.segments],
-                           problems=problems)
+                           problems=problems, cut=cut)
     if damaged is not None and damaged.result.problem.kind == ZERO_TAIL and not truncate:
         for seg in out.segments:
             if seg.segment == damaged.segment.base_offset:

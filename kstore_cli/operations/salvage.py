@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
-from kstore_cli.errors import ExitStatus, UsageError
+from kstore_cli.errors import ExitStatus, KstoreError, UsageError
 from kstore_cli.log import fileops, scope
 from kstore_cli.log.checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
@@ -47,6 +47,7 @@ from kstore_cli.operations.quarantine import (
 )
 from kstore_cli.operations.recovery import apply_plan, checkpoint_changes, is_zero, plan_partition
 from kstore_cli.operations.runner import Outcome, PartitionRunner
+from kstore_cli.operations.tally import RepairCost, Tally
 
 
 DAMAGE = "damaged"
@@ -70,11 +71,18 @@ class DamagedRange:
         """salvage --json's line for the range."""
         return {"type": "gap", "file": self.log, "start": self.start, "end": self.end, "bytes": self.end - self.start,
                 "kind": self.kind, "first_offset": self.first_offset,
-                "last_offset": None if self.next_offset is None else self.next_offset - 1}
+                "last_offset": None if self.next_offset is None else self.next_offset - 1,
+                "records_at_most": self.records_at_most}
+
+    @property
+    def records_at_most(self) -> Optional[int]:
+        """The most records the range can have held: one per offset it can have held (None: up to the log end)."""
+        return None if self.next_offset is None else self.next_offset - self.first_offset
 
     def manifest_dict(self) -> dict:
         """The range as the quarantine manifest spells it (a file format: its keys do not change)."""
         out = self.to_dict()
+        del out["records_at_most"]
         out["firstOffset"], out["lastOffset"] = out.pop("first_offset"), out.pop("last_offset")
         return out
 
@@ -85,8 +93,11 @@ class SegmentSalvage:
 
     segment: Segment
     size: int
-    kept: List[tuple] = field(default_factory=list)  # (position, size, base offset, last offset)
+    kept: List[tuple] = field(default_factory=list)  # (position, size, base offset, last offset, records)
     damaged: List[DamagedRange] = field(default_factory=list)
+    #: A whole segment's batches as another scan counted them, for figures only (:func:`salvage_past`): a
+    #: segment whose recovery found every batch valid is not scanned again.
+    known: Optional[Tally] = None
 
     @property
     def kept_bytes(self) -> int:
@@ -122,6 +133,20 @@ class SalvagePlan:
             if s.kept:
                 return s.kept[-1][3] + 1
         return self.segments[0].segment.base_offset if self.segments else 0
+
+    def cost(self) -> RepairCost:
+        """What salvage keeps (every batch kept) and loses (the damaged ranges), in offsets and records."""
+        return RepairCost("salvage", self.kept_tally(), Tally(), [(d.first_offset, d.next_offset) for d in self.damaged])
+
+    def kept_tally(self) -> Tally:
+        """The batches kept: how many, their records, the first and last offset."""
+        tally = Tally()
+        for s in self.segments:
+            if s.known is not None:
+                tally = tally.merge(s.known)
+            for _pos, _size, base, last, records in s.kept:
+                tally.add(base, last, records)
+        return tally
 
 
 class _Scan:
@@ -159,12 +184,12 @@ class _Scan:
                 return p
         return self.end
 
-    def run(self) -> SegmentSalvage:
-        pos = 0
+    def run(self, pos: int = 0) -> SegmentSalvage:
+        """Walk from byte `pos` (0: the whole segment) to its end."""
         while pos < self.end:
             batch = self.finder.batch_at(pos)
             if batch is not None and self._acceptable(batch):
-                self.out.kept.append((pos, batch.size, batch.base_offset, batch.last_offset))
+                self.out.kept.append((pos, batch.size, batch.base_offset, batch.last_offset, _records(batch)))
                 self.after = batch.last_offset
                 pos += batch.size
                 continue
@@ -175,35 +200,71 @@ class _Scan:
         return self.out
 
 
+def _records(batch) -> Optional[int]:
+    """The batch's records (None where a legacy wrapper's inner messages cannot be read: salvage keeps the
+    wrapper byte for byte, as Kafka's recovery does, which never decompresses it)."""
+    try:
+        return batch.record_count()
+    except KstoreError:
+        return None
+
+
 def plan_salvage(partition: Partition) -> SalvagePlan:
     """Walk every segment of the partition and decide what is kept (read-only)."""
     segments = partition.segments
-    out: List[SegmentSalvage] = []
     after = (segments[0].base_offset - 1) if segments else -1
-    for i, segment in enumerate(segments):
+    return SalvagePlan(partition, _walk(segments, 0, 0, after))
+
+
+#: known(segment, after, below): a later segment's batches as another scan counted them, when salvage would
+#: keep every one of them (their offsets above `after`, below `below`), else None (the segment is scanned).
+Known = Callable[[Segment, int, Optional[int]], Optional[Tally]]
+
+
+def salvage_past(partition: Partition, segment: int, position: int, after: int,
+                 known: Optional[Known] = None) -> SalvagePlan:
+    """What salvage keeps of the partition from byte `position` of the segment at base offset `segment` on,
+    the last offset kept before it being `after` (where Kafka's recovery stops: doctor and rebuild-index
+    know everything before it from their own scan). Its first segment holds only what lies past `position`.
+    For figures only: a later segment `known` counts is not scanned again."""
+    segments = partition.segments
+    first = next(i for i, s in enumerate(segments) if s.base_offset == segment)
+    return SalvagePlan(partition, _walk(segments, first, position, after, known))
+
+
+def _walk(segments: List[Segment], first: int, position: int, after: int,
+          known: Optional[Known] = None) -> List[SegmentSalvage]:
+    """The scan of segments[first:], the first from byte `position`, past the offset `after`."""
+    out: List[SegmentSalvage] = []
+    for i in range(first, len(segments)):
         below = segments[i + 1].base_offset if i + 1 < len(segments) else None
-        scan = _Scan(segment, after, below)
-        result = scan.run()
+        counted = known(segments[i], after, below) if known is not None and i > first else None
+        if counted is not None:
+            out.append(SegmentSalvage(segments[i], os.path.getsize(segments[i].log), known=counted))
+            after = counted.last_offset
+            continue
+        scan = _Scan(segments[i], after, below)
+        out.append(scan.run(position if i == first else 0))
         after = scan.after
-        out.append(result)
     # Each range's offsets end where the next kept batch (in this or a later segment) begins.
     waiting: List[DamagedRange] = []
     for seg in out:
-        events = sorted([(k[0], k) for k in seg.kept] + [(d.start, d) for d in seg.damaged], key=lambda e: e[0])
+        starts = [(k[0], k[2]) for k in seg.kept] + ([(0, seg.known.first_offset)] if seg.known is not None else [])
+        events = sorted(starts + [(d.start, d) for d in seg.damaged], key=lambda e: e[0])
         for _pos, item in events:
             if isinstance(item, DamagedRange):
                 waiting.append(item)
             else:
                 for rng in waiting:
-                    rng.next_offset = item[2]
+                    rng.next_offset = item
                 waiting = []
-    return SalvagePlan(partition, out)
+    return out
 
 
 def kept_log_bytes(seg: SegmentSalvage) -> Iterator[memoryview]:
     """The bytes of the batches kept in a segment, in order (views of the mapped file)."""
     buf = map_file(seg.segment.log)
-    for position, size, _base, _last in seg.kept:
+    for position, size, *_offsets in seg.kept:
         yield buf[position:position + size]
 
 
@@ -212,10 +273,10 @@ def damaged_bytes(rng: DamagedRange) -> memoryview:
 
 
 def describe(plan: SalvagePlan) -> str:
-    """One line: what was kept and left out."""
+    """One line: what is kept and left out, in offsets, records and bytes."""
     total = sum(s.size for s in plan.segments)
     kept = sum(s.kept_bytes for s in plan.segments)
-    return (f"{os.path.basename(plan.partition.path)}: kept {plan.batches_kept} batch(es), {kept} of {total} bytes; "
+    return (f"{os.path.basename(plan.partition.path)}: {plan.cost().text()}; {kept} of {total} bytes kept; "
             f"{len(plan.damaged)} damaged range(s), {len(plan.zero_tails)} zero-filled tail(s)")
 
 
@@ -412,7 +473,9 @@ class SalvageRun(Outcome):
     def summary(self) -> dict:
         """The JSON line after the gaps'."""
         plan, report = self.plan, self.report
+        cost = plan.cost().to_dict()
         return {"type": "summary", "partition": plan.partition.path, "batches_kept": plan.batches_kept,
+                "keeps": cost["keeps"], "loses": cost["loses"],
                 "damaged_ranges": len(plan.damaged), "zero_tails": len(plan.zero_tails),
                 "log_end_offset": plan.log_end_offset, "dry_run": self.dry_run,
                 "destination": report.destination if report else None,

@@ -5,11 +5,13 @@ command that repairs it. Nothing here writes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Tuple
+import os
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from kstore_cli.log import names
 from kstore_cli.log.logdir import Partition
 from kstore_cli.operations import recovery
+from kstore_cli.operations.repair_costs import repair_costs
 from kstore_cli.operations.startup import WARNING, Issue, clean_shutdown_marker
 
 if TYPE_CHECKING:
@@ -26,11 +28,19 @@ _INDEX_KAFKA = {
     "orphan-index": "delete: removes the index file without a .log at startup (LogLoader)",
     "missing-index": ("rebuild: 'Could not find offset index file', LogLoader recovers the segment and writes a new "
                       "index (LogSegment.sanityCheck throws NoSuchFileException)"),
-    "missing-timeindex": ("ignore: creates an empty .timeindex and never fills it: time lookups in this segment find "
-                          "nothing"),
+    # LogLoader.loadSegmentFiles: with the .index there, LogSegment.sanityCheck(timeIndexFileNewlyCreated) resizes
+    # the new .timeindex to 0 and nothing fills it; without the .index it throws NoSuchFileException and the
+    # loader recovers the segment (LogSegment.recover), which rebuilds both indexes.
+    "missing-timeindex": ("ignore: the .index is there, so LogSegment.sanityCheck creates an empty .timeindex "
+                          "(LogLoader) and nothing fills it: time lookups in this segment find nothing, until an "
+                          "unclean shutdown's recovery reaches the segment"),
     "txnindex-sanity": ("rebuild: 'Found a corrupted index file corresponding to log file ...', LogLoader recovers "
                         "the segment and rebuilds its indexes (TransactionIndex.sanityCheck, CorruptIndexException)"),
 }
+#: missing-timeindex where the .index is missing too
+_NO_INDEXES_KAFKA = ("rebuild: the .index is missing too: 'Could not find offset index file' (LogSegment.sanityCheck "
+                     "throws NoSuchFileException), LogLoader recovers the segment and writes both indexes, the "
+                     ".timeindex filled")
 _TXNINDEX_KAFKA = ("ignore: loaded as it is; read_committed consumers get the wrong aborted transactions until an "
                    "unclean shutdown's recovery rebuilds it")
 
@@ -46,24 +56,35 @@ def segment_issue(partition: Partition, data_dir: str, finding: "Finding", plan:
     severity = finding.severity  # verify's severities are doctor's: one per finding
     position = None
     repair = f"kstore rebuild-index {partition.path}"
+    repairs = None
     if check.startswith("log-"):
         splan = next((s for s in plan.segments if s.segment.base_offset == finding.segment), None)
         problem = splan.result.problem if splan is not None and splan.result is not None else None
         position = problem.position if problem is not None else None
         severity, kafka, repair = _log_advice(partition, data_dir, finding, plan, splan, severity)
+        if repair is None:
+            repair, repairs = _cut_repairs(partition, plan)
     elif check.startswith(("txnindex", "missing-txnindex")) and check not in _INDEX_KAFKA:
         kafka = _TXNINDEX_KAFKA
+    elif check == "missing-timeindex" and _index_missing(partition, finding.segment):
+        kafka = _NO_INDEXES_KAFKA
     else:
         kafka = _INDEX_KAFKA.get(check, _INDEX_LOADED_AS_IS)
         if check == "orphan-index":
             repair = "none needed"
     return Issue(severity, check, finding.message, kafka=kafka, repair=repair, data_dir=data_dir,
-                 partition=partition.path, file=finding.file, position=position)
+                 partition=partition.path, file=finding.file, position=position, repairs=repairs)
+
+
+def _index_missing(partition: Partition, base_offset: Optional[int]) -> bool:
+    """Whether the segment at `base_offset` has no .index."""
+    return any(s.base_offset == base_offset and s.index is None for s in partition.segments)
 
 
 def _log_advice(partition: Partition, data_dir: str, finding: "Finding", plan: "PartitionPlan",
-                splan: "Optional[SegmentPlan]", severity: str) -> Tuple[str, str, str]:
-    """(severity, what Kafka does, what to run) for a finding about a segment's .log."""
+                splan: "Optional[SegmentPlan]", severity: str) -> Tuple[str, str, Optional[str]]:
+    """(severity, what Kafka does, what to run) for a finding about a segment's .log; what to run is None
+    where the damage is cut as Kafka's recovery cuts it (:func:`_cut_repairs` names the repairs)."""
     part = partition.path
     check = finding.check
     problem = splan.result.problem if splan is not None and splan.result is not None else None
@@ -87,6 +108,12 @@ def _log_advice(partition: Partition, data_dir: str, finding: "Finding", plan: "
                 "0, as after an unclean shutdown): this torn tail, the state a crash leaves, is cut and the rest "
                 "loads (kstore metadata shows that image)",
                 f"none needed; kstore rebuild-index --truncate {part} cuts it now (the cut bytes are quarantined)")
+    first = plan.damaged
+    if first is not None and splan is not None and splan.segment.base_offset > first.segment.base_offset:
+        return (severity, f"delete: after an unclean shutdown recovery cuts the earlier damaged segment "
+                f"{os.path.basename(first.segment.log)} and deletes this one with it; after a clean shutdown fetches "
+                "of it fail with CorruptRecordException",
+                f"the repairs named for {first.segment.log} (each covers the whole partition)")
     dropped = sum(1 for s in plan.segments if s.segment.base_offset > (finding.segment or 0))
     kafka = ("truncate: after an unclean shutdown recovery cuts the .log at this byte"
              + (f" and deletes the {dropped} later segment(s)" if dropped else "")
@@ -95,5 +122,25 @@ def _log_advice(partition: Partition, data_dir: str, finding: "Finding", plan: "
     if clean_shutdown_marker(data_dir):
         kafka += (" (this data dir has the clean shutdown marker: the broker starts without looking, unless "
                   "it crashes before the next clean shutdown)")
-    return severity, kafka, (f"kstore rebuild-index --truncate {part}  (cuts where Kafka would; the cut bytes are "
-                             "quarantined)")
+    return severity, kafka, None
+
+
+def _cut_repairs(partition: Partition, plan: "PartitionPlan") -> Tuple[str, Optional[List[dict]]]:
+    """What to run for damage Kafka's recovery cuts, one line per repair, and each repair's keeps and loses:
+    rebuild-index --truncate (the cut Kafka's recovery makes) and, where it keeps more, salvage first (every
+    intact batch past the damage kept). Where salvage keeps nothing more (no intact batch past the damage),
+    the cut alone: it can be undone (`kstore restore`), a salvage cannot."""
+    part = partition.path
+    truncate = f"kstore rebuild-index --truncate {part}"
+    costs = repair_costs(plan, truncate, f"kstore salvage --in-place {part}")
+    if costs is None:
+        return f"{truncate}  (cuts where Kafka would; the cut bytes are quarantined)", None
+    cut, salvage = costs
+    cut_line = (f"{truncate}  (Kafka's own recovery, cuts at the first invalid batch: {cut.text()}; the cut "
+                "bytes are quarantined, kstore restore undoes it)")
+    if salvage.keeps.batches <= cut.keeps.batches:
+        return cut_line, [cut.to_dict()]
+    salvage_line = (f"{salvage.command}  (every intact batch, past the damage too: {salvage.text()}; the damaged "
+                    "bytes are quarantined)")
+    return f"{salvage_line}\n{cut_line}", [salvage.to_dict(), cut.to_dict()]
+

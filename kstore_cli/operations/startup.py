@@ -118,19 +118,22 @@ class Issue:
     """One thing found: where (data dir, partition, file, byte or offset), how bad, what Kafka does, what to run."""
 
     __slots__ = ("severity", "check", "data_dir", "partition", "file", "position", "offset", "message",
-                 "kafka", "repair", "topic_partition", "gist")
+                 "kafka", "repair", "topic_partition", "gist", "repairs")
 
     def __init__(self, severity: str, check: str, message: str, *, kafka: str, repair: str,
                  data_dir: Optional[str] = None, partition: Optional[str] = None, file: Optional[str] = None,
                  position: Optional[int] = None, offset: Optional[int] = None,
-                 topic_partition: Optional[Tuple[str, int]] = None, gist: Optional[str] = None) -> None:
+                 topic_partition: Optional[Tuple[str, int]] = None, gist: Optional[str] = None,
+                 repairs: Optional[List[dict]] = None) -> None:
         self.severity = severity
         self.check = check
         self.message = message
         #: What Kafka does with it at startup: starts "fail", "ignore", "truncate", "rebuild", "delete"...
         self.kafka = kafka
-        #: The command (or manual step) that repairs it.
+        #: The command (or manual step) that repairs it; one line per command where there are several.
         self.repair = repair
+        #: Where there are several repairs: what each keeps and loses (RepairCost.to_dict), best first.
+        self.repairs = repairs
         self.data_dir = data_dir
         self.partition = partition
         self.file = file
@@ -152,16 +155,20 @@ class Issue:
 
     def to_dict(self) -> dict:
         topic, partition_id = self.topic_partition or (None, None)
-        return {
+        out = {
             "severity": self.severity, "check": self.check, "data_dir": self.data_dir, "partition": self.partition,
             "file": self.file, "position": self.position, "offset": self.offset, "message": self.message,
             "kafka": self.kafka, "repair": self.repair, "topic": topic, "partition_id": partition_id,
         }
+        if self.repairs is not None:
+            out["repairs"] = self.repairs
+        return out
 
     def text_lines(self) -> List[str]:
         """The finding as plain text: what, then what Kafka does and what to run (indented)."""
+        first, *others = self.repair.split("\n")
         return [f"{self.where}: {self.severity}: {self.check}: {self.message}", f"    kafka: {self.kafka}",
-                f"    run:   {self.repair}"]
+                f"    run:   {first}", *(f"    or:    {line}" for line in others)]
 
     def __repr__(self) -> str:
         return f"Issue({self.severity}, {self.check}, {self.where}: {self.message})"

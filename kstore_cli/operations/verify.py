@@ -262,7 +262,8 @@ def _verify_segment(splan: SegmentPlan, batches: Optional["_BatchesAtEntries"], 
     # ---- .timeindex
     if seg.timeindex is None:
         add(base, seg.path(names.TIME_INDEX_SUFFIX), ERROR, "missing-timeindex",
-            "no .timeindex (Kafka creates an empty one at startup and does not rebuild it)")
+            "no .timeindex (Kafka creates an empty one at startup and does not fill it)" if seg.index is not None
+            else "no .timeindex, nor .index (Kafka recovers the segment at startup, which fills both)")
     else:
         try:
             tidx = TimeIndex(seg.timeindex, base)

@@ -341,6 +341,13 @@ class Batch:
     def records(self) -> List[Record]:
         raise NotImplementedError
 
+    def record_count(self) -> int:
+        """How many records the batch holds: a v2 batch's records count, one for a legacy message, a legacy
+        wrapper's inner messages (which decompresses it)."""
+        if self.magic >= 2:
+            return self.count
+        return 1 if not self.compression else len(self.records())
+
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records())
 

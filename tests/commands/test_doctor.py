@@ -363,7 +363,11 @@ def test_crc_error_mid_log(tmp_path):
     [f] = [f for f in findings(records) if f["check"].startswith("log-")]
     assert f["check"] == "log-corrupt-batch" and f["file"] == str(log) and f["position"] == pos
     assert f["kafka"].startswith("truncate") and "3 later segment(s)" in f["kafka"]
-    assert f["repair"].startswith(f"kstore rebuild-index --truncate {data / 'v2-none-0'}")
+    # salvage keeps the intact batches past the damage, so it comes first; Kafka's own cut second
+    first, second = f["repair"].split("\n")
+    assert first.startswith(f"kstore salvage --in-place {data / 'v2-none-0'}  (")
+    assert second.startswith(f"kstore rebuild-index --truncate {data / 'v2-none-0'}  (")
+    assert [r["command"].split()[1] for r in f["repairs"]] == ["salvage", "rebuild-index"]
 
 
 def test_held_lock(tmp_path):
@@ -552,3 +556,28 @@ def test_topics_limits_doctor_and_verify_index_to_matching_partitions(tmp_path):
     (data / "not a partition").mkdir()
     code, records = doctor("--topics", "v2-*", data)
     assert code == 1 and findings(records, "stray-directory"), records
+
+
+@pytest.mark.parametrize("also_index", [False, True], ids=["index-there", "index-missing-too"])
+def test_missing_timeindex_says_what_kafka_does_in_each_case(tmp_path, also_index):
+    """LogLoader.loadSegmentFiles: beside an .index, LogSegment.sanityCheck leaves a new empty .timeindex that
+    nothing fills; without the .index the segment is recovered and both are written (the oracle checks both:
+    test_doctor_oracle)."""
+    data = make_data_dir(tmp_path, partitions=("v2-none-0",))
+    part = data / "v2-none-0"
+    (part / "00000000000000000174.timeindex").unlink()
+    if also_index:
+        (part / "00000000000000000174.index").unlink()
+    code, records = doctor(data)
+    [f] = findings(records, "missing-timeindex")
+    assert code == 1 and f["file"] == str(part / "00000000000000000174.timeindex")
+    if also_index:
+        assert f["kafka"].startswith("rebuild: the .index is missing too: 'Could not find offset index file'")
+        assert f["message"] == "no .timeindex, nor .index (Kafka recovers the segment at startup, which fills both)"
+    else:
+        assert f["kafka"].startswith("ignore: the .index is there, so LogSegment.sanityCheck creates an empty "
+                                     ".timeindex")
+        assert f["message"] == "no .timeindex (Kafka creates an empty one at startup and does not fill it)"
+    _code, rows = verify(data)
+    [v] = [r for r in rows if r.get("check") == "missing-timeindex"]
+    assert v["message"] == f["message"]

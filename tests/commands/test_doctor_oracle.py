@@ -3,6 +3,7 @@ does Kafka fail, truncate, delete, rebuild or complete as doctor's `kafka` field
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -52,6 +53,15 @@ def _no_index(data: Path) -> None:
     (data / "v2-none-0" / "00000000000000000174.index").unlink()
 
 
+def _no_timeindex(data: Path) -> None:
+    (data / "v2-none-0" / "00000000000000000174.timeindex").unlink()
+
+
+def _no_indexes(data: Path) -> None:
+    _no_index(data)
+    _no_timeindex(data)
+
+
 CASES = {
     "crc": ("v2-none-0", _crc, "--unclean"),
     "lso": ("v2-none-0", _lso, "--unclean"),
@@ -60,6 +70,8 @@ CASES = {
     "no-logs": ("transactional-0", _no_logs, "--unclean"),
     "swap": ("v2-none-0", _swap, "--clean"),
     "no-index": ("v2-none-0", _no_index, "--clean"),
+    "no-timeindex": ("v2-none-0", _no_timeindex, "--clean"),
+    "no-indexes": ("v2-none-0", _no_indexes, "--clean"),
 }
 
 
@@ -138,3 +150,31 @@ def test_missing_index_kafka_rebuilds_it(cases):
     added = [name for name in kafka["files_added"] if not name.endswith(".tmp")]
     assert kafka["ok"] and added == ["00000000000000000174.index"]
     assert any("Could not find offset index file" in m for m in _own(kafka["kafka_log_messages"], data))
+
+
+def _time_index_after_load(kafka: dict) -> dict:
+    [entry] = [i for i in kafka["indexes_after_load"] if i["file"] == "00000000000000000174.timeindex"]
+    return entry
+
+
+def test_missing_timeindex_beside_an_index_kafka_leaves_it_empty(cases):
+    code, issues, _data, kafka = cases["no-timeindex"]
+    [f] = [i for i in issues if i["check"] == "missing-timeindex"]
+    assert code == 1 and f["kafka"].startswith("ignore: the .index is there")
+    assert kafka["ok"] and not kafka["recovery_ran"]
+    assert _time_index_after_load(kafka)["valid_bytes"] == 0  # LogSegment.sanityCheck resized it to 0
+
+
+def test_missing_timeindex_and_index_kafka_recovers_the_segment_and_fills_both(cases):
+    from kstore_cli.log.logdir import Partition
+    from kstore_cli.log.producer_state import TxnState
+
+    code, issues, data, kafka = cases["no-indexes"]
+    [f] = [i for i in issues if i["check"] == "missing-timeindex"]
+    assert code == 1 and f["kafka"].startswith("rebuild: the .index is missing too")
+    # what Kafka wrote is what kstore's recovery writes for the segment: filled
+    [segment] = [s for s in Partition(str(data / "v2-none-0")).segments if s.base_offset == 174]
+    result, _state = segment.recover(TxnState)
+    entry = _time_index_after_load(kafka)
+    assert kafka["ok"] and entry["valid_bytes"] == len(result.timeindex_bytes) > 0
+    assert entry["sha256"] == hashlib.sha256(result.timeindex_bytes).hexdigest()
