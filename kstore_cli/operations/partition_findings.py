@@ -102,8 +102,8 @@ def _partition_metadata_issues(p: str, partition: Partition, add: Callable[..., 
             add(ERROR, "partition-metadata-missing", "no partition.metadata (no topic ID)",
                 "stray: a KRaft broker treats a log without a topic ID as stray, renames it "
                 "<topic>-<partition>.<id>-stray and stops serving it (LogManager.isStrayKraftReplica)",
-                "copy partition.metadata from another replica of this topic (`kstore doctor` shows the topic ID "
-                "of every copy it checks); kstore has no command that writes it", file=pm)
+                "`kstore repair` with the data dir holding __cluster_metadata-0 or another replica's dir among its "
+                "paths (writes the topic ID they have)", file=pm)
     else:
         try:
             read_partition_metadata(pm)
@@ -111,7 +111,8 @@ def _partition_metadata_issues(p: str, partition: Partition, add: Callable[..., 
             add(ERROR, "partition-metadata-malformed", exc.message,
                 "fail: KafkaStorageException 'Error while reading partition metadata file'; the data dir goes "
                 "offline (PartitionMetadataFile.read)",
-                "copy partition.metadata from another replica of this topic", file=pm, position=exc.position)
+                "`kstore repair` with the data dir holding __cluster_metadata-0 or another replica's dir among its "
+                "paths (the old file is quarantined)", file=pm, position=exc.position)
 
 
 def _empty_partition_issues(partition: Partition, entries: Dict[str, Optional[int]], epochs: List[Tuple[int, int]],
