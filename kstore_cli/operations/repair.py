@@ -280,7 +280,6 @@ def _meta_change(found: Survey, info: DataDirInfo, issues: List[Issue], now_ms: 
     if info.meta is None or version not in ("0", "1"):
         props["version"] = version = next(iter(versions))
     if info.node_id is None:
-        props.pop("node.id" if version == "0" else "broker.id", None)
         props["node.id" if version == "1" else "broker.id"] = str(node)
     if info.cluster_id is None:
         if not clusters:
