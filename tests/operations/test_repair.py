@@ -335,3 +335,14 @@ def _state(root: Path) -> dict:
         assert rel not in out, f"{rel} twice"
         out[rel] = data
     return out
+
+
+def test_restore_refuses_a_repair_quarantine_dir_and_says_how_to_undo_it(tmp_path):
+    from kstore_cli.errors import UsageError
+    from kstore_cli.operations.restore import restore
+
+    dirs = _all_repairs(tmp_path)
+    plan = repair([str(d) for d in dirs])
+    qdir = next(c.quarantine_dir for c in plan.changes if c.check == "checkpoint-malformed")
+    with pytest.raises(UsageError, match="written by `kstore repair`, which restore does not undo"):
+        restore(qdir, dry_run=True)
