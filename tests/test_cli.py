@@ -179,7 +179,7 @@ _MISSING_PATH_ARGV = {
     "convert-format": ["/no/such/dir", "--to-magic", "2", "--dry-run"], "retain": ["/no/such/dir", "--dry-run"],
     "compact": ["/no/such/dir", "--dry-run"], "replicas": ["/no/such/dir", "/no/such/dir2"],
     "merge": ["--output-dir", "/tmp/kstore-never-made", "/no/such/dir", "/no/such/dir2"],
-    "recover": ["/no/such/dir"], "salvage": ["/no/such/dir", "--output-dir", "/tmp/kstore-never-made"],
+    "recover": ["/no/such/dir"], "repair": ["/no/such/dir"], "salvage": ["/no/such/dir", "--output-dir", "/tmp/kstore-never-made"],
     "restore": ["/no/such/dir"], "spark-export": ["/no/such/dir", "--output", "/tmp/kstore-never-made"],
     "metadata": ["/no/such/dir"], "transactions": ["/no/such/dir"], "groups": ["/no/such/dir"],
     "log-dirs": ["/no/such/dir"], "reassign": ["--generate", "/no/such/dir"],

@@ -40,6 +40,7 @@ TABLE = (
     Entry("replicas", "replicas", "Compare the copies of every partition found in two or more of PATHS, as Kafka's replication would."),  # noqa: E501
     Entry("merge", "merge", "Build one partition from several copies: every offset once, from the surviving leader-epoch lineage."),  # noqa: E501
     Entry("recover", "recover", "Do the recovery a broker would do at startup after an unclean shutdown, offline and in parallel."),  # noqa: E501
+    Entry("repair", "repair", "Write what doctor finds missing or wrong and Kafka needs, as Kafka writes it."),
     Entry("salvage", "salvage", "Keep every intact batch of a damaged partition, not only those before the first damage."),  # noqa: E501
     Entry("restore", "restore", "Undo a `rebuild-index --truncate`: append the cut tail back to its .log, move the later segments and snapshots back, and raise the checkpoints it lowered back to their old values."),  # noqa: E501
     Entry("spark-export", "spark_export", "Export whole topic directories to Parquet with Spark's Kafka source schema."),

@@ -15,9 +15,11 @@ import json
 import os
 import re
 import stat
+import time
 from typing import Dict, List, Optional, Tuple
 
 from kstore_cli.errors import CorruptCheckpointError, FileUnreadableError
+from kstore_cli.record.text import java_string_hash
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
@@ -251,3 +253,51 @@ def read_properties(path: "str | os.PathLike[str]") -> Dict[str, str]:
         unescape = lambda s: re.sub(r"\\(.)", lambda m: {"t": "\t", "n": "\n", "r": "\r"}.get(m.group(1), m.group(1)), s)
         props[unescape(key)] = unescape(value)
     return props
+
+
+def format_partition_metadata(topic_id: str) -> bytes:
+    """partition.metadata as PartitionMetadataFile.maybeFlush writes it (PartitionMetadata.encode): version 0,
+    the topic ID in Uuid.toString's base64, and no newline after it."""
+    return f"version: 0\ntopic_id: {topic_id}".encode()
+
+
+_JAVA_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_JAVA_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+#: The keys in the order MetaProperties.toProperties puts them (the order within one hash bucket).
+_META_KEY_ORDER = ("version", "cluster.id", "broker.id", "node.id", "directory.id")
+
+
+def _java_properties_escape(text: str, key: bool) -> str:
+    """Properties.saveConvert for a Writer (no \\uXXXX escapes)."""
+    out = []
+    for i, ch in enumerate(text):
+        if ch == " " and (key or i == 0):
+            out.append("\\ ")
+        elif ch in "\\=:#!":
+            out.append("\\" + ch)
+        else:
+            out.append({"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}.get(ch, ch))
+    return "".join(out)
+
+
+def format_meta_properties(props: Dict[str, str], when_ms: int) -> bytes:
+    """meta.properties as MetaProperties.toProperties and PropertiesUtils.writePropertiesFile write it:
+    ``Properties.store(writer, "")``, i.e. an empty comment line, the time (Date.toString, here in UTC), then
+    the entries in the iteration order of Properties' ConcurrentHashMap (16 buckets for a handful of keys,
+    by String.hashCode spread; the insertion order within a bucket)."""
+    ordered = sorted(props, key=lambda k: (_META_KEY_ORDER.index(k) if k in _META_KEY_ORDER else len(_META_KEY_ORDER)))
+    size = 16
+    while len(ordered) > size * 3 // 4:
+        size *= 2
+
+    def bucket(key: str) -> int:
+        h = java_string_hash(key) & 0xFFFFFFFF
+        return ((h ^ (h >> 16)) & 0x7FFFFFFF) & (size - 1)
+
+    keys = sorted(ordered, key=lambda k: (bucket(k), ordered.index(k)))  # sorted() is stable
+    t = time.gmtime(when_ms / 1000)
+    date = (f"{_JAVA_DAYS[t.tm_wday]} {_JAVA_MONTHS[t.tm_mon - 1]} {t.tm_mday:02d} "
+            f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} UTC {t.tm_year}")
+    lines = ["#", "#" + date] + [f"{_java_properties_escape(k, True)}={_java_properties_escape(props[k], False)}"
+                                 for k in keys]
+    return ("\n".join(lines) + "\n").encode("utf-8")

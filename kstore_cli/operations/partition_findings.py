@@ -109,7 +109,8 @@ def _partition_metadata_issues(p: str, partition: Partition, judged: BrokerJudge
             add(ERROR, "partition-metadata-malformed", exc.message,
                 "fail: KafkaStorageException 'Error while reading partition metadata file'; the data dir goes "
                 "offline (PartitionMetadataFile.read)",
-                "copy partition.metadata from another replica of this topic", file=pm, position=exc.position)
+                "`kstore repair` with the data dir holding __cluster_metadata-0 or another replica's dir among its "
+                "paths (the old file is quarantined)", file=pm, position=exc.position)
 
 
 def _missing_topic_id(judged: BrokerJudgement, add: Callable[..., None], pm: str) -> None:
@@ -118,8 +119,8 @@ def _missing_topic_id(judged: BrokerJudgement, add: Callable[..., None], pm: str
     or with inter.broker.protocol.version below 2.8, there is none: KafkaServer keepPartitionMetadataFile): no
     finding. KRaft: LogManager.isStrayKraftReplica (3.7.1+) makes it stray at startup; 3.0-3.7.0 stop on it
     (BrokerMetadataPublisher.findStrayPartitions / LogManager.findStrayReplicas)."""
-    copy = ("copy partition.metadata from another replica of this topic (`kstore doctor` shows the topic ID "
-            "of every copy it checks); kstore has no command that writes it")
+    copy = ("`kstore repair` with the data dir holding __cluster_metadata-0 or another replica's dir among its "
+            "paths (writes the topic ID they have)")
     if judged.zookeeper:
         return
     if not judged.kraft:

@@ -471,6 +471,10 @@ def load_manifest(qdir: str, *, partition: Optional[str] = None) -> QuarantineMa
     if version is not None and version != MANIFEST_VERSION:
         raise UsageError(f"version: {version!r} is not a manifest version this kstore reads "
                          f"({MANIFEST_VERSION}, or none)", path=path)
+    if data.get("kind") == "repair":
+        raise UsageError("written by `kstore repair`, which restore does not undo: its \"files\" are the files repair "
+                         "replaced (copy one back over the file of the same name in the manifest's \"partition\" dir) "
+                         "and \"moved\" a directory it moved out of the data dir", path=path)
     checker = _Checker(qdir, data, legacy=version is None)
     part = _check_partition(checker, data.get("partition"), qdir_st, manifest_st, partition)
     checked = _check_salvage(checker, part) if data.get("kind") == "salvage" else _check_cut(checker, part)

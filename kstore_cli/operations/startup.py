@@ -419,9 +419,10 @@ def malformed_checkpoint(data_dir: str, partition: Optional[str], name: str, pat
         ERROR, "checkpoint-malformed", exc.message, data_dir=data_dir, partition=partition, file=path,
         position=exc.position,
         kafka=(_BAD_NUMBER_KAFKA if getattr(exc, "number_format", False) else _MALFORMED_KAFKA)[name],
-        repair=f"no kstore command rewrites {name}: with the broker stopped, move the file aside "
-               + ("(Kafka rewrites it from the loaded logs)" if name != LEADER_EPOCH_CHECKPOINT else
-                  "(Kafka then starts the leader epoch cache empty and refills it from the leader)"),
+        repair=(f"no kstore command rewrites {name}: with the broker stopped, move the file aside "
+                "(Kafka rewrites it from the loaded logs)") if name != LEADER_EPOCH_CHECKPOINT else
+               "`kstore repair` on the partition (rebuilds it from the batches' leader epochs, as Kafka's recovery "
+               "fills it; the old file is quarantined)",
     )
 
 
@@ -487,8 +488,8 @@ def _meta_issues(info: DataDirInfo, found: Survey) -> List[Issue]:
         return [Issue(ERROR, "meta-properties-unreadable", info.meta_error.message, data_dir=info.path, file=path,
                       position=info.meta_error.position,
                       kafka="fail: MetaPropertiesEnsemble cannot load the dir (it is treated as failed)",
-                      repair="restore meta.properties from another data dir of the same broker "
-                             "(same cluster.id and node.id, without its directory.id line)")]
+                      repair="`kstore repair` on all of the broker's data dirs (writes the cluster.id, node.id and "
+                             "version they agree on; the old file is quarantined)")]
     if info.meta is None:
         return _missing_meta(info, found)
     out = []
@@ -496,12 +497,13 @@ def _meta_issues(info: DataDirInfo, found: Survey) -> List[Issue]:
     if version not in ("0", "1"):
         out.append(Issue(ERROR, "meta-properties-version", f"unknown version {version!r}", data_dir=info.path,
                          file=path, kafka="fail: MetaProperties refuses an unknown version",
-                         repair="restore meta.properties from another data dir of the same broker"))
+                         repair="`kstore repair` on all of the broker's data dirs (sets the version they have)"))
     if info.node_id is None:
         key = "node.id" if version == "1" else "broker.id"
         out.append(Issue(ERROR, "meta-properties-node-id", f"no valid {key}", data_dir=info.path, file=path,
                          kafka="fail: 'node.id was not specified' / 'node ID not found' (MetaPropertiesEnsemble.verify)",
-                         repair=f"set {key} to the broker's node.id (server.properties)"))
+                         repair=f"`kstore repair` on all of the broker's data dirs (sets {key} as they have it), or "
+                                f"set {key} to the broker's node.id (server.properties)"))
     if info.cluster_id is None:
         out.append(_no_cluster_id(info, found.judge(info), version, path))
     return out
@@ -524,8 +526,8 @@ def _missing_meta(info: DataDirInfo, found: Survey) -> List[Issue]:
                   data_dir=info.path, file=path,
                   kafka="fail on a KRaft broker: 'No `meta.properties` found in <dir> (have you run "
                         "`kafka-storage.sh` to format the directory?)' (KafkaRaftServer.initializeLogDirs)",
-                  repair="copy meta.properties from another data dir of the same broker (same cluster.id and "
-                         "node.id, without its directory.id line)")]
+                  repair="`kstore repair` on all of the broker's data dirs (writes the cluster.id, node.id and "
+                         "version they agree on, without a directory.id: the broker writes one)")]
 
 
 def _no_cluster_id(info: DataDirInfo, judged: BrokerJudgement, version: str, path: str) -> Issue:
@@ -541,7 +543,7 @@ def _no_cluster_id(info: DataDirInfo, judged: BrokerJudgement, version: str, pat
                  kafka=("fail: 'cluster.id was not specified in the v1 file' (MetaPropertiesEnsemble.verify)"
                         if version == "1" else "fail on a KRaft broker: 'Error: cluster ID not found in <dir>' "
                         "(KafkaRaftServer.initializeLogDirs)"),
-                 repair="set cluster.id to the cluster's id (the other data dirs' meta.properties)")
+                 repair="`kstore repair` on all of the broker's data dirs (sets the cluster.id they have)")
 
 
 def _broker_issues(broker: Broker) -> List[Issue]:
@@ -639,7 +641,8 @@ def _stray_dir(info: DataDirInfo, child: str, reason: str) -> Issue:
         kafka=f"fail: KafkaException 'Found directory {child}, '{os.path.basename(child)}' is not in the form of "
               "topic-partition or topic-partition.uniqueId-delete (if marked for deletion).' - the broker stops "
               "(UnifiedLog.parseTopicPartitionName in LogManager.loadLogs)",
-        repair="move the directory out of the data dir (kstore has no command for this)")
+        repair="`kstore repair` on the data dir (renames a -delete/-stray/-future name as Kafka names it, or moves "
+               "the directory out of the data dir into kstore-quarantine beside it)")
 
 
 def _unparseable(name: str) -> Optional[str]:
@@ -744,7 +747,8 @@ def _stray_issues(topic: str, by_id: Dict[str, List[str]], source: str, image: "
                       "log <topic>-<partition>.<id>-stray at startup and never serves it "
                       "(LogManager.isStrayKraftReplica)",
                 repair=("an old incarnation of a deleted and recreated topic: move it out of the data dir if its "
-                        "data is not needed (the broker refetches the current one from the leader)")))
+                        "data is not needed (the broker refetches the current one from the leader)"
+                        + ("; `kstore repair` renames it -stray now, as the broker would" if known or owner else ""))))
     return issues
 
 
