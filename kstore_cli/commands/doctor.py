@@ -29,6 +29,7 @@ from kstore_cli.operations.startup import (
     clean_shutdown_marker,
     data_dir_key,
     layout_issues,
+    run_lines,
     survey,
 )
 
@@ -238,7 +239,7 @@ class _Output:
             where = "  " + where[len(under) + 1:]
         self.table.add_row(escape(where), "", f"[{style}]{item.severity}[/] {escape(item.check)}: "
                            f"{escape(item.message)}\n[dim]kafka:[/] {escape(item.kafka)}\n"
-                           f"[dim]run:[/]   {escape(item.repair)}")
+                           + "\n".join(f"[dim]{line[:4]}[/]{escape(line[4:])}" for line in run_lines(item.repair)))
 
     def partition(self, partition, only, segments: int, issues: List[Issue]) -> None:
         errors = sum(1 for i in issues if i.severity == ERROR)

@@ -11,7 +11,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from kstore_cli.errors import UsageError
 from kstore_cli.log import names
-from kstore_cli.operations.startup import ERROR, NOTE, WARNING, Issue
+from kstore_cli.operations.startup import ERROR, NOTE, WARNING, Issue, run_lines
 
 _SEVERITY_ORDER = {ERROR: 0, WARNING: 1, NOTE: 2}
 #: Stands for a finding's own partition dir in its advice, so that the same advice on many partitions compares equal.
@@ -165,7 +165,7 @@ class IssueGroup:
         if self.count == 1:
             return self.first.text_lines()
         return [f"{self.where}: {self.severity}: {self.check}: {self.message}", f"    kafka: {self.kafka}",
-                f"    run:   {self.repair}"]
+                *("    " + line for line in run_lines(self.repair))]
 
     def to_dict(self) -> dict:
         return {

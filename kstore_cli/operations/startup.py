@@ -166,9 +166,8 @@ class Issue:
 
     def text_lines(self) -> List[str]:
         """The finding as plain text: what, then what Kafka does and what to run (indented)."""
-        first, *others = self.repair.split("\n")
         return [f"{self.where}: {self.severity}: {self.check}: {self.message}", f"    kafka: {self.kafka}",
-                f"    run:   {first}", *(f"    or:    {line}" for line in others)]
+                *("    " + line for line in run_lines(self.repair))]
 
     def __repr__(self) -> str:
         return f"Issue({self.severity}, {self.check}, {self.where}: {self.message})"
@@ -288,6 +287,12 @@ class Survey:
                 judged = judged._replace(mode=mode, versions=versions, evidence=judged.evidence + (
                     f"the other data dirs checked are {mode}-mode",))
         return judged
+
+
+def run_lines(repair: str) -> List[str]:
+    """What to run, one repair a line: ``run:   <first>``, then ``or:    <other>`` for each alternative."""
+    first, *others = repair.split("\n")
+    return [f"run:   {first}", *(f"or:    {line}" for line in others)]
 
 
 def data_dir_key(partition: Partition) -> str:
