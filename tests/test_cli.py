@@ -183,6 +183,7 @@ _MISSING_PATH_ARGV = {
     "restore": ["/no/such/dir"], "spark-export": ["/no/such/dir", "--output", "/tmp/kstore-never-made"],
     "metadata": ["/no/such/dir"], "transactions": ["/no/such/dir"], "groups": ["/no/such/dir"],
     "log-dirs": ["/no/such/dir"], "reassign": ["--generate", "/no/such/dir"],
+    "schemas": ["/no/such/dir"],
 }
 
 

@@ -21,13 +21,16 @@ either, and is named in :attr:`SchemaStore.problems` (file, offset, why): never 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from kstore_cli.cluster.coordinator import coordinator_batches
 from kstore_cli.cluster.replicas import load_copy, reconcile
 from kstore_cli.errors import UsageError
+from kstore_cli.log.fileops import atomic_write, make_dirs
 from kstore_cli.log.logdir import Partition, resolve
+from kstore_cli.log.scope import check_output_dir
 from kstore_cli.parsers import schema_registry as wire
 from kstore_cli.parsers.schema_registry import RegistryKey, RegistryRecordError, SchemaReference
 
@@ -270,3 +273,26 @@ def load_schema_store(paths: Iterable[str], *, topic: str = DEFAULT_TOPIC,
     store = read_schema_store(partition, topic)
     store.notes = notes
     return store
+
+
+def schema_file_name(subject: str) -> str:
+    """A subject as one directory name: ``/``, ``%`` and NUL percent-encoded, ``.`` and ``..`` spelled out
+    (``%2E``), so that no subject names a path outside the output dir."""
+    name = "".join(f"%{ord(c):02X}" if c in "/%\0" else c for c in subject)
+    return "%2E" * len(name) if name in (".", "..", "") else name
+
+
+def write_schema_files(directory: str, versions: Iterable[SchemaVersion], *,
+                       inputs: Iterable[str] = ()) -> Dict[Tuple[str, int], str]:
+    """Write each version's schema text, as registered, to ``directory/<subject>/v<version><ext>`` (``.avsc``,
+    ``.json``, ``.proto``): each file crash-safe (temporary file, fsync, rename, directory fsync). The
+    directory may not be or lie inside an input nor a Kafka data dir. Returns (subject, version) -> path."""
+    check_output_dir(directory, option="--write-to", inputs=inputs)
+    written: Dict[Tuple[str, int], str] = {}
+    for sv in versions:
+        folder = os.path.join(directory, schema_file_name(sv.subject))
+        make_dirs(folder)
+        path = os.path.join(folder, f"v{sv.version}{EXTENSIONS.get(sv.schema_type, '.txt')}")
+        atomic_write(path, sv.schema.encode("utf-8"))
+        written[(sv.subject, sv.version)] = path
+    return written
