@@ -95,6 +95,15 @@ class SchemaStore:
         """Subjects with a version (a live one, unless `include_deleted`), sorted."""
         return sorted({s for (s, _v), sv in self.versions.items() if include_deleted or not sv.deleted})
 
+    def by_subject(self, include_deleted: bool = False) -> Dict[str, List[SchemaVersion]]:
+        """Subject -> its versions in version order (live ones, unless `include_deleted`), subjects sorted: one
+        pass over the store."""
+        out: Dict[str, List[SchemaVersion]] = {}
+        for (subject, _v), sv in sorted(self.versions.items()):
+            if include_deleted or not sv.deleted:
+                out.setdefault(subject, []).append(sv)
+        return out
+
     def versions_of(self, subject: str, include_deleted: bool = False) -> List[SchemaVersion]:
         return sorted((sv for (s, _v), sv in self.versions.items() if s == subject and (include_deleted or not sv.deleted)),
                       key=lambda sv: sv.version)

@@ -19,7 +19,7 @@ from kstore_cli.log.logdir import topic_matcher
 
 def _selected(store: SchemaStore, subjects: Optional[str], include_deleted: bool) -> List[SchemaVersion]:
     wanted = topic_matcher(subjects)
-    return [sv for s in store.subjects(include_deleted) if wanted(s) for sv in store.versions_of(s, include_deleted)]
+    return [sv for s, versions in store.by_subject(include_deleted).items() if wanted(s) for sv in versions]
 
 
 def _json_lines(store: SchemaStore, versions: List[SchemaVersion], written: Optional[Dict[Tuple[str, int], str]]) -> None:
