@@ -46,7 +46,8 @@ def records(n: int):
         if i % 97 == 96:
             yield _j({"keytype": "NOOP", "magic": 0}), None
         elif i % 50 == 49:
-            yield _j({"keytype": "CONFIG", "subject": name, "magic": 0}), _j({"subject": name, "compatibilityLevel": "FULL"})
+            yield (_j({"keytype": "CONFIG", "subject": name, "magic": 0}),
+                   _j({"subject": name, "compatibilityLevel": "FULL"}))
         elif i % 500 == 499 and subject in latest:
             yield _j({"keytype": "SCHEMA", "subject": name, "version": latest[subject], "magic": 1}), None
         elif i % 200 == 199 and subject in latest:

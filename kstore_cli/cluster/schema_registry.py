@@ -105,8 +105,8 @@ class SchemaStore:
         return out
 
     def versions_of(self, subject: str, include_deleted: bool = False) -> List[SchemaVersion]:
-        return sorted((sv for (s, _v), sv in self.versions.items() if s == subject and (include_deleted or not sv.deleted)),
-                      key=lambda sv: sv.version)
+        return sorted((sv for (s, _v), sv in self.versions.items()
+                       if s == subject and (include_deleted or not sv.deleted)), key=lambda sv: sv.version)
 
     def latest(self, subject: str) -> Optional[SchemaVersion]:
         """The subject's latest live version (what ``GET /subjects/{s}/versions/latest`` serves)."""

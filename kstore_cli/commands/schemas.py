@@ -9,10 +9,10 @@ from typing import Dict, List, Optional, Tuple
 import click
 
 from kstore_cli.commands._emit import exit_with
-from kstore_cli.commands._options import ExistingPath, json_option
+from kstore_cli.commands._options import ExistingPath, json_option, schemas_source_options
 from kstore_cli.commands._render import Column, is_tty, print_lines, print_table
 from kstore_cli.errors import ExitStatus
-from kstore_cli.cluster.schema_registry import (DEFAULT_TOPIC, SchemaStore, SchemaVersion, load_schema_store,
+from kstore_cli.cluster.schema_registry import (SchemaStore, SchemaVersion, load_schema_store,
                                                 write_schema_files)
 from kstore_cli.log.logdir import topic_matcher
 
@@ -22,7 +22,8 @@ def _selected(store: SchemaStore, subjects: Optional[str], include_deleted: bool
     return [sv for s, versions in store.by_subject(include_deleted).items() if wanted(s) for sv in versions]
 
 
-def _json_lines(store: SchemaStore, versions: List[SchemaVersion], written: Optional[Dict[Tuple[str, int], str]]) -> None:
+def _json_lines(store: SchemaStore, versions: List[SchemaVersion],
+                written: Optional[Dict[Tuple[str, int], str]]) -> None:
     files = written or {}
     for sv in versions:
         level, level_source = store.compatibility(sv.subject)
@@ -81,10 +82,7 @@ def _render_text(store: SchemaStore, versions: List[SchemaVersion], write_to: Op
 
 @click.command("schemas")
 @click.argument("paths", nargs=-1, type=ExistingPath())
-@click.option("--schemas-topic", default=DEFAULT_TOPIC, show_default=True,
-              help="The registry's store topic (its kafkastore.topic); partition 0 is read.")
-@click.option("--schemas-from", type=ExistingPath(), default=None,
-              help="Read this partition directory as the store topic (instead of finding it under PATHS).")
+@schemas_source_options
 @click.option("--subjects", default=None, metavar="GLOBS",
               help="Only the subjects matching these comma-separated globs ('orders-*,payments-value').")
 @click.option("--include-deleted", is_flag=True, help="Also the soft-deleted versions.")
