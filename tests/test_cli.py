@@ -63,7 +63,8 @@ def _imported_by(argv: list, env: dict = None) -> tuple:
 
 def test_help_and_version_import_no_command_module_and_no_core() -> None:
     """The lazy group: listing commands and printing the version import no command module, nor the
-    segment core, rich, pyspark or pyarrow; `dump-segment --help` imports dump-segment's only."""
+    segment core, rich, pyspark or pyarrow; `dump-segment --help` imports dump-segment's only
+    (and the shared options, no core)."""
     text, mods = _imported_by(["--help"])
     assert "spark-export" in text
     assert mods == {"kstore_cli", "kstore_cli.cli", "kstore_cli.errors", "kstore_cli.commands"}
@@ -72,7 +73,8 @@ def test_help_and_version_import_no_command_module_and_no_core() -> None:
     assert mods == {"kstore_cli", "kstore_cli.cli", "kstore_cli.errors"}
     text, mods = _imported_by(["dump-segment", "--help"])
     assert "Example" in text
-    assert {m for m in mods if m.startswith("kstore_cli.commands.")} == {"kstore_cli.commands.dump_segment"}
+    assert {m for m in mods if m.startswith("kstore_cli.commands.")} == {"kstore_cli.commands.dump_segment",
+                                                                        "kstore_cli.commands._options"}
     assert not any(m.startswith(("kstore_cli.record", "kstore_cli.log", "kstore_cli.operations")) for m in mods)
 
 
@@ -183,6 +185,7 @@ _MISSING_PATH_ARGV = {
     "restore": ["/no/such/dir"], "spark-export": ["/no/such/dir", "--output", "/tmp/kstore-never-made"],
     "metadata": ["/no/such/dir"], "transactions": ["/no/such/dir"], "groups": ["/no/such/dir"],
     "log-dirs": ["/no/such/dir"], "reassign": ["--generate", "/no/such/dir"],
+    "schemas": ["/no/such/dir"],
 }
 
 

@@ -44,6 +44,7 @@ def argvs(root: Path):
         "replicas": ["replicas", "--json", str(root / "d"), str(root / "e")],
         "salvage": ["salvage", "--dry-run", "--json", str(part)],
         "recover": ["recover", "--dry-run", "--json", str(d)],
+        "schemas": ["schemas", "--json", str(ROOT / "fixtures" / "schema-registry" / "registry")],
     }
 
 

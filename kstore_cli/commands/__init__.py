@@ -47,6 +47,7 @@ TABLE = (
     Entry("metadata", "metadata", "The cluster from a KRaft metadata log: brokers, topics, configs, ACLs, quotas, features."),  # noqa: E501
     Entry("transactions", "transactions", "Transactional ids from the __transaction_state partitions in PATHS and the transactions still open in each data partition, hanging ones marked as kafka-transactions.sh find-hanging defines them."),  # noqa: E501
     Entry("groups", "groups", "Committed offsets per group, topic and partition from the __consumer_offsets partitions in PATHS, as the group coordinator would load them, with log end offset, high watermark and lag; each group's state, members, last commit time and total lag (--members, --state: other views)."),  # noqa: E501
+    Entry("schemas", "schemas", "Confluent Schema Registry's subjects, versions, ids, types, compatibility and deleted state, read from its _schemas topic in PATHS with no registry running, replayed as the registry's KafkaStore reads it."),  # noqa: E501
     Entry("log-dirs", "log_dirs", "Per broker and data dir, each partition's size and offset lag, as kafka-log-dirs.sh --describe reports them."),  # noqa: E501
     Entry("reassign", "reassign", "The kafka-reassign-partitions.sh JSON that restores every partition's replication factor after brokers are lost."),  # noqa: E501
 )

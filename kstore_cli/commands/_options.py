@@ -183,3 +183,26 @@ class ExistingPath(click.Path):
         if isinstance(value, str) and not os.path.lexists(value):
             raise FileUnreadableError("no such file or directory", path=value)
         return super().convert(value, param, ctx)
+
+
+#: --key-format/--value-format (kstore_cli.cluster.wire_format.FORMATS).
+RECORD_FORMATS = ("auto", "avro", "json", "string", "binary")
+
+
+def schemas_source_options(f: F) -> F:
+    """--schemas-topic and --schemas-from: where the Schema Registry's store topic is read from."""
+    f = click.option("--schemas-from", type=ExistingPath(), default=None, metavar="PATH",
+                     help="The Schema Registry's store topic: its partition dir, or a data dir holding it.")(f)
+    return click.option("--schemas-topic", default="_schemas", show_default=True, metavar="TOPIC",
+                        help="The registry's store topic (its kafkastore.topic); partition 0 is read.")(f)
+
+
+def record_format_options(f: F) -> F:
+    """--key-format/--value-format (with --json): keys and values as JSON values, Confluent's wire format decoded
+    with the schemas of the registry's store topic (--schemas-from, else the input's data dir)."""
+    f = schemas_source_options(f)
+    f = click.option("--value-format", type=click.Choice(RECORD_FORMATS), default=None,
+                     help="With --json: values as avro (Confluent's wire format), json, string, binary (base64) or "
+                          "auto (the magic byte and the schema id's type choose; else JSON text, UTF-8, base64).")(f)
+    return click.option("--key-format", type=click.Choice(RECORD_FORMATS), default=None,
+                        help="With --json: keys decoded as --value-format says for values.")(f)

@@ -9,6 +9,7 @@ from typing import Optional, TextIO, Tuple
 import click
 
 from kstore_cli import __version__
+from kstore_cli.commands._options import record_format_options
 from kstore_cli.java import MAX_INT32
 
 DEFAULT_DECODER_CLASS = "org.apache.kafka.tools.api.StringDecoder"
@@ -40,6 +41,30 @@ def _release(stream: TextIO, wrapped: bool) -> None:
     stream.flush()
     if wrapped:
         stream.detach()  # type: ignore[attr-defined]  # leave sys.stdout's buffer open
+
+
+def _wire_decoder(first_file: str, json_lines: bool, decoder_given: bool, key_format: Optional[str],
+                  value_format: Optional[str], schemas_from: Optional[str], schemas_topic: str):
+    """The --key-format/--value-format decoder (None without them): with --json only, and no decoder option."""
+    if not key_format and not value_format:
+        return None
+    if not json_lines:
+        raise click.UsageError("--key-format and --value-format go with --json")
+    if decoder_given:
+        raise click.UsageError("--key-format/--value-format and the decoder options do not go together")
+    from kstore_cli.cluster.wire_format import make_wire_decoder
+
+    return make_wire_decoder(key_format or "binary", value_format or "binary", near=first_file,
+                             schemas_from=schemas_from, topic=schemas_topic)
+
+
+def _wire_notes(wire, err: TextIO) -> None:
+    """The records --key-format/--value-format left undecoded, and the registry records not applied, said."""
+    if wire.undecodable:
+        err.write(f"kstore: {wire.undecodable} records with a key or value not decoded (their decodeError says why)\n")
+    if wire.store is not None and wire.store.problems:
+        err.write(f"kstore: warning: {len(wire.store.problems)} records of {wire.store.partition_path} not applied "
+                  "(kstore schemas names them)\n")
 
 
 HELP = """Dump log segments, indexes, snapshots and KRaft checkpoints exactly as Kafka's
@@ -112,6 +137,7 @@ HELP = """Dump log segments, indexes, snapshots and KRaft checkpoints exactly as
 @click.option("--key-decoder", type=click.Choice(FRIENDLY_DECODERS), default=None, help="Decode keys as this.")
 @click.option("--value-decoder", type=click.Choice(FRIENDLY_DECODERS), default=None, help="Decode values as this.")
 @click.option("--json", "json_lines", is_flag=True, help="Write JSON Lines (one object per line) instead of Kafka's text.")
+@record_format_options
 @click.version_option(__version__, "--version", prog_name="kstore dump-segment", message="%(prog)s %(version)s")
 def command(
     paths: Tuple[str, ...],
@@ -133,27 +159,39 @@ def command(
     key_decoder: Optional[str],
     value_decoder: Optional[str],
     json_lines: bool,
+    key_format: Optional[str],
+    value_format: Optional[str],
+    schemas_from: Optional[str],
+    schemas_topic: str,
 ) -> int:
     from kstore_cli.dump.dumplog import DumpOptions, dump_files, files_to_dump
 
     files = files_to_dump(files_opts, paths)
     if not files:
         raise click.UsageError('Missing required argument "[files]"')
-    options = DumpOptions.from_command_line(
-        message_decoders={"offsets": offsets_decoder, "transaction-log": transaction_log_decoder,
-                          "cluster-metadata": cluster_metadata_decoder,
-                          "remote-log-metadata": remote_log_metadata_decoder,
-                          "share-group-state": share_group_state_decoder},
-        key_decoder_class=key_decoder_class, key_decoder=key_decoder, value_decoder_class=value_decoder_class,
-        value_decoder=value_decoder, print_data_log=print_data_log, json_lines=json_lines,
-        deep_iteration=deep_iteration, skip_record_metadata=skip_record_metadata,
-        verify_index_only=verify_index_only, index_sanity_check=index_sanity_check,
-        max_message_size=max_message_size, max_bytes=max_bytes)
+    plain = dict(deep_iteration=deep_iteration, skip_record_metadata=skip_record_metadata,
+                 verify_index_only=verify_index_only, index_sanity_check=index_sanity_check,
+                 max_message_size=max_message_size, max_bytes=max_bytes)
+    decoders = {"offsets": offsets_decoder, "transaction-log": transaction_log_decoder,
+                "cluster-metadata": cluster_metadata_decoder, "remote-log-metadata": remote_log_metadata_decoder,
+                "share-group-state": share_group_state_decoder}
+    decoder_given = any(decoders.values()) or any((key_decoder_class, value_decoder_class, key_decoder, value_decoder))
+    wire = _wire_decoder(files[0], json_lines, decoder_given, key_format, value_format, schemas_from, schemas_topic)
+    if wire is not None:
+        options = DumpOptions(print_data=True, parser=wire, json_lines=True, json_decoder=wire.name, **plain)
+    else:
+        options = DumpOptions.from_command_line(
+            message_decoders=decoders, key_decoder_class=key_decoder_class, key_decoder=key_decoder,
+            value_decoder_class=value_decoder_class, value_decoder=value_decoder, print_data_log=print_data_log,
+            json_lines=json_lines, **plain)
     out, out_wrapped = _open_utf8(sys.stdout)
     try:
         err, err_wrapped = _open_utf8(sys.stderr)
         try:
-            return dump_files(files, out, err, options)
+            status = dump_files(files, out, err, options)
+            if wire is not None:
+                _wire_notes(wire, err)
+            return status
         finally:
             _release(err, err_wrapped)
     finally:

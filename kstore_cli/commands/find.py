@@ -8,7 +8,7 @@ from typing import Optional
 import click
 
 from kstore_cli.commands._emit import exit_with
-from kstore_cli.commands._options import ExistingPath, TIME, json_option
+from kstore_cli.commands._options import ExistingPath, TIME, json_option, record_format_options
 
 from kstore_cli.dump.dumplog import format_batch_line, format_record_line, record_json
 from kstore_cli.errors import ExitStatus
@@ -25,9 +25,11 @@ from kstore_cli.log.logdir import Lookup
 @click.option("--no-data", is_flag=True, help="Print record metadata only, not keys and payloads.")
 @json_option(
     "Records as JSON lines (dump-segment's record keys; key/value in base64), then a lookup summary.")
+@record_format_options
 @click.pass_context
 def command(ctx: click.Context, partition_dir: str, offset: Optional[int], timestamp: Optional[int], count: int,
-            no_data: bool, as_json: bool) -> None:
+            no_data: bool, as_json: bool, key_format: Optional[str], value_format: Optional[str],
+            schemas_from: Optional[str], schemas_topic: str) -> None:
     """Print the record at --offset N, or the first record with timestamp >= --timestamp MS.
 
     The lookup is the one the broker does: binary search of the segments by base offset, of
@@ -38,7 +40,8 @@ def command(ctx: click.Context, partition_dir: str, offset: Optional[int], times
     or the last JSON line) gives the bytes read to get there.
 
     \b
-    Exit status: 0 found, 1 nothing at or after the target, 2 usage, 3 unreadable.
+    Exit status: 0 found, 1 nothing at or after the target (or, with --key-format/--value-format, a key or
+    value not decoded: its line has "decodeError"), 2 usage, 3 unreadable.
 
     \b
     Example:
@@ -46,6 +49,7 @@ def command(ctx: click.Context, partition_dir: str, offset: Optional[int], times
       kstore find /var/lib/kafka/data/orders-0 --timestamp 1700000000000 --count 5 --json
     """
     lookup = Lookup(partition_dir, offset=offset, timestamp=timestamp, count=count)
+    wire = _wire_decoder(partition_dir, as_json, no_data, key_format, value_format, schemas_from, schemas_topic)
     parser = None
     if not no_data and not as_json:
         from kstore_cli.parsers import make_parser
@@ -54,7 +58,8 @@ def command(ctx: click.Context, partition_dir: str, offset: Optional[int], times
     last_batch = None
     for segment, batch, record in lookup.records():
         if as_json:
-            obj = record_json(batch, record, print_data=not no_data)
+            obj = record_json(batch, record, print_data=not no_data, parser=wire,
+                              decoder=None if wire is None else wire.name)
             obj["segment"] = segment.base_offset
             obj["batchPosition"] = batch.position
             click.echo(json.dumps(obj, sort_keys=True))
@@ -64,11 +69,27 @@ def command(ctx: click.Context, partition_dir: str, offset: Optional[int], times
                 last_batch = batch
             click.echo(format_record_line(batch, record, parser=parser))
     if as_json:
-        click.echo(json.dumps(lookup.summary(), sort_keys=True))
+        summary = lookup.summary()
+        if wire is not None:
+            summary["undecodable"] = wire.undecodable
+        click.echo(json.dumps(summary, sort_keys=True))
     else:
         click.echo(_summary_line(lookup), err=True)
-    if lookup.first is None:
+    if lookup.first is None or (wire is not None and wire.undecodable):
         exit_with(ExitStatus.PROBLEMS)
+
+
+def _wire_decoder(partition_dir: str, as_json: bool, no_data: bool, key_format: Optional[str],
+                  value_format: Optional[str], schemas_from: Optional[str], schemas_topic: str):
+    """The --key-format/--value-format decoder (None without them); they go with --json and data."""
+    if not key_format and not value_format:
+        return None
+    if not as_json or no_data:
+        raise click.UsageError("--key-format and --value-format go with --json (and not with --no-data)")
+    from kstore_cli.cluster.wire_format import make_wire_decoder
+
+    return make_wire_decoder(key_format or "binary", value_format or "binary", near=partition_dir,
+                             schemas_from=schemas_from, topic=schemas_topic)
 
 
 def _summary_line(lookup: Lookup) -> str:
