@@ -264,6 +264,61 @@ def write_config_log(data_dir: Path, topics: Dict[str, str], configs: List[Tuple
     return offsets
 
 
+#: The finalized features a Kafka 4.2 controller bootstraps at 4.2-IV1 besides metadata.version (each feature's
+#: level that MetadataVersion IBP_4_2_IV1 turns on: Feature.java's EligibleLeaderReplicasVersion, GroupVersion,
+#: TransactionVersion, ShareVersion, StreamsVersion)
+KAFKA_42_FEATURES = {"eligible.leader.replicas.version": 1, "group.version": 1, "transaction.version": 2,
+                     "share.version": 1, "streams.version": 1}
+
+
+def write_kafka42_log(data_dir: Path, topics: Dict[str, str], configs: List[Tuple[int, str, str, Optional[str]]],
+                      node_id: int = 1, level: int = 29,
+                      extra: List[Tuple[Optional[bytes], bytes]] = ()) -> Dict[Tuple[int, str, str], int]:
+    """:func:`write_config_log` as a Kafka 4.1/4.2 KRaft node's log holds it: metadata.version `level` (29 =
+    4.2-IV1) and the 4.2 features, a controller and this node (a broker, RegisterBrokerRecord v3 with its
+    directory, unfenced by BrokerRegistrationChangeRecord v2), each topic with partition 0 on this node
+    (PartitionRecord v2 with an ELR), the configs, a PartitionChangeRecord v2 and a ClearElrRecord (4.0+, not
+    in the oracle's Kafka), then the `extra` records (e.g. one of a newer Kafka). Returns each config's offset."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    directory = uid(98)
+    (data_dir / "meta.properties").write_text(f"version=1\ncluster.id={CLUSTER_ID}\nnode.id={node_id}\n"
+                                              f"directory.id={directory}\n")
+    features = [{"Name": "metadata.version", "MinSupportedVersion": 7, "MaxSupportedVersion": level}]
+    H: List[Tuple[str, List[Tuple[Optional[bytes], bytes]]]] = [
+        ("control", [control(2, LEADER_CHANGE_MESSAGE, {"Version": 0, "LeaderId": 3000, "Voters": [{"VoterId": 3000}],
+                                                        "GrantingVoters": [{"VoterId": 3000}]})]),
+        ("data", [rec("FeatureLevelRecord", 0, Name="metadata.version", FeatureLevel=level)]
+         + [rec("FeatureLevelRecord", 0, Name=n, FeatureLevel=v) for n, v in KAFKA_42_FEATURES.items()]),
+        ("data", [rec("RegisterControllerRecord", 0, ControllerId=3000, IncarnationId=uid(300), ZkMigrationReady=False,
+                      EndPoints=[{"Name": "CONTROLLER", "Host": "ctl", "Port": 9093, "SecurityProtocol": 0}],
+                      Features=features),
+                  rec("RegisterBrokerRecord", 3, BrokerId=node_id, IncarnationId=uid(301), BrokerEpoch=5,
+                      EndPoints=[{"Name": "PLAINTEXT", "Host": "b", "Port": 9092, "SecurityProtocol": 0}],
+                      Features=features, Rack=None, Fenced=True, LogDirs=[directory]),
+                  rec("BrokerRegistrationChangeRecord", 2, BrokerId=node_id, BrokerEpoch=5, Fenced=-1,
+                      LogDirs=[directory])]),
+        ("data", [rec("TopicRecord", 0, Name=name, TopicId=tid) for name, tid in topics.items()]
+         + [rec("PartitionRecord", 2, PartitionId=0, TopicId=tid, Replicas=[node_id], Isr=[node_id],
+                RemovingReplicas=[], AddingReplicas=[], Leader=node_id, LeaderEpoch=0, PartitionEpoch=0,
+                Directories=[directory], EligibleLeaderReplicas=[], LastKnownElr=[node_id])
+            for tid in topics.values()]),
+    ]
+    offset = 1 + len(H[1][1]) + len(H[2][1]) + len(H[3][1])
+    offsets: Dict[Tuple[int, str, str], int] = {}
+    for rtype, name, key, value in configs:
+        H.append(("data", [rec("ConfigRecord", 0, ResourceType=rtype, ResourceName=name, Name=key, Value=value)]))
+        offsets[(rtype, name, key)] = offset
+        offset += 1
+    first = next(iter(topics.values()))
+    H.append(("data", [rec("PartitionChangeRecord", 2, PartitionId=0, TopicId=first, EligibleLeaderReplicas=[],
+                           LastKnownElr=[node_id]),
+                       rec("ClearElrRecord", 0, TopicName=""), rec("NoOpRecord", 0), *extra]))
+    log, _spans = _batches(H)
+    (data_dir / "__cluster_metadata-0").mkdir(exist_ok=True)
+    (data_dir / "__cluster_metadata-0" / f"{0:020d}.log").write_bytes(log)
+    return offsets
+
+
 def main() -> int:
     H = history()
     log, spans = _batches(H)

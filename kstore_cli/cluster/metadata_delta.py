@@ -151,6 +151,23 @@ class TopicsDelta:
         topic["partitions"][r["PartitionId"]] = q
 
     @staticmethod
+    def _clear_elr(img: MetadataImage, r: Dict[str, Any]) -> None:
+        """ClearElrRecord (Kafka 4.0+, TopicsDelta.replay / TopicDelta.maybeClearElr): the ELR and last known
+        ELR of every partition of the named topic (of every topic when the name is empty) emptied, as a
+        PartitionChangeRecord that sets only them would (the partition epoch bumped), where either is not empty."""
+        if r["TopicName"]:
+            topics = [t for t in img.topics.by_id.values() if t["name"] == r["TopicName"]]
+            if not topics:
+                raise ReplayFault(f"Unable to clear elr for topic with name {r['TopicName']}: no such topic found.")
+        else:
+            topics = list(img.topics.by_id.values())
+        for topic in topics:
+            for pid, p in list(topic["partitions"].items()):
+                if p["elr"] or p["lastKnownElr"]:
+                    topic["partitions"][pid] = {**p, "elr": [], "lastKnownElr": [],
+                                                "partitionEpoch": p["partitionEpoch"] + 1}
+
+    @staticmethod
     def _remove_topic(img: MetadataImage, r: Dict[str, Any]) -> None:
         topic = img.topics.by_id.pop(r["TopicId"], None)
         if topic is None:
@@ -299,6 +316,7 @@ _HANDLERS: Dict[int, Callable[[MetadataImage, Dict[str, Any]], None]] = {
     22: lambda img, r: ScramDelta._scram(img, r, True),
     26: lambda img, r: DelegationTokenDelta._token(img, r, True),
     27: ClusterDelta._register_controller,
+    28: TopicsDelta._clear_elr,
 }
 
 

@@ -12,15 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from kstore_cli.parsers.metadata_versions import METADATA_VERSIONS
 from kstore_cli.record.resync import next_intact_batch
 
-#: MetadataVersion feature level -> its name (Kafka 4.0: ``MetadataVersion.version()``)
-METADATA_VERSIONS: Dict[int, str] = {
-    1: "3.0-IV1", 2: "3.1-IV0", 3: "3.2-IV0", 4: "3.3-IV0", 5: "3.3-IV1", 6: "3.3-IV2", 7: "3.3-IV3",
-    8: "3.4-IV0", 9: "3.5-IV0", 10: "3.5-IV1", 11: "3.5-IV2", 12: "3.6-IV0", 13: "3.6-IV1", 14: "3.6-IV2",
-    15: "3.7-IV0", 16: "3.7-IV1", 17: "3.7-IV2", 18: "3.7-IV3", 19: "3.7-IV4", 20: "3.8-IV0", 21: "3.9-IV0",
-    22: "4.0-IV0", 23: "4.0-IV1", 24: "4.0-IV2", 25: "4.0-IV3",
-}
 #: the image's metadata.version before any FeatureLevelRecord (``MetadataVersion.MINIMUM_KRAFT_VERSION``)
 DEFAULT_METADATA_VERSION = 1
 #: Kafka's reserved directory ids (``org.apache.kafka.common.DirectoryId``, as the Kafka of the oracle defines them;
@@ -43,7 +37,8 @@ class FeaturesImage:
 
     @property
     def metadata_version(self) -> str:
-        return METADATA_VERSIONS.get(self.metadata_version_level, f"level {self.metadata_version_level}")
+        """Its name (``4.1-IV0``); "unknown to kstore" for a level newer than kstore's table."""
+        return METADATA_VERSIONS.get(self.metadata_version_level, "unknown to kstore")
 
 
 @dataclass

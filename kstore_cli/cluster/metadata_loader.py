@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from kstore_cli.cluster.metadata_delta import MetadataDelta, ReplayFault, config_resource
-from kstore_cli.cluster.metadata_image import METADATA_VERSIONS, MetadataImage, is_torn_tail
-from kstore_cli.cluster.metadata_log import FileBatch, LogCut, MetadataRecord, NewerRecordError, read_file_batches
+from kstore_cli.cluster.metadata_image import MetadataImage, is_torn_tail
+from kstore_cli.cluster.metadata_log import FileBatch, LogCut, MetadataRecord, read_file_batches
 from kstore_cli.errors import FileUnreadableError, UsageError
 from kstore_cli.log.names import METADATA_PARTITION_DIR
-from kstore_cli.parsers.metadata import METADATA_RECORD_TYPES
+from kstore_cli.parsers.metadata import KAFKA_COMMIT, METADATA_RECORD_TYPES
+from kstore_cli.parsers.metadata_versions import LATEST_PRODUCTION_LEVEL, METADATA_VERSIONS
 
 BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
@@ -103,6 +104,11 @@ class LoadResult:
     notes: List[str]
     #: what Kafka's loader gets past on its own but the reader should know (a torn tail cut)
     warnings: List[str] = field(default_factory=list)
+    #: the problems that are a metadata.version or records newer than kstore's schemas (also in `problems`)
+    newer: List[str] = field(default_factory=list)
+    #: records not in the image because kstore cannot read them (a newer type, or a newer version that does
+    #: not read with the fields kstore knows); 0 when every record was applied as far as its schema allows
+    skipped_records: int = 0
 
 
 def _listdir(path: str) -> List[str]:
@@ -157,6 +163,8 @@ class _Loader:
         self.snapshot: Optional[str] = None
 
     def _apply(self, rec: MetadataRecord) -> None:
+        if rec.values is None:
+            return  # not read (newer than kstore): counted and named by load_image
         try:
             self.delta.replay(rec.api_key, rec.values)
         except ReplayFault as e:
@@ -208,13 +216,8 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
                               "meta_properties": src.meta_properties}
     image = MetadataImage()
     loader = _Loader(image, problems)
-    newer: Dict[Tuple[str, int], List[int]] = {}  # (record, version) -> [first offset, count]
-
-    def seen(rec: MetadataRecord, where: str) -> None:
-        msg = METADATA_RECORD_TYPES[rec.api_key].message
-        if rec.version > msg.valid.hi or rec.version < msg.valid.lo:
-            hit = newer.setdefault((f"{msg.name} in {where}", rec.version), [rec.offset, 0])
-            hit[1] += 1
+    newer = _NewerRecords()
+    seen = newer.seen
     snapshots, segments = _snapshots_and_segments(src)
     source["snapshots"] = [os.path.basename(s[2]) for s in snapshots]
     source["segments"] = [os.path.basename(s[1]) for s in segments]
@@ -236,21 +239,20 @@ def load_image(src: MetadataSource, *, as_of_offset: Optional[int] = None,
             problems.append(f"no snapshot at or before the end offset, and the log starts at {segments[0][0]}: "
                             f"the records before it are missing from the image")
     cuts: List[LogCut] = []
-    batches, log_records, last_offset, stopped = _replay_log(loader, segments, start, as_of_offset, last_offset,
-                                                             seen, cuts)
-    if stopped is not None:
-        problems.append(f"read stopped: {stopped} (the image is as of offset {last_offset + 1})")
+    batches, log_records, last_offset = _replay_log(loader, segments, start, as_of_offset, last_offset, seen, cuts)
     warnings = _cut_warnings(cuts, last_offset, problems)
     if snapshot is None and log_records == 0 and src.checkpoint is None and src.bootstrap is not None:
-        records_read += _load_snapshot(loader, src.bootstrap)  # BootstrapMetadata
+        records_read += _load_snapshot(loader, src.bootstrap, seen)  # BootstrapMetadata
         notes.append(f"no snapshot and no log records: the image is {src.bootstrap}'s")
         source["bootstrap"] = src.bootstrap
-    problems.extend(_newer_version_problems(newer))
+    newer_texts = _newer_level(loader.image.features.metadata_version_level) + newer.problems()
+    problems.extend(newer_texts)
     _check_end_state(loader, problems, notes)
     source.update({"snapshot_records": records_read, "log_batches": batches, "log_records": log_records,
                    "as_of_offset": as_of_offset, "as_of_time": as_of_time, "end_offset": last_offset + 1,
-                   "open_transaction_start": loader.txn_start, "stopped": stopped, "cut": _cut_json(cuts)})
-    return LoadResult(image, source, problems, notes, warnings)
+                   "open_transaction_start": loader.txn_start, "cut": _cut_json(cuts),
+                   "newer": newer_texts, "skipped_records": newer.skipped})
+    return LoadResult(image, source, problems, notes, warnings, newer_texts, newer.skipped)
 
 
 def _cut_warnings(cuts: List[LogCut], last_offset: int, problems: List[str]) -> List[str]:
@@ -266,16 +268,27 @@ def _cut_warnings(cuts: List[LogCut], last_offset: int, problems: List[str]) -> 
 
 
 def _check_end_state(loader: "_Loader", problems: List[str], notes: List[str]) -> None:
-    """What the end of the replay leaves to report: an open or aborted transaction, an unknown metadata.version."""
+    """What the end of the replay leaves to report: an open or aborted transaction."""
     if loader.txn is not None:
         notes.append(f"a metadata transaction begun at offset {loader.txn_start} is not finished: its "
                      f"{len(loader.txn)} record(s) are not in the image (as in Kafka)")
     if loader.aborted:
         notes.append(f"{loader.aborted} aborted metadata transaction(s) left out")
-    level = loader.image.features.metadata_version_level
-    if level not in METADATA_VERSIONS:
-        problems.append(f"metadata.version feature level {level} is newer than this "
-                        f"kstore knows (up to {max(METADATA_VERSIONS)})")
+
+
+def _newest_known() -> str:
+    return f"{METADATA_VERSIONS[LATEST_PRODUCTION_LEVEL]} = level {LATEST_PRODUCTION_LEVEL}"
+
+
+def _newer_level(level: int) -> List[str]:
+    """The image's metadata.version named when it is past the newest production level of the Kafka whose
+    schemas kstore has (a level that Kafka still called unstable may have changed since)."""
+    if level <= LATEST_PRODUCTION_LEVEL:
+        return []
+    name = f" ({METADATA_VERSIONS[level]}, not yet production in that Kafka)" if level in METADATA_VERSIONS else ""
+    return [f"metadata.version level {level}{name} is newer than kstore knows (newest: {_newest_known()}, "
+            f"Kafka commit {KAFKA_COMMIT[:12]}): a newer Kafka wrote this log; kstore reads it with the schemas "
+            "it has and names each record they do not describe"]
 
 
 def _cut_json(cuts: List[LogCut]) -> Optional[Dict[str, Any]]:
@@ -312,7 +325,7 @@ def _end_offset_at_time(segments: List[Tuple[int, str]], as_of_time: int) -> Opt
 def _load_snapshot(loader: "_Loader", path: str, seen: Optional[Callable[[MetadataRecord, str], None]] = None
                    ) -> int:
     """Every record of a snapshot (MetadataLoader's snapshot load), or of ``bootstrap.checkpoint``; the
-    number of records read. `seen` is told of each record (not for the bootstrap file)."""
+    number of records read. `seen` is told of each record."""
     loader.snapshot = os.path.basename(path)
     records_read = 0
     for b in read_file_batches(path):
@@ -327,37 +340,62 @@ def _load_snapshot(loader: "_Loader", path: str, seen: Optional[Callable[[Metada
 
 def _replay_log(loader: "_Loader", segments: List[Tuple[int, str]], start: int, as_of_offset: Optional[int],
                 last_offset: int, seen: Callable[[MetadataRecord, str], None], cuts: List[LogCut]
-                ) -> Tuple[int, int, int, Optional[str]]:
+                ) -> Tuple[int, int, int]:
     """The log's records from `start` up to the end offset (MetadataLoader's log replay): batches and records
-    read, the last offset applied, and why the read stopped early (a record newer than kstore knows). Where
-    Kafka's recovery cuts the log is appended to `cuts`."""
+    read, and the last offset applied. Where Kafka's recovery cuts the log is appended to `cuts`."""
     log_records = 0
     batches = 0
-    try:
-        for b in _log_batches(segments, start, cuts):
-            if as_of_offset is not None and b.last_offset >= as_of_offset:
-                break
-            if b.last_offset < start:
+    for b in _log_batches(segments, start, cuts):
+        if as_of_offset is not None and b.last_offset >= as_of_offset:
+            break
+        if b.last_offset < start:
+            continue
+        batches += 1
+        for rec in b.records:
+            if rec.offset < start:
                 continue
-            batches += 1
-            for rec in b.records:
-                if rec.offset < start:
-                    continue
-                seen(rec, "the log")
-                loader.load(rec)
-                log_records += 1
-            last_offset = b.last_offset
-    except NewerRecordError as e:
-        return batches, log_records, last_offset, str(e)
-    return batches, log_records, last_offset, None
+            seen(rec, "the log")
+            loader.load(rec)
+            log_records += 1
+        last_offset = b.last_offset
+    return batches, log_records, last_offset
 
 
-def _newer_version_problems(newer: Dict[Tuple[str, int], List[int]]) -> List[str]:
-    return [f"{count} {what.split(' in ')[0]} record(s) of version {version} in "
-            f"{what.split(' in ', 1)[1]} (first at offset {first}) "
-            + ("are newer than this kstore knows: read with the fields it knows, as Kafka 4.0 reads them; what the "
-               "newer version adds is not in the image" if version >= 0 else
-               "(an unsigned varint over 0x7FFFFFFF, which Kafka reads as a negative int): read as the lowest "
-               "version, as Kafka 4.0's generated reader reads them")
-            for (what, version), (first, count) in sorted(newer.items())]
+class _NewerRecords:
+    """The records newer than kstore's schemas met in a replay, by (where, type, version): first offset, count."""
 
+    def __init__(self) -> None:
+        self.hits: Dict[Tuple[str, int, int], List[Any]] = {}
+        self.skipped = 0
+
+    def seen(self, rec: MetadataRecord, where: str) -> None:
+        t = METADATA_RECORD_TYPES.get(rec.api_key)
+        if t is not None and t.message.valid.lo <= rec.version <= t.message.valid.hi:
+            return
+        if rec.values is None:
+            self.skipped += 1
+        hit = self.hits.setdefault((where, rec.api_key, rec.version), [rec.offset, 0, rec.skipped])
+        hit[1] += 1
+
+    def problems(self) -> List[str]:
+        return [_newer_text(where, api_key, version, first, count, skipped)
+                for (where, api_key, version), (first, count, skipped) in sorted(self.hits.items())]
+
+
+def _newer_text(where: str, api_key: int, version: int, first: int, count: int, skipped: Optional[str]) -> str:
+    t = METADATA_RECORD_TYPES.get(api_key)
+    at = f"in {where} (first at offset {first})"
+    if t is None:
+        newest = max(METADATA_RECORD_TYPES)
+        return (f"{count} record(s) of type {api_key} (version {version}) {at} skipped: a record type newer than "
+                f"kstore knows (newest: {METADATA_RECORD_TYPES[newest].message.name} = type {newest}); what they "
+                "change is not in the image")
+    what = f"{count} {t.message.name} record(s) of version {version} {at}"
+    if skipped is not None:
+        return f"{what} skipped: newer than kstore knows (up to {t.message.valid.hi}) and {skipped}"
+    if version >= 0:
+        return (f"{what} are newer than kstore knows (up to {t.message.valid.hi}): read with the fields it knows "
+                "(tagged fields it does not know skipped), as Kafka's older readers read them; what the newer "
+                "version adds is not in the image")
+    return (f"{what} (an unsigned varint over 0x7FFFFFFF, which Kafka reads as a negative int): read as the lowest "
+            "version, as Kafka's generated reader reads them")

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional
 
-from kstore_cli.errors import CorruptDataError, CorruptRecordError, KstoreError
+from kstore_cli.errors import CorruptDataError, CorruptRecordError
 from kstore_cli.parsers.control import control_type_name
 from kstore_cli.parsers.metadata import METADATA_RECORD_TYPES
 from kstore_cli.parsers.schema import read_message
@@ -21,23 +21,23 @@ from kstore_cli.record.reader import read_batches
 
 @dataclass
 class MetadataRecord:
-    """One metadata record as read from disk."""
+    """One metadata record as read from disk; ``values`` None: not read (``skipped`` says why)."""
 
     offset: int
     api_key: int
     version: int
-    values: Dict[str, Any]
+    values: Optional[Dict[str, Any]]
+    skipped: Optional[str] = None
 
 
-class NewerRecordError(KstoreError):
-    """A record type or version this kstore (Kafka 4.0's schemas) does not know: the read stops there."""
+def decode_record(value: Optional[bytes], path: str, position: int, offset: int) -> MetadataRecord:
+    """A metadata record value decoded as ``MetadataRecordSerde.read`` does.
 
-
-def decode_record(value: Optional[bytes], path: str, position: int, offset: int) -> Tuple[int, int, Dict[str, Any]]:
-    """(api key, version, values) of a metadata record value (``MetadataRecordSerde.read``).
-
-    Raises NewerRecordError for an unknown type or a version newer than the schemas, CorruptDataError
-    for bytes that do not parse.
+    A type or version newer than kstore's schemas (those of the Kafka named in
+    :mod:`kstore_cli.parsers.metadata_records`) is read as far as the schemas allow: a newer version with the
+    fields its schema knows (tagged fields it does not know skipped, as Kafka's generated readers do); a type
+    kstore does not know, or a newer version that does not read so, comes back with ``values`` None and
+    ``skipped`` saying why (the caller names it). Bytes that do not parse raise CorruptDataError.
     """
     if value is None:
         raise CorruptDataError(f"metadata record at offset {offset} has a null value", path=path, position=position)
@@ -54,28 +54,23 @@ def decode_record(value: Optional[bytes], path: str, position: int, offset: int)
                                path=path, position=position)
     t = METADATA_RECORD_TYPES.get(api_key)
     if t is None:
-        raise NewerRecordError(f"metadata record at offset {offset} has type {api_key}, unknown to this kstore "
-                               f"(a newer Kafka wrote it)", path=path, position=position)
+        return MetadataRecord(offset, api_key, version, None, f"type {api_key} is unknown to this kstore")
     newer = version > t.message.valid.hi
     try:
-        # a newer version is read with the fields this version of the schema knows, as Kafka 4.0's generated
-        # readers do (the caller reports it)
         values = read_message(t.message, r, version)
     except JavaError as e:
         if newer:
-            raise NewerRecordError(f"metadata record at offset {offset}: {t.message.name} version {version} is "
-                                   f"newer than this kstore knows (up to {t.message.valid.hi}) and does not read "
-                                   f"as one: {e.text}", path=path, position=position) from None
+            return MetadataRecord(offset, api_key, version, None, f"{t.message.name} version {version} does not "
+                                  f"read with the fields of version {t.message.valid.hi}: {e.text}")
         raise CorruptDataError(f"metadata record at offset {offset}: {t.message.name} v{version} does not parse: "
                                f"{e.text}", path=path, position=position) from None
     if r.remaining():
         if newer:
-            raise NewerRecordError(f"metadata record at offset {offset}: {t.message.name} version {version} is "
-                                   f"newer than this kstore knows (up to {t.message.valid.hi}): {r.remaining()} "
-                                   f"byte(s) it cannot read", path=path, position=position)
+            return MetadataRecord(offset, api_key, version, None, f"{t.message.name} version {version} has "
+                                  f"{r.remaining()} byte(s) after the fields of version {t.message.valid.hi}")
         raise CorruptDataError(f"metadata record at offset {offset}: {r.remaining()} byte(s) after the "
                                f"{t.message.name}", path=path, position=position)
-    return api_key, version, values
+    return MetadataRecord(offset, api_key, version, values)
 
 
 @dataclass
@@ -123,7 +118,7 @@ def read_file_batches(path: str, skip_below: int = -1, cuts: Optional[List[LogCu
                       ) -> Iterator[FileBatch]:
     """The batches of a metadata segment or snapshot file, CRCs checked; records decoded lazily per batch.
 
-    A damaged batch raises CorruptDataError naming the file and byte; a NewerRecordError stops the read.
+    A damaged batch raises CorruptDataError naming the file and byte.
     Trailing bytes that are not a whole batch raise CorruptDataError too. With `cuts` (a log segment), the
     read stops instead where Kafka's recovery would cut (LogSegment.recover: a CorruptRecordException or an
     incomplete batch) and a :class:`LogCut` is appended to `cuts`.
@@ -153,8 +148,7 @@ def read_file_batches(path: str, skip_below: int = -1, cuts: Optional[List[LogCu
                 _version, type_id = parse_control_key(rec.key)
                 control.append(control_type_name(type_id))
                 continue
-            api_key, version, values = decode_record(rec.value, path, batch.position, rec.offset)
-            records.append(MetadataRecord(rec.offset, api_key, version, values))
+            records.append(decode_record(rec.value, path, batch.position, rec.offset))
         end = batch.position + batch.size
         yield FileBatch(path, batch.position, batch.base_offset, batch.last_offset, batch.max_timestamp,
                         control, records)

@@ -197,8 +197,13 @@ def command(paths: Tuple[str, ...], as_of: Optional[str], as_json: bool, fmt: st
     batches after it stops the image there too, as a problem.
 
     \b
-    Exit status: 0 loaded (a torn tail left out too); 1 a record did not apply, a newer record
-    stopped the read, or the log is damaged; 2 usage; 3 unreadable.
+    A metadata.version or record newer than kstore knows is read as far as kstore's schemas allow (a
+    newer version with the fields kstore knows) and named; a record of a type kstore does not know is
+    skipped and named.
+
+    \b
+    Exit status: 0 loaded (a torn tail left out too); 1 a record did not apply, a metadata.version
+    or record newer than kstore knows, or the log is damaged; 2 usage; 3 unreadable.
     """
     if as_json and fmt == "commands":
         raise UsageError("--json and --format commands do not go together")

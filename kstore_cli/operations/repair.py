@@ -176,7 +176,7 @@ def _metadata_images(found: Survey) -> Dict[Optional[str], Tuple[str, object]]:
     for info in found.data_dirs.values():
         for partition in info.partitions:
             if partition.name == names.METADATA_PARTITION_DIR and info.cluster_id not in images:
-                image = metadata_image_of(partition)
+                image = metadata_image_of(partition, found)
                 if image is not None:
                     images[info.cluster_id] = (partition.path, image)
     return images

@@ -682,12 +682,35 @@ def _load_metadata(partition_dir: str) -> Optional["LoadResult"]:
 
 
 def metadata_image_of(partition: Partition, found: Optional[Survey] = None) -> Optional["MetadataImage"]:
+    """The cluster as the KRaft metadata log in ``__cluster_metadata-0`` has it at its end
+    (:func:`metadata_image_and_newer`'s image). With `found`, read once per survey."""
+    return metadata_image_and_newer(partition, found)[0]
+
+
+def metadata_image_and_newer(partition: Partition, found: Optional[Survey] = None
+                             ) -> Tuple[Optional["MetadataImage"], List[Issue]]:
     """The cluster as the KRaft metadata log in ``__cluster_metadata-0`` has it at its end (the latest
     snapshot, then the log after it, metadata transactions as the loader applies them), read by
-    kstore_cli.cluster.metadata_image: None when it cannot be read whole (damage is reported by the partition's
-    own checks; a partial image would make false alarms). With `found`, read once per survey."""
+    kstore_cli.cluster.metadata_image, and a warning naming what in it is newer than kstore knows. The image
+    is None when it cannot be read whole (damage is reported by the partition's own checks; a partial image
+    would make false alarms): also when records of a newer Kafka were skipped (the warning says so); a newer
+    metadata.version, or newer record versions read with the fields kstore knows, leave it whole. With
+    `found`, read once per survey."""
     loaded = found.metadata_log(partition.path) if found is not None else _load_metadata(partition.path)
-    return None if loaded is None or loaded.problems else loaded.image
+    if loaded is None:
+        return None, []
+    whole = loaded.skipped_records == 0 and all(p in loaded.newer for p in loaded.problems)
+    newer = [Issue(
+        WARNING, "metadata-newer-than-kstore", "; ".join(loaded.newer) + (
+            ": partitions assigned to this node are checked against the image as kstore reads it" if whole else
+            ": the image lacks what the skipped records change, so partitions assigned to this node are not "
+            "checked and topic IDs are compared between the copies checked instead"),
+        data_dir=os.path.dirname(partition.path), partition=partition.path,
+        kafka="ignore: the Kafka that wrote the log reads it; a Kafka without this metadata.version or record "
+              "type refuses it (MetadataVersion.fromFeatureLevel, MetadataRecordSerde: UnsupportedVersionException)",
+        repair="a kstore whose tables come from that Kafka's source (python -m kstore_cli.parsers.generate_tables)")
+        ] if loaded.newer else []
+    return (loaded.image if whole else None), newer
 
 
 def _topic_id_issues(found: Survey) -> List[Issue]:
@@ -697,12 +720,15 @@ def _topic_id_issues(found: Survey) -> List[Issue]:
     copies: Dict[Tuple[Optional[str], str], Dict[str, List[str]]] = {}
     images: Dict[Optional[str], Tuple[str, "MetadataImage"]] = {}
     incomplete: List[str] = []
+    newer_issues: List[Issue] = []
     for info in found.data_dirs.values():
         for partition in info.partitions:
             if partition.name == names.METADATA_PARTITION_DIR:
-                image = metadata_image_of(partition, found)
+                image, newer = metadata_image_and_newer(partition, found)
+                newer_issues.extend(newer)
                 if image is None:
-                    incomplete.append(partition.path)
+                    if not newer:  # else the warning says why
+                        incomplete.append(partition.path)
                 elif info.cluster_id not in images or len(image.topics.by_id) > len(images[info.cluster_id][1].topics.by_id):
                     images[info.cluster_id] = (partition.path, image)
                 continue
@@ -716,7 +742,7 @@ def _topic_id_issues(found: Survey) -> List[Issue]:
                     "(or it could not be read whole): topic IDs are compared between the copies checked instead, "
                     "and partitions assigned to this node are not checked",
                     data_dir=os.path.dirname(path), partition=path, kafka="ignore", repair="none needed")
-              for path in incomplete]
+              for path in incomplete] + newer_issues
     for (cluster, topic), by_id in sorted(copies.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
         if cluster in images:
             issues.extend(_stray_issues(topic, by_id, *images[cluster]))

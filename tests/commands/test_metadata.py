@@ -268,14 +268,21 @@ def test_newer_record_version_is_reported_not_skipped(runner):
     assert "FeatureLevelRecord record(s) of version 1" in res.stderr and "kstore: problem:" in res.stderr
 
 
-def test_unknown_record_type_stops_the_read(tmp_path):
+def test_unknown_record_type_is_skipped_and_named(tmp_path):
+    # a record of a type kstore does not know (a newer Kafka's) is skipped, not the rest of the log: the records
+    # after it apply, and the skip is named in text, JSON and the exit status
     d = _copy(tmp_path)
-    _append(d, [(None, b"\x01\x63\x00\x00")])  # api key 99
+    _append(d, [(None, b"\x01\x63\x00\x00"),  # api key 99
+                rec("TopicRecord", 0, Name="after-unknown", TopicId=uid(77))])
     proc = kstore("--json", d)
     assert proc.returncode == 1
-    assert "read stopped" in proc.stderr and "type 99" in proc.stderr
-    src = json.loads(proc.stdout.splitlines()[0])
-    assert src["stopped"] and src["end_offset"] == 69  # the batch holding it is not in the image
+    assert re.search(r"kstore: problem: 1 record\(s\) of type 99 \(version 0\) in the log \(first at offset 70\) "
+                     r"skipped: a record type newer than kstore knows \(newest: ClearElrRecord = type 28\)", proc.stderr)
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    src = lines[0]
+    assert src["skipped_records"] == 1 and len(src["newer"]) == 1 and src["newer"][0] in src["problems"]
+    assert src["end_offset"] == 72
+    assert "after-unknown" in {o["name"] for o in lines if o["type"] == "topic"}
 
 
 #: a TopicRecord's frame (frame version 1, api key 2) with the record version as the unsigned varint 0xFFFFFFFF,

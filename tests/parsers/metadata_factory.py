@@ -24,6 +24,12 @@ from kstore_cli.parsers.schemas import (
 from kstore_cli.parsers.wire import encode_unsigned_varint
 from kstore_cli.record.builder import RecordSpec, build_v2_batch
 
+#: Record types of kstore's table (generated from a newer Kafka) that the oracle's Kafka (commit 1eb7644349cb,
+#: 4.0.0-SNAPSHOT) predates: its dump-log and metadata-image cannot judge them (ClearElrRecord came with 4.0.0).
+NEWER_THAN_ORACLE = {28: "CLEAR_ELR_RECORD"}
+#: The record types the oracle's Kafka knows: every one the files written here hold.
+ORACLE_RECORD_TYPES = {k: t for k, t in METADATA_RECORD_TYPES.items() if k not in NEWER_THAN_ORACLE}
+
 BASE_TS = 1_700_000_000_000
 VARIANTS = 4
 
@@ -81,7 +87,7 @@ def frame(api_key: int, version: int, message: bytes) -> bytes:
 def metadata_values() -> List[Tuple[int, int, bytes]]:
     """(api key, version, framed value) for every record type, version and variant, plus the defaults."""
     out = []
-    for api_key, t in sorted(METADATA_RECORD_TYPES.items()):
+    for api_key, t in sorted(ORACLE_RECORD_TYPES.items()):
         msg = t.message
         for version in range(msg.valid.lo, msg.valid.hi + 1):
             out.append((api_key, version, frame(api_key, version, write_message(msg, {}, version))))

@@ -85,3 +85,53 @@ def test_snake_case_is_kafkas() -> None:
     assert gen.to_snake_case("ZkMigrationStateRecord").upper() == "ZK_MIGRATION_STATE_RECORD"
     assert gen.to_snake_case("IsrChangeRecord") == "isr_change_record"
     assert gen.to_snake_case("EligibleLeaderReplicas") == "eligible_leader_replicas"
+
+
+NEWER_MV = """public enum MetadataVersion {
+    IBP_3_0_IV0(-1, "3.0", "IV0"),
+    IBP_3_3_IV3(7, "3.3", "IV3", true),
+    // a comment between constants
+    IBP_4_1_IV0(26, "4.1", "IV0", false),
+    IBP_4_2_IV1(29, "4.2", "IV1", false),
+    IBP_4_3_IV0(30, "4.3", "IV0", false);
+    public static final MetadataVersion MINIMUM_VERSION = IBP_3_3_IV3;
+    public static final MetadataVersion LATEST_PRODUCTION = IBP_4_2_IV1;
+}
+"""
+OLDER_MV = """public enum MetadataVersion {
+    IBP_3_0_IV1(1, "3.0", "IV1", true),
+    IBP_3_3_IV3(7, "3.3", "IV3", true);
+    public static final MetadataVersion LATEST_PRODUCTION = IBP_3_3_IV3;
+}
+"""
+
+
+def test_metadata_versions_from_kafkas_enum_with_the_dropped_levels_from_an_older_one(tmp_path: Path) -> None:
+    java = Path(gen.METADATA_VERSION_JAVA)
+    for name, text in (("new", NEWER_MV), ("old", OLDER_MV)):
+        (tmp_path / name / java.parent).mkdir(parents=True)
+        (tmp_path / name / java).write_text(text, encoding="utf-8")
+        (tmp_path / name / gen.METADATA_SCHEMA_DIR).mkdir(parents=True)
+        _write(tmp_path / name / gen.METADATA_SCHEMA_DIR, "SampleThingRecord.json", SPEC)
+    out = tmp_path / "versions.py"
+    assert gen.main([str(tmp_path / "new"), "--commit", COMMIT, "--metadata-only", "-o", str(tmp_path / "t.py"),
+                     "--versions-output", str(out), "--older-kafka", str(tmp_path / "old"),
+                     "--older-commit", "f" * 40]) == 0
+    assert not (tmp_path / "message_schemas.py").exists()
+    namespace: dict = {}
+    exec(compile(out.read_text(), str(out), "exec"), namespace)
+    assert namespace["METADATA_VERSIONS"] == {1: "3.0-IV1", 7: "3.3-IV3", 26: "4.1-IV0", 29: "4.2-IV1", 30: "4.3-IV0"}
+    assert (namespace["LATEST_PRODUCTION_LEVEL"], namespace["MINIMUM_LEVEL"], namespace["KAFKA_COMMIT"]) == (29, 7, COMMIT)
+    assert "(level 1, which that Kafka no longer lists, from commit " + "f" * 40 in out.read_text()
+    # a level whose name differs between the two is a contradiction, not something to pick from
+    (tmp_path / "old" / java).write_text(OLDER_MV.replace('"3.3", "IV3"', '"3.4", "IV0"'), encoding="utf-8")
+    assert gen.main([str(tmp_path / "new"), "--commit", COMMIT, "--metadata-only", "-o", str(tmp_path / "t.py"),
+                     "--versions-output", str(out), "--older-kafka", str(tmp_path / "old")]) == 1
+
+
+def test_kstores_metadata_versions_name_kafkas_levels() -> None:
+    from kstore_cli.parsers.metadata_versions import LATEST_PRODUCTION_LEVEL, METADATA_VERSIONS, MINIMUM_LEVEL
+
+    assert sorted(METADATA_VERSIONS) == list(range(1, 31))
+    assert (METADATA_VERSIONS[25], METADATA_VERSIONS[27], METADATA_VERSIONS[29]) == ("4.0-IV3", "4.1-IV1", "4.2-IV1")
+    assert (LATEST_PRODUCTION_LEVEL, MINIMUM_LEVEL) == (29, 7)

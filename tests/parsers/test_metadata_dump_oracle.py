@@ -1,7 +1,7 @@
 """``kstore dump-segment`` on KRaft metadata logs and snapshots vs Kafka's ``dump-log``, byte for byte.
 
 The files (tests/parsers/metadata_factory.py) hold every metadata record type and version the schema table
-knows (= what the oracle's Kafka build knows: test_metadata_records_oracle.py), four value variants each
+and the oracle's Kafka build both know (test_metadata_records_oracle.py), four value variants each
 plus the defaults, KRaft control records (LeaderChange, KRaftVersion, Voters, SnapshotHeader/Footer),
 compressed batches, and values Kafka's parser skips (bad frames, unknown api key, garbage, a version newer
 than the build). All Kafka runs happen in one JVM (module fixture).
@@ -72,12 +72,12 @@ def test_dump_matches_kafka_byte_for_byte(dumps, name: str) -> None:
 
 
 def test_every_record_type_and_version_is_decoded_not_skipped(dumps) -> None:
-    from kstore_cli.parsers.metadata import METADATA_RECORD_TYPES
+    from tests.parsers.metadata_factory import ORACLE_RECORD_TYPES
 
     _, _, kafka = dumps["snapshot-decoder"]
     text = kafka.stdout
     assert "Error at" not in text
-    for t in METADATA_RECORD_TYPES.values():
+    for t in ORACLE_RECORD_TYPES.values():
         for version in range(t.lowest_supported_version, t.highest_supported_version + 1):
             assert f'payload: {{"type":"{t.name}","version":{version},"data":' in text, (t.name, version)
     _, _, log = dumps["log-decoder"]
