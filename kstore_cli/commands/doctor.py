@@ -17,6 +17,7 @@ from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.log.locks import is_locked
 from kstore_cli.log.logdir import nothing_found
 from kstore_cli.operations.findings_groups import IssueGroup, group_issues, severity_rank
+from kstore_cli.operations.layout_findings import layout_issues
 from kstore_cli.operations.verify import verify_partition
 from kstore_cli.operations.partition_findings import partition_issues
 from kstore_cli.operations.segment_findings import segment_issue
@@ -28,7 +29,6 @@ from kstore_cli.operations.startup import (
     Issue,
     clean_shutdown_marker,
     data_dir_key,
-    layout_issues,
     run_lines,
     survey,
 )

@@ -1,7 +1,7 @@
 """``kstore repair``: what doctor finds missing or wrong and Kafka needs, written as Kafka writes it.
 
 Only doctor's own findings are repaired: :func:`plan_repair` runs the same checks
-(:func:`~kstore_cli.operations.startup.layout_issues`,
+(:func:`~kstore_cli.operations.layout_findings.layout_issues`,
 :func:`~kstore_cli.operations.partition_findings.partition_issues`) and maps each check id to a change:
 
 * ``partition-metadata-missing`` / ``-malformed``: partition.metadata (PartitionMetadataFile) with the topic ID
@@ -56,7 +56,17 @@ from kstore_cli.operations.quarantine import (
 )
 from kstore_cli.operations.retention import truncate_epochs_from_start
 from kstore_cli.operations.runner import Outcome, PartitionRunner
-from kstore_cli.operations.startup import ERROR, NOTE, DataDirInfo, Issue, Survey, layout_issues, metadata_image_of, survey
+from kstore_cli.operations.layout_findings import layout_issues
+from kstore_cli.operations.startup import (
+    ERROR,
+    NOTE,
+    REPLICA_SUFFIXES,
+    DataDirInfo,
+    Issue,
+    Survey,
+    metadata_image_of,
+    survey,
+)
 from kstore_cli.record.reader import read_batches
 
 QUARANTINE_DIR = "kstore-quarantine"
@@ -67,7 +77,6 @@ _TOPIC_ID_CHECKS = ("partition-metadata-missing", "partition-metadata-malformed"
 #: The doctor checks repair answers (a finding of any other check is doctor's to explain).
 REPAIRED_CHECKS = frozenset(_META_CHECKS + _TOPIC_ID_CHECKS + ("stray-directory", "topic-id-unknown")
                             + ("checkpoint-malformed",))
-_REPLICA_SUFFIXES = ("-delete", "-stray", "-future")
 
 
 class Change:
@@ -306,7 +315,7 @@ def _stray_dir_change(issue: Issue) -> Planned:
     child = str(issue.file)
     name, parent = os.path.basename(child), os.path.dirname(child)
     parsed = None if holds_data_dir_files(child) else names.parse_partition_dir(name)
-    if parsed is not None and name.endswith(_REPLICA_SUFFIXES):
+    if parsed is not None and name.endswith(REPLICA_SUFFIXES):
         suffix = "-delete" if name.endswith("-delete") else "-stray"
         new = kafka_dir_name(parsed[0], parsed[1], suffix)
         what = ("Kafka deletes it after file.delete.delay.ms, as its name asked (LocalLog.logDeleteDirName)"

@@ -24,6 +24,7 @@ from kstore_cli.log.index import DEFAULT_INDEX_INTERVAL_BYTES, AbortedTxn, Offse
 from kstore_cli.log.logdir import Partition, Segment, nothing_found
 from kstore_cli.operations import partition_findings, startup
 from kstore_cli.operations.findings_groups import IssueGroup, group_issues
+from kstore_cli.operations.layout_findings import layout_issues
 from kstore_cli.operations.recovery import (
     BAD_SIZE,
     CORRUPT_BATCH,
@@ -139,7 +140,7 @@ class VerifyRun:
         self._found = startup.survey(paths, topics=topics, kafka_version=kafka_version)
         # doctor's data-dir checks (meta.properties, checkpoints, stray dirs, topic IDs) except the lock:
         # a live broker holding it is what a monitoring run expects.
-        self._layout_issues = startup.layout_issues(self._found, check_lock=False)
+        self._layout_issues = layout_issues(self._found, check_lock=False)
         self.layout: List[Finding] = [self._finding(i) for i in self._layout_issues]
         if not self._found.targets and not self.layout:
             raise nothing_found(paths, topics)

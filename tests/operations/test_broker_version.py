@@ -17,7 +17,8 @@ from kstore_cli.log.kafka_version import KafkaVersion
 from kstore_cli.log.logdir import Partition
 from kstore_cli.operations.broker_version import KRAFT, UNKNOWN, ZOOKEEPER, judge_data_dir
 from kstore_cli.operations.rebuild import rebuild_partition
-from kstore_cli.operations.startup import layout_issues, survey
+from kstore_cli.operations.layout_findings import layout_issues
+from kstore_cli.operations.startup import survey
 from tests.conftest import CORPUS, ROOT
 
 _register_commands()

@@ -18,7 +18,8 @@ from kstore_cli.log import fileops
 from kstore_cli.log.checkpoint import format_leader_epoch_checkpoint
 from kstore_cli.operations.partition_findings import partition_issues
 from kstore_cli.operations.repair import kafka_dir_name, repair
-from kstore_cli.operations.startup import layout_issues, survey
+from kstore_cli.operations.layout_findings import layout_issues
+from kstore_cli.operations.startup import survey
 from tests.conftest import CORPUS, ROOT, lock_held
 from tests.ownership import UID, as_root, kafka_dir, owner, umask077  # noqa: F401 (a fixture)
 from tests.safety_data import make_data_dir as make_safety_data_dir

@@ -11,7 +11,7 @@ import pytest
 from kstore_cli.errors import CorruptCheckpointError
 from kstore_cli.log.checkpoint import read_leader_epoch_checkpoint, read_offset_checkpoint
 from kstore_cli.log.logdir import find_data_dirs, is_data_dir, is_partition_dir, resolve
-from kstore_cli.operations.startup import _unparseable, survey
+from kstore_cli.operations.startup import unparseable_reason, survey
 from tests.conftest import CORPUS
 
 
@@ -69,7 +69,7 @@ def test_checkpoint_that_is_not_utf8_is_corrupt_not_unreadable(tmp_path):
     ("orders-2147483648", False), ("orders-0-delete", False), ("orders-0.-stray", False),
 ])
 def test_directory_names_as_kafka_parses_them(name, ok):
-    assert (_unparseable(name) is None) is ok
+    assert (unparseable_reason(name) is None) is ok
 
 
 def test_a_data_dir_named_like_a_partition_is_not_a_partition(tmp_path):
