@@ -166,6 +166,19 @@ def topic_commands(img: MetadataImage, bootstrap: str) -> Tuple[List[str], List[
     return lines, left_out
 
 
+def _render_json(result) -> None:
+    """The source line (with its problems, warnings and notes), then the image's lines."""
+    src: Dict[str, Any] = {"type": "source", **result.source, "problems": result.problems,
+                           "warnings": result.warnings, "notes": result.notes}
+    click.echo(json.dumps(src))
+    for obj in image_json(result.image):
+        if obj["type"] == "topic":
+            # beside each raw directory id, the name of a reserved one (DirectoryId), else null
+            obj["partitions"] = [{**p, "directoryNames": [RESERVED_DIRECTORY_IDS.get(d) for d in p["directories"]]}
+                                 for p in obj["partitions"]]
+        click.echo(json.dumps(obj))
+
+
 @click.command("metadata")
 @click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @click.option("--as-of", "as_of", metavar="OFFSET|TIME",
@@ -212,15 +225,7 @@ def command(paths: Tuple[str, ...], as_of: Optional[str], as_json: bool, fmt: st
     if topics is not None:
         result.image = only_topics(result.image, topic_matcher(topics))
     if as_json:
-        src: Dict[str, Any] = {"type": "source", **result.source, "problems": result.problems,
-                               "warnings": result.warnings, "notes": result.notes}
-        click.echo(json.dumps(src))
-        for obj in image_json(result.image):
-            if obj["type"] == "topic":
-                # beside each raw directory id, the name of a reserved one (DirectoryId), else null
-                obj["partitions"] = [{**p, "directoryNames": [RESERVED_DIRECTORY_IDS.get(d) for d in p["directories"]]}
-                                     for p in obj["partitions"]]
-            click.echo(json.dumps(obj))
+        _render_json(result)
     elif fmt == "commands":
         lines, left_out = topic_commands(result.image, bootstrap_server)
         for line in lines:
