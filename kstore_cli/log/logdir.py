@@ -73,6 +73,7 @@ class Partition:
         self.orphan_indexes: List[str] = []
         #: Other regular files (checkpoints, partition.metadata, unknown files).
         self.other_files: List[str] = []
+        self._data_dir: Optional[str] = None
         self._scan()
 
     @property
@@ -83,12 +84,17 @@ class Partition:
     def data_dir(self) -> str:
         """The data directory holding this partition (where ``.lock`` and the checkpoints are): from the
         real path, so a partition reached through a symlinked alias has its real data dir's lock and
-        checkpoints, not the alias's parent."""
-        return os.path.dirname(os.path.realpath(self.path))
+        checkpoints, not the alias's parent. Resolved once per partition."""
+        if self._data_dir is None:
+            self._data_dir = os.path.dirname(os.path.realpath(self.path))
+        return self._data_dir
 
     def _scan(self) -> None:
         try:
-            entries = sorted(os.listdir(self.path))
+            # scandir: a regular file is told by the entry's type, no stat per file (is_file follows a
+            # symlink as os.path.isfile does)
+            with os.scandir(self.path) as listing:
+                entries = sorted((e.name, e.is_file()) for e in listing)
         except FileNotFoundError:
             raise FileUnreadableError("no such directory", path=self.path) from None
         except NotADirectoryError:
@@ -97,10 +103,10 @@ class Partition:
             raise FileUnreadableError(f"cannot be listed: {exc.strerror}", path=self.path) from None
         by_offset: Dict[int, Segment] = {}
         indexes: List[Tuple[int, str, str]] = []
-        for name in entries:
-            full = os.path.join(self.path, name)
-            if not os.path.isfile(full):
+        for name, is_file in entries:
+            if not is_file:
                 continue
+            full = os.path.join(self.path, name)
             if name.endswith(_LEFTOVER_SUFFIXES):
                 self.leftovers.append(full)
                 continue

@@ -171,6 +171,7 @@ class DataDirInfo:
         self.meta: Optional[Dict[str, str]] = None
         self.meta_error: Optional[KstoreError] = None
         self.partitions: List[Partition] = []
+        self.partition_paths: set = set()
         #: Checkpoint file name -> {(topic, partition): offset}; None when missing or malformed.
         self.checkpoints: Dict[str, Optional[Dict[Tuple[str, int], int]]] = {}
         self.issues: List[Issue] = []
@@ -271,7 +272,7 @@ class Survey:
 
 def data_dir_key(partition: Partition) -> str:
     """The real path of the data dir holding `partition` (a symlinked alias names the same dir)."""
-    return os.path.dirname(os.path.realpath(partition.path))
+    return partition.data_dir
 
 
 # --------------------------------------------------------------------------- discovery
@@ -303,7 +304,8 @@ def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str
         if key not in seen:
             seen.add(key)
             out.targets.append((partition, only))
-            if all(p.path != partition.path for p in info.partitions):
+            if partition.path not in info.partition_paths:
+                info.partition_paths.add(partition.path)
                 info.partitions.append(partition)
 
     for raw in paths:

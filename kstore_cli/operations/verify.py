@@ -126,7 +126,7 @@ class VerifyRun:
 
     def partitions(self) -> Iterator[PartitionVerdict]:
         for partition, only in self._found.targets:
-            findings, plan = verify_partition(partition, only=only)
+            findings, plan = verify_partition(partition, only=only, compare_indexes=False)
             issues = self._partition_issues(self._found, partition, plan, whole_partition=only is None)
             # verify_partition lists leftovers itself
             findings += [self._finding(i) for i in issues if not i.check.startswith("leftover-")]
@@ -150,7 +150,8 @@ def _length(path: Optional[str]) -> Optional[int]:
 
 def verify_partition(partition: Partition, *, only: Optional[int] = None,
                      progress: Optional[Callable[[int], None]] = None,
-                     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> Tuple[List[Finding], PartitionPlan]:
+                     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+                     compare_indexes: bool = True) -> Tuple[List[Finding], PartitionPlan]:
     """Check every index of a partition against its .log, changing nothing.
 
     Offset index: Kafka's sanity checks, entry size, offsets and positions strictly
@@ -161,6 +162,7 @@ def verify_partition(partition: Partition, *, only: Optional[int] = None,
     and is the running maximum, the final entry of a rolled segment equal to the
     segment's max timestamp. Transaction index: equal to what recovery rebuilds.
     Zero slots at the end of the active segment's preallocated indexes are notes.
+    `compare_indexes` (plan_partition's): False for a check that never writes.
     """
     name = partition.name
     findings: List[Finding] = []
@@ -177,24 +179,56 @@ def verify_partition(partition: Partition, *, only: Optional[int] = None,
     # Each segment is checked as soon as it is recovered, against what its scan gathered at the
     # indexes' entries (nothing per batch is kept: a 1 GiB segment can hold millions of batches).
     at_entries: Optional[_BatchesAtEntries] = None
+    opened: Optional[_SegmentIndexes] = None
 
     def sink(segment: Segment) -> BatchSink:
-        nonlocal at_entries
-        at_entries = _BatchesAtEntries.of_indexes(segment)
+        nonlocal at_entries, opened
+        opened = _SegmentIndexes(segment)
+        at_entries = _BatchesAtEntries.of_indexes(opened, segment.base_offset)
         return at_entries.sink
 
     def check(splan: SegmentPlan) -> None:
-        nonlocal at_entries
+        nonlocal at_entries, opened
         batches, at_entries = at_entries, None
-        _verify_segment(splan, batches, add, metadata_log=name == names.METADATA_PARTITION_DIR)
+        indexes, opened = opened, None
+        _verify_segment(splan, batches, add, metadata_log=name == names.METADATA_PARTITION_DIR,
+                        indexes=indexes)
 
     plan = plan_partition(partition, only=only, progress=progress, stop_at_damage=False, batch_sink=sink,
-                          on_segment=check, index_interval_bytes=index_interval_bytes)
+                          on_segment=check, index_interval_bytes=index_interval_bytes,
+                          compare_indexes=compare_indexes)
     return findings, plan
 
 
+class _SegmentIndexes:
+    """A segment's .index and .timeindex, each opened (mapped) once for all of verify's checks: the index
+    object, or the error opening it raised (None for a file that is not there)."""
+
+    __slots__ = ("index", "timeindex")
+
+    def __init__(self, segment: Segment) -> None:
+        self.index = self._open(OffsetIndex, segment.index, segment.base_offset)
+        self.timeindex = self._open(TimeIndex, segment.timeindex, segment.base_offset)
+
+    @staticmethod
+    def _open(kind, path: Optional[str], base_offset: int):
+        if path is None:
+            return None
+        try:
+            return kind(path, base_offset)
+        except KstoreError as exc:
+            return exc
+
+    @staticmethod
+    def get(opened):
+        """The index object, or the error opening it raised again."""
+        if isinstance(opened, KstoreError):
+            raise opened
+        return opened
+
+
 def _verify_segment(splan: SegmentPlan, batches: Optional["_BatchesAtEntries"], add: Callable[..., None], *,
-                    metadata_log: bool = False) -> None:
+                    metadata_log: bool = False, indexes: Optional[_SegmentIndexes] = None) -> None:
     """One segment's checks, once recovery has scanned it: where its valid data ends, then each index
     against what the scan found. A torn tail of the metadata log is a warning: KafkaMetadataLog opens the log
     with recovery point 0, as after an unclean shutdown, so every start cuts it."""
@@ -216,6 +250,7 @@ def _verify_segment(splan: SegmentPlan, batches: Optional["_BatchesAtEntries"], 
                                      else result.last_offset, last_segment=True))
             add(base, seg.log, WARNING if torn else ERROR, "log-" + problem.kind,
                 f"valid data ends at byte {problem.position}: {problem.message}")
+    opened = indexes if indexes is not None else _SegmentIndexes(seg)
     prealloc = splan.is_last and looks_preallocated(_length(seg.index), _length(seg.timeindex))
     # ---- .index
     if seg.index is None:
@@ -223,7 +258,7 @@ def _verify_segment(splan: SegmentPlan, batches: Optional["_BatchesAtEntries"], 
             "no .index (Kafka recovers the segment at startup to rebuild it)")
     else:
         try:
-            idx = OffsetIndex(seg.index, base)
+            idx = _SegmentIndexes.get(opened.index)
             _verify_offset_index(idx, result, batches, prealloc, add)
         except KstoreError as exc:
             add(base, seg.index, ERROR, "index-unreadable", str(exc.message))
@@ -233,7 +268,7 @@ def _verify_segment(splan: SegmentPlan, batches: Optional["_BatchesAtEntries"], 
             "no .timeindex (Kafka creates an empty one at startup and does not rebuild it)")
     else:
         try:
-            tidx = TimeIndex(seg.timeindex, base)
+            tidx = _SegmentIndexes.get(opened.timeindex)
             _verify_time_index(tidx, result, batches, prealloc, splan.is_last, add)
         except KstoreError as exc:
             add(base, seg.timeindex, ERROR, "timeindex-unreadable", str(exc.message))
@@ -305,11 +340,9 @@ class _BatchesAtEntries:
         self._next_o = 0
 
     @classmethod
-    def of_indexes(cls, segment: Segment) -> "_BatchesAtEntries":
+    def of_indexes(cls, opened: _SegmentIndexes, base_offset: int) -> "_BatchesAtEntries":
         """Watching the positions of the segment's .index entries and the offsets of its .timeindex's."""
-        base_offset = segment.base_offset
-        return cls(_entry_keys(OffsetIndex, segment.index, base_offset, 1),
-                   _entry_keys(TimeIndex, segment.timeindex, base_offset, 1), base_offset)
+        return cls(_entry_keys(opened.index, 1), _entry_keys(opened.timeindex, 1), base_offset)
 
     def _sink(self, base_offset: int) -> BatchSink:
         positions, found, lower, base = self.positions, self.found, self.lower, self.base
@@ -380,12 +413,12 @@ def _slot(keys: "array[int]", hint: int, key: int) -> int:
     return k if k < len(keys) and keys[k] == key else -1
 
 
-def _entry_keys(kind, path: Optional[str], base_offset: int, field: int) -> "array[int]":
-    """The distinct values of one field of an index's entries (as ``entry(n)`` gives them), sorted."""
-    if path is None:
+def _entry_keys(index, field: int) -> "array[int]":
+    """The distinct values of one field of an index's entries (as ``entry(n)`` gives them), sorted; none
+    for an index that is not there or cannot be read."""
+    if index is None or isinstance(index, KstoreError):
         return array("q")
     try:
-        index = kind(path, base_offset)
         # A zero tail adds one distinct value however long it is: one slot of it stands for all (a sparse
         # multi-GB index would otherwise be a list of a billion entries).
         keep = min(index.entries, index.zero_tail_start() + 1)
