@@ -12,13 +12,12 @@ from kstore_cli.commands._render import byte_progress
 from kstore_cli.commands._render import is_tty as _is_tty
 from kstore_cli.commands._render import console, new_table
 from kstore_cli.commands._emit import exit_with
-from kstore_cli.commands._options import ExistingPath, json_option, kafka_version_option, topics_option
+from kstore_cli.commands._options import ExistingPath, jobs_option, json_option, kafka_version_option, topics_option
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.log.locks import is_locked
 from kstore_cli.log.logdir import nothing_found
-from kstore_cli.operations.verify import verify_partition
-from kstore_cli.operations.partition_findings import partition_issues
-from kstore_cli.operations.segment_findings import segment_issue
+from kstore_cli.operations.partition_checks import check_partitions
+from kstore_cli.operations.runner import usable_cores
 from kstore_cli.operations.startup import (
     ERROR,
     NOTE,
@@ -38,8 +37,12 @@ _SEVERITY_ORDER = {ERROR: 0, WARNING: 1, NOTE: 2}
 @json_option("JSON Lines: one object per broker, data dir, finding and partition, then a summary; each has a `type`.")
 @topics_option
 @kafka_version_option
+@click.option("--quick", is_flag=True,
+              help="Only what Kafka's loader checks after a clean shutdown: no CRC scan, no index-against-log check.")
+@jobs_option("Partitions checked at once, each in its own process [default: the usable cores].")
 @click.pass_context
-def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kafka_version) -> None:
+def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kafka_version, quick: bool,
+            jobs: Optional[int]) -> None:
     """Why would my broker not start on these data dirs, and what do I run (read-only).
 
     PATH is a data dir, a folder holding several brokers' data dirs (searched two levels down),
@@ -53,6 +56,10 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kaf
     broker its files show (ZooKeeper or KRaft mode, which Kafka releases: one "judged as" line per
     data dir), or of --kafka-version. See docs/runbook.md.
 
+    --quick checks only what Kafka 4.0's LogLoader checks when the data dir had a clean shutdown
+    (every check above but the CRC scan and the indexes against their .log; see docs/cli.md).
+    Partitions are checked in --jobs processes; the output is the same for any --jobs.
+
     \b
     Exit status: 0 healthy (notes allowed), 1 errors or warnings found, 3 unreadable.
 
@@ -60,6 +67,7 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kaf
     Example:
       kstore doctor /var/lib/kafka/data
       kstore doctor --json /backups/brokers | jq 'select(.type=="finding")'
+      kstore doctor --quick --jobs 8 /var/lib/kafka/data
     """
     found = survey(paths, replicas=True, topics=topics, kafka_version=kafka_version)
     if not found.data_dirs:
@@ -83,7 +91,8 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kaf
     if bar is not None:
         out.console = bar.console  # lines printed above the transient bar
     try:
-        healthy = _check_partitions(found, by_dir, counts, out, advance)
+        checked_dirs = check_partitions(found, jobs=jobs or usable_cores(), quick=quick, progress=advance)
+        healthy = _check_partitions(checked_dirs, found, by_dir, counts, out)
     finally:
         if bar is not None:
             bar.stop()
@@ -96,28 +105,25 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kaf
         exit_with(ExitStatus.PROBLEMS)
 
 
-def _check_partitions(found, by_dir: Dict[str, List[Issue]], counts: Dict[str, int], out: "_Output", advance) -> int:
-    """Each data dir's own findings, then each of its partitions (CRC scan, indexes, startup checks);
-    returns how many partitions are healthy."""
+def _check_partitions(checked_dirs, found, by_dir: Dict[str, List[Issue]], counts: Dict[str, int],
+                      out: "_Output") -> int:
+    """Each data dir's own findings, then each of its partitions' (CRC scan, indexes, startup checks) as
+    they come; returns how many partitions are healthy."""
     healthy = 0
-    for info in found.data_dirs.values():
+    for info, checks in checked_dirs:
         out.data_dir(info, found.judge(info))
         for issue in sorted(by_dir.pop(info.path, []), key=lambda i: _SEVERITY_ORDER[i.severity]):
             counts[issue.severity] += 1
             out.finding(issue, under=info.path)
-        for partition, only in found.targets:
-            if found.data_dir_of(partition) is not info:
-                continue
-            findings, plan = verify_partition(partition, only=only, progress=advance, compare_indexes=False)
-            issues = [i for i in (segment_issue(partition, info.path, f, plan) for f in findings) if i]
-            issues += partition_issues(found, partition, plan, whole_partition=only is None)
-            if only is None:
-                issues += by_dir.pop(partition.path, [])
+        for check in checks:
+            issues = check.issues
+            if check.only is None:
+                issues += by_dir.pop(check.partition.path, [])
             issues.sort(key=lambda i: _SEVERITY_ORDER[i.severity])
             for issue in issues:
                 counts[issue.severity] += 1
             healthy += not any(i.severity != NOTE for i in issues)
-            out.partition(partition, only, len(plan.segments), issues)
+            out.partition(check.partition, check.only, check.segments, issues)
         out.end_data_dir()
     return healthy
 

@@ -14,7 +14,8 @@ import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import (Callable, ContextManager, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple,
+                    TypeVar)
 
 from kstore_cli.errors import ExitStatus, KstoreError, UsageError
 from kstore_cli.log import fileops, locks, scope
@@ -22,6 +23,46 @@ from kstore_cli.log.logdir import Target, group_by_data_dir, resolve_some
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask): the default of every ``--jobs``."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+#: What the forked workers of :func:`stream` run: (work, items), inherited at the fork.
+_STREAMED: Optional[Tuple[Callable, Sequence]] = None
+
+
+def _streamed_one(i: int):
+    work, items = _STREAMED  # type: ignore[misc] - set before the pool forks
+    return work(items[i])
+
+
+def stream(work: Callable[[T], R], items: Sequence[T], *, jobs: int = 1) -> Iterator[R]:
+    """`work` on each item, results yielded in the items' order, each as soon as it and those before it are
+    done: what a read-only command renders while later partitions are still being checked. With `jobs` > 1
+    and several items, in that many forked processes bound to this one (killed with it), which inherit
+    `work` and `items`: only an item's index and its result cross between processes (`work` may be a
+    closure; a result and an error it raises must pickle). No lock is taken for them: read-only work only
+    (a command that writes runs :meth:`PartitionRunner.map` under its locks)."""
+    if jobs <= 1 or len(items) <= 1:
+        for item in items:
+            yield work(item)
+        return
+    global _STREAMED
+    _STREAMED = (work, items)
+    try:
+        context = multiprocessing.get_context("fork")
+        jobs = min(jobs, len(items))
+        with context.Pool(jobs, initializer=fileops.bind_to_parent, initargs=(os.getpid(),)) as pool:
+            # Chunks of a few items: one round trip per chunk, small enough that the workers end together.
+            yield from pool.imap(_streamed_one, range(len(items)), chunksize=max(1, min(16, len(items) // (8 * jobs))))
+    finally:
+        _STREAMED = None
 
 
 @dataclass

@@ -171,11 +171,7 @@ def verify_partition(partition: Partition, *, only: Optional[int] = None,
         findings.append(Finding(name, segment, file, severity, check, message))
 
     if only is None:
-        for orphan in partition.orphan_indexes:
-            add(names.base_offset_from_name(orphan), orphan, ERROR, "orphan-index",
-                "index file without a .log (Kafka deletes it at startup)")
-        for leftover in partition.leftovers:
-            add(None, leftover, NOTE, "leftover-file", "left by an interrupted delete, clean or swap")
+        file_findings(partition, add)
     # Each segment is checked as soon as it is recovered, against what its scan gathered at the
     # indexes' entries (nothing per batch is kept: a 1 GiB segment can hold millions of batches).
     at_entries: Optional[_BatchesAtEntries] = None
@@ -227,6 +223,31 @@ class _SegmentIndexes:
         return opened
 
 
+def file_findings(partition: Partition, add: Callable[..., None]) -> None:
+    """Index files without a .log, and leftovers of an interrupted delete, clean or swap."""
+    for orphan in partition.orphan_indexes:
+        add(names.base_offset_from_name(orphan), orphan, ERROR, "orphan-index",
+            "index file without a .log (Kafka deletes it at startup)")
+    for leftover in partition.leftovers:
+        add(None, leftover, NOTE, "leftover-file", "left by an interrupted delete, clean or swap")
+
+
+_MISSING = {
+    names.INDEX_SUFFIX: ("missing-index", "no .index (Kafka recovers the segment at startup to rebuild it)"),
+    names.TIME_INDEX_SUFFIX: ("missing-timeindex",
+                              "no .timeindex (Kafka creates an empty one at startup and does not rebuild it)"),
+}
+
+
+def missing_index(seg: Segment, suffix: str, add: Callable[..., None]) -> bool:
+    """A finding when the segment has no file of `suffix` (.index or .timeindex); whether it has one."""
+    if (seg.index if suffix == names.INDEX_SUFFIX else seg.timeindex) is not None:
+        return True
+    check, message = _MISSING[suffix]
+    add(seg.base_offset, seg.path(suffix), ERROR, check, message)
+    return False
+
+
 def _verify_segment(splan: SegmentPlan, batches: Optional["_BatchesAtEntries"], add: Callable[..., None], *,
                     metadata_log: bool = False, indexes: Optional[_SegmentIndexes] = None) -> None:
     """One segment's checks, once recovery has scanned it: where its valid data ends, then each index
@@ -253,20 +274,14 @@ def _verify_segment(splan: SegmentPlan, batches: Optional["_BatchesAtEntries"], 
     opened = indexes if indexes is not None else _SegmentIndexes(seg)
     prealloc = splan.is_last and looks_preallocated(_length(seg.index), _length(seg.timeindex))
     # ---- .index
-    if seg.index is None:
-        add(base, seg.path(names.INDEX_SUFFIX), ERROR, "missing-index",
-            "no .index (Kafka recovers the segment at startup to rebuild it)")
-    else:
+    if missing_index(seg, names.INDEX_SUFFIX, add):
         try:
             idx = _SegmentIndexes.get(opened.index)
             _verify_offset_index(idx, result, batches, prealloc, add)
         except KstoreError as exc:
             add(base, seg.index, ERROR, "index-unreadable", str(exc.message))
     # ---- .timeindex
-    if seg.timeindex is None:
-        add(base, seg.path(names.TIME_INDEX_SUFFIX), ERROR, "missing-timeindex",
-            "no .timeindex (Kafka creates an empty one at startup and does not rebuild it)")
-    else:
+    if missing_index(seg, names.TIME_INDEX_SUFFIX, add):
         try:
             tidx = _SegmentIndexes.get(opened.timeindex)
             _verify_time_index(tidx, result, batches, prealloc, splan.is_last, add)
