@@ -165,9 +165,10 @@ class Target:
 
 
 class DataDir:
-    """A data directory's partitions, and the directories that were skipped."""
+    """A data directory's partitions, and the directories that were skipped (with `partitions` False, only
+    those: no partition dir is scanned)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, partitions: bool = True) -> None:
         self.path = os.path.abspath(path)
         self.partitions: List[Partition] = []
         #: (path, why) of child directories that are not loaded.
@@ -182,7 +183,7 @@ class DataDir:
                 self.skipped.append((full, "a data directory of its own, not a partition"))
             elif names.parse_partition_dir(name) is None:
                 self.skipped.append((full, "not a partition directory"))
-            else:
+            elif partitions:
                 self.partitions.append(Partition(full))
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 from kstore_cli.codecs import CODEC_NAMES
 from kstore_cli.log.logdir import Partition
+from kstore_cli.operations.runner import stream
 from kstore_cli.operations.verify import NOTE, verify_partition
 from kstore_cli.log.unified_log import DataDirStates, log_offsets
 
@@ -61,6 +62,21 @@ class PartitionSummary:
             "index_health": self.index_health, "problems": self.problems, "notes": self.notes,
             "leftover_files": self.leftover_files, "orphan_indexes": self.orphan_indexes,
         }
+
+
+def summarize_partitions(partitions: Sequence[Partition], *, jobs: int = 1,
+                         progress: Optional[Callable[[int], None]] = None) -> Iterator[PartitionSummary]:
+    """Each partition's summary, in order, read in `jobs` forked processes (runner.stream); `progress` is
+    told the .log bytes read."""
+    states = DataDirStates()
+    for partition in partitions:
+        states[partition.data_dir]  # each data dir's checkpoints read once here, before the workers fork
+    inline = jobs <= 1 or len(partitions) <= 1
+    for row in stream(lambda p: summarize_partition(p, states, progress=progress if inline else None),
+                      partitions, jobs=jobs):
+        if not inline and progress is not None:
+            progress(row.size_bytes)
+        yield row
 
 
 def summarize_partition(partition: Partition, states: DataDirStates,

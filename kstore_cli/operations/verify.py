@@ -23,6 +23,7 @@ from kstore_cli.log.kafka_version import KafkaVersion
 from kstore_cli.log.index import DEFAULT_INDEX_INTERVAL_BYTES, AbortedTxn, OffsetIndex, TimeIndex, TransactionIndex
 from kstore_cli.log.logdir import Partition, Segment, nothing_found
 from kstore_cli.operations import partition_findings, startup
+from kstore_cli.operations.runner import stream
 from kstore_cli.operations.recovery import (
     BAD_SIZE,
     CORRUPT_BATCH,
@@ -124,13 +125,19 @@ class VerifyRun:
         return Finding(os.path.basename(where), None, issue.file or where, issue.severity, issue.check,
                        issue.message + (f" (at byte {issue.position})" if issue.position is not None else ""))
 
-    def partitions(self) -> Iterator[PartitionVerdict]:
-        for partition, only in self._found.targets:
-            findings, plan = verify_partition(partition, only=only, compare_indexes=False)
-            issues = self._partition_issues(self._found, partition, plan, whole_partition=only is None)
-            # verify_partition lists leftovers itself
-            findings += [self._finding(i) for i in issues if not i.check.startswith("leftover-")]
-            yield PartitionVerdict(partition.path, len(plan.segments), findings)
+    def partitions(self, jobs: int = 1) -> Iterator[PartitionVerdict]:
+        """Each target's verdict, in order, checked in `jobs` forked processes (runner.stream)."""
+        for info in self._found.data_dirs.values():
+            self._found.judge(info)  # once here, before the workers fork
+        return stream(self._verdict, self._found.targets, jobs=jobs)
+
+    def _verdict(self, target: Tuple[Partition, Optional[int]]) -> PartitionVerdict:
+        partition, only = target
+        findings, plan = verify_partition(partition, only=only, compare_indexes=False)
+        issues = self._partition_issues(self._found, partition, plan, whole_partition=only is None)
+        # verify_partition lists leftovers itself
+        findings += [self._finding(i) for i in issues if not i.check.startswith("leftover-")]
+        return PartitionVerdict(partition.path, len(plan.segments), findings)
 
 
 def looks_preallocated(index_length: Optional[int], timeindex_length: Optional[int]) -> bool:
