@@ -60,7 +60,8 @@ Segment = LogSegment
 class Partition:
     """A partition directory: its segments, snapshots, and files a broker would not load."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, data_dir: Optional[str] = None) -> None:
+        """`data_dir`: the real path of the dir holding it, when the caller knows it (a data dir's walk)."""
         self.path = os.path.abspath(path)
         parsed = names.parse_partition_dir(self.path)
         self.topic, self.partition = parsed if parsed else (os.path.basename(self.path), -1)
@@ -73,7 +74,9 @@ class Partition:
         self.orphan_indexes: List[str] = []
         #: Other regular files (checkpoints, partition.metadata, unknown files).
         self.other_files: List[str] = []
-        self._data_dir: Optional[str] = None
+        self._data_dir: Optional[str] = data_dir
+        #: It holds a file only a data directory has (meta.properties, a data-dir checkpoint, .lock).
+        self.holds_data_dir_files = False
         self._scan()
 
     @property
@@ -103,10 +106,13 @@ class Partition:
             raise FileUnreadableError(f"cannot be listed: {exc.strerror}", path=self.path) from None
         by_offset: Dict[int, Segment] = {}
         indexes: List[Tuple[int, str, str]] = []
+        prefix = os.path.join(self.path, "")
         for name, is_file in entries:
+            if name in DATA_DIR_FILES:
+                self.holds_data_dir_files = True
             if not is_file:
                 continue
-            full = os.path.join(self.path, name)
+            full = prefix + name
             if name.endswith(_LEFTOVER_SUFFIXES):
                 self.leftovers.append(full)
                 continue

@@ -13,6 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import (Callable, ContextManager, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple,
                     TypeVar)
@@ -33,36 +34,46 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-#: What the forked workers of :func:`stream` run: (work, items), inherited at the fork.
-_STREAMED: Optional[Tuple[Callable, Sequence]] = None
+#: What the forked workers of :func:`_forked_map` run: (work, items), inherited at the fork.
+_FORKED: Optional[Tuple[Callable, Sequence]] = None
 
 
-def _streamed_one(i: int):
-    work, items = _STREAMED  # type: ignore[misc] - set before the pool forks
+def _forked_one(i: int):
+    work, items = _FORKED  # type: ignore[misc] - set before the pool forks
     return work(items[i])
+
+
+def _forked_map(work: Callable[[T], R], items: Sequence[T], jobs: int, initargs: tuple) -> Iterator[R]:
+    """`work` on each item in a pool of `jobs` forked processes (each first runs fileops.bind_to_parent with
+    `initargs`), results in the items' order as they come. The workers inherit `work` and `items` at the
+    fork: only an item's index and its result cross between processes (`work` may be a closure; a result
+    and an error it raises must pickle). A worker that dies (killed, out of memory) is an error, not a hang."""
+    global _FORKED
+    _FORKED = (work, items)
+    try:
+        context = multiprocessing.get_context("fork")  # explicitly: not spawned nor from a forkserver
+        jobs = min(jobs, len(items))
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=fileops.bind_to_parent,
+                                 initargs=initargs) as pool:
+            # Chunks of a few items: one round trip per chunk, small enough that the workers end together.
+            yield from pool.map(_forked_one, range(len(items)), chunksize=max(1, min(16, len(items) // (8 * jobs))))
+    except BrokenProcessPool as exc:
+        raise KstoreError(f"a --jobs worker process died ({exc}); rerun with --jobs 1 to see why") from None
+    finally:
+        _FORKED = None
 
 
 def stream(work: Callable[[T], R], items: Sequence[T], *, jobs: int = 1) -> Iterator[R]:
     """`work` on each item, results yielded in the items' order, each as soon as it and those before it are
     done: what a read-only command renders while later partitions are still being checked. With `jobs` > 1
-    and several items, in that many forked processes bound to this one (killed with it), which inherit
-    `work` and `items`: only an item's index and its result cross between processes (`work` may be a
-    closure; a result and an error it raises must pickle). No lock is taken for them: read-only work only
-    (a command that writes runs :meth:`PartitionRunner.map` under its locks)."""
+    and several items, in that many forked processes bound to this one (killed with it; see
+    :func:`_forked_map`). No lock is taken for them: read-only work only (a command that writes runs
+    :meth:`PartitionRunner.map` under its locks)."""
     if jobs <= 1 or len(items) <= 1:
         for item in items:
             yield work(item)
         return
-    global _STREAMED
-    _STREAMED = (work, items)
-    try:
-        context = multiprocessing.get_context("fork")
-        jobs = min(jobs, len(items))
-        with context.Pool(jobs, initializer=fileops.bind_to_parent, initargs=(os.getpid(),)) as pool:
-            # Chunks of a few items: one round trip per chunk, small enough that the workers end together.
-            yield from pool.imap(_streamed_one, range(len(items)), chunksize=max(1, min(16, len(items) // (8 * jobs))))
-    finally:
-        _STREAMED = None
+    yield from _forked_map(work, items, jobs, (os.getpid(),))
 
 
 @dataclass
@@ -138,12 +149,11 @@ class PartitionRunner:
         # parent (fileops.bind_to_parent: killed by the kernel when the parent dies, and no file
         # operation once it is gone) and no write happens without the lock held by its living parent.
         # The lock shared by the workers serializes their updates of the data dirs' checkpoints.
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=context,
-                                 initializer=fileops.bind_to_parent, initargs=(os.getpid(), context.Lock())) as pool:
-            results = list(pool.map(work, items))
-        for result in results if on_result is not None else []:
-            on_result(result)
+        results = []
+        for result in _forked_map(work, items, jobs, (os.getpid(), multiprocessing.get_context("fork").Lock())):
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
         return results
 
     def each_target(self, groups: Mapping[str, Iterable[Target]], work: Callable[[Target, str], R], *,

@@ -336,12 +336,17 @@ def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str
 def _partitions_of(info: DataDirInfo, replicas: bool) -> List[Partition]:
     """The partition dirs a broker loads from the data dir; one it cannot list is an issue of the data dir."""
     partitions = []
-    for name in sorted(os.listdir(info.path)):
-        child = os.path.join(info.path, name)
-        if not _loadable_partition_dir(child, replicas):
+    with os.scandir(info.path) as listing:
+        children = sorted((e.name, e.is_dir(), e.is_symlink()) for e in listing)
+    for name, is_dir, is_link in children:
+        if not is_dir or not _loadable_name(name, replicas):
             continue
+        child = os.path.join(info.path, name)
         try:
-            partitions.append(Partition(child))
+            # info.path is a real path: a child that is no symlink has it as its real data dir
+            partition = Partition(child, data_dir=None if is_link else info.path)
+            if not partition.holds_data_dir_files:
+                partitions.append(partition)
         except FileUnreadableError as exc:
             # LogLoader lists the dir first: an IOException there takes the data dir offline.
             info.issues.append(Issue(
@@ -352,14 +357,14 @@ def _partitions_of(info: DataDirInfo, replicas: bool) -> List[Partition]:
     return partitions
 
 
-def _loadable_partition_dir(path: str, replicas: bool = False) -> bool:
-    """A child of a data dir that LogManager loads and serves as a partition; -future replicas only with `replicas`."""
-    name = os.path.basename(path)
-    if not os.path.isdir(path) or name == REMOTE_INDEX_CACHE or name.endswith(("-delete", "-stray")):
+def _loadable_name(name: str, replicas: bool = False) -> bool:
+    """The name of a data dir's child directory that LogManager loads and serves as a partition (unless it
+    holds a data dir's own files); -future replicas only with `replicas`."""
+    if name == REMOTE_INDEX_CACHE or name.endswith(("-delete", "-stray")):
         return False
     if name.endswith(_REPLICA_SUFFIXES) and (not replicas or _unparseable(name) is not None):
         return False
-    return names.parse_partition_dir(name) is not None and not holds_data_dir_files(path)
+    return names.parse_partition_dir(name) is not None
 
 
 def _read_data_dir_files(info: DataDirInfo) -> None:
