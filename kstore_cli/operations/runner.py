@@ -157,12 +157,12 @@ class PartitionRunner:
         return results
 
     def each_target(self, groups: Mapping[str, Iterable[Target]], work: Callable[[Target, str], R], *,
-                    on_result: Optional[Callable[[R], None]] = None) -> List[R]:
+                    on_result: Optional[Callable[[R], None]] = None, jobs: int = 1) -> List[R]:
         """Under the locks, `work(target, data_dir)` on every target of `groups`, data dir by data dir in
-        their order; `on_result` is told each result as it is done."""
+        their order (in `jobs` processes); `on_result` is told each result, in that order, as it is done."""
         with self.locked():
             return self.map(lambda pair: work(*pair), [(t, d) for d, ts in groups.items() for t in ts],
-                            on_result=on_result)
+                            on_result=on_result, jobs=jobs)
 
 
 class Outcome:
