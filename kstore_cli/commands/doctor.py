@@ -81,17 +81,18 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kaf
     counts: Dict[str, int] = {ERROR: 0, WARNING: 0, NOTE: 0}
     by_dir: Dict[str, List[Issue]] = {}
     checked = {p.path for p, only in found.targets if only is None}
-    for issue in layout_issues(found):
-        # A finding about one checked partition (a topic ID) is listed, and counted, with that partition.
-        key = issue.partition if issue.partition in checked else issue.data_dir or ""
-        by_dir.setdefault(key, []).append(issue)
     healthy = 0
     bar, advance = byte_progress(tty, "checking", lambda: sum(
         os.path.getsize(s.log) for p, only in found.targets for s in p.segments if only in (None, s.base_offset)))
     if bar is not None:
         out.console = bar.console  # lines printed above the transient bar
     try:
+        # The partitions' checks start (in --jobs processes) while the data dirs' own findings are worked out.
         checked_dirs = check_partitions(found, jobs=jobs or usable_cores(), quick=quick, progress=advance)
+        for issue in layout_issues(found):
+            # A finding about one checked partition (a topic ID) is listed, and counted, with that partition.
+            key = issue.partition if issue.partition in checked else issue.data_dir or ""
+            by_dir.setdefault(key, []).append(issue)
         healthy = _check_partitions(checked_dirs, found, by_dir, counts, out)
     finally:
         if bar is not None:

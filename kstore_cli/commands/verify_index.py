@@ -53,13 +53,13 @@ def command(ctx: click.Context, paths, as_json: bool, quiet: bool, topics: Optio
       kstore verify-index /var/lib/kafka/data
       kstore verify-index --json /var/lib/kafka/data/orders-0 | jq 'select(.severity=="error")'
     """
-    run = VerifyRun(paths, topics, kafka_version=kafka_version)
+    run = VerifyRun(paths, topics, kafka_version=kafka_version, jobs=jobs or usable_cores())
     render = _json if as_json else (_Table() if is_tty() else _text)
     unhealthy = False
     for f in run.layout:
         unhealthy = unhealthy or f.severity != NOTE
         render(f, quiet)
-    for verdict in run.partitions(jobs or usable_cores()):
+    for verdict in run.partitions():
         unhealthy = unhealthy or not verdict.healthy
         render(verdict, quiet)
     if unhealthy:

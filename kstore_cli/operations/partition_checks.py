@@ -126,8 +126,9 @@ def check_partitions(found: Survey, *, jobs: int = 1, quick: bool = False,
                      progress: Optional[Callable[[int], None]] = None
                      ) -> Iterator[Tuple[DataDirInfo, Iterator[PartitionCheck]]]:
     """Each data dir of the survey with an iterator of its targets' checks, in the survey's order; the
-    checks run in `jobs` forked processes and stream back in that order (each iterator must be consumed
-    before the next data dir is asked for). `progress` is told the .log bytes covered."""
+    checks run in `jobs` forked processes, started now (the caller may work out the data dirs' own findings
+    meanwhile), and stream back in that order (each iterator must be consumed before the next data dir is
+    asked for). `progress` is told the .log bytes covered."""
     by_dir: Dict[str, List[Target]] = {path: [] for path in found.data_dirs}
     for partition, only in found.targets:
         by_dir[found.data_dir_of(partition).path].append((partition, only))
@@ -147,5 +148,4 @@ def check_partitions(found: Survey, *, jobs: int = 1, quick: bool = False,
                 progress(size)
             yield PartitionCheck(partition, only, segments, issues, size)
 
-    for info in found.data_dirs.values():
-        yield info, checks(len(by_dir[info.path]))
+    return ((info, checks(len(by_dir[info.path]))) for info in found.data_dirs.values())

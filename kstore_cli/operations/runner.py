@@ -45,35 +45,69 @@ def _forked_one(i: int):
 
 def _forked_map(work: Callable[[T], R], items: Sequence[T], jobs: int, initargs: tuple) -> Iterator[R]:
     """`work` on each item in a pool of `jobs` forked processes (each first runs fileops.bind_to_parent with
-    `initargs`), results in the items' order as they come. The workers inherit `work` and `items` at the
-    fork: only an item's index and its result cross between processes (`work` may be a closure; a result
-    and an error it raises must pickle). A worker that dies (killed, out of memory) is an error, not a hang."""
+    `initargs`), started now; results in the items' order as they come. The workers inherit `work` and
+    `items` at the fork: only an item's index and its result cross between processes (`work` may be a
+    closure; a result and an error it raises must pickle). A worker that dies (killed, out of memory) is an
+    error, not a hang."""
     global _FORKED
     _FORKED = (work, items)
+    jobs = min(jobs, len(items))
+    # fork, explicitly: not spawned nor from a forkserver
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"),
+                               initializer=fileops.bind_to_parent, initargs=initargs)
+    # Every chunk is submitted (the workers fork and start) now; chunks of a few items: one round trip per
+    # chunk, small enough that the workers end together.
     try:
-        context = multiprocessing.get_context("fork")  # explicitly: not spawned nor from a forkserver
-        jobs = min(jobs, len(items))
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=fileops.bind_to_parent,
-                                 initargs=initargs) as pool:
-            # Chunks of a few items: one round trip per chunk, small enough that the workers end together.
-            yield from pool.map(_forked_one, range(len(items)), chunksize=max(1, min(16, len(items) // (8 * jobs))))
-    except BrokenProcessPool as exc:
-        raise KstoreError(f"a --jobs worker process died ({exc}); rerun with --jobs 1 to see why") from None
-    finally:
+        results = pool.map(_forked_one, range(len(items)), chunksize=max(1, min(16, len(items) // (8 * jobs))))
+    except BaseException:
+        pool.shutdown(cancel_futures=True)
         _FORKED = None
+        raise
+    return _Results(pool, results)
+
+
+class _Results:
+    """The results of a started pool, in order; the pool is shut down (work not started cancelled) once they
+    are all read, on an error, or when the iterator is dropped unread (a command that failed before)."""
+
+    def __init__(self, pool: ProcessPoolExecutor, results: Iterator) -> None:
+        self._pool: Optional[ProcessPoolExecutor] = pool
+        self._results = results
+
+    def __iter__(self) -> "_Results":
+        return self
+
+    def __next__(self):
+        try:
+            return next(self._results)
+        except BrokenProcessPool as exc:
+            self.close()
+            raise KstoreError(f"a --jobs worker process died ({exc}); rerun with --jobs 1 to see why") from None
+        except BaseException:  # StopIteration included: every result read
+            self.close()
+            raise
+
+    def close(self) -> None:
+        global _FORKED
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+            _FORKED = None
+
+    def __del__(self) -> None:
+        self.close()
 
 
 def stream(work: Callable[[T], R], items: Sequence[T], *, jobs: int = 1) -> Iterator[R]:
     """`work` on each item, results yielded in the items' order, each as soon as it and those before it are
     done: what a read-only command renders while later partitions are still being checked. With `jobs` > 1
     and several items, in that many forked processes bound to this one (killed with it; see
-    :func:`_forked_map`). No lock is taken for them: read-only work only (a command that writes runs
+    :func:`_forked_map`), started at once: this process may do other work before it asks for the first
+    result. No lock is taken for them: read-only work only (a command that writes runs
     :meth:`PartitionRunner.map` under its locks)."""
     if jobs <= 1 or len(items) <= 1:
-        for item in items:
-            yield work(item)
-        return
-    yield from _forked_map(work, items, jobs, (os.getpid(),))
+        return map(work, items)
+    return _forked_map(work, items, jobs, (os.getpid(),))
 
 
 @dataclass

@@ -593,12 +593,13 @@ def _directory_issues(info: DataDirInfo) -> List[Issue]:
     issues = []
     for name in sorted(os.listdir(info.path)):
         child = os.path.join(info.path, name)
-        if not os.path.isdir(child) or name == REMOTE_INDEX_CACHE:
-            continue
-        if holds_data_dir_files(child):
-            issues.append(_stray_dir(info, child, "a data directory of its own (meta.properties, checkpoints or "
-                                                  ".lock) inside this data dir"))
-            continue
+        if child not in info.partition_paths:  # a partition the survey found is a dir without data-dir files
+            if not os.path.isdir(child) or name == REMOTE_INDEX_CACHE:
+                continue
+            if holds_data_dir_files(child):
+                issues.append(_stray_dir(info, child, "a data directory of its own (meta.properties, checkpoints "
+                                                      "or .lock) inside this data dir"))
+                continue
         reason = _unparseable(name)
         if reason is not None:
             issues.append(_stray_dir(info, child, reason))

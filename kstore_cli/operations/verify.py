@@ -109,10 +109,14 @@ class VerifyRun:
     (each partition is checked when its verdict is asked for, so output streams)."""
 
     def __init__(self, paths: Sequence[str], topics: Optional[str] = None, *,
-                 kafka_version: Optional[KafkaVersion] = None) -> None:
+                 kafka_version: Optional[KafkaVersion] = None, jobs: int = 1) -> None:
         self._startup = startup
         self._partition_issues = partition_findings.partition_issues
         self._found = startup.survey(paths, topics=topics, kafka_version=kafka_version)
+        for info in self._found.data_dirs.values():
+            self._found.judge(info)  # once here, before the workers fork
+        # The partitions' checks start (in `jobs` processes) while the data dirs' own are worked out.
+        self._verdicts = stream(self._verdict, self._found.targets, jobs=jobs)
         # doctor's data-dir checks (meta.properties, checkpoints, stray dirs, topic IDs) except the lock:
         # a live broker holding it is what a monitoring run expects.
         self.layout: List[Finding] = [self._finding(i) for i in startup.layout_issues(self._found, check_lock=False)]
@@ -125,11 +129,9 @@ class VerifyRun:
         return Finding(os.path.basename(where), None, issue.file or where, issue.severity, issue.check,
                        issue.message + (f" (at byte {issue.position})" if issue.position is not None else ""))
 
-    def partitions(self, jobs: int = 1) -> Iterator[PartitionVerdict]:
-        """Each target's verdict, in order, checked in `jobs` forked processes (runner.stream)."""
-        for info in self._found.data_dirs.values():
-            self._found.judge(info)  # once here, before the workers fork
-        return stream(self._verdict, self._found.targets, jobs=jobs)
+    def partitions(self) -> Iterator[PartitionVerdict]:
+        """Each target's verdict, in order (checked in the run's `jobs` forked processes: runner.stream)."""
+        return self._verdicts
 
     def _verdict(self, target: Tuple[Partition, Optional[int]]) -> PartitionVerdict:
         partition, only = target
