@@ -56,9 +56,7 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kaf
     broker its files show (ZooKeeper or KRaft mode, which Kafka releases: one "judged as" line per
     data dir), or of --kafka-version. See docs/runbook.md.
 
-    --quick checks only what Kafka 4.0's LogLoader checks when the data dir had a clean shutdown
-    (every check above but the CRC scan and the indexes against their .log; see docs/cli.md).
-    Partitions are checked in --jobs processes; the output is the same for any --jobs.
+    --quick: only a clean startup's checks (no CRC scan; docs/cli.md). --jobs: the same output.
 
     \b
     Exit status: 0 healthy (notes allowed), 1 errors or warnings found, 3 unreadable.
@@ -81,7 +79,6 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kaf
     counts: Dict[str, int] = {ERROR: 0, WARNING: 0, NOTE: 0}
     by_dir: Dict[str, List[Issue]] = {}
     checked = {p.path for p, only in found.targets if only is None}
-    healthy = 0
     bar, advance = byte_progress(tty, "checking", lambda: sum(
         os.path.getsize(s.log) for p, only in found.targets for s in p.segments if only in (None, s.base_offset)))
     if bar is not None:

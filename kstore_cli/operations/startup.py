@@ -171,7 +171,7 @@ class DataDirInfo:
         self.meta: Optional[Dict[str, str]] = None
         self.meta_error: Optional[KstoreError] = None
         self.partitions: List[Partition] = []
-        self.partition_paths: set = set()
+        self.partition_paths: set = set()  # theirs, to tell a partition at once
         #: Checkpoint file name -> {(topic, partition): offset}; None when missing or malformed.
         self.checkpoints: Dict[str, Optional[Dict[Tuple[str, int], int]]] = {}
         self.issues: List[Issue] = []
@@ -336,15 +336,13 @@ def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str
 def _partitions_of(info: DataDirInfo, replicas: bool) -> List[Partition]:
     """The partition dirs a broker loads from the data dir; one it cannot list is an issue of the data dir."""
     partitions = []
-    with os.scandir(info.path) as listing:
-        children = sorted((e.name, e.is_dir(), e.is_symlink()) for e in listing)
+    children = sorted((e.name, e.is_dir(), e.is_symlink()) for e in os.scandir(info.path))
     for name, is_dir, is_link in children:
         if not is_dir or not _loadable_name(name, replicas):
             continue
         child = os.path.join(info.path, name)
         try:
-            # info.path is a real path: a child that is no symlink has it as its real data dir
-            partition = Partition(child, data_dir=None if is_link else info.path)
+            partition = Partition(child, data_dir=None if is_link else info.path)  # info.path is a real path
             if not partition.holds_data_dir_files:
                 partitions.append(partition)
         except FileUnreadableError as exc:
@@ -358,8 +356,7 @@ def _partitions_of(info: DataDirInfo, replicas: bool) -> List[Partition]:
 
 
 def _loadable_name(name: str, replicas: bool = False) -> bool:
-    """The name of a data dir's child directory that LogManager loads and serves as a partition (unless it
-    holds a data dir's own files); -future replicas only with `replicas`."""
+    """A data dir's child directory LogManager loads as a partition, by its name; -future ones with `replicas`."""
     if name == REMOTE_INDEX_CACHE or name.endswith(("-delete", "-stray")):
         return False
     if name.endswith(_REPLICA_SUFFIXES) and (not replicas or _unparseable(name) is not None):
