@@ -40,6 +40,10 @@ class KstoreError(Exception):
         self.path = path
         self.position = position
 
+    def __reduce__(self):
+        # An error raised in a --jobs worker crosses back to the command whatever its class's __init__ takes.
+        return _restore_error, (type(self), self.args, self.__dict__)
+
     def __str__(self) -> str:
         where = ""
         if self.path is not None:
@@ -137,3 +141,11 @@ class RecordParseError(KstoreError):
 
 class LogDirLockedError(KstoreError):
     """A live process (a broker, or another kstore) holds the log dir's lock."""
+
+
+def _restore_error(cls: type, args: tuple, state: dict) -> KstoreError:
+    """A pickled KstoreError rebuilt without calling its class's __init__."""
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc

@@ -231,9 +231,11 @@ class Scenario:
 
 SCENARIOS = [
     Scenario("rebuild-index-missing", _drop_indexes,
-             lambda d: ["rebuild-index", "--index-interval-bytes", str(INTERVAL), str(d)], min_ops=40),
+             lambda d: ["rebuild-index", "--jobs", "1", "--index-interval-bytes", str(INTERVAL), str(d)],
+             min_ops=40),
     Scenario("rebuild-index-truncate", _damaged_tail,
-             lambda d: ["rebuild-index", "--truncate", "--index-interval-bytes", str(INTERVAL), str(d / "orders-0")],
+             lambda d: ["rebuild-index", "--jobs", "1", "--truncate", "--index-interval-bytes", str(INTERVAL),
+                        str(d / "orders-0")],
              damaged_input=True, min_ops=15),
     Scenario("convert-v1gzip-v2zstd", _legacy,
              lambda d: ["convert-format", "--to-magic", "2", "--compression", "zstd", "--in-place",

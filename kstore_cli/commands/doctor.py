@@ -12,15 +12,14 @@ from kstore_cli.commands._render import byte_progress
 from kstore_cli.commands._render import is_tty as _is_tty
 from kstore_cli.commands._render import console, new_table
 from kstore_cli.commands._emit import exit_with
-from kstore_cli.commands._options import ExistingPath, json_option, kafka_version_option, topics_option
+from kstore_cli.commands._options import ExistingPath, jobs_option, json_option, kafka_version_option, topics_option
 from kstore_cli.errors import ExitStatus, UsageError
 from kstore_cli.log.locks import is_locked
 from kstore_cli.log.logdir import nothing_found
 from kstore_cli.operations.findings_groups import IssueGroup, group_issues, severity_rank
 from kstore_cli.operations.layout_findings import layout_issues
-from kstore_cli.operations.verify import verify_partition
-from kstore_cli.operations.partition_findings import partition_issues
-from kstore_cli.operations.segment_findings import segment_issue
+from kstore_cli.operations.partition_checks import check_partitions
+from kstore_cli.operations.runner import usable_cores
 from kstore_cli.operations.upgrade import upgrade_issues
 from kstore_cli.operations.startup import (
     ERROR,
@@ -41,8 +40,12 @@ from kstore_cli.operations.startup import (
 @click.option("--verbose", "-v", is_flag=True,
               help="List every finding under its partition; by default repeated findings of one check on a "
                    "topic's partitions are one line with their partition ranges.")
+@click.option("--quick", is_flag=True,
+              help="Only what Kafka's loader checks after a clean shutdown: no CRC scan, no index-against-log check.")
+@jobs_option("Partitions checked at once, each in its own process [default: the usable cores].")
 @click.pass_context
-def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kafka_version, verbose: bool) -> None:
+def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kafka_version, verbose: bool,
+            quick: bool, jobs: Optional[int]) -> None:
     """Why would my broker not start on these data dirs, and what do I run (read-only).
 
     PATH is a data dir, a folder holding several brokers' data dirs (searched two levels down),
@@ -63,6 +66,8 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kaf
     notes; the rarest first): the same check on many partitions of a topic is one line
     (`orders 0-27,30-49 (48 partitions)`); --verbose lists each under its partition.
 
+    --quick: only a clean startup's checks (no CRC scan; docs/cli.md). --jobs: the same output.
+
     \b
     Exit status: 0 healthy (notes allowed), 1 errors or warnings found, 3 unreadable.
 
@@ -71,6 +76,7 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kaf
       kstore doctor /var/lib/kafka/data
       kstore doctor --verbose /var/lib/kafka/data
       kstore doctor --json /backups/brokers | jq 'select(.type=="finding")'
+      kstore doctor --quick --jobs 8 /var/lib/kafka/data
     """
     found = survey(paths, replicas=True, topics=topics, kafka_version=kafka_version)
     if not found.data_dirs:
@@ -82,14 +88,15 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kaf
     for broker in found.brokers:
         out.broker(broker)
     counts: Dict[str, int] = {ERROR: 0, WARNING: 0, NOTE: 0}
-    by_dir = _layout_by_dir(found, kafka_version)
-    healthy = 0
     bar, advance = byte_progress(tty, "checking", lambda: sum(
         os.path.getsize(s.log) for p, only in found.targets for s in p.segments if only in (None, s.base_offset)))
     if bar is not None:
         out.console = bar.console  # lines printed above the transient bar
     try:
-        healthy = _check_partitions(found, by_dir, counts, out, advance)
+        # The partitions' checks start (in --jobs processes) while the data dirs' own findings are worked out.
+        checked_dirs = check_partitions(found, jobs=jobs or usable_cores(), quick=quick, progress=advance)
+        by_dir = _layout_by_dir(found, kafka_version)
+        healthy = _check_partitions(checked_dirs, found, by_dir, counts, out)
     finally:
         if bar is not None:
             bar.stop()
@@ -114,28 +121,25 @@ def _layout_by_dir(found, kafka_version) -> Dict[str, List[Issue]]:
     return by_dir
 
 
-def _check_partitions(found, by_dir: Dict[str, List[Issue]], counts: Dict[str, int], out: "_Output", advance) -> int:
-    """Each data dir's own findings, then each of its partitions (CRC scan, indexes, startup checks);
-    returns how many partitions are healthy."""
+def _check_partitions(checked_dirs, found, by_dir: Dict[str, List[Issue]], counts: Dict[str, int],
+                      out: "_Output") -> int:
+    """Each data dir's own findings, then each of its partitions' (CRC scan, indexes, startup checks) as
+    they come; returns how many partitions are healthy."""
     healthy = 0
-    for info in found.data_dirs.values():
+    for info, checks in checked_dirs:
         out.data_dir(info, found.judge(info))
         for issue in sorted(by_dir.pop(info.path, []), key=lambda i: severity_rank(i.severity)):
             counts[issue.severity] += 1
             out.finding(issue, under=info.path)
-        for partition, only in found.targets:
-            if found.data_dir_of(partition) is not info:
-                continue
-            findings, plan = verify_partition(partition, only=only, progress=advance)
-            issues = [i for i in (segment_issue(partition, info.path, f, plan) for f in findings) if i]
-            issues += partition_issues(found, partition, plan, whole_partition=only is None)
-            if only is None:
-                issues += by_dir.pop(partition.path, [])
+        for check in checks:
+            issues = check.issues
+            if check.only is None:
+                issues += by_dir.pop(check.partition.path, [])
             issues.sort(key=lambda i: severity_rank(i.severity))
             for issue in issues:
                 counts[issue.severity] += 1
             healthy += not any(i.severity != NOTE for i in issues)
-            out.partition(partition, only, len(plan.segments), issues)
+            out.partition(check.partition, check.only, check.segments, issues)
         out.end_data_dir(info.path)
     return healthy
 

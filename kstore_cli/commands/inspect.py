@@ -11,10 +11,10 @@ import click
 from kstore_cli.commands._render import human_bytes
 from kstore_cli.commands._render import is_tty as _is_tty
 from kstore_cli.commands._render import console
-from kstore_cli.commands._options import ExistingPath, format_time_ms, json_option, topics_option
+from kstore_cli.commands._options import ExistingPath, format_time_ms, jobs_option, json_option, topics_option
 from kstore_cli.log.logdir import DataDir, find_data_dirs, is_partition_dir, nothing_found, partitions_of, resolve
-from kstore_cli.log.unified_log import DataDirStates
-from kstore_cli.operations.summary import PartitionSummary, summarize_partition
+from kstore_cli.operations.runner import usable_cores
+from kstore_cli.operations.summary import PartitionSummary, summarize_partitions
 
 
 def _short(ids: List[int], limit: int = 4) -> str:
@@ -81,19 +81,34 @@ def _render_tables(rows: List[PartitionSummary], skipped: List[Tuple[str, str]])
         out.print(f"skipped {path}: {why}", soft_wrap=True)
 
 
+def _read_with_bar(partitions, jobs: int) -> List[PartitionSummary]:
+    """Every partition's summary (a terminal's tables need a data dir's rows together), with a progress
+    bar for large dirs."""
+    total = sum(os.path.getsize(s.log) for p in partitions for s in p.segments)
+    if total <= 64 * 1024 * 1024:
+        return list(summarize_partitions(partitions, jobs=jobs))
+    from rich.progress import Progress
+
+    with Progress(console=console(), transient=True) as bar:
+        task = bar.add_task("reading segments", total=total)
+        return list(summarize_partitions(partitions, jobs=jobs, progress=lambda n: bar.advance(task, n)))
+
+
 @click.command(name="inspect")
 @click.argument("paths", nargs=-1, required=True, type=ExistingPath())
 @topics_option
 @json_option("One JSON object per partition (and per skipped directory).")
+@jobs_option("Partitions read at once, each in its own process [default: the usable cores].")
 @click.pass_context
-def command(ctx: click.Context, paths, topics: Optional[str], as_json: bool) -> None:
+def command(ctx: click.Context, paths, topics: Optional[str], as_json: bool, jobs: Optional[int]) -> None:
     """Summarise partitions: segments, offsets, log start offset, sizes, time range, record
     formats and codecs, producer ids, open and aborted transactions, index health, and
     leftover .deleted/.cleaned/.swap files. One table per data dir on a terminal (with a
     progress bar for large dirs), plain lines in a pipe, JSON lines with --json.
 
     PATH is a .log file (its partition is shown), a partition directory or a data directory.
-    Read-only; index health is what verify-index reports.
+    Read-only; index health is what verify-index reports. Partitions are read in --jobs processes;
+    the output is the same for any --jobs.
 
     \b
     Example:
@@ -108,31 +123,20 @@ def command(ctx: click.Context, paths, topics: Optional[str], as_json: bool) -> 
     for raw in paths:
         if os.path.isdir(raw) and not is_partition_dir(raw):
             for data_dir in find_data_dirs(raw) or [raw]:  # a folder of several brokers' data dirs
-                skipped.extend(DataDir(data_dir).skipped)
-    states = DataDirStates()
+                skipped.extend(DataDir(data_dir, partitions=False).skipped)
     tty = _is_tty() and not as_json
-    rows = []
-    total = sum(os.path.getsize(s.log) for p in partitions for s in p.segments)
-    if tty and total > 64 * 1024 * 1024:
-        from rich.progress import Progress
-
-        with Progress(console=console(), transient=True) as bar:
-            task = bar.add_task("reading segments", total=total)
-            for p in partitions:
-                rows.append(summarize_partition(p, states, progress=lambda n: bar.advance(task, n)))
-    else:
-        rows = [summarize_partition(p, states) for p in partitions]
+    jobs = jobs or usable_cores()
     if as_json:
-        for row in rows:
+        for row in summarize_partitions(partitions, jobs=jobs):
             click.echo(json.dumps(row.to_dict(), sort_keys=True))
         for path, why in skipped:
             click.echo(json.dumps({"type": "skipped", "path": path, "reason": why}, sort_keys=True))
         return
     if tty:
-        _render_tables(rows, skipped)
+        _render_tables(_read_with_bar(partitions, jobs), skipped)
         return
     click.echo("\t".join(COLUMNS))
-    for row in rows:
+    for row in summarize_partitions(partitions, jobs=jobs):
         click.echo("\t".join(_cells(row, human=False)))
     for path, why in skipped:
         click.echo(f"# skipped {path}: {why}")

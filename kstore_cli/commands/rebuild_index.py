@@ -13,6 +13,7 @@ from kstore_cli.commands._options import (
     cluster_metadata_option,
     dry_run_option,
     force_option,
+    jobs_option,
     json_option,
     topics_option,
 )
@@ -21,6 +22,7 @@ from kstore_cli.commands._render import echo_skipped
 from kstore_cli.commands._render import is_tty as _is_tty
 from kstore_cli.commands._emit import emit, finish
 from kstore_cli.commands._render import new_table, print_rich
+from kstore_cli.operations.runner import usable_cores
 from kstore_cli.operations.rebuild import IndexRebuild, PartitionRebuild, RebuildRequest
 
 
@@ -93,9 +95,11 @@ def _render_text(result: PartitionRebuild) -> None:
 @topics_option
 @cluster_metadata_option
 @json_option("One JSON object per line.")
+@jobs_option("Partitions rebuilt at once, each in its own process [default: the usable cores].")
 def command(paths, index_interval_bytes: Optional[int], config_file: Optional[str],
             topic_config: Optional[str], all_indexes: bool, truncate: bool, quarantine_dir: Optional[str],
-            dry_run: bool, force: bool, topics: Optional[str], no_cluster_metadata: bool, as_json: bool) -> None:
+            dry_run: bool, force: bool, topics: Optional[str], no_cluster_metadata: bool, as_json: bool,
+            jobs: Optional[int]) -> None:
     """Regenerate the wrong or missing .index, .timeindex and .txnindex files as Kafka's recovery writes them.
 
     PATH is a .log file, a partition directory or a data directory (every partition in it;
@@ -116,7 +120,8 @@ def command(paths, index_interval_bytes: Optional[int], config_file: Optional[st
     (exit 1). With --truncate the .log is cut where Kafka's recovery cuts it; the cut bytes go
     to <quarantine dir>/<partition>/<UTC time>/<segment>.log.tail (a zero-filled tail is just
     dropped), later segments and snapshots past the new end (which Kafka deletes) are moved
-    there too, with a kstore-quarantine.json describing it all.
+    there too, with a kstore-quarantine.json describing it all. Partitions run in --jobs processes
+    (under the lock this process holds); the output is the same for any --jobs.
 
     \b
     Exit status: 0 done (or nothing to do), 1 damage left in place, 2 usage, 3 unreadable.
@@ -131,7 +136,7 @@ def command(paths, index_interval_bytes: Optional[int], config_file: Optional[st
     rebuild = IndexRebuild(RebuildRequest(
         paths, topics=topics, index_interval_bytes=index_interval_bytes, config_file=config_file,
         topic_config=topic_config, cluster_metadata=not no_cluster_metadata, all_indexes=all_indexes,
-        truncate=truncate, quarantine_dir=quarantine_dir, dry_run=dry_run, force=force))
+        truncate=truncate, quarantine_dir=quarantine_dir, dry_run=dry_run, force=force, jobs=jobs or usable_cores()))
     echo_skipped(rebuild.selection.skipped, as_json)
     render = _render_table if _is_tty() and not as_json else _render_text
     finish(rebuild.run(on_result=lambda result: emit(as_json, lambda: [item.to_dict() for item in result.results()],

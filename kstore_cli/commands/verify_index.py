@@ -12,8 +12,9 @@ import click
 from kstore_cli.commands._render import is_tty
 from kstore_cli.commands._render import console, new_table
 from kstore_cli.commands._emit import exit_with
-from kstore_cli.commands._options import ExistingPath, json_option, kafka_version_option, topics_option
+from kstore_cli.commands._options import ExistingPath, jobs_option, json_option, kafka_version_option, topics_option
 from kstore_cli.errors import ExitStatus
+from kstore_cli.operations.runner import usable_cores
 from kstore_cli.operations.verify import ERROR, NOTE, WARNING, Finding, FindingGroup, PartitionVerdict, VerifyRun
 
 
@@ -26,9 +27,10 @@ from kstore_cli.operations.verify import ERROR, NOTE, WARNING, Finding, FindingG
                    "partitions of a topic (the data dir's checks), is one line with their ranges.")
 @topics_option
 @kafka_version_option
+@jobs_option("Partitions checked at once, each in its own process [default: the usable cores].")
 @click.pass_context
 def command(ctx: click.Context, paths, as_json: bool, quiet: bool, topics: Optional[str], kafka_version,
-            verbose: bool) -> None:
+            verbose: bool, jobs: Optional[int]) -> None:
     """Check every .index, .timeindex and .txnindex against its .log (read-only).
 
     PATH is a .log file, a partition directory or a data directory. Checks: Kafka's
@@ -44,7 +46,8 @@ def command(ctx: click.Context, paths, as_json: bool, quiet: bool, topics: Optio
     the checkpoint files' format and bounds, directories a broker cannot parse, partition.metadata
     and topic IDs, partitions without logs. A folder of several brokers' data dirs is searched.
     Each data dir is judged by the rules of the broker its files show (ZooKeeper or KRaft mode, which
-    Kafka releases), or of --kafka-version; severities are doctor's.
+    Kafka releases), or of --kafka-version; severities are doctor's. Partitions are checked in --jobs
+    processes; the output is the same for any --jobs.
 
     \b
     Exit status: 0 healthy (notes allowed), 1 errors or warnings found, 3 unreadable.
@@ -54,7 +57,7 @@ def command(ctx: click.Context, paths, as_json: bool, quiet: bool, topics: Optio
       kstore verify-index /var/lib/kafka/data
       kstore verify-index --json /var/lib/kafka/data/orders-0 | jq 'select(.severity=="error")'
     """
-    run = VerifyRun(paths, topics, kafka_version=kafka_version)
+    run = VerifyRun(paths, topics, kafka_version=kafka_version, jobs=jobs or usable_cores())
     grouped = not (as_json or verbose)
     render = _json if as_json else (_Table(grouped) if is_tty() else functools.partial(_text, grouped=grouped))
     unhealthy = any(f.severity != NOTE for f in run.layout)

@@ -62,6 +62,7 @@ class IndexFile:
         self.base_offset = base_offset_from_name(self.path) if base_offset is None else base_offset
         self._buf = map_file(self.path)
         self.length = len(self._buf)
+        self._zero_tail_start: Optional[int] = None
 
     @property
     def entries(self) -> int:
@@ -104,14 +105,22 @@ class IndexFile:
         return largest_lower_bound_slot(self.entries if entries is None else entries, self.entry_size, target, key)
 
     def zero_tail_start(self) -> int:
-        """Index of the first trailing all-zero slot (== entries when there is none)."""
+        """Index of the first trailing all-zero slot (== entries when there is none); worked out once."""
+        if self._zero_tail_start is None:
+            self._zero_tail_start = self._find_zero_tail()
+        return self._zero_tail_start
+
+    def _find_zero_tail(self) -> int:
         size = self.entry_size
-        # Slots past the file's last data extent are holes, zeros by definition: not read at all.
-        n = min(self.entries, -(-_data_end(self.path, self.length) // size))
-        buf = self._buf
         # Backwards a chunk at a time (a sparse multi-GB index is all zeros: one slot at a time took hours);
         # a chunk is a whole number of slots.
         step = (1 << 20) // size
+        n = self.entries
+        if n > step:
+            # Slots past the file's last data extent are holes, zeros by definition: not read at all (a file
+            # of one chunk or less is read whole: cheaper than asking for its extents).
+            n = min(n, -(-_data_end(self.path, self.length) // size))
+        buf = self._buf
         while n > 0:
             lo = max(0, n - step)
             chunk = bytes(buf[lo * size : n * size])

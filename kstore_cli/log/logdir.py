@@ -60,7 +60,8 @@ Segment = LogSegment
 class Partition:
     """A partition directory: its segments, snapshots, and files a broker would not load."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, data_dir: Optional[str] = None) -> None:
+        """`data_dir`: the real path of the dir holding it, when the caller knows it (a data dir's walk)."""
         self.path = os.path.abspath(path)
         parsed = names.parse_partition_dir(self.path)
         self.topic, self.partition = parsed if parsed else (os.path.basename(self.path), -1)
@@ -73,6 +74,9 @@ class Partition:
         self.orphan_indexes: List[str] = []
         #: Other regular files (checkpoints, partition.metadata, unknown files).
         self.other_files: List[str] = []
+        self._data_dir: Optional[str] = data_dir
+        #: It holds a file only a data directory has (meta.properties, a data-dir checkpoint, .lock).
+        self.holds_data_dir_files = False
         self._scan()
 
     @property
@@ -83,12 +87,17 @@ class Partition:
     def data_dir(self) -> str:
         """The data directory holding this partition (where ``.lock`` and the checkpoints are): from the
         real path, so a partition reached through a symlinked alias has its real data dir's lock and
-        checkpoints, not the alias's parent."""
-        return os.path.dirname(os.path.realpath(self.path))
+        checkpoints, not the alias's parent. Resolved once per partition."""
+        if self._data_dir is None:
+            self._data_dir = os.path.dirname(os.path.realpath(self.path))
+        return self._data_dir
 
     def _scan(self) -> None:
         try:
-            entries = sorted(os.listdir(self.path))
+            # scandir: a regular file is told by the entry's type, no stat per file (is_file follows a
+            # symlink as os.path.isfile does)
+            with os.scandir(self.path) as listing:
+                entries = sorted((e.name, e.is_file()) for e in listing)
         except FileNotFoundError:
             raise FileUnreadableError("no such directory", path=self.path) from None
         except NotADirectoryError:
@@ -97,10 +106,13 @@ class Partition:
             raise FileUnreadableError(f"cannot be listed: {exc.strerror}", path=self.path) from None
         by_offset: Dict[int, Segment] = {}
         indexes: List[Tuple[int, str, str]] = []
-        for name in entries:
-            full = os.path.join(self.path, name)
-            if not os.path.isfile(full):
+        prefix = os.path.join(self.path, "")
+        for name, is_file in entries:
+            if name in DATA_DIR_FILES:
+                self.holds_data_dir_files = True
+            if not is_file:
                 continue
+            full = prefix + name
             if name.endswith(_LEFTOVER_SUFFIXES):
                 self.leftovers.append(full)
                 continue
@@ -159,9 +171,10 @@ class Target:
 
 
 class DataDir:
-    """A data directory's partitions, and the directories that were skipped."""
+    """A data directory's partitions, and the directories that were skipped (with `partitions` False, only
+    those: no partition dir is scanned)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, partitions: bool = True) -> None:
         self.path = os.path.abspath(path)
         self.partitions: List[Partition] = []
         #: (path, why) of child directories that are not loaded.
@@ -176,7 +189,7 @@ class DataDir:
                 self.skipped.append((full, "a data directory of its own, not a partition"))
             elif names.parse_partition_dir(name) is None:
                 self.skipped.append((full, "not a partition directory"))
-            else:
+            elif partitions:
                 self.partitions.append(Partition(full))
 
 

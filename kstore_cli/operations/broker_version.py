@@ -157,11 +157,13 @@ def _file_evidence(partitions: Iterable[Partition], data_dir: str, low: KafkaVer
     for partition in partitions:
         if partition.name == names.METADATA_PARTITION_DIR:
             continue
-        topic_ids += os.path.exists(os.path.join(partition.path, PARTITION_METADATA))
-        epochs += os.path.exists(os.path.join(partition.path, LEADER_EPOCH_CHECKPOINT))
+        # the partition's own scan lists its files: no stat more per partition
+        topic_ids += os.path.join(partition.path, PARTITION_METADATA) in partition.other_files
+        epochs += os.path.join(partition.path, LEADER_EPOCH_CHECKPOINT) in partition.other_files
         txn += any(s.txnindex for s in partition.segments)
         snapshots += bool(partition.snapshots)
-        v2 += bool(partition.segments) and _magic(partition.segments[-1].log) == 2
+        if not v2:  # only whether one is found matters: one segment opened, not one per partition
+            v2 += bool(partition.segments) and _magic(partition.segments[-1].log) == 2
     if topic_ids:
         low = max(low, V2_8)
         evidence.append(f"partition.metadata in {topic_ids} partition(s) (2.8+)")

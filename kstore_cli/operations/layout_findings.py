@@ -58,6 +58,7 @@ def layout_issues(found: Survey, *, check_lock: bool = True) -> List[Issue]:
     return [i for i in issues if found.in_scope(i)]
 
 
+# struct flock on Linux: l_type, l_whence (short), l_start, l_len (off_t), l_pid (pid_t), padded to 32 bytes.
 _FLOCK = struct.Struct("@hhqqi4x")
 
 
@@ -213,12 +214,13 @@ def _directory_issues(info: DataDirInfo) -> List[Issue]:
     issues = []
     for name in sorted(os.listdir(info.path)):
         child = os.path.join(info.path, name)
-        if not os.path.isdir(child) or name == REMOTE_INDEX_CACHE:
-            continue
-        if holds_data_dir_files(child):
-            issues.append(_stray_dir(info, child, "a data directory of its own (meta.properties, checkpoints or "
-                                                  ".lock) inside this data dir"))
-            continue
+        if child not in info.partition_paths:  # a partition the survey found is a dir without data-dir files
+            if not os.path.isdir(child) or name == REMOTE_INDEX_CACHE:
+                continue
+            if holds_data_dir_files(child):
+                issues.append(_stray_dir(info, child, "a data directory of its own (meta.properties, checkpoints "
+                                                      "or .lock) inside this data dir"))
+                continue
         reason = unparseable_reason(name)
         if reason is not None:
             issues.append(_stray_dir(info, child, reason))

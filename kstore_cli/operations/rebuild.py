@@ -313,6 +313,8 @@ class RebuildRequest:
     quarantine_dir: Optional[str] = None
     dry_run: bool = False
     force: bool = False
+    #: partitions rebuilt at once, each in its own process
+    jobs: int = 1
 
 
 @dataclass
@@ -344,7 +346,7 @@ class IndexRebuild:
         runner = PartitionRunner.for_targets(groups, force=req.force, lock=not req.dry_run)
         results = runner.each_target(groups, lambda target, data_dir: _rebuild_one(
             resolver, target, data_dir, all_indexes=req.all_indexes, truncate=req.truncate, dry_run=req.dry_run,
-            quarantine_dir=req.quarantine_dir), on_result=on_result)
+            quarantine_dir=req.quarantine_dir), on_result=on_result, jobs=req.jobs)
         return RebuildRun(skipped=self.selection.skipped, results=results)
 
 

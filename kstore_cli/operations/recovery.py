@@ -120,7 +120,7 @@ class SegmentPlan:
         self.segment = segment
         self.result = result
         self.is_last = is_last
-        self.changes: List[FileChange] = []
+        self._changes: Optional[List[FileChange]] = None
         #: Why nothing was done for this segment (e.g. it lies after a damaged one).
         self.skipped: Optional[str] = None
         self.error: Optional[KstoreError] = None
@@ -137,6 +137,18 @@ class SegmentPlan:
         if self.changed_files:
             return "rebuilt"
         return "unchanged"
+
+    @property
+    def changes(self) -> List[FileChange]:
+        """The segment's index files against what recovery writes; compared when first asked for (the
+        read-only checks never ask: they do not read every index file a second time)."""
+        if self._changes is None:
+            self._changes = _changes_for(self.segment, self.result) if self.result is not None else []
+        return self._changes
+
+    @changes.setter
+    def changes(self, changes: List[FileChange]) -> None:
+        self._changes = changes
 
     @property
     def changed_files(self) -> List[FileChange]:
@@ -213,6 +225,7 @@ def plan_partition(
     stop_at_damage: bool = True,
     batch_sink: Optional[Callable[[Segment], Optional[BatchSink]]] = None,
     on_segment: Optional[Callable[[SegmentPlan], None]] = None,
+    compare_indexes: bool = True,
 ) -> PartitionPlan:
     """Recover (in memory) every segment of a partition, or only the one at base offset `only`.
 
@@ -225,6 +238,8 @@ def plan_partition(
     `batch_sink(segment)`, called before a segment is recovered, may give the
     ``on_batch`` of its recovery; `on_segment` gets each segment's plan as soon as
     it is complete (so a caller can check a segment and drop what it gathered).
+    `compare_indexes`: each segment's index files are compared with what recovery writes now (a
+    segment's ``changes``); without it, when first asked for (a read-only check never asks).
     """
     plan = PartitionPlan(partition)
     segments = partition.segments
@@ -239,6 +254,8 @@ def plan_partition(
         else:
             next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
             _recover_into(plan, splan, carry, next_base, index_interval_bytes, progress, batch_sink)
+            if compare_indexes and splan.result is not None:
+                splan.changes = _changes_for(segment, splan.result)
         if on_segment is not None:
             on_segment(splan)
     if plan.damaged is not None:
@@ -288,7 +305,6 @@ def _recover_into(plan: PartitionPlan, splan: SegmentPlan, carry: _CarriedState,
         carry.state, carry.upto = state, next_base
     else:
         carry.state, carry.upto = None, None
-    splan.changes = _changes_for(segment, result)
     if result.problem is not None and result.truncated_bytes > 0 and plan.damaged is None:
         plan.damaged = splan
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import (Callable, ContextManager, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple,
+                    TypeVar)
 
 from kstore_cli.errors import ExitStatus, KstoreError, UsageError
 from kstore_cli.log import fileops, locks, scope
@@ -22,6 +24,90 @@ from kstore_cli.log.logdir import Target, group_by_data_dir, resolve_some
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask): the default of every ``--jobs``."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+#: What the forked workers of :func:`_forked_map` run: (work, items), inherited at the fork.
+_FORKED: Optional[Tuple[Callable, Sequence]] = None
+
+
+def _forked_one(i: int):
+    work, items = _FORKED  # type: ignore[misc] - set before the pool forks
+    return work(items[i])
+
+
+def _forked_map(work: Callable[[T], R], items: Sequence[T], jobs: int, initargs: tuple) -> Iterator[R]:
+    """`work` on each item in a pool of `jobs` forked processes (each first runs fileops.bind_to_parent with
+    `initargs`), started now; results in the items' order as they come. The workers inherit `work` and
+    `items` at the fork: only an item's index and its result cross between processes (`work` may be a
+    closure; a result and an error it raises must pickle). A worker that dies (killed, out of memory) is an
+    error, not a hang."""
+    global _FORKED
+    _FORKED = (work, items)
+    jobs = min(jobs, len(items))
+    # fork, explicitly: not spawned nor from a forkserver
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"),
+                               initializer=fileops.bind_to_parent, initargs=initargs)
+    # Every chunk is submitted (the workers fork and start) now; chunks of a few items: one round trip per
+    # chunk, small enough that the workers end together.
+    try:
+        results = pool.map(_forked_one, range(len(items)), chunksize=max(1, min(16, len(items) // (8 * jobs))))
+    except BaseException:
+        pool.shutdown(cancel_futures=True)
+        _FORKED = None
+        raise
+    return _Results(pool, results)
+
+
+class _Results:
+    """The results of a started pool, in order; the pool is shut down (work not started cancelled) once they
+    are all read, on an error, or when the iterator is dropped unread (a command that failed before)."""
+
+    def __init__(self, pool: ProcessPoolExecutor, results: Iterator) -> None:
+        self._pool: Optional[ProcessPoolExecutor] = pool
+        self._results = results
+
+    def __iter__(self) -> "_Results":
+        return self
+
+    def __next__(self):
+        try:
+            return next(self._results)
+        except BrokenProcessPool as exc:
+            self.close()
+            raise KstoreError(f"a --jobs worker process died ({exc}); rerun with --jobs 1 to see why") from None
+        except BaseException:  # StopIteration included: every result read
+            self.close()
+            raise
+
+    def close(self) -> None:
+        global _FORKED
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+            _FORKED = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def stream(work: Callable[[T], R], items: Sequence[T], *, jobs: int = 1) -> Iterator[R]:
+    """`work` on each item, results yielded in the items' order, each as soon as it and those before it are
+    done: what a read-only command renders while later partitions are still being checked. With `jobs` > 1
+    and several items, in that many forked processes bound to this one (killed with it; see
+    :func:`_forked_map`), started at once: this process may do other work before it asks for the first
+    result. No lock is taken for them: read-only work only (a command that writes runs
+    :meth:`PartitionRunner.map` under its locks)."""
+    if jobs <= 1 or len(items) <= 1:
+        return map(work, items)
+    return _forked_map(work, items, jobs, (os.getpid(),))
 
 
 @dataclass
@@ -97,21 +183,20 @@ class PartitionRunner:
         # parent (fileops.bind_to_parent: killed by the kernel when the parent dies, and no file
         # operation once it is gone) and no write happens without the lock held by its living parent.
         # The lock shared by the workers serializes their updates of the data dirs' checkpoints.
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=context,
-                                 initializer=fileops.bind_to_parent, initargs=(os.getpid(), context.Lock())) as pool:
-            results = list(pool.map(work, items))
-        for result in results if on_result is not None else []:
-            on_result(result)
+        results = []
+        for result in _forked_map(work, items, jobs, (os.getpid(), multiprocessing.get_context("fork").Lock())):
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
         return results
 
     def each_target(self, groups: Mapping[str, Iterable[Target]], work: Callable[[Target, str], R], *,
-                    on_result: Optional[Callable[[R], None]] = None) -> List[R]:
+                    on_result: Optional[Callable[[R], None]] = None, jobs: int = 1) -> List[R]:
         """Under the locks, `work(target, data_dir)` on every target of `groups`, data dir by data dir in
-        their order; `on_result` is told each result as it is done."""
+        their order (in `jobs` processes); `on_result` is told each result, in that order, as it is done."""
         with self.locked():
             return self.map(lambda pair: work(*pair), [(t, d) for d, ts in groups.items() for t in ts],
-                            on_result=on_result)
+                            on_result=on_result, jobs=jobs)
 
 
 class Outcome:

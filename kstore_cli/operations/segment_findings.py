@@ -45,9 +45,11 @@ _TXNINDEX_KAFKA = ("ignore: loaded as it is; read_committed consumers get the wr
                    "unclean shutdown's recovery rebuilds it")
 
 
-def segment_issue(partition: Partition, data_dir: str, finding: "Finding", plan: "PartitionPlan") -> Optional[Issue]:
+def segment_issue(partition: Partition, data_dir: str, finding: "Finding",
+                  plan: "Optional[PartitionPlan]") -> Optional[Issue]:
     """A verify_partition finding as a doctor Issue: what Kafka does with it, what to run (None for what
-    doctor reports otherwise: leftovers, and orphan indexes of a partition without logs)."""
+    doctor reports otherwise: leftovers, and orphan indexes of a partition without logs). `plan` is None
+    for doctor --quick's findings (no .log was scanned)."""
     check = finding.check
     if check == "leftover-file":
         return None  # doctor reports leftovers itself, with what Kafka does to each kind
@@ -58,7 +60,8 @@ def segment_issue(partition: Partition, data_dir: str, finding: "Finding", plan:
     repair = f"kstore rebuild-index {partition.path}"
     repairs = None
     if check.startswith("log-"):
-        splan = next((s for s in plan.segments if s.segment.base_offset == finding.segment), None)
+        splan = None if plan is None else next(
+            (s for s in plan.segments if s.segment.base_offset == finding.segment), None)
         problem = splan.result.problem if splan is not None and splan.result is not None else None
         position = problem.position if problem is not None else None
         severity, kafka, repair = _log_advice(partition, data_dir, finding, plan, splan, severity)

@@ -49,7 +49,6 @@ from kstore_cli.log.kafka_version import KafkaVersion
 from kstore_cli.log.logdir import (
     Partition,
     find_data_dirs,
-    holds_data_dir_files,
     is_partition_dir,
     topic_matcher,
 )
@@ -189,6 +188,7 @@ class DataDirInfo:
         self.meta: Optional[Dict[str, str]] = None
         self.meta_error: Optional[KstoreError] = None
         self.partitions: List[Partition] = []
+        self.partition_paths: set = set()  # theirs, to tell a partition at once
         #: Checkpoint file name -> {(topic, partition): offset}; None when missing or malformed.
         self.checkpoints: Dict[str, Optional[Dict[Tuple[str, int], int]]] = {}
         self.issues: List[Issue] = []
@@ -295,7 +295,7 @@ def run_lines(repair: str) -> List[str]:
 
 def data_dir_key(partition: Partition) -> str:
     """The real path of the data dir holding `partition` (a symlinked alias names the same dir)."""
-    return os.path.dirname(os.path.realpath(partition.path))
+    return partition.data_dir
 
 
 # --------------------------------------------------------------------------- discovery
@@ -327,7 +327,8 @@ def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str
         if key not in seen:
             seen.add(key)
             out.targets.append((partition, only))
-            if all(p.path != partition.path for p in info.partitions):
+            if partition.path not in info.partition_paths:
+                info.partition_paths.add(partition.path)
                 info.partitions.append(partition)
 
     for raw in paths:
@@ -358,12 +359,15 @@ def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str
 def _partitions_of(info: DataDirInfo, replicas: bool) -> List[Partition]:
     """The partition dirs a broker loads from the data dir; one it cannot list is an issue of the data dir."""
     partitions = []
-    for name in sorted(os.listdir(info.path)):
-        child = os.path.join(info.path, name)
-        if not _loadable_partition_dir(child, replicas):
+    children = sorted((e.name, e.is_dir(), e.is_symlink()) for e in os.scandir(info.path))
+    for name, is_dir, is_link in children:
+        if not is_dir or not _loadable_name(name, replicas):
             continue
+        child = os.path.join(info.path, name)
         try:
-            partitions.append(Partition(child))
+            partition = Partition(child, data_dir=None if is_link else info.path)  # info.path is a real path
+            if not partition.holds_data_dir_files:
+                partitions.append(partition)
         except FileUnreadableError as exc:
             # LogLoader lists the dir first: an IOException there takes the data dir offline.
             info.issues.append(Issue(
@@ -374,14 +378,13 @@ def _partitions_of(info: DataDirInfo, replicas: bool) -> List[Partition]:
     return partitions
 
 
-def _loadable_partition_dir(path: str, replicas: bool = False) -> bool:
-    """A child of a data dir that LogManager loads and serves as a partition; -future replicas only with `replicas`."""
-    name = os.path.basename(path)
-    if not os.path.isdir(path) or name == REMOTE_INDEX_CACHE or name.endswith(("-delete", "-stray")):
+def _loadable_name(name: str, replicas: bool = False) -> bool:
+    """A data dir's child directory LogManager loads as a partition, by its name; -future ones with `replicas`."""
+    if name == REMOTE_INDEX_CACHE or name.endswith(("-delete", "-stray")):
         return False
     if name.endswith(REPLICA_SUFFIXES) and (not replicas or unparseable_reason(name) is not None):
         return False
-    return names.parse_partition_dir(name) is not None and not holds_data_dir_files(path)
+    return names.parse_partition_dir(name) is not None
 
 
 def _read_data_dir_files(info: DataDirInfo) -> None:
@@ -430,9 +433,6 @@ def malformed_checkpoint(data_dir: str, partition: Optional[str], name: str, pat
 
 
 # --------------------------------------------------------------------------- data-dir and broker checks
-
-
-# struct flock on Linux: l_type, l_whence (short), l_start, l_len (off_t), l_pid (pid_t), padded to 32 bytes.
 
 
 def unparseable_reason(name: str) -> Optional[str]:

@@ -25,6 +25,7 @@ from kstore_cli.log.logdir import Partition, Segment, nothing_found
 from kstore_cli.operations import partition_findings, startup
 from kstore_cli.operations.findings_groups import IssueGroup, group_issues
 from kstore_cli.operations.layout_findings import layout_issues
+from kstore_cli.operations.runner import stream
 from kstore_cli.operations.recovery import (
     BAD_SIZE,
     CORRUPT_BATCH,
@@ -134,10 +135,14 @@ class VerifyRun:
     (each partition is checked when its verdict is asked for, so output streams)."""
 
     def __init__(self, paths: Sequence[str], topics: Optional[str] = None, *,
-                 kafka_version: Optional[KafkaVersion] = None) -> None:
+                 kafka_version: Optional[KafkaVersion] = None, jobs: int = 1) -> None:
         self._startup = startup
         self._partition_issues = partition_findings.partition_issues
         self._found = startup.survey(paths, topics=topics, kafka_version=kafka_version)
+        for info in self._found.data_dirs.values():
+            self._found.judge(info)  # once here, before the workers fork
+        # The partitions' checks start (in `jobs` processes) while the data dirs' own are worked out.
+        self._verdicts = stream(self._verdict, self._found.targets, jobs=jobs)
         # doctor's data-dir checks (meta.properties, checkpoints, stray dirs, topic IDs) except the lock:
         # a live broker holding it is what a monitoring run expects.
         self._layout_issues = layout_issues(self._found, check_lock=False)
@@ -158,12 +163,16 @@ class VerifyRun:
         return sorted(found, key=lambda f: f.severity != ERROR)
 
     def partitions(self) -> Iterator[PartitionVerdict]:
-        for partition, only in self._found.targets:
-            findings, plan = verify_partition(partition, only=only)
-            issues = self._partition_issues(self._found, partition, plan, whole_partition=only is None)
-            # verify_partition lists leftovers itself
-            findings += [self._finding(i) for i in issues if not i.check.startswith("leftover-")]
-            yield PartitionVerdict(partition.path, len(plan.segments), findings)
+        """Each target's verdict, in order (checked in the run's `jobs` forked processes: runner.stream)."""
+        return self._verdicts
+
+    def _verdict(self, target: Tuple[Partition, Optional[int]]) -> PartitionVerdict:
+        partition, only = target
+        findings, plan = verify_partition(partition, only=only, compare_indexes=False)
+        issues = self._partition_issues(self._found, partition, plan, whole_partition=only is None)
+        # verify_partition lists leftovers itself
+        findings += [self._finding(i) for i in issues if not i.check.startswith("leftover-")]
+        return PartitionVerdict(partition.path, len(plan.segments), findings)
 
 
 def looks_preallocated(index_length: Optional[int], timeindex_length: Optional[int]) -> bool:
@@ -183,7 +192,8 @@ def _length(path: Optional[str]) -> Optional[int]:
 
 def verify_partition(partition: Partition, *, only: Optional[int] = None,
                      progress: Optional[Callable[[int], None]] = None,
-                     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> Tuple[List[Finding], PartitionPlan]:
+                     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+                     compare_indexes: bool = True) -> Tuple[List[Finding], PartitionPlan]:
     """Check every index of a partition against its .log, changing nothing.
 
     Offset index: Kafka's sanity checks, entry size, offsets and positions strictly
@@ -194,6 +204,7 @@ def verify_partition(partition: Partition, *, only: Optional[int] = None,
     and is the running maximum, the final entry of a rolled segment equal to the
     segment's max timestamp. Transaction index: equal to what recovery rebuilds.
     Zero slots at the end of the active segment's preallocated indexes are notes.
+    `compare_indexes` (plan_partition's): False for a check that never writes.
     """
     name = partition.name
     findings: List[Finding] = []
@@ -202,32 +213,87 @@ def verify_partition(partition: Partition, *, only: Optional[int] = None,
         findings.append(Finding(name, segment, file, severity, check, message))
 
     if only is None:
-        for orphan in partition.orphan_indexes:
-            add(names.base_offset_from_name(orphan), orphan, ERROR, "orphan-index",
-                "index file without a .log (Kafka deletes it at startup)")
-        for leftover in partition.leftovers:
-            add(None, leftover, NOTE, "leftover-file", "left by an interrupted delete, clean or swap")
+        file_findings(partition, add)
     # Each segment is checked as soon as it is recovered, against what its scan gathered at the
     # indexes' entries (nothing per batch is kept: a 1 GiB segment can hold millions of batches).
     at_entries: Optional[_BatchesAtEntries] = None
+    opened: Optional[_SegmentIndexes] = None
 
     def sink(segment: Segment) -> BatchSink:
-        nonlocal at_entries
-        at_entries = _BatchesAtEntries.of_indexes(segment)
+        nonlocal at_entries, opened
+        opened = _SegmentIndexes(segment)
+        at_entries = _BatchesAtEntries.of_indexes(opened, segment.base_offset)
         return at_entries.sink
 
     def check(splan: SegmentPlan) -> None:
-        nonlocal at_entries
+        nonlocal at_entries, opened
         batches, at_entries = at_entries, None
-        _verify_segment(splan, batches, add, metadata_log=name == names.METADATA_PARTITION_DIR)
+        indexes, opened = opened, None
+        _verify_segment(splan, batches, add, metadata_log=name == names.METADATA_PARTITION_DIR,
+                        indexes=indexes)
 
     plan = plan_partition(partition, only=only, progress=progress, stop_at_damage=False, batch_sink=sink,
-                          on_segment=check, index_interval_bytes=index_interval_bytes)
+                          on_segment=check, index_interval_bytes=index_interval_bytes,
+                          compare_indexes=compare_indexes)
     return findings, plan
 
 
+class _SegmentIndexes:
+    """A segment's .index and .timeindex, each opened (mapped) once for all of verify's checks: the index
+    object, or the error opening it raised (None for a file that is not there)."""
+
+    __slots__ = ("index", "timeindex")
+
+    def __init__(self, segment: Segment) -> None:
+        self.index = self._open(OffsetIndex, segment.index, segment.base_offset)
+        self.timeindex = self._open(TimeIndex, segment.timeindex, segment.base_offset)
+
+    @staticmethod
+    def _open(kind, path: Optional[str], base_offset: int):
+        if path is None:
+            return None
+        try:
+            return kind(path, base_offset)
+        except KstoreError as exc:
+            return exc
+
+    @staticmethod
+    def get(opened):
+        """The index object, or the error opening it raised again."""
+        if isinstance(opened, KstoreError):
+            raise opened
+        return opened
+
+
+def file_findings(partition: Partition, add: Callable[..., None]) -> None:
+    """Index files without a .log, and leftovers of an interrupted delete, clean or swap."""
+    for orphan in partition.orphan_indexes:
+        add(names.base_offset_from_name(orphan), orphan, ERROR, "orphan-index",
+            "index file without a .log (Kafka deletes it at startup)")
+    for leftover in partition.leftovers:
+        add(None, leftover, NOTE, "leftover-file", "left by an interrupted delete, clean or swap")
+
+
+_MISSING = {
+    names.INDEX_SUFFIX: ("missing-index", "no .index (Kafka recovers the segment at startup to rebuild it)"),
+    names.TIME_INDEX_SUFFIX: ("missing-timeindex",
+                              "no .timeindex (Kafka creates an empty one at startup and does not fill it)"),
+}
+
+
+def missing_index(seg: Segment, suffix: str, add: Callable[..., None]) -> bool:
+    """A finding when the segment has no file of `suffix` (.index or .timeindex); whether it has one."""
+    if (seg.index if suffix == names.INDEX_SUFFIX else seg.timeindex) is not None:
+        return True
+    check, message = _MISSING[suffix]
+    if suffix == names.TIME_INDEX_SUFFIX and seg.index is None:
+        message = "no .timeindex, nor .index (Kafka recovers the segment at startup, which fills both)"
+    add(seg.base_offset, seg.path(suffix), ERROR, check, message)
+    return False
+
+
 def _verify_segment(splan: SegmentPlan, batches: Optional["_BatchesAtEntries"], add: Callable[..., None], *,
-                    metadata_log: bool = False) -> None:
+                    metadata_log: bool = False, indexes: Optional[_SegmentIndexes] = None) -> None:
     """One segment's checks, once recovery has scanned it: where its valid data ends, then each index
     against what the scan found. A torn tail of the metadata log is a warning: KafkaMetadataLog opens the log
     with recovery point 0, as after an unclean shutdown, so every start cuts it."""
@@ -249,25 +315,19 @@ def _verify_segment(splan: SegmentPlan, batches: Optional["_BatchesAtEntries"], 
                                      else result.last_offset, last_segment=True))
             add(base, seg.log, WARNING if torn else ERROR, "log-" + problem.kind,
                 f"valid data ends at byte {problem.position}: {problem.message}")
+    opened = indexes if indexes is not None else _SegmentIndexes(seg)
     prealloc = splan.is_last and looks_preallocated(_length(seg.index), _length(seg.timeindex))
     # ---- .index
-    if seg.index is None:
-        add(base, seg.path(names.INDEX_SUFFIX), ERROR, "missing-index",
-            "no .index (Kafka recovers the segment at startup to rebuild it)")
-    else:
+    if missing_index(seg, names.INDEX_SUFFIX, add):
         try:
-            idx = OffsetIndex(seg.index, base)
+            idx = _SegmentIndexes.get(opened.index)
             _verify_offset_index(idx, result, batches, prealloc, add)
         except KstoreError as exc:
             add(base, seg.index, ERROR, "index-unreadable", str(exc.message))
     # ---- .timeindex
-    if seg.timeindex is None:
-        add(base, seg.path(names.TIME_INDEX_SUFFIX), ERROR, "missing-timeindex",
-            "no .timeindex (Kafka creates an empty one at startup and does not fill it)" if seg.index is not None
-            else "no .timeindex, nor .index (Kafka recovers the segment at startup, which fills both)")
-    else:
+    if missing_index(seg, names.TIME_INDEX_SUFFIX, add):
         try:
-            tidx = TimeIndex(seg.timeindex, base)
+            tidx = _SegmentIndexes.get(opened.timeindex)
             _verify_time_index(tidx, result, batches, prealloc, splan.is_last, add)
         except KstoreError as exc:
             add(base, seg.timeindex, ERROR, "timeindex-unreadable", str(exc.message))
@@ -339,11 +399,9 @@ class _BatchesAtEntries:
         self._next_o = 0
 
     @classmethod
-    def of_indexes(cls, segment: Segment) -> "_BatchesAtEntries":
+    def of_indexes(cls, opened: _SegmentIndexes, base_offset: int) -> "_BatchesAtEntries":
         """Watching the positions of the segment's .index entries and the offsets of its .timeindex's."""
-        base_offset = segment.base_offset
-        return cls(_entry_keys(OffsetIndex, segment.index, base_offset, 1),
-                   _entry_keys(TimeIndex, segment.timeindex, base_offset, 1), base_offset)
+        return cls(_entry_keys(opened.index, 1), _entry_keys(opened.timeindex, 1), base_offset)
 
     def _sink(self, base_offset: int) -> BatchSink:
         positions, found, lower, base = self.positions, self.found, self.lower, self.base
@@ -414,12 +472,12 @@ def _slot(keys: "array[int]", hint: int, key: int) -> int:
     return k if k < len(keys) and keys[k] == key else -1
 
 
-def _entry_keys(kind, path: Optional[str], base_offset: int, field: int) -> "array[int]":
-    """The distinct values of one field of an index's entries (as ``entry(n)`` gives them), sorted."""
-    if path is None:
+def _entry_keys(index, field: int) -> "array[int]":
+    """The distinct values of one field of an index's entries (as ``entry(n)`` gives them), sorted; none
+    for an index that is not there or cannot be read."""
+    if index is None or isinstance(index, KstoreError):
         return array("q")
     try:
-        index = kind(path, base_offset)
         # A zero tail adds one distinct value however long it is: one slot of it stands for all (a sparse
         # multi-GB index would otherwise be a list of a billion entries).
         keep = min(index.entries, index.zero_tail_start() + 1)

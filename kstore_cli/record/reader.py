@@ -60,13 +60,19 @@ def describe_kind(mode: int) -> str:
     return "not a regular file"
 
 
+#: Files up to this size are read into memory instead of mapped: for the small files of a broker with
+#: many partitions (a few KiB of index, snapshot or segment) an mmap costs more than the read.
+READ_WHOLE_BYTES = 64 * 1024
+
+
 def map_file(path: "str | os.PathLike[str]") -> memoryview:
-    """The whole file as a read-only memoryview over an mmap (empty files give an empty view)."""
+    """The whole file as a read-only memoryview over an mmap, or over its bytes when it is small
+    (READ_WHOLE_BYTES; empty files give an empty view)."""
     path = os.fspath(path)
     try:
         # O_NONBLOCK: opening a FIFO named like a segment must not wait for a writer.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        with os.fdopen(fd, "rb") as f:
+        try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 if stat.S_ISDIR(st.st_mode):
@@ -76,7 +82,11 @@ def map_file(path: "str | os.PathLike[str]") -> memoryview:
             size = st.st_size
             if size == 0:
                 return memoryview(b"")
+            if size <= READ_WHOLE_BYTES:
+                return memoryview(_read_whole(fd, size))
             mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         raise FileUnreadableError("no such file", path=path) from None
     except IsADirectoryError:
@@ -90,6 +100,20 @@ def map_file(path: "str | os.PathLike[str]") -> memoryview:
     except (AttributeError, OSError):  # pragma: no cover - not every platform has madvise
         pass
     return memoryview(mm)
+
+
+def _read_whole(fd: int, size: int) -> bytes:
+    """A small file's bytes, as many as it holds (it may have shrunk since its size was read)."""
+    data = os.read(fd, size)
+    if len(data) < size:
+        parts = [data]
+        while True:
+            more = os.read(fd, size)
+            if not more:
+                break
+            parts.append(more)
+        data = b"".join(parts)
+    return data
 
 
 def release_pages(buf: memoryview, start: int, end: int) -> None:

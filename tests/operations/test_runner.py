@@ -187,3 +187,50 @@ def test_outcome_exit_status() -> None:
     assert _Run(errors=[CorruptDataError("bad"), unreadable, CorruptDataError("bad")]).exit_status == 3
     assert _Run(errors=[CorruptDataError("bad")]).exit_status == 1
     assert _Run(errors=[UsageError("bad option")]).exit_status == 2
+
+
+# --------------------------------------------------------------------------- stream (read-only --jobs)
+
+
+class _Odd(KstoreError):
+    """An error whose __init__ takes other arguments than KstoreError's: it must still cross processes."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(f"item {n} is odd", path=f"/x/{n}", position=n)
+
+
+def test_stream_yields_in_the_items_order_from_worker_processes() -> None:
+    from kstore_cli.operations.runner import stream
+
+    parent = os.getpid()
+    items = list(range(40))
+    # A closure over this process's state: the workers inherit it at the fork, nothing of it is pickled.
+    seen = {"offset": 1000}
+
+    def work(n: int) -> Tuple[int, int]:
+        if n % 7 == 3:
+            time.sleep(0.01)  # later items finish first: the order is still the items'
+        return n + seen["offset"], os.getpid()
+
+    results = list(stream(work, items, jobs=3))
+    assert [r for r, _ in results] == [n + 1000 for n in items]
+    assert parent not in {pid for _, pid in results}  # run in forked workers
+    assert len({pid for _, pid in results}) > 1
+    assert [r for r, _ in stream(work, items, jobs=1)] == [n + 1000 for n in items]
+    assert {pid for _, pid in stream(work, items, jobs=1)} == {parent}
+
+
+def test_stream_raises_a_workers_error_with_its_class_and_fields() -> None:
+    from kstore_cli.operations.runner import stream
+
+    def work(n: int) -> int:
+        if n == 5:
+            raise _Odd(n)
+        return n
+
+    got: List[int] = []
+    with pytest.raises(_Odd) as raised:
+        for n in stream(work, list(range(12)), jobs=2):
+            got.append(n)
+    assert got == [0, 1, 2, 3, 4]  # every result before the failing item, none after
+    assert str(raised.value) == "/x/5 at byte 5: item 5 is odd" and raised.value.exit_status == ExitStatus.PROBLEMS
