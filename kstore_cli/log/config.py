@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 from kstore_cli.errors import FileUnreadableError, InvalidConfigError, KstoreError, UsageError
 from kstore_cli.log.checkpoint import PARTITION_METADATA, read_partition_metadata, read_properties
-from kstore_cli.log.names import METADATA_LOG_TOPIC
+from kstore_cli.log.names import METADATA_LOG_TOPIC, REPLICA_DIR_SUFFIXES
 
 if TYPE_CHECKING:
     from kstore_cli.log.logdir import Partition
@@ -641,7 +641,7 @@ class ConfigResolver:
 def _is_live_replica(partition: "Partition") -> bool:
     """A ``<topic>-<partition>`` directory a broker serves (not the metadata log, nor -delete/-future/-stray)."""
     return (partition.partition >= 0 and partition.topic != METADATA_LOG_TOPIC
-            and not partition.name.endswith(("-delete", "-future", "-stray")))
+            and not partition.name.endswith(REPLICA_DIR_SUFFIXES))
 
 
 def retention_flags(*, ms: Optional[int] = None, minutes: Optional[int] = None, hours: Optional[int] = None,

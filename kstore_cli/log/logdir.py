@@ -36,7 +36,6 @@ from kstore_cli.record.reader import read_batches
 
 _INDEX_SUFFIXES = (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX)
 _LEFTOVER_SUFFIXES = (names.DELETED_SUFFIX, names.CLEANED_SUFFIX, names.SWAP_SUFFIX, TMP_SUFFIX, ".tmp")
-_SKIPPED_DIR_SUFFIXES = ("-delete", "-future", "-stray")
 #: Files only a data directory (a ``log.dirs`` entry) holds, never a partition directory.
 DATA_DIR_FILES = frozenset({
     META_PROPERTIES, RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
@@ -183,7 +182,7 @@ class DataDir:
             full = os.path.join(self.path, name)
             if not os.path.isdir(full):
                 continue
-            if name.endswith(_SKIPPED_DIR_SUFFIXES):
+            if name.endswith(names.REPLICA_DIR_SUFFIXES):
                 self.skipped.append((full, f"{name.rsplit('-', 1)[1]} replica directory"))
             elif holds_data_dir_files(full):
                 self.skipped.append((full, "a data directory of its own, not a partition"))

@@ -48,10 +48,15 @@ def sibling(path: "str | os.PathLike[str]", suffix: str) -> str:
     return os.path.join(directory, name.split(".", 1)[0] + suffix)
 
 
+#: A replica LogManager loads apart: being deleted, moving between dirs, or not in the metadata (stray)
+#: (LocalLog.DeleteDirSuffix, FutureDirSuffix, StrayDirSuffix).
+REPLICA_DIR_SUFFIXES = ("-delete", "-future", "-stray")
+
+
 def parse_partition_dir(name: str):
     """(topic, partition) from a partition directory name, or None when it is not one."""
     name = os.path.basename(os.path.normpath(name))
-    for suffix in ("-delete", "-future", "-stray"):
+    for suffix in REPLICA_DIR_SUFFIXES:
         if name.endswith(suffix):
             name = name[: -len(suffix)].rsplit(".", 1)[0]
             break

@@ -18,7 +18,7 @@ from kstore_cli.operations.partition_findings import partition_issues
 from kstore_cli.operations.runner import stream
 from kstore_cli.operations.segment_findings import segment_issue
 from kstore_cli.operations.startup import DataDirInfo, Issue, Survey
-from kstore_cli.operations.verify import ERROR, Finding, file_findings, missing_index, verify_partition
+from kstore_cli.operations.verify import ERROR, Finding, missing_index, partition_findings_sink, verify_partition
 from kstore_cli.record.reader import map_file
 
 Target = Tuple[Partition, Optional[int]]
@@ -54,14 +54,7 @@ def startup_findings(partition: Partition, *, only: Optional[int] = None,
 
     Returns verify-index's findings for these checks and the log end offset (None without segments, or
     for one named segment)."""
-    name = partition.name
-    findings: List[Finding] = []
-
-    def add(segment, file, severity, check, message):
-        findings.append(Finding(name, segment, file, severity, check, message))
-
-    if only is None:
-        file_findings(partition, add)
+    findings, add = partition_findings_sink(partition, only)
     log_end = None
     segments = partition.segments
     for i, seg in enumerate(segments):

@@ -60,7 +60,6 @@ from kstore_cli.operations.layout_findings import layout_issues
 from kstore_cli.operations.startup import (
     ERROR,
     NOTE,
-    REPLICA_SUFFIXES,
     DataDirInfo,
     Issue,
     Survey,
@@ -315,7 +314,7 @@ def _stray_dir_change(issue: Issue) -> Planned:
     child = str(issue.file)
     name, parent = os.path.basename(child), os.path.dirname(child)
     parsed = None if holds_data_dir_files(child) else names.parse_partition_dir(name)
-    if parsed is not None and name.endswith(REPLICA_SUFFIXES):
+    if parsed is not None and name.endswith(names.REPLICA_DIR_SUFFIXES):
         suffix = "-delete" if name.endswith("-delete") else "-stray"
         new = kafka_dir_name(parsed[0], parsed[1], suffix)
         what = ("Kafka deletes it after file.delete.delay.ms, as its name asked (LocalLog.logDeleteDirName)"

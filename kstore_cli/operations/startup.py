@@ -67,8 +67,6 @@ NOTE = "note"
 
 #: Not partitions, and not parsed as such by LogManager.loadLogs (RemoteIndexCache.DIR_NAME).
 REMOTE_INDEX_CACHE = "remote-log-index-cache"
-#: A replica LogManager loads apart: being deleted, moving between dirs, or not in the metadata (stray).
-REPLICA_SUFFIXES = ("-delete", "-future", "-stray")
 OFFSET_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
                        CLEANER_OFFSET_CHECKPOINT)
 
@@ -382,7 +380,7 @@ def _loadable_name(name: str, replicas: bool = False) -> bool:
     """A data dir's child directory LogManager loads as a partition, by its name; -future ones with `replicas`."""
     if name == REMOTE_INDEX_CACHE or name.endswith(("-delete", "-stray")):
         return False
-    if name.endswith(REPLICA_SUFFIXES) and (not replicas or unparseable_reason(name) is not None):
+    if name.endswith(names.REPLICA_DIR_SUFFIXES) and (not replicas or unparseable_reason(name) is not None):
         return False
     return names.parse_partition_dir(name) is not None
 
@@ -440,7 +438,7 @@ def unparseable_reason(name: str) -> Optional[str]:
     if "-" not in name:
         return "not a partition directory: no '-' in its name"
     stem = name
-    for suffix in REPLICA_SUFFIXES:
+    for suffix in names.REPLICA_DIR_SUFFIXES:
         if name.endswith(suffix):
             if not re.match(r"^(\S+)-(\S+)\.(\S+)" + re.escape(suffix) + r"$", name):
                 return f"ends in {suffix} but is not <topic>-<partition>.<uniqueId>{suffix}"

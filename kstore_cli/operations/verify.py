@@ -206,14 +206,7 @@ def verify_partition(partition: Partition, *, only: Optional[int] = None,
     Zero slots at the end of the active segment's preallocated indexes are notes.
     `compare_indexes` (plan_partition's): False for a check that never writes.
     """
-    name = partition.name
-    findings: List[Finding] = []
-
-    def add(segment, file, severity, check, message):
-        findings.append(Finding(name, segment, file, severity, check, message))
-
-    if only is None:
-        file_findings(partition, add)
+    findings, add = partition_findings_sink(partition, only)
     # Each segment is checked as soon as it is recovered, against what its scan gathered at the
     # indexes' entries (nothing per batch is kept: a 1 GiB segment can hold millions of batches).
     at_entries: Optional[_BatchesAtEntries] = None
@@ -229,7 +222,7 @@ def verify_partition(partition: Partition, *, only: Optional[int] = None,
         nonlocal at_entries, opened
         batches, at_entries = at_entries, None
         indexes, opened = opened, None
-        _verify_segment(splan, batches, add, metadata_log=name == names.METADATA_PARTITION_DIR,
+        _verify_segment(splan, batches, add, metadata_log=partition.name == names.METADATA_PARTITION_DIR,
                         indexes=indexes)
 
     plan = plan_partition(partition, only=only, progress=progress, stop_at_damage=False, batch_sink=sink,
@@ -263,6 +256,19 @@ class _SegmentIndexes:
         if isinstance(opened, KstoreError):
             raise opened
         return opened
+
+
+def partition_findings_sink(partition: Partition, only: Optional[int]) -> Tuple[List[Finding], Callable[..., None]]:
+    """A partition's findings list and the `add(segment, file, severity, check, message)` that fills it,
+    with the partition's file findings (:func:`file_findings`) in it already when the whole partition is checked."""
+    findings: List[Finding] = []
+
+    def add(segment, file, severity, check, message):
+        findings.append(Finding(partition.name, segment, file, severity, check, message))
+
+    if only is None:
+        file_findings(partition, add)
+    return findings, add
 
 
 def file_findings(partition: Partition, add: Callable[..., None]) -> None:
