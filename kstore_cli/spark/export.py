@@ -171,6 +171,11 @@ class ExportRequest:
         if self.formats[:2] != ("binary", "binary") and self.writer != "arrow":
             raise UsageError("--key-format/--value-format other than binary are written by the arrow writer "
                              "(--writer arrow, a local --output)")
+        if self.formats[:2] != ("binary", "binary") and plan.scans:  # store and reader schemas before Spark
+            from kstore_cli.spark.decoded import build_decoding
+
+            self.decoding = build_decoding(self.paths, sorted({s.topic for s in plan.scans}), *self.formats[:2],
+                                           schemas_from=self.formats[2], reader_schema=self.formats[3])
         if not plan.scans:
             where = " ".join(self.paths)
             why = f" matches --topics {self.topics!r}" if self.topics else ""
@@ -604,8 +609,9 @@ def _export_arrow(spark, request: ExportRequest, plan: Plan, summary: ExportSumm
     info = _clear_arrow_output(fs, root, request)
     from kstore_cli.spark.decoded import build_decoding, dead_letter_count
 
-    decoding = build_decoding(request.paths, sorted({s.topic for s in plan.scans}), *request.formats[:2],
-                              schemas_from=request.formats[2], reader_schema=request.formats[3])
+    decoding = getattr(request, "decoding", None) or build_decoding(
+        request.paths, sorted({s.topic for s in plan.scans}), *request.formats[:2], schemas_from=request.formats[2],
+        reader_schema=request.formats[3])
     job = WriteJob(request.output, uuid.uuid4().hex, request.include_headers, request.include_metadata,
                    request.partition_by, request.parquet_compression,
                    _spark_row_metadata(request) if decoding is None else None, request.on_corruption, decoding)

@@ -186,3 +186,28 @@ def test_spark_reads_the_typed_columns(spark, data_dir, tmp_path) -> None:
         ("k5", None)]
     dead = spark.read.parquet(str(tmp_path / "o" / DEAD_LETTERS_DIR)).orderBy("offset").collect()
     assert [r.offset for r in dead] == [2, 3, 4, 6] and dead[0].value == UNKNOWN
+
+
+def test_command_refuses_before_spark_and_exits_1_on_dead_letters(data_dir, tmp_path, monkeypatch, capsys) -> None:
+    from kstore_cli.cli import main
+    from kstore_cli.spark import export
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["spark-export", str(data_dir), "-o", str(tmp_path / "o"), "--topics", "orders", "--value-format",
+              "avro", "--reader-schema", "no-such-value"])
+    assert exit_info.value.code == 2
+    assert "--reader-schema no-such-value: neither a file nor a subject" in capsys.readouterr().err
+
+    def fake_run(request):
+        assert request.formats == ("binary", "avro", None, None)
+        summary = export.ExportSummary()
+        summary.output, summary.records, summary.dead_letters = str(tmp_path / "o"), 3, 4
+        return summary
+
+    monkeypatch.setattr(export, "run_export", fake_run)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["spark-export", str(data_dir), "-o", str(tmp_path / "o"), "--value-format", "avro", "--json"])
+    assert exit_info.value.code == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out.splitlines()[0])["dead_letters"] == 4
+    assert f"kstore: error: 4 records did not decode: in {tmp_path / 'o'}/_kstore_dead_letters/" in err
