@@ -369,3 +369,55 @@ def _reader_side(store: Any, name: str, reader_schema: str) -> Side:
 def dead_letter_count(written: List[Dict]) -> int:
     """The dead letters the tasks wrote (their file entries)."""
     return sum(w.get("dead_letters", 0) for w in written)
+
+
+def source_decoding(options: Dict[str, str]) -> Optional[Decoding]:
+    """The decoding step of ``spark.read.format("kstore")`` from its options ``keyFormat``, ``valueFormat``,
+    ``schemasFrom``, ``readerSchema`` (spark-export's options; None when keys and values stay binary)."""
+    from kstore_cli.spark.options import ReadOptions
+    from kstore_cli.spark.plan import plan_read
+
+    opts = {str(k).lower(): v for k, v in options.items() if v is not None}
+    key_format, value_format = opts.get("keyformat", "binary"), opts.get("valueformat", "binary")
+    if key_format == value_format == "binary":
+        return None
+    read = ReadOptions(options)
+    topics = sorted({s.topic for s in plan_read(read).scans})
+    return build_decoding(read.paths, topics, key_format, value_format, schemas_from=opts.get("schemasfrom"),
+                          reader_schema=opts.get("readerschema"))
+
+
+def spark_schema(decoding: Decoding, base: pa.Schema) -> Any:
+    """The Spark schema (StructType) of the decoded rows."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(decoding.schema(base))
+
+
+def decoded_batches(decoding: Decoding, batches: Any, dead_letter_path: Optional[str]) -> Any:
+    """The data source's batches decoded. Records that do not decode go to Parquet files under
+    `dead_letter_path` (the ``deadLetterPath`` option; one file per batch, named by its first dead letter's
+    topic, partition and offset, so that a query scanning twice or a retried task rewrites the same file);
+    without it the read fails with the first one's reason, so that none is dropped silently."""
+    import uuid
+
+    from kstore_cli.errors import CorruptDataError
+
+    for batch in batches:
+        batch, dead = decoding.apply(batch)
+        if dead is not None:
+            if dead_letter_path is None:
+                first = dead.slice(0, 1).to_pylist()[0]
+                raise CorruptDataError(
+                    f"{first['topic']}-{first['partition']} offset {first['offset']}: the {first['side']} does not "
+                    f"decode: {first['reason']} ({dead.num_rows} records of this batch; the deadLetterPath option "
+                    "keeps them instead)")
+            import pyarrow.parquet as pq
+
+            os.makedirs(dead_letter_path, exist_ok=True)
+            first = dead.slice(0, 1).to_pylist()[0]
+            name = f"part-{first['topic']}-{first['partition']}-{first['offset']}.parquet".replace("/", "%2F")
+            hidden = os.path.join(dead_letter_path, f".{name}.{uuid.uuid4().hex}.inprogress")
+            pq.write_table(pa.Table.from_batches([dead]), hidden)
+            os.replace(hidden, os.path.join(dead_letter_path, name))
+        yield batch

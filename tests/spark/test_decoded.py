@@ -211,3 +211,15 @@ def test_command_refuses_before_spark_and_exits_1_on_dead_letters(data_dir, tmp_
     out, err = capsys.readouterr()
     assert json.loads(out.splitlines()[0])["dead_letters"] == 4
     assert f"kstore: error: 4 records did not decode: in {tmp_path / 'o'}/_kstore_dead_letters/" in err
+
+
+def test_spark_data_source_decodes_with_dead_letter_path(spark, data_dir, tmp_path) -> None:
+    reader = (spark.read.format("kstore").option("topics", "orders").option("valueFormat", "avro")
+              .option("keyFormat", "string"))
+    with pytest.raises(Exception, match="deadLetterPath"):
+        reader.load(str(data_dir)).collect()
+    df = reader.option("deadLetterPath", str(tmp_path / "dead")).load(str(data_dir))
+    assert df.schema["value"].dataType.simpleString() == "struct<id:bigint,amount:double,note:string>"
+    assert [(r.offset, r.value.id if r.value else None) for r in df.orderBy("offset").collect()] == \
+        [(0, 7), (1, 8), (5, None)]
+    assert sorted(pq.read_table(str(tmp_path / "dead")).column("offset").to_pylist()) == [2, 3, 4, 6]
