@@ -112,10 +112,9 @@ def _convert(schema: Any, named: Dict[str, Any], namespace: Optional[str], seen:
         return _LOGICAL[logical]
     if kind in ("record", "error"):
         return _record(schema, named, namespace, seen)
-    if kind == "enum":
-        return pa.string(), None
-    if kind == "fixed":
-        return pa.binary(), None
+    if kind in ("enum", "fixed"):
+        named[_full_name(schema, namespace)[0]] = schema
+        return (pa.string() if kind == "enum" else pa.binary()), None
     if kind == "array":
         item, fix = _convert(schema["items"], named, namespace, seen)
         return pa.list_(item), (None if fix is None else lambda v: None if v is None else [fix(x) for x in v])

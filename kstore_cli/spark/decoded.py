@@ -299,7 +299,13 @@ def build_decoding(paths: Sequence[str], topics: Sequence[str], key_format: str 
         store = _load_store(paths, schemas_from)
     sides = [_side(store, "key", key_format, topics, None),
              _side(store, "value", value_format, topics, reader_schema)]
-    return Decoding(store, *sides)
+    decoding = Decoding(store, *sides)
+    for side in sides:
+        try:
+            decoding.type_of(side)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"the {side.name} reader schema has no Arrow type ({exc})") from None
+    return decoding
 
 
 def _load_store(paths: Sequence[str], schemas_from: Optional[str]) -> Any:
