@@ -132,8 +132,6 @@ def export_rates(directory: Path, n: int) -> None:
     import shutil as _shutil
 
     from kstore_cli.spark.export import ExportRequest
-    from kstore_cli.spark.options import ReadOptions
-    from kstore_cli.spark.plan import plan_read
     from kstore_cli.spark.write import WriteJob, write_task
 
     rates = {}
