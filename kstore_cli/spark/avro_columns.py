@@ -23,6 +23,8 @@ import pyarrow as pa
 from kstore_cli.spark.avro_arrow import avro_arrow_type
 
 _PLAIN = {"null", "boolean", "int", "long", "float", "double", "string", "bytes"}
+#: Zero bytes after the data, so that a read past a payload's end stays in the buffer (such a row is bad).
+PADDING = 16
 _LOGICAL_KINDS = {"date": "int", "time-millis": "int", "time-micros": "long", "timestamp-millis": "long",
                   "timestamp-micros": "long", "local-timestamp-millis": "long", "local-timestamp-micros": "long",
                   "uuid": "string"}
@@ -122,14 +124,15 @@ def compile_program(writer: Any, reader: Any, named_writer: Dict[str, Any],
 
 class _Cursor:
     def __init__(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
-        self.buf = np.concatenate([data, np.zeros(16, np.uint8)])
+        self.buf = data  # ends with at least 16 zero bytes of padding (PADDING)
         self.pos = starts.astype(np.int64)
         self.end = ends.astype(np.int64)
         self.bad = np.zeros(len(starts), bool)
 
     def gather(self, width: int) -> np.ndarray:
-        idx = self.pos[:, None] + np.arange(width)
-        return self.buf[np.minimum(idx, len(self.buf) - 1)]
+        """`width` bytes at each row's position (past the end: the padding's zeros; such a row is bad)."""
+        windows = np.lib.stride_tricks.sliding_window_view(self.buf, width)
+        return windows[np.minimum(self.pos, len(windows) - 1)]
 
     def advance(self, active: np.ndarray, by: np.ndarray) -> None:
         new = self.pos + by
@@ -157,8 +160,8 @@ class _Cursor:
 
 
 def decode_rows(program: Program, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Tuple[pa.Array, np.ndarray]:
-    """The rows' payloads (``data[starts:ends]``) as an array of the program's type, and which rows are bad
-    (their values are null and must be decoded by fastavro)."""
+    """The rows' payloads (``data[starts:ends]``; `data` followed by PADDING zero bytes) as an array of the
+    program's type, and which rows are bad (their values are null and must be decoded by fastavro)."""
     cur = _Cursor(data, starts, ends)
     n = len(starts)
     active = np.ones(n, bool)

@@ -17,7 +17,7 @@ def decode_avro_column(decoding: Any, side: Any, column: pa.Array, failed: Dict[
     try:
         import numpy as np
 
-        from kstore_cli.spark.avro_columns import decode_rows
+        from kstore_cli.spark.avro_columns import PADDING, decode_rows
     except ImportError:
         return None
     n = len(column)
@@ -26,7 +26,7 @@ def decode_avro_column(decoding: Any, side: Any, column: pa.Array, failed: Dict[
     data = np.frombuffer(column.buffers()[2], np.uint8) if column.buffers()[2] is not None else np.zeros(0, np.uint8)
     starts, ends = offsets[:-1], offsets[1:]
     valid = ~column.is_null().to_numpy(zero_copy_only=False)
-    padded = np.concatenate([data, np.zeros(5, np.uint8)])
+    padded = np.concatenate([data, np.zeros(PADDING, np.uint8)])
     header = valid & (ends - starts >= HEADER_SIZE) & (padded[np.minimum(starts, len(data))] == 0)
     ids = np.zeros(n, np.int64)
     for k in range(1, 5):
@@ -35,12 +35,14 @@ def decode_avro_column(decoding: Any, side: Any, column: pa.Array, failed: Dict[
     rows_done: List[Any] = []
     arrays: List[pa.Array] = []
     slow = valid.copy()
-    for schema_id in np.unique(ids[header]).tolist():
+    present = ids[header]
+    one = len(present) and present.min() == present.max()
+    for schema_id in ([int(present[0])] if one else np.unique(present).tolist()):
         program = _program(decoding, side, schema_id, type_)
         if program is None:
             continue
         rows = np.nonzero(header & (ids == schema_id))[0]
-        array, bad = decode_rows(program, data, starts[rows] + HEADER_SIZE, ends[rows])
+        array, bad = decode_rows(program, padded, starts[rows] + HEADER_SIZE, ends[rows])
         good = ~bad
         rows_done.append(rows[good])
         arrays.append(array.filter(pa.array(good)))
