@@ -2,11 +2,12 @@
 the payload: AbstractKafkaSchemaSerDe), decoded with the schemas of a :class:`SchemaStore`, for ``--json``.
 
 Formats: ``avro`` (KafkaAvroDeserializer: the writer schema by id, resolved against the reader schema, the
-latest live version of the writer's subject, with fastavro), ``json`` (the bytes as JSON text), ``string``
-(UTF-8), ``binary`` (base64, as without a format), ``auto`` (bytes of 5 or more starting with the magic byte 0
-are taken as the wire format, and the id's schema type chooses: AVRO and JSON Schema payloads decoded, PROTOBUF
-kept as bytes with the reason; other bytes shown as JSON when they are UTF-8 JSON text, else as a string when
-UTF-8 without control characters, else base64).
+latest live version of the writer's subject, with fastavro), ``json-schema`` and ``protobuf``
+(kstore_cli.cluster.schema_decoders: JSON validated against the writer schema; Protobuf messages by Confluent's
+message indexes, shown with the proto3 JSON mapping), ``json`` (the bytes as JSON text), ``string`` (UTF-8),
+``binary`` (base64, as without a format), ``auto`` (bytes of 5 or more starting with the magic byte 0 are taken
+as the wire format, and the id's schema type chooses among avro, json-schema and protobuf; other bytes shown as
+JSON when they are UTF-8 JSON text, else as a string when UTF-8 without control characters, else base64).
 A part that does not decode keeps its bytes (base64) and the reason goes in the record's ``decodeError``:
 never dropped.
 """
@@ -23,12 +24,15 @@ import re
 import uuid
 from typing import Any, Dict, Optional, Tuple
 
+from kstore_cli.cluster.schema_decoders import JsonSchemaValidator, ProtobufSchema, Undecodable, dependencies
 from kstore_cli.cluster.schema_registry import DEFAULT_TOPIC, SchemaStore, SchemaVersion, load_schema_store
 from kstore_cli.errors import MissingDependencyError
 from kstore_cli.log.logdir import is_partition_dir
 from kstore_cli.parsers.decoded import RAW, JsonDecoded
 
-FORMATS = ("auto", "avro", "json", "string", "binary")
+FORMATS = ("auto", "avro", "json-schema", "protobuf", "json", "string", "binary")
+#: Each schema type of the registry and the format that decodes it.
+TYPE_FORMATS = {"AVRO": "avro", "JSON": "json-schema", "PROTOBUF": "protobuf"}
 #: The wire format's magic byte and header size (AbstractKafkaSchemaSerDe.MAGIC_BYTE, idSize 4).
 MAGIC_BYTE = 0
 HEADER_SIZE = 5
@@ -36,9 +40,7 @@ HEADER_SIZE = 5
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
-class _Undecodable(Exception):
-    """Why a key or value does not decode."""
-
+_Undecodable = Undecodable
 
 def _fastavro() -> Any:
     try:
@@ -76,6 +78,7 @@ class WireFormatDecoder:
         self.name = f"key={key_format},value={value_format}"
         self.undecodable = 0
         self._parsed: Dict[int, Tuple[Any, Any]] = {}
+        self._others: Dict[int, Any] = {}  # schema id -> JsonSchemaValidator or ProtobufSchema
         avro_ids = store is not None and any(sv.schema_type == "AVRO" for sv in store.versions.values())
         if "avro" in self.formats or ("auto" in self.formats and avro_ids):
             _fastavro()  # said once, before any record
@@ -102,16 +105,10 @@ class WireFormatDecoder:
             return _utf8(data)
         if fmt == "json":
             return _json_text(data)
-        if fmt == "avro":
-            return self._avro(data, *self._schema_of(data))
+        if fmt in ("avro", "json-schema", "protobuf"):
+            return self.schema_payload(data, fmt)
         if len(data) >= HEADER_SIZE and data[0] == MAGIC_BYTE:  # auto: the wire format's magic byte
-            schema_id, sv = self._schema_of(data)
-            if sv.schema_type == "AVRO":
-                return self._avro(data, schema_id, sv)
-            if sv.schema_type == "JSON":
-                return _json_text(data[HEADER_SIZE:])
-            raise _Undecodable(f"schema id {schema_id} is a {sv.schema_type} schema ({sv.subject} version "
-                               f"{sv.version}): kstore does not decode {sv.schema_type} yet")
+            return self.schema_payload(data, None)
         try:
             return _json_text(data)
         except _Undecodable:
@@ -132,6 +129,22 @@ class WireFormatDecoder:
         if sv is None:
             raise _Undecodable(f"schema id {schema_id} is not in the schema registry's store")
         return schema_id, sv
+
+    def schema_payload(self, data: bytes, fmt: Optional[str]) -> Any:
+        """A wire-format part decoded as `fmt` (None: as its id's schema type says); raises Undecodable."""
+        schema_id, sv = self._schema_of(data)
+        want = TYPE_FORMATS.get(sv.schema_type)
+        if fmt is not None and want != fmt:
+            raise _Undecodable(f"schema id {schema_id} is a {sv.schema_type} schema, not {fmt.upper()}")
+        if want == "avro":
+            return self._avro(data, schema_id, sv)
+        if want is None:
+            raise _Undecodable(f"schema id {schema_id} is of type {sv.schema_type}, which kstore does not decode")
+        decoder = self._others.get(schema_id)
+        if decoder is None:
+            decoder = self._others[schema_id] = (JsonSchemaValidator(self.store, sv) if want == "json-schema"
+                                                 else ProtobufSchema(self.store, sv))
+        return decoder(data[HEADER_SIZE:]) if want == "json-schema" else decoder.decode(data[HEADER_SIZE:])
 
     def _avro(self, data: bytes, schema_id: int, sv: SchemaVersion) -> Any:
         if sv.schema_type != "AVRO":
@@ -170,17 +183,7 @@ class WireFormatDecoder:
                 from None
 
     def _dependencies(self, sv: SchemaVersion, seen: Tuple[Tuple[str, int], ...]) -> list:
-        """The versions `sv` references, directly or not, each once, a version after those it references."""
-        out: list = []
-        for ref in sv.references:
-            target = self.store.versions.get((ref.subject, ref.version))
-            if target is None or (ref.subject, ref.version) in seen:
-                raise _Undecodable(f"schema id {sv.id} references {ref.subject} version {ref.version}, which is "
-                                   "not in the store" if target is None else "a reference cycle")
-            for dep in self._dependencies(target, seen + ((sv.subject, sv.version),)) + [target]:
-                if dep not in out:
-                    out.append(dep)
-        return out
+        return dependencies(self.store, sv, seen)
 
 
 def _utf8(data: bytes) -> str:
@@ -203,7 +206,7 @@ def make_wire_decoder(key_format: str, value_format: str, *, near: str, schemas_
     (its partition dir, or a data dir holding it) or else from the data dir of `near` (a segment or a partition
     dir)."""
     store = None
-    if {"avro", "auto"} & {key_format, value_format}:
+    if {"avro", "json-schema", "protobuf", "auto"} & {key_format, value_format}:
         if schemas_from is not None and is_partition_dir(os.path.abspath(schemas_from)):
             store = load_schema_store([], topic=topic, schemas_from=schemas_from)
         else:

@@ -186,7 +186,7 @@ class ExistingPath(click.Path):
 
 
 #: --key-format/--value-format (kstore_cli.cluster.wire_format.FORMATS).
-RECORD_FORMATS = ("auto", "avro", "json", "string", "binary")
+RECORD_FORMATS = ("auto", "avro", "json-schema", "protobuf", "json", "string", "binary")
 
 
 def schemas_source_options(f: F) -> F:
@@ -202,7 +202,7 @@ def record_format_options(f: F) -> F:
     with the schemas of the registry's store topic (--schemas-from, else the input's data dir)."""
     f = schemas_source_options(f)
     f = click.option("--value-format", type=click.Choice(RECORD_FORMATS), default=None,
-                     help="With --json: values as avro (Confluent's wire format), json, string, binary (base64) or "
-                          "auto (the magic byte and the schema id's type choose; else JSON text, UTF-8, base64).")(f)
+                     help="With --json: values as avro, json-schema, protobuf (Confluent's wire format), json, string, "
+                          "binary (base64) or auto (the magic byte and the schema id's type choose; else JSON text, UTF-8, base64).")(f)
     return click.option("--key-format", type=click.Choice(RECORD_FORMATS), default=None,
                         help="With --json: keys decoded as --value-format says for values.")(f)

@@ -13,6 +13,9 @@ from kstore_cli.commands._options import TIME, ExistingPath, json_option, topics
 
 from kstore_cli.errors import ExitStatus, UsageError
 
+#: kstore_cli.spark.decoded.FORMATS (spelled here: the command module imports no Spark code at load).
+DECODED_FORMATS = ("auto", "avro", "json-schema", "protobuf", "json", "string", "binary")
+
 
 def _spark_conf(pairs: Tuple[str, ...]) -> Dict[str, str]:
     conf: Dict[str, str] = {}
@@ -67,12 +70,23 @@ def _spark_conf(pairs: Tuple[str, ...]) -> Dict[str, str]:
                    "session time zone other than UTC.")
 @click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
               help="Any Spark setting (repeatable); spark.ui.showConsoleProgress=true shows Spark's stage progress.")
+@click.option("--value-format", type=click.Choice(DECODED_FORMATS), default="binary", show_default=True,
+              help="Values as typed columns: avro (a struct of the reader schema's fields), json-schema, protobuf "
+                   "(JSON string columns), json, string; auto: as the topic's subject's schema type; binary: bytes. "
+                   "Records that do not decode go to OUTPUT/_kstore_dead_letters/ (exit 1).")
+@click.option("--key-format", type=click.Choice(DECODED_FORMATS), default="binary", show_default=True,
+              help="Keys decoded as --value-format says for values.")
+@click.option("--schemas-from", type=ExistingPath(), metavar="PATH",
+              help="The Schema Registry's _schemas partition dir (or a data dir holding it); default: among PATHs.")
+@click.option("--reader-schema", metavar="FILE|SUBJECT",
+              help="Avro reader schema: an .avsc file or a subject's latest version (default: <topic>-value's).")
 @json_option("Print the summary as one JSON object.")
 @click.pass_context
 def command(ctx: click.Context, paths, output: str, master: str, topics: Optional[str], starting_offsets: Optional[str],
             ending_offsets: Optional[str], starting_timestamp: Optional[int], ending_timestamp: Optional[int],
             isolation_level: str, include_headers: bool, include_metadata: bool, partition_by: str,
             parquet_compression: str, mode: Optional[str], on_corruption: str, max_bytes_per_partition: Optional[int], writer: str, spark_conf,
+            value_format: str, key_format: str, schemas_from: Optional[str], reader_schema: Optional[str],
             as_json: bool) -> None:
     """Export whole topic directories to Parquet with Spark's Kafka source schema.
 
@@ -88,7 +102,8 @@ def command(ctx: click.Context, paths, output: str, master: str, topics: Optiona
     Every batch's CRC is checked. Internal topics (__consumer_offsets, __*) are exported
     only when named: --topics '__*', or their partition directory as PATH. Exit codes: 0
     exported; 1 a damaged batch (or, with --on-corruption skip, batches skipped), or no
-    partition selected; 2 usage (also an existing --output without --mode); 3 a file could
+    partition selected, or records that did not decode (--key-format/--value-format: kept in
+    OUTPUT/_kstore_dead_letters/ with coordinates, raw bytes and reason); 2 usage (also an existing --output without --mode); 3 a file could
     not be read, or no Java 17+. Spark's own logs and progress bars are off
     (KSTORE_SPARK_LOG_LEVEL=WARN, --spark-conf spark.ui.showConsoleProgress=true).
 
@@ -106,7 +121,8 @@ def command(ctx: click.Context, paths, output: str, master: str, topics: Optiona
         isolation_level=isolation_level, include_headers=include_headers, include_metadata=include_metadata,
         partition_by=partition_by, parquet_compression=parquet_compression, mode=mode,
         spark_conf=_spark_conf(spark_conf), max_bytes_per_partition=max_bytes_per_partition,
-        writer=writer, on_corruption=on_corruption,
+        writer=writer, on_corruption=on_corruption, key_format=key_format, value_format=value_format,
+        schemas_from=schemas_from, reader_schema=reader_schema,
     )
     summary = run_export(request)
     click.echo(json.dumps(summary.to_dict(), sort_keys=True) if as_json
@@ -116,4 +132,8 @@ def command(ctx: click.Context, paths, output: str, master: str, topics: Optiona
         click.echo(f"kstore: error: {first.log} at byte {first.position}: {first.reason} "
                    f"({len(summary.skipped)} damaged or truncated batches skipped, listed in "
                    f"{summary.output.rstrip('/')}/{SKIPPED_FILE})", err=True)
+        exit_with(ExitStatus.PROBLEMS)
+    if summary.dead_letters:
+        click.echo(f"kstore: error: {summary.dead_letters} records did not decode: in "
+                   f"{summary.output.rstrip('/')}/_kstore_dead_letters/ with their reasons", err=True)
         exit_with(ExitStatus.PROBLEMS)

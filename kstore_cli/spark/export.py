@@ -83,7 +83,9 @@ class ExportRequest:
                  parquet_compression: str = "snappy", mode: Optional[str] = None,
                  spark_conf: Optional[Dict[str, str]] = None, max_bytes_per_partition: Optional[int] = None,
                  extra_options: Optional[Dict[str, str]] = None, progress: bool = False,
-                 writer: str = "auto", on_corruption: str = "fail") -> None:
+                 writer: str = "auto", on_corruption: str = "fail", key_format: str = "binary",
+                 value_format: str = "binary", schemas_from: Optional[str] = None,
+                 reader_schema: Optional[str] = None) -> None:
         if partition_by not in PARTITION_BY:
             raise UsageError(f"--partition-by must be one of {', '.join(PARTITION_BY)}, not {partition_by!r}")
         if parquet_compression not in PARQUET_COMPRESSION:
@@ -110,6 +112,8 @@ class ExportRequest:
         #: error (the default: an existing output is refused), overwrite or append
         self.mode = mode or "error"
         self.on_corruption = on_corruption
+        #: Decoded columns (kstore_cli.spark.decoded): formats, the store's partition, the reader schema.
+        self.formats = (key_format, value_format, schemas_from, reader_schema)
         self.spark_conf = dict(spark_conf or {})
         self.max_bytes_per_partition = max_bytes_per_partition
         self.extra_options = dict(extra_options or {})
@@ -164,6 +168,14 @@ class ExportRequest:
         UsageError (exit 2) for options and an existing output without --mode, NothingToExportError
         (exit 1) when no partition is selected."""
         plan = plan_read(ReadOptions(self.reader_options()))
+        if self.formats[:2] != ("binary", "binary") and self.writer != "arrow":
+            raise UsageError("--key-format/--value-format other than binary are written by the arrow writer "
+                             "(--writer arrow, a local --output)")
+        if self.formats[:2] != ("binary", "binary") and plan.scans:  # store and reader schemas before Spark
+            from kstore_cli.spark.decoded import build_decoding
+
+            self.decoding = build_decoding(self.paths, sorted({s.topic for s in plan.scans}), *self.formats[:2],
+                                           schemas_from=self.formats[2], reader_schema=self.formats[3])
         if not plan.scans:
             where = " ".join(self.paths)
             why = f" matches --topics {self.topics!r}" if self.topics else ""
@@ -201,13 +213,15 @@ class ExportSummary:
         self.skipped: List[SkippedBatch] = []
         #: internal topics' partitions not exported because nothing named them
         self.internal_left_out: List[str] = []
+        #: records that did not decode (--key-format/--value-format), in _kstore_dead_letters/ (exit 1)
+        self.dead_letters = 0
 
     def to_dict(self) -> dict:
         return {"type": "summary", "kafka_partitions": self.kafka_partitions, "spark_partitions": self.tasks, "records": self.records,
                 "bytes_in": self.bytes_in, "parquet_files": self.parquet_files, "parquet_bytes": self.parquet_bytes,
                 "seconds": round(self.seconds, 3), "output": self.output, "writer": self.writer,
                 "skipped_batches": [b.to_dict(snake_case=True) for b in self.skipped],
-                "internal_partitions_left_out": list(self.internal_left_out)}
+                "internal_partitions_left_out": list(self.internal_left_out), "dead_letters": self.dead_letters}
 
     def text(self, size: Optional[Callable[[int], str]] = None) -> str:
         """The summary line (then the notes); `size` spells the byte counts (a terminal's human units)."""
@@ -230,6 +244,9 @@ class ExportSummary:
             lines.append(f"skipped {len(self.skipped)} damaged or truncated batches "
                          f"(listed in {self.output.rstrip('/')}/{SKIPPED_FILE}):")
             lines += [f"  {b.text()}" for b in self.skipped]
+        if self.dead_letters:
+            lines.append(f"{self.dead_letters} records did not decode: in {self.output.rstrip('/')}/"
+                         "_kstore_dead_letters/ (topic, partition, offset, raw key and value, reason)")
         return lines
 
 
@@ -590,9 +607,14 @@ def _export_arrow(spark, request: ExportRequest, plan: Plan, summary: ExportSumm
     except (OSError, ValueError) as exc:
         raise UsageError(f"--writer arrow cannot write to {request.output} ({exc}); use --writer spark") from None
     info = _clear_arrow_output(fs, root, request)
+    from kstore_cli.spark.decoded import build_decoding, dead_letter_count
+
+    decoding = getattr(request, "decoding", None) or build_decoding(
+        request.paths, sorted({s.topic for s in plan.scans}), *request.formats[:2], schemas_from=request.formats[2],
+        reader_schema=request.formats[3])
     job = WriteJob(request.output, uuid.uuid4().hex, request.include_headers, request.include_metadata,
-                   request.partition_by, request.parquet_compression, _spark_row_metadata(request),
-                   request.on_corruption)
+                   request.partition_by, request.parquet_compression,
+                   _spark_row_metadata(request) if decoding is None else None, request.on_corruption, decoding)
     tasks = list(enumerate(plan.tasks))
     try:
         written = _run_arrow_tasks(spark, job, tasks) if tasks else []
@@ -618,6 +640,7 @@ def _export_arrow(spark, request: ExportRequest, plan: Plan, summary: ExportSumm
     summary.parquet_files = len(written)
     summary.parquet_bytes = sum(w["bytes"] for w in written)
     summary.records = sum(w["rows"] for w in written)
+    summary.dead_letters = dead_letter_count(written)
 
 
 def _clear_arrow_output(fs: Any, root: str, request: ExportRequest) -> Any:

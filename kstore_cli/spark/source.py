@@ -216,9 +216,16 @@ class KstoreReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator:
         opts = self.options
         if opts.on_corruption != "skip":
-            return read_task(partition.task, include_headers=opts.include_headers,
-                             include_metadata=opts.include_metadata, trace_dir=opts.trace_dir)
-        return _reporting_skips(partition.task, opts)
+            batches = read_task(partition.task, include_headers=opts.include_headers,
+                                include_metadata=opts.include_metadata, trace_dir=opts.trace_dir)
+        else:
+            batches = _reporting_skips(partition.task, opts)
+        decoding = getattr(self, "decoding", None)  # keyFormat/valueFormat: kstore_cli.spark.decoded
+        if decoding is None:
+            return batches
+        from kstore_cli.spark.decoded import decoded_batches
+
+        return decoded_batches(decoding, batches, getattr(self, "dead_letter_path", None))
 
 
 class KstorePushdownReader(KstoreReader):
@@ -244,10 +251,22 @@ class KstoreDataSource(DataSource):
     def name(cls) -> str:
         return NAME
 
-    def schema(self) -> str:
+    def schema(self):
         opts = ReadOptions(self.options)
+        from kstore_cli.spark.decoded import source_decoding, spark_schema
+
+        decoding = source_decoding(self.options)
+        if decoding is not None:
+            from kstore_cli.spark.columns import arrow_schema
+
+            return spark_schema(decoding, arrow_schema(opts.include_headers, opts.include_metadata))
         return spark_ddl(opts.include_headers, opts.include_metadata)
 
     def reader(self, schema) -> DataSourceReader:
+        from kstore_cli.spark.decoded import source_decoding
+
         options = ReadOptions(self.options)
-        return KstorePushdownReader(options) if options.filter_pushdown else KstoreReader(options)
+        reader = KstorePushdownReader(options) if options.filter_pushdown else KstoreReader(options)
+        reader.decoding = source_decoding(self.options)
+        reader.dead_letter_path = {str(k).lower(): v for k, v in self.options.items()}.get("deadletterpath")
+        return reader

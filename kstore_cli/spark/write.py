@@ -58,8 +58,9 @@ class WriteJob:
 
     def __init__(self, output: str, job_id: str, include_headers: bool, include_metadata: bool,
                  partition_by: str, compression: str, spark_metadata: Optional[str] = None,
-                 on_corruption: str = "fail") -> None:
+                 on_corruption: str = "fail", decoding=None) -> None:
         self.output = output
+        self.decoding = decoding  # kstore_cli.spark.decoded.Decoding, or None: raw key and value
         self.on_corruption = on_corruption  # "fail" or "skip" (ReadOptions.on_corruption)
         self.job_id = job_id
         self.include_headers = include_headers
@@ -71,6 +72,8 @@ class WriteJob:
 
 def _file_schema(job: WriteJob) -> pa.Schema:
     schema = arrow_schema(job.include_headers, job.include_metadata)
+    if job.decoding is not None:
+        schema = job.decoding.schema(schema)
     if job.partition_by == "topic,partition":
         schema = pa.schema([f for f in schema if f.name not in ("topic", "partition")])
     if job.spark_metadata:
@@ -213,10 +216,17 @@ def write_task(job: WriteJob, index: int, task: Task) -> List[Dict]:
     then one ``{"skipped": ...}`` per batch left out (``on_corruption`` skip)."""
     files = _Files(job, index)
     skipped: Optional[list] = [] if job.on_corruption == "skip" else None
+    letters = None
+    if job.decoding is not None:
+        from kstore_cli.spark.decoded import DeadLetterFile
+
+        letters = DeadLetterFile(job.decoding, files.fs, files.staging, f"part-{index:05d}-{job.job_id}", files.codec)
     try:
         for key, group in _groups(task, job.partition_by == "topic,partition"):
             for batch in read_task(group, include_headers=job.include_headers,
                                    include_metadata=job.include_metadata, skipped=skipped):
+                if letters is not None:
+                    batch = letters.decode(batch)
                 if not batch.num_rows:
                     continue
                 if key is not None:
@@ -227,9 +237,12 @@ def write_task(job: WriteJob, index: int, task: Task) -> List[Dict]:
                         files.write(name, rows)
                 else:
                     files.write("", batch)
-        return files.commit() + [{"skipped": b.to_dict()} for b in skipped or ()]
+        dead = letters.commit() if letters is not None else []
+        return files.commit() + dead + [{"skipped": b.to_dict()} for b in skipped or ()]
     except BaseException:
         files.abort()
+        if letters is not None:
+            letters.abort()
         raise
 
 

@@ -1,0 +1,300 @@
+"""Avro payloads of one writer schema decoded column by column with numpy, straight from an Arrow binary
+column's buffers: the same values fastavro gives (kstore_cli.spark.decoded's per-record path), without a Python
+object per record.
+
+Every row of a batch advances through the writer schema's fields together: a varint, a length-prefixed string,
+a double is read at each row's position at once, and the positions move on. Supported: records (nested too),
+null, boolean, int, long, float, double, string, bytes, enum, ``[null, T]`` unions, and the logical types date,
+time-*, timestamp-*, local-timestamp-*, uuid and decimal on bytes (up to 8 bytes of unscaled value). A schema with
+anything else (arrays, maps, fixed, other unions), and a resolution other than fields added (with a default) or
+removed, is left to fastavro: :func:`compile_program` returns None. A row that overruns its payload, holds a bad
+varint, union branch, enum index, an over-long decimal or invalid UTF-8 is marked, and goes to fastavro too (which
+decodes it or says why not): rows are never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import pyarrow as pa
+
+from kstore_cli.spark.avro_arrow import avro_arrow_type
+
+_PLAIN = {"null", "boolean", "int", "long", "float", "double", "string", "bytes"}
+#: Zero bytes after the data, so that a read past a payload's end stays in the buffer (such a row is bad).
+PADDING = 16
+_LOGICAL_KINDS = {"date": "int", "time-millis": "int", "time-micros": "long", "timestamp-millis": "long",
+                  "timestamp-micros": "long", "local-timestamp-millis": "long", "local-timestamp-micros": "long",
+                  "uuid": "string"}
+
+
+def _node(schema: Any, named: Dict[str, Any], namespace: Optional[str]) -> Optional[tuple]:
+    """A writer schema as a decode tree: (kind, details); None when not supported."""
+    if isinstance(schema, str):
+        if schema in _PLAIN:
+            return (schema,)
+        full = schema if "." in schema or not namespace else f"{namespace}.{schema}"
+        target = named.get(full, named.get(schema))
+        return None if target is None else _node(target, named, namespace)
+    if isinstance(schema, list):
+        if len(schema) != 2 or "null" not in schema:
+            return None
+        inner = _node(schema[1 - schema.index("null")], named, namespace)
+        return None if inner is None else ("union", 1 - schema.index("null"), inner)
+    kind, logical = schema.get("type"), schema.get("logicalType")
+    if logical == "decimal" and kind == "bytes":
+        return ("decimal", int(schema["precision"]), int(schema.get("scale", 0)))
+    if logical in _LOGICAL_KINDS and kind == _LOGICAL_KINDS[logical]:
+        return (logical,)
+    if kind == "enum":
+        named[_name(schema, namespace)] = schema
+        return ("enum", list(schema["symbols"]))
+    if kind in ("record", "error"):
+        full = _name(schema, namespace)
+        named[full] = schema
+        ns = full.rsplit(".", 1)[0] if "." in full else None
+        fields = []
+        for f in schema["fields"]:
+            child = _node(f["type"], named, ns)
+            if child is None:
+                return None
+            fields.append((f["name"], child))
+        return ("record", fields)
+    if isinstance(kind, (str, list, dict)) and kind not in ("array", "map", "fixed"):
+        return _node(kind, named, namespace)
+    return None
+
+
+def _name(schema: dict, namespace: Optional[str]) -> str:
+    name = schema["name"]
+    if "." in name or not schema.get("namespace", namespace):
+        return name
+    return f"{schema.get('namespace', namespace)}.{name}"
+
+
+class Program:
+    """How to decode one writer schema's payloads into the reader schema's Arrow type."""
+
+    def __init__(self, tree: tuple, out_type: pa.DataType, keep: List[Optional[int]],
+                 defaults: List[Tuple[int, pa.Array]]) -> None:
+        self.tree = tree
+        self.out_type = out_type
+        self.keep = keep          # per writer field: its index in the reader's struct, or None (dropped)
+        self.defaults = defaults  # reader fields the writer lacks: (index, one-value array of the default)
+
+
+def compile_program(writer: Any, reader: Any, named_writer: Dict[str, Any],
+                    named_reader: Dict[str, Any]) -> Optional[Program]:
+    """The columnar program for `writer` read as `reader` (None: same as the writer), or None (fastavro)."""
+    try:
+        tree = _node(writer, dict(named_writer), None)
+        out_type = avro_arrow_type(reader if reader is not None else writer,
+                                   named_reader if reader is not None else named_writer)[0]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if tree is None or tree[0] != "record" or not pa.types.is_struct(out_type):
+        return None
+    wfields = [name for name, _ in tree[1]]
+    if reader is None:
+        return Program(tree, out_type, list(range(len(wfields))), [])
+    if not isinstance(reader, dict) or reader.get("type") != "record" or reader.get("name") != writer.get("name"):
+        return None
+    rfields = reader["fields"]
+    wtypes = {f["name"]: f["type"] for f in writer["fields"]}
+    rnames = [f["name"] for f in rfields]
+    defaults = []
+    for i, f in enumerate(rfields):
+        if f.get("aliases"):
+            return None
+        if f["name"] in wtypes:
+            if json.dumps(wtypes[f["name"]], sort_keys=True) != json.dumps(f["type"], sort_keys=True):
+                return None  # a promotion or a changed type: fastavro resolves it
+        elif "default" not in f:
+            return None
+        else:
+            try:
+                defaults.append((i, pa.array([f["default"]], out_type.field(i).type)))
+            except (pa.ArrowException, TypeError, ValueError):
+                return None
+    keep = [rnames.index(n) if n in rnames else None for n in wfields]
+    return Program(tree, out_type, keep, defaults)
+
+
+class _Cursor:
+    def __init__(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.buf = data  # ends with at least 16 zero bytes of padding (PADDING)
+        self.pos = starts.astype(np.int64)
+        self.end = ends.astype(np.int64)
+        self.bad = np.zeros(len(starts), bool)
+
+    def gather(self, width: int) -> np.ndarray:
+        """`width` bytes at each row's position (past the end: the padding's zeros; such a row is bad)."""
+        windows = np.lib.stride_tricks.sliding_window_view(self.buf, width)
+        return windows[np.minimum(self.pos, len(windows) - 1)]
+
+    def advance(self, active: np.ndarray, by: np.ndarray) -> None:
+        new = self.pos + by
+        self.bad |= active & (new > self.end)
+        self.pos = np.where(active, new, self.pos)
+
+    def varint(self, active: np.ndarray) -> np.ndarray:
+        """A zigzag varint at each row (Avro int and long), byte by byte over the rows still continuing."""
+        last = len(self.buf) - 1
+        b = self.buf[np.minimum(self.pos, last)].astype(np.uint64)
+        raw = b & np.uint64(0x7F)
+        length = np.ones(len(b), np.int64)
+        going = np.nonzero(b & np.uint64(0x80))[0]
+        for k in range(1, 10):
+            if not len(going):
+                break
+            bk = self.buf[np.minimum(self.pos[going] + k, last)].astype(np.uint64)
+            raw[going] |= (bk & np.uint64(0x7F)) << np.uint64(7 * k)
+            length[going] += 1
+            going = going[(bk & np.uint64(0x80)) != 0]
+        if len(going):
+            self.bad[going] |= active[going]
+        self.advance(active, length)
+        return (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64)
+
+
+def decode_rows(program: Program, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Tuple[pa.Array, np.ndarray]:
+    """The rows' payloads (``data[starts:ends]``; `data` followed by PADDING zero bytes) as an array of the
+    program's type, and which rows are bad (their values are null and must be decoded by fastavro)."""
+    cur = _Cursor(data, starts, ends)
+    n = len(starts)
+    active = np.ones(n, bool)
+    children = [_read(cur, child, active) for _name, child in program.tree[1]]
+    out: List[Optional[pa.Array]] = [None] * len(program.out_type)
+    for index, child in zip(program.keep, children):
+        if index is not None:
+            out[index] = child
+    for index, one in program.defaults:
+        out[index] = pa.repeat(one[0], n)
+    arrays = [a.cast(program.out_type.field(i).type) if a.type != program.out_type.field(i).type else a
+              for i, a in enumerate(out)]
+    mask = pa.array(cur.bad)
+    return pa.StructArray.from_arrays(arrays, fields=list(program.out_type), mask=mask), cur.bad
+
+
+def _validity(valid: np.ndarray) -> Optional[pa.Buffer]:
+    return None if valid.all() else pa.array(valid).buffers()[1]
+
+
+def _read(cur: _Cursor, node: tuple, active: np.ndarray) -> pa.Array:
+    kind = node[0]
+    n = len(active)
+    if kind == "null":
+        return pa.nulls(n)
+    if kind == "union":
+        branch = cur.varint(active)
+        cur.bad |= active & (branch != 0) & (branch != 1)
+        inner = active & (branch == node[1])
+        arr = _read(cur, node[2], inner)
+        return _with_validity(arr, inner)
+    if kind == "record":
+        fields = [(name, _read(cur, child, active)) for name, child in node[1]]
+        return pa.StructArray.from_arrays([a for _, a in fields], [name for name, _ in fields],
+                                          mask=pa.array(~active))
+    if kind in ("string", "bytes", "uuid"):
+        return _binary(cur, active, pa.binary() if kind == "bytes" else pa.string())
+    if kind == "decimal":
+        return _decimal(cur, active, node[1], node[2])
+    return _fixed_width(cur, kind, active, node)
+
+
+def _with_validity(arr: pa.Array, valid: np.ndarray) -> pa.Array:
+    if valid.all():
+        return arr
+    if pa.types.is_struct(arr.type):
+        return pa.StructArray.from_arrays(arr.flatten(), fields=list(arr.type), mask=pa.array(~valid))
+    return pa.compute.if_else(pa.array(valid), arr, pa.nulls(len(arr), arr.type))
+
+
+def _fixed_width(cur: _Cursor, kind: str, active: np.ndarray, node: tuple) -> pa.Array:
+    n = len(active)
+    if kind in ("float", "double"):
+        width = 4 if kind == "float" else 8
+        raw = np.ascontiguousarray(cur.gather(width)).view("<f4" if width == 4 else "<f8").ravel()
+        cur.advance(active, np.full(n, width))
+        return pa.Array.from_buffers(pa.float32() if width == 4 else pa.float64(), n,
+                                     [_validity(active), pa.py_buffer(raw.tobytes())])
+    if kind == "boolean":
+        raw = cur.gather(1).ravel()
+        cur.bad |= active & (raw > 1)
+        cur.advance(active, np.ones(n, np.int64))
+        return pa.array(raw.astype(bool), mask=~active)
+    value = cur.varint(active)
+    if kind == "enum":
+        symbols = node[1]
+        cur.bad |= active & ((value < 0) | (value >= len(symbols)))
+        index = pa.array(np.clip(value, 0, len(symbols) - 1).astype(np.int32), mask=~active)
+        return pa.DictionaryArray.from_arrays(index, pa.array(symbols, pa.string())).cast(pa.string())
+    if kind in ("int", "date", "time-millis"):
+        cur.bad |= active & ((value < -(1 << 31)) | (value >= (1 << 31)))
+        ints = pa.array(value.astype(np.int32), mask=~active)
+        return ints.cast(pa.date32()) if kind == "date" else ints
+    longs = pa.array(value, pa.int64(), mask=~active)
+    if kind in ("timestamp-millis", "local-timestamp-millis"):
+        longs = pa.compute.multiply_checked(longs, 1000)
+    if kind.startswith("timestamp"):
+        return longs.cast(pa.timestamp("us", tz="UTC"))
+    if kind.startswith("local-timestamp"):
+        return longs.cast(pa.timestamp("us"))
+    return longs
+
+
+def _binary(cur: _Cursor, active: np.ndarray, type_: pa.DataType) -> pa.Array:
+    length = cur.varint(active)
+    cur.bad |= active & (length < 0)
+    start = cur.pos.copy()
+    take = np.where(active & ~cur.bad, np.maximum(length, 0), 0)
+    cur.advance(active, take)
+    take = np.where(cur.bad, 0, take)
+    offsets = np.zeros(len(take) + 1, np.int64)
+    np.cumsum(take, out=offsets[1:])
+    if offsets[-1] >= 1 << 31:
+        raise OverflowError("more than 2 GiB of strings in one Arrow array")
+    idx = np.repeat(start - offsets[:-1], take) + np.arange(offsets[-1])
+    arr = pa.Array.from_buffers(type_, len(take), [_validity(active), pa.py_buffer(offsets.astype(np.int32).tobytes()),
+                                                  pa.py_buffer(cur.buf[idx].tobytes())])
+    if type_ == pa.string():
+        try:
+            arr.validate(full=True)
+        except pa.ArrowInvalid:  # invalid UTF-8 somewhere: those rows go to fastavro
+            for i, text in enumerate(arr.cast(pa.binary()).to_pylist()):
+                if text is not None and not _utf8(text):
+                    cur.bad[i] = True
+            arr = pa.array([None if b or not a else t for t, a, b in
+                            zip(arr.cast(pa.binary()).to_pylist(), active, cur.bad)], pa.string())
+    return arr
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _decimal(cur: _Cursor, active: np.ndarray, precision: int, scale: int) -> pa.Array:
+    length = cur.varint(active)
+    cur.bad |= active & ((length < 0) | (length > 8))
+    ok = active & ~cur.bad
+    size = np.where(ok, length, 0)
+    b = cur.gather(8).astype(np.uint64)
+    k = np.arange(8)
+    shift = ((size[:, None] - 1 - k) * 8).clip(0).astype(np.uint64)
+    raw = ((b << shift) * (k < size[:, None])).sum(axis=1, dtype=np.uint64)
+    cur.advance(active, size)
+    top = np.where(size > 0, (raw >> (size * 8 - 1).clip(0).astype(np.uint64)) & np.uint64(1), 0).astype(bool)
+    ext = np.where(top & (size < 8), ~np.uint64(0) << (size * 8).clip(0, 63).astype(np.uint64), np.uint64(0))
+    low = (raw | ext).view(np.int64)
+    pairs = np.stack([low, np.where(low < 0, -1, 0).astype(np.int64)], axis=1).ravel()
+    type_ = pa.decimal128(precision, scale) if precision <= 38 else None
+    if type_ is None:
+        cur.bad |= active
+        return pa.nulls(len(active), pa.decimal256(precision, scale))
+    return pa.Array.from_buffers(type_, len(active), [_validity(active), pa.py_buffer(pairs.tobytes())])
