@@ -200,10 +200,29 @@ def _protoc(store: SchemaStore, sv: SchemaVersion) -> bytes:
                 f.write(text)
         out = os.path.join(tmp, "descriptors.pb")
         include = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
-        rc = protoc.main(["protoc", f"-I{tmp}", f"-I{include}", f"--descriptor_set_out={out}", "--include_imports",
-                          os.path.join(tmp, main)])
+        rc, said = _quiet_protoc(protoc, ["protoc", f"-I{tmp}", f"-I{include}", f"--descriptor_set_out={out}",
+                                          "--include_imports", os.path.join(tmp, main)])
         if rc != 0 or not os.path.exists(out):
+            first = next((line.replace(tmp + os.sep, "") for line in said.splitlines() if line.strip()), "")
             raise Undecodable(f"schema id {sv.id} ({sv.subject} version {sv.version}): protoc cannot build its "
-                              "descriptors from the registry's .proto text")
+                              "descriptors from the registry's .proto text" + (f": {first}" if first else ""))
         with open(out, "rb") as f:
             return f.read()
+
+
+def _quiet_protoc(protoc, argv: List[str]) -> Tuple[int, str]:
+    """protoc's exit code and what it printed: its C++ side writes to file descriptor 2, which would put
+    lines of its own beside kstore's one error line, so fd 2 goes to a temporary file for the call."""
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as said:
+        os.dup2(said.fileno(), 2)
+        try:
+            rc = protoc.main(argv)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        said.seek(0)
+        return rc, said.read().decode("utf-8", "replace")

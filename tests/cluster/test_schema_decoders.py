@@ -53,11 +53,14 @@ def test_json_schema_with_a_reference() -> None:
         validate(b'{"home":{}}')
 
 
-def test_protobuf_reference_missing_and_bad_text() -> None:
+def test_protobuf_reference_missing_and_bad_text(capfd) -> None:
     main = _sv("m", 3, "PROTOBUF", 'syntax = "proto3";\nimport "x.proto";\nmessage M { X x = 1; }\n',
                [SchemaReference("x.proto", "x", 1)])
     with pytest.raises(Undecodable, match="references x version 1, which is not in the store"):
         ProtobufSchema(_store(main), main)
     bad = _sv("b", 4, "PROTOBUF", "syntax = \"proto3\";\nmessage {")
-    with pytest.raises(Undecodable, match="protoc cannot build its descriptors"):
+    with pytest.raises(Undecodable, match="protoc cannot build its descriptors") as caught:
         ProtobufSchema(_store(bad), bad)
+    # protoc's own reason is in the one message (its temporary directory left out), not on stderr beside it
+    assert "kstore_schema_4.proto:2:" in str(caught.value) and "kstore-proto-" not in str(caught.value)
+    assert capfd.readouterr().err == ""
