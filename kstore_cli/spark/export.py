@@ -284,8 +284,13 @@ def _spark_error(exc: BaseException) -> KstoreError:
             if issubclass(cls, CorruptDataError):
                 message += "; --on-corruption skip exports the other batches and lists this one"
             return cls(message)
+    from kstore_cli.spark.failures import MISSING_JAR, describe
+
     first = lines[0] if lines else type(exc).__name__
-    return SparkJobError(f"Spark job failed: {ours[-1] if ours else first}")
+    error = SparkJobError(f"Spark job failed: {ours[-1] if ours else describe(exc) or first}")
+    if MISSING_JAR in error.message:
+        error.exit_status = ExitStatus.UNREADABLE  # a library the job needs is not installed (exit 3)
+    return error
 
 
 def _raise_spark_error(exc: BaseException) -> None:
@@ -297,7 +302,9 @@ def _raise_spark_error(exc: BaseException) -> None:
         return
 
     if isinstance(exc, (Py4JError, PySparkException)):
-        raise _spark_error(exc) from None
+        from kstore_cli.spark.failures import java_trace
+
+        raise _spark_error(exc) from java_trace(exc)  # the Java stack: in Spark's log and with --traceback
 
 
 def _output_exists(output: str) -> bool:
@@ -691,8 +698,11 @@ def _run_on_spark(request: ExportRequest, progress: Optional[Callable[..., None]
         finally:
             spark.stop()
     except SparkJobError as exc:
-        # Not kstore's own error: Spark's log may say more.
+        # Not kstore's own error: Spark's log may say more, and gets the Java stack.
         log = os.path.join(log_dir, "spark.log")
+        if exc.__cause__ is not None:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(f"kstore: {exc.message}\n{exc.__cause__}\n")
         if os.path.exists(log) and os.path.getsize(log):
             keep_log = True
             exc.message += f" (Spark's log: {log})"
