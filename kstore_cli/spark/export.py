@@ -49,6 +49,10 @@ DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.python.worker.reuse": "true",
     "spark.ui.enabled": "false",
+    # start-up: no Hive catalog (in-memory), no event log, few shuffle partitions (an export never shuffles)
+    "spark.sql.catalogImplementation": "in-memory",
+    "spark.eventLog.enabled": "false",
+    "spark.sql.shuffle.partitions": "4",
 }
 
 
@@ -474,7 +478,7 @@ def export_on(engine: Any, request: ExportRequest, progress: Optional[Callable[.
     # The same plan the source makes inside Spark (validates the options before Spark runs).
     plan = plan_read(ReadOptions(options))
     summary = _planned_summary(request, plan)
-    engine.prepare()
+    engine.prepare(source=request.writer != "arrow")
     if progress is not None:
         tasks_total, bytes_total, report = len(plan.tasks), plan.bytes_in, progress
         progress = lambda done, rows, size: report(done, tasks_total, rows, size, bytes_total)  # noqa: E731
