@@ -142,8 +142,10 @@ def _run_with_progress(request, run_export, show: bool):
     def advance(tasks_done: int, tasks_total: int, rows: int, size: int, bytes_total: int) -> None:
         if not bar.live.is_started:
             bar.start()
+        elapsed = bar.tasks[0].elapsed or 0.0
+        rate = f" ({rows / elapsed:,.0f}/s)" if rows > 0 and elapsed > 0 else ""
         bar.update(task, completed=size, total=bytes_total, done=tasks_done, tasks=tasks_total,
-                   rows=f"{rows:,} rows," if rows >= 0 else "")
+                   rows=f"{rows:,} rows{rate}," if rows >= 0 else "")
 
     try:
         return run_export(request, advance)

@@ -156,9 +156,11 @@ def _counted_partition(job: WriteJob, counters: Optional[list], indexed: Iterabl
 class Poller:
     """While open, calls ``progress(*read())`` every `interval` seconds from a daemon thread (and once at the end)."""
 
-    def __init__(self, progress: Optional[Progress], read: Callable[[], tuple], interval: float = 0.5) -> None:
+    def __init__(self, progress: Optional[Progress], read: Callable[[], tuple], interval: float = 0.5,
+                 final: Optional[Callable[[], tuple]] = None) -> None:
         self.progress = progress
         self.read = read
+        self.final = final or read
         self.interval = interval
         self.stop = threading.Event()
         self.thread: Optional[threading.Thread] = None
@@ -167,9 +169,9 @@ class Poller:
         while not self.stop.wait(self.interval):
             self._call()
 
-    def _call(self) -> None:
+    def _call(self, read: Optional[Callable[[], tuple]] = None) -> None:
         try:
-            self.progress(*self.read())  # type: ignore[misc]
+            self.progress(*(read or self.read)())  # type: ignore[misc]
         except Exception:  # noqa: BLE001 - progress is a courtesy; a session going away must not fail the job
             pass
 
@@ -184,7 +186,7 @@ class Poller:
             self.stop.set()
             self.thread.join()
             if exc[0] is None:
-                self._call()
+                self._call(self.final)
 
 
 def spark_stage_progress(spark: Any, tasks_total: int, bytes_total: int) -> Callable[[], tuple]:

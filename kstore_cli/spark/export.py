@@ -606,7 +606,10 @@ def _spark_row_metadata(request: ExportRequest) -> Optional[str]:
 def _spark_writer_progress(spark, summary: ExportSummary, progress: Optional[Callable[..., None]]) -> Any:
     from kstore_cli.spark.engines import Poller, spark_stage_progress
 
-    return Poller(progress, spark_stage_progress(spark, summary.tasks, summary.bytes_in) if progress else tuple)
+    if progress is None:
+        return Poller(None, tuple)
+    return Poller(progress, spark_stage_progress(spark, summary.tasks, summary.bytes_in),
+                  final=lambda: (summary.tasks, -1, summary.bytes_in))
 
 
 def _export_arrow(engine: Any, request: ExportRequest, plan: Plan, summary: ExportSummary,

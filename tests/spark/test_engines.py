@@ -36,8 +36,11 @@ def _files(out: Path) -> dict:
 def test_the_arrow_engine_writes_the_spark_engines_files_row_for_row(spark, gen_dir, tmp_path, partition_by):
     common = dict(include_headers=True, include_metadata=True, partition_by=partition_by,
                   max_bytes_per_partition=64 * 1024)
+    calls = []
     on_spark = export_with(spark, ExportRequest([str(gen_dir), str(TXN_PARTITION)], str(tmp_path / "spark"),
-                                                writer="arrow", **common))
+                                                writer="arrow", **common), progress=lambda *a: calls.append(a))
+    # Spark's engine reports through accumulators, polled: the last report is the whole job
+    assert calls[-1] == (on_spark.tasks, on_spark.tasks, on_spark.records, on_spark.bytes_in, on_spark.bytes_in)
     jobs = spark.sparkContext.defaultParallelism
     local = run_export(ExportRequest([str(gen_dir), str(TXN_PARTITION)], str(tmp_path / "local"), engine="arrow",
                                      jobs=jobs, **common))
@@ -127,3 +130,44 @@ def test_the_arrow_engine_needs_no_pyspark_and_the_spark_engine_says_what_to_ins
     assert done.returncode == 3 and done.stderr.count("\n") == 1
     assert "needs pyspark" in done.stderr and "kstore-cli[spark]" in done.stderr
     shutil.rmtree(tmp_path / "a")
+
+
+def _export_cli(args, tty: bool) -> str:
+    """spark-export's stdout, on a pseudo-terminal or a pipe."""
+    import pty
+
+    command = [sys.executable, "-m", "kstore_cli", "spark-export", *map(str, args)]
+    env = {**os.environ, "COLUMNS": "160"}
+    if not tty:
+        return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env).stdout
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=follower, stderr=subprocess.PIPE, env=env)
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    proc.wait(timeout=120)
+    os.close(leader)
+    return out.decode("utf-8", "replace")
+
+
+def test_a_terminal_gets_progress_and_a_pipe_only_the_summary(gen_dir, tmp_path):
+    args = [gen_dir, "--engine", "arrow", "--jobs", "2", "--max-bytes-per-partition", "65536"]
+    shown = _export_cli([*args, "-o", tmp_path / "tty"], tty=True)
+    assert "exporting" in shown and re.search(r"tasks \d+/\d+", shown) and " rows" in shown
+    piped = _export_cli([*args, "-o", tmp_path / "pipe"], tty=False)
+    assert piped.count("\n") == 1 and piped.startswith("exported ") and "exporting" not in piped
+
+
+def test_sparks_own_writer_reports_tasks_and_bytes_but_no_rows(spark, tmp_path):
+    calls = []
+    summary = export_with(spark, ExportRequest([str(TXN_PARTITION)], str(tmp_path / "out"), writer="spark"),
+                          progress=lambda *a: calls.append(a))
+    assert calls[0] == (0, summary.tasks, 0, 0, summary.bytes_in)
+    assert calls[-1] == (summary.tasks, summary.tasks, -1, summary.bytes_in, summary.bytes_in)
