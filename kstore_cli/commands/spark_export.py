@@ -95,7 +95,7 @@ def command(ctx: click.Context, paths, output: str, master: str, topics: Optiona
     only when named: --topics '__*', or their partition directory as PATH. Exit codes: 0
     exported; 1 a damaged batch (or, with --on-corruption skip, batches skipped), or no
     partition selected; 2 usage (also an existing --output without --mode); 3 a file could
-    not be read, or no Java 17+. Spark's own logs and progress bars are off
+    not be read, no Java 17+, or a missing jar (its class named). Spark's own logs and progress bars are off
     (KSTORE_SPARK_LOG_LEVEL=WARN, --spark-conf spark.ui.showConsoleProgress=true).
 
     \b
