@@ -6,8 +6,8 @@
 Each run is a fresh interpreter (a fresh JVM for the Spark engine), as `kstore spark-export` is.
 "first task" is the time from the interpreter's start until the first planned task has written its
 files (the progress callback's first count); "total" until the export returned. The phases: import
-pyspark, the JVM started with its py4j gateway (launch_gateway), the SparkContext and session, shipping
-kstore (register: zip + addPyFile), planning, and the first job's first task (its Python worker's start).
+pyspark, the JVM started with its py4j gateway (launch_gateway), the SparkContext (the arrow writer
+builds no session), shipping kstore (zip + addPyFile), planning, and the first job's first task (its Python worker's start).
 """
 
 from __future__ import annotations
@@ -66,17 +66,17 @@ def timed(*a, **k):
     mark("JVM started, py4j gateway up")
     return g
 pyspark.context.launch_gateway = timed
-spark = build_session("local[*]", None, False, "arrow", tempfile.mkdtemp())
-mark("SparkContext + session built")
-from kstore_cli.spark import register
-register(spark)
-mark("kstore shipped (register)")
+spark = build_session("local[*]", None, False, "arrow", tempfile.mkdtemp(), context_only=True)
+mark("SparkContext built (no session: arrow writer)")
+from kstore_cli.spark.engines import SparkEngine
+SparkEngine(spark).prepare(source=False)
+mark("kstore shipped (addPyFile)")
 req = ExportRequest([sys.argv[3]], tempfile.mkdtemp() + "/out", writer="arrow")
-plan = plan_read(ReadOptions(req.reader_options(min_partitions=spark.sparkContext.defaultParallelism)))
+plan = plan_read(ReadOptions(req.reader_options(min_partitions=spark.defaultParallelism)))
 mark("planned")
-spark.sparkContext.parallelize([1], 1).map(lambda x: x).collect()
+spark.parallelize([1], 1).map(lambda x: x).collect()
 mark("first task done (Python worker started)")
-spark.sparkContext.parallelize([1], 1).map(lambda x: x).collect()
+spark.parallelize([1], 1).map(lambda x: x).collect()
 mark("second job done")
 spark.stop()
 mark("session stopped")
@@ -100,7 +100,7 @@ def main() -> None:
     if args.phases:
         previous = 0.0
         for name, at in phases(os.path.join(small, "tiny-0")).items():
-            print(f"  {name:<42} {at:6.2f} s  (+{at - previous:.2f})")
+            print(f"  {name:<48} {at:6.2f} s  (+{at - previous:.2f})")
             previous = at
     results = {}
     for label, data in (("2 records", small), (f"{args.records} records", large)):

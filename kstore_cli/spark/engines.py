@@ -101,13 +101,15 @@ def _write_one(job: WriteJob, indexed: Tuple[int, Task]) -> List[Dict]:
 
 
 class SparkEngine(Engine):
-    """The planned tasks as the partitions of one Spark job on `spark`'s executors."""
+    """The planned tasks as the partitions of one Spark job on `spark`'s executors (`spark`: a session, or a
+    bare SparkContext where only the arrow writer runs: building a session costs ~2 s of start-up)."""
 
     name = "spark"
 
     def __init__(self, spark: Any) -> None:
         self.spark = spark
-        self.parallelism = spark.sparkContext.defaultParallelism
+        self.sc = getattr(spark, "sparkContext", spark)
+        self.parallelism = self.sc.defaultParallelism
 
     def prepare(self, source: bool = True) -> None:
         from kstore_cli.spark import package_zip, register
@@ -117,14 +119,16 @@ class SparkEngine(Engine):
         else:
             # The data source's registration builds the session state (catalog, analyzer): 0.8-2 s of
             # start-up that tasks run as an RDD never use.
-            self.spark.sparkContext.addPyFile(package_zip())
+            self.sc.addPyFile(package_zip())
 
     def time_zone(self) -> Optional[str]:
+        if self.sc is self.spark:
+            return self.sc.getConf().get("spark.sql.session.timeZone", "UTC")
         return self.spark.conf.get("spark.sql.session.timeZone", "UTC")
 
     def run_tasks(self, job: WriteJob, tasks: IndexedTasks, progress: Optional[Progress] = None) -> List[Dict]:
         """Each task one partition of the job's group; what each wrote (or skipped)."""
-        sc = self.spark.sparkContext
+        sc = self.sc
         counters = [sc.accumulator(0) for _ in range(3)] if progress is not None else None
         previous = {key: sc.getLocalProperty(key) for key in _JOB_GROUP_PROPERTIES}
         sc.setJobGroup(job.job_id, "kstore spark-export (arrow writer)")
@@ -139,7 +143,7 @@ class SparkEngine(Engine):
     def settle(self, job: WriteJob) -> None:
         # Spark fails the job at the first failed task while others are still being killed; they
         # could write into the staging directory after it is removed.
-        wait_for_group(self.spark, job.job_id)
+        wait_for_group(self.sc, job.job_id)
 
 
 def _counted_partition(job: WriteJob, counters: Optional[list], indexed: Iterable[Tuple[int, Task]]) -> Iterator[Dict]:
@@ -210,10 +214,10 @@ def spark_stage_progress(spark: Any, tasks_total: int, bytes_total: int) -> Call
 _JOB_GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
 
 
-def wait_for_group(spark: Any, group: str, timeout: float = 60.0) -> None:
-    """Wait (at most `timeout` s) until no task of the job group is running."""
+def wait_for_group(sc: Any, group: str, timeout: float = 60.0) -> None:
+    """Wait (at most `timeout` s) until no task of the SparkContext's job group is running."""
     try:
-        tracker = spark.sparkContext.statusTracker()
+        tracker = sc.statusTracker()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             stages = [tracker.getStageInfo(sid) for jid in tracker.getJobIdsForGroup(group)

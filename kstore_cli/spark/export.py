@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+from functools import partial
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from kstore_cli import errors
@@ -422,13 +423,14 @@ class _JvmStderr:
 
 
 def build_session(master: str = "local[*]", conf: Optional[Dict[str, str]] = None, progress: bool = False,
-                  writer: str = "spark", log_dir: Optional[str] = None):
+                  writer: str = "spark", log_dir: Optional[str] = None, context_only: bool = False):
     """A session for the export: this interpreter for the Python workers, the export's defaults.
 
     `writer` tunes the driver JVM for that writer (it takes effect when this call starts the JVM).
     Unless $KSTORE_SPARK_LOG_LEVEL asks for Spark's logs, a JVM this call starts logs only FATAL
     lines, and with `log_dir` its stderr goes to ``log_dir/spark.log`` (the JVM prints start-up
-    warnings no setting turns off)."""
+    warnings no setting turns off). With `context_only`, a bare SparkContext (what the arrow writer
+    needs: a session's JVM side costs ~2 s more)."""
     import tempfile
 
     from pyspark import SparkContext
@@ -451,14 +453,20 @@ def build_session(master: str = "local[*]", conf: Optional[Dict[str, str]] = Non
     builder = SparkSession.builder.master(master).appName("kstore spark-export")
     for key, value in settings.items():
         builder = builder.config(key, value)
+    make = builder.getOrCreate
+    if context_only:
+        from pyspark import SparkConf
+
+        spark_conf = SparkConf().setMaster(master).setAppName("kstore spark-export").setAll(list(settings.items()))
+        make = partial(SparkContext.getOrCreate, spark_conf)
     if quiet and log_dir:
         with _JvmStderr(os.path.join(log_dir, "spark.log")):
-            spark = builder.getOrCreate()
+            spark = make()
     else:
-        spark = builder.getOrCreate()
+        spark = make()
     # Task failures are reported by kstore as one line with the cause; Spark's own ERROR logs
     # would print Java stack traces for the same failure. KSTORE_SPARK_LOG_LEVEL brings them back.
-    spark.sparkContext.setLogLevel(os.environ.get(LOG_LEVEL_ENV, "FATAL"))
+    getattr(spark, "sparkContext", spark).setLogLevel(os.environ.get(LOG_LEVEL_ENV, "FATAL"))
     return spark
 
 
@@ -699,9 +707,12 @@ def _run_on_spark(request: ExportRequest, progress: Optional[Callable[..., None]
     log_dir = tempfile.mkdtemp(prefix="kstore-spark-")
     keep_log = False
     try:
-        spark = build_session(request.master, request.spark_conf, request.progress, request.writer, log_dir)
+        spark = build_session(request.master, request.spark_conf, request.progress, request.writer, log_dir,
+                              context_only=request.writer == "arrow")
         try:
-            return export_with(spark, request, progress)
+            from kstore_cli.spark.engines import SparkEngine
+
+            return export_on(SparkEngine(spark), request, progress)
         finally:
             spark.stop()
     except SparkJobError as exc:
