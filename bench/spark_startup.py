@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -97,11 +98,18 @@ def main() -> None:
     small, large = os.path.join(work, "small"), os.path.join(work, "large")
     write_data_dir(small, {"tiny": (1, 2)}, seed=1)
     write_data_dir(large, {"orders": (4, args.records // 4)}, seed=2, segment_bytes=64 * 1024 * 1024)
-    if args.phases:
-        previous = 0.0
-        for name, at in phases(os.path.join(small, "tiny-0")).items():
-            print(f"  {name:<48} {at:6.2f} s  (+{at - previous:.2f})")
-            previous = at
+    try:
+        if args.phases:
+            previous = 0.0
+            for name, at in phases(os.path.join(small, "tiny-0")).items():
+                print(f"  {name:<48} {at:6.2f} s  (+{at - previous:.2f})")
+                previous = at
+        _compare(args, work, small, large)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _compare(args: argparse.Namespace, work: str, small: str, large: str) -> None:
     results = {}
     for label, data in (("2 records", small), (f"{args.records} records", large)):
         for engine in ("spark", "arrow"):

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 
 from kstore_cli.errors import KstoreError
 from kstore_cli.spark.plan import Task
-from kstore_cli.spark.write import WriteJob, write_task
+from kstore_cli.spark.write import WriteJob, write_partition, write_task
 
 #: The engines of ``spark-export --engine``.
 ENGINES = ("spark", "arrow")
@@ -148,12 +148,14 @@ class SparkEngine(Engine):
 
 def _counted_partition(job: WriteJob, counters: Optional[list], indexed: Iterable[Tuple[int, Task]]) -> Iterator[Dict]:
     """mapPartitions body: write the partition's tasks; count tasks, rows and input bytes (accumulators)."""
+    if counters is None:
+        yield from write_partition(job, indexed)
+        return
     for index, task in indexed:
         entries = write_task(job, index, task)
-        if counters is not None:
-            counters[0].add(1)
-            counters[1].add(sum(e.get("rows", 0) for e in entries))
-            counters[2].add(task.size)
+        counters[0].add(1)
+        counters[1].add(sum(e.get("rows", 0) for e in entries))
+        counters[2].add(task.size)
         yield from entries
 
 

@@ -226,8 +226,8 @@ class ExportSummary:
         sizes = (f"{size(self.bytes_in)} in, {size(self.parquet_bytes)} of Parquet out" if size else
                  f"{self.bytes_in} bytes in, {self.parquet_bytes} Parquet bytes out")
         return (f"exported {self.records} records from {self.kafka_partitions} Kafka partitions "
-                f"({self.tasks} Spark partitions): {sizes} "
-                f"in {self.parquet_files} files ({self.writer} writer), {self.seconds:.1f} s ({rate:,.0f} records/s) "
+                f"({self.tasks} {'Spark partitions' if self.engine == 'spark' else 'tasks'}): {sizes} "
+                f"in {self.parquet_files} files ({self.writer} writer{'' if self.engine == 'spark' else ', arrow engine'}), {self.seconds:.1f} s ({rate:,.0f} records/s) "
                 f"-> {self.output}" + "".join(f"\n{line}" for line in self.notes()))
 
     def notes(self) -> List[str]:
