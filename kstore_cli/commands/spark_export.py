@@ -68,6 +68,12 @@ def _spark_conf(pairs: Tuple[str, ...]) -> Dict[str, str]:
                    "URIs pyarrow can open); auto: arrow for a local --output, unless a --spark-conf names a "
                    "spark.sql.parquet/sources/files/hive or spark.hadoop setting, or --partition-by date with a "
                    "session time zone other than UTC.")
+@click.option("--engine", type=click.Choice(["spark", "arrow"]), default="spark", show_default=True,
+              help="Who runs the planned tasks: spark: a Spark session (--master, --spark-conf); arrow: local "
+                   "worker processes, no JVM (pyarrow only; the arrow writer; same files row for row; starts in "
+                   "well under a second). See docs/spark-clusters.md.")
+@click.option("--jobs", type=click.IntRange(min=1), metavar="N",
+              help="--engine arrow: tasks run at once (default: the usable cores).")
 @click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
               help="Any Spark setting (repeatable); spark.ui.showConsoleProgress=true shows Spark's stage progress.")
 @click.option("--value-format", type=click.Choice(DECODED_FORMATS), default="binary", show_default=True,
@@ -85,9 +91,9 @@ def _spark_conf(pairs: Tuple[str, ...]) -> Dict[str, str]:
 def command(ctx: click.Context, paths, output: str, master: str, topics: Optional[str], starting_offsets: Optional[str],
             ending_offsets: Optional[str], starting_timestamp: Optional[int], ending_timestamp: Optional[int],
             isolation_level: str, include_headers: bool, include_metadata: bool, partition_by: str,
-            parquet_compression: str, mode: Optional[str], on_corruption: str, max_bytes_per_partition: Optional[int], writer: str, spark_conf,
-            value_format: str, key_format: str, schemas_from: Optional[str], reader_schema: Optional[str],
-            as_json: bool) -> None:
+            parquet_compression: str, mode: Optional[str], on_corruption: str, max_bytes_per_partition: Optional[int], writer: str, engine: str,
+            jobs: Optional[int], spark_conf, value_format: str, key_format: str, schemas_from: Optional[str],
+            reader_schema: Optional[str], as_json: bool) -> None:
     """Export whole topic directories to Parquet with Spark's Kafka source schema.
 
     PATH is a data directory, a partition directory or a .log file. Rows are
@@ -103,8 +109,8 @@ def command(ctx: click.Context, paths, output: str, master: str, topics: Optiona
     only when named: --topics '__*', or their partition directory as PATH. Exit codes: 0
     exported; 1 a damaged batch (or, with --on-corruption skip, batches skipped), or no
     partition selected, or records that did not decode (--key-format/--value-format: kept in
-    OUTPUT/_kstore_dead_letters/ with coordinates, raw bytes and reason); 2 usage (also an existing --output without --mode); 3 a file could
-    not be read, or no Java 17+. Spark's own logs and progress bars are off
+    OUTPUT/_kstore_dead_letters/ with coordinates, raw bytes and reason); 2 usage (also an existing --output
+    without --mode); 3 a file could not be read, no Java 17+, or a missing jar (its class named). Spark's own logs and progress bars are off
     (KSTORE_SPARK_LOG_LEVEL=WARN, --spark-conf spark.ui.showConsoleProgress=true).
 
     \b
@@ -122,9 +128,9 @@ def command(ctx: click.Context, paths, output: str, master: str, topics: Optiona
         partition_by=partition_by, parquet_compression=parquet_compression, mode=mode,
         spark_conf=_spark_conf(spark_conf), max_bytes_per_partition=max_bytes_per_partition,
         writer=writer, on_corruption=on_corruption, key_format=key_format, value_format=value_format,
-        schemas_from=schemas_from, reader_schema=reader_schema,
+        schemas_from=schemas_from, reader_schema=reader_schema, engine=engine, jobs=jobs,
     )
-    summary = run_export(request)
+    summary = _run_with_progress(request, run_export, is_tty() and not as_json)
     click.echo(json.dumps(summary.to_dict(), sort_keys=True) if as_json
                else summary.text(size=human_bytes if is_tty() else None))
     if summary.skipped:
@@ -137,3 +143,31 @@ def command(ctx: click.Context, paths, output: str, master: str, topics: Optiona
         click.echo(f"kstore: error: {summary.dead_letters} records did not decode: in "
                    f"{summary.output.rstrip('/')}/_kstore_dead_letters/ with their reasons", err=True)
         exit_with(ExitStatus.PROBLEMS)
+
+
+def _run_with_progress(request, run_export, show: bool):
+    """run_export with a transient progress line on a terminal: input bytes, rows, tasks done/total and
+    rate (quiet in pipes and cron). Rows are counted per task (-1 while Spark's own writer runs: unknown)."""
+    if not show:
+        return run_export(request)
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    from kstore_cli.commands._render import console
+
+    bar = Progress(TextColumn("exporting"), BarColumn(), DownloadColumn(binary_units=True), TransferSpeedColumn(),
+                   TextColumn("{task.fields[rows]} tasks {task.fields[done]}/{task.fields[tasks]}"),
+                   TimeRemainingColumn(), console=console(), transient=True)
+    task = bar.add_task("exporting", total=None, rows="", done=0, tasks="?")
+
+    def advance(tasks_done: int, tasks_total: int, rows: int, size: int, bytes_total: int) -> None:
+        if not bar.live.is_started:
+            bar.start()
+        elapsed = bar.tasks[0].elapsed or 0.0
+        rate = f" ({rows / elapsed:,.0f}/s)" if rows > 0 and elapsed > 0 else ""
+        bar.update(task, completed=size, total=bytes_total, done=tasks_done, tasks=tasks_total,
+                   rows=f"{rows:,} rows{rate}," if rows >= 0 else "")
+
+    try:
+        return run_export(request, advance)
+    finally:
+        bar.stop()

@@ -22,7 +22,10 @@ from typing import Dict, Optional
 SPARK_EXTRA_HINT = "pip install 'kstore-cli[spark]'"
 
 
-def _require_spark_dependencies() -> None:
+def require_dependencies(needed: tuple = ("pyarrow",)) -> None:
+    """MissingDependencyError (exit 3) when one of `needed` is not installed; it names every missing one
+    of pyspark and pyarrow. Importing this package needs pyarrow only (``--engine arrow`` runs without
+    pyspark); the Spark engine asks for both before it starts."""
     import importlib.util
 
     from kstore_cli.errors import MissingDependencyError
@@ -35,7 +38,7 @@ def _require_spark_dependencies() -> None:
             return False
 
     missing = [name for name in ("pyspark", "pyarrow") if not installed(name)]
-    if missing:
+    if set(missing) & set(needed):
         error = MissingDependencyError(
             f"spark-export (kstore_cli.spark) needs {' and '.join(missing)}, not installed here; install "
             f"kstore's spark extra: {SPARK_EXTRA_HINT} (from a source checkout: pip install '.[spark]')"
@@ -44,7 +47,7 @@ def _require_spark_dependencies() -> None:
         raise error
 
 
-_require_spark_dependencies()
+require_dependencies()
 
 _ZIP_CACHE: dict = {}
 
@@ -153,6 +156,7 @@ def register(spark, *, ship: bool = True) -> None:
     so nothing needs to be installed on the nodes but pyspark's own Python dependencies,
     pyarrow and kstore's codec libraries.
     """
+    require_dependencies(("pyspark", "pyarrow"))
     from kstore_cli.spark.source import KstoreDataSource
 
     if ship:
@@ -160,4 +164,4 @@ def register(spark, *, ship: bool = True) -> None:
     spark.dataSource.register(KstoreDataSource)
 
 
-__all__ = ["package_zip", "register"]
+__all__ = ["package_zip", "register", "require_dependencies"]

@@ -14,7 +14,8 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from functools import partial
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from kstore_cli import errors
 from kstore_cli.errors import CorruptDataError, ExitStatus, KstoreError, UsageError
@@ -49,6 +50,10 @@ DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.python.worker.reuse": "true",
     "spark.ui.enabled": "false",
+    # start-up: no Hive catalog (in-memory), no event log, few shuffle partitions (an export never shuffles)
+    "spark.sql.catalogImplementation": "in-memory",
+    "spark.eventLog.enabled": "false",
+    "spark.sql.shuffle.partitions": "4",
 }
 
 
@@ -85,7 +90,7 @@ class ExportRequest:
                  extra_options: Optional[Dict[str, str]] = None, progress: bool = False,
                  writer: str = "auto", on_corruption: str = "fail", key_format: str = "binary",
                  value_format: str = "binary", schemas_from: Optional[str] = None,
-                 reader_schema: Optional[str] = None) -> None:
+                 reader_schema: Optional[str] = None, engine: str = "spark", jobs: Optional[int] = None) -> None:
         if partition_by not in PARTITION_BY:
             raise UsageError(f"--partition-by must be one of {', '.join(PARTITION_BY)}, not {partition_by!r}")
         if parquet_compression not in PARQUET_COMPRESSION:
@@ -121,6 +126,10 @@ class ExportRequest:
         self.requested_writer = writer
         #: The writer this export uses ("spark" or "arrow"; auto resolved).
         self.writer = writer if writer != "auto" else self._auto_writer()
+        from kstore_cli.spark.engines import check_engine
+
+        #: Who runs the tasks: "spark" or "arrow" (local processes, no JVM; `jobs` of them, default the cores)
+        self.engine, self.jobs = check_engine(self, engine, jobs)
 
     def _auto_writer(self) -> str:
         """arrow for a local output, unless a setting asks for what only Spark's writer does.
@@ -209,6 +218,7 @@ class ExportSummary:
         self.seconds = 0.0
         self.output = ""
         self.writer = ""
+        self.engine = "spark"
         #: batches left out with --on-corruption skip (the export then exits 1)
         self.skipped: List[SkippedBatch] = []
         #: internal topics' partitions not exported because nothing named them
@@ -219,7 +229,7 @@ class ExportSummary:
     def to_dict(self) -> dict:
         return {"type": "summary", "kafka_partitions": self.kafka_partitions, "spark_partitions": self.tasks, "records": self.records,
                 "bytes_in": self.bytes_in, "parquet_files": self.parquet_files, "parquet_bytes": self.parquet_bytes,
-                "seconds": round(self.seconds, 3), "output": self.output, "writer": self.writer,
+                "seconds": round(self.seconds, 3), "output": self.output, "writer": self.writer, "engine": self.engine,
                 "skipped_batches": [b.to_dict(snake_case=True) for b in self.skipped],
                 "internal_partitions_left_out": list(self.internal_left_out), "dead_letters": self.dead_letters}
 
@@ -229,8 +239,8 @@ class ExportSummary:
         sizes = (f"{size(self.bytes_in)} in, {size(self.parquet_bytes)} of Parquet out" if size else
                  f"{self.bytes_in} bytes in, {self.parquet_bytes} Parquet bytes out")
         return (f"exported {self.records} records from {self.kafka_partitions} Kafka partitions "
-                f"({self.tasks} Spark partitions): {sizes} "
-                f"in {self.parquet_files} files ({self.writer} writer), {self.seconds:.1f} s ({rate:,.0f} records/s) "
+                f"({self.tasks} {'Spark partitions' if self.engine == 'spark' else 'tasks'}): {sizes} "
+                f"in {self.parquet_files} files ({self.writer} writer{'' if self.engine == 'spark' else ', arrow engine'}), {self.seconds:.1f} s ({rate:,.0f} records/s) "
                 f"-> {self.output}" + "".join(f"\n{line}" for line in self.notes()))
 
     def notes(self) -> List[str]:
@@ -295,17 +305,27 @@ def _spark_error(exc: BaseException) -> KstoreError:
             if issubclass(cls, CorruptDataError):
                 message += "; --on-corruption skip exports the other batches and lists this one"
             return cls(message)
+    from kstore_cli.spark.failures import MISSING_JAR, describe
+
     first = lines[0] if lines else type(exc).__name__
-    return SparkJobError(f"Spark job failed: {ours[-1] if ours else first}")
+    error = SparkJobError(f"Spark job failed: {ours[-1] if ours else describe(exc) or first}")
+    if MISSING_JAR in error.message:
+        error.exit_status = ExitStatus.UNREADABLE  # a library the job needs is not installed (exit 3)
+    return error
 
 
 def _raise_spark_error(exc: BaseException) -> None:
     """Raise a Py4J or PySpark error as its KstoreError (:func:`_spark_error`); return on any other."""
-    from py4j.protocol import Py4JError
-    from pyspark.errors import PySparkException
+    try:
+        from py4j.protocol import Py4JError
+        from pyspark.errors import PySparkException
+    except ImportError:  # --engine arrow without pyspark: no Spark error to translate
+        return
 
     if isinstance(exc, (Py4JError, PySparkException)):
-        raise _spark_error(exc) from None
+        from kstore_cli.spark.failures import java_trace
+
+        raise _spark_error(exc) from java_trace(exc)  # the Java stack: in Spark's log and with --traceback
 
 
 def _output_exists(output: str) -> bool:
@@ -419,13 +439,14 @@ class _JvmStderr:
 
 
 def build_session(master: str = "local[*]", conf: Optional[Dict[str, str]] = None, progress: bool = False,
-                  writer: str = "spark", log_dir: Optional[str] = None):
+                  writer: str = "spark", log_dir: Optional[str] = None, context_only: bool = False):
     """A session for the export: this interpreter for the Python workers, the export's defaults.
 
     `writer` tunes the driver JVM for that writer (it takes effect when this call starts the JVM).
     Unless $KSTORE_SPARK_LOG_LEVEL asks for Spark's logs, a JVM this call starts logs only FATAL
     lines, and with `log_dir` its stderr goes to ``log_dir/spark.log`` (the JVM prints start-up
-    warnings no setting turns off)."""
+    warnings no setting turns off). With `context_only`, a bare SparkContext (what the arrow writer
+    needs: a session's JVM side costs ~2 s more)."""
     import tempfile
 
     from pyspark import SparkContext
@@ -448,34 +469,51 @@ def build_session(master: str = "local[*]", conf: Optional[Dict[str, str]] = Non
     builder = SparkSession.builder.master(master).appName("kstore spark-export")
     for key, value in settings.items():
         builder = builder.config(key, value)
+    make = builder.getOrCreate
+    if context_only:
+        from pyspark import SparkConf
+
+        spark_conf = SparkConf().setMaster(master).setAppName("kstore spark-export").setAll(list(settings.items()))
+        make = partial(SparkContext.getOrCreate, spark_conf)
     if quiet and log_dir:
         with _JvmStderr(os.path.join(log_dir, "spark.log")):
-            spark = builder.getOrCreate()
+            spark = make()
     else:
-        spark = builder.getOrCreate()
+        spark = make()
     # Task failures are reported by kstore as one line with the cause; Spark's own ERROR logs
     # would print Java stack traces for the same failure. KSTORE_SPARK_LOG_LEVEL brings them back.
-    spark.sparkContext.setLogLevel(os.environ.get(LOG_LEVEL_ENV, "FATAL"))
+    getattr(spark, "sparkContext", spark).setLogLevel(os.environ.get(LOG_LEVEL_ENV, "FATAL"))
     return spark
 
 
-def export_with(spark, request: ExportRequest) -> ExportSummary:
+def export_with(spark, request: ExportRequest, progress: Optional[Callable[..., None]] = None) -> ExportSummary:
     """Run the export on an existing session (registers the source and ships kstore first)."""
-    from pyspark.sql import functions as F
+    from kstore_cli.spark.engines import SparkEngine
 
-    from kstore_cli.spark import register
+    return export_on(SparkEngine(spark), request, progress)
 
+
+def export_on(engine: Any, request: ExportRequest, progress: Optional[Callable[..., None]] = None) -> ExportSummary:
+    """Run the export's tasks on `engine` (:mod:`~kstore_cli.spark.engines`); while they run, `progress` is
+    called as ``progress(tasks_done, tasks_total, rows, input_bytes_done, input_bytes_total)`` (rows -1:
+    not known while Spark's own writer runs)."""
     started = time.perf_counter()
-    parallelism = spark.sparkContext.defaultParallelism
-    options = request.reader_options(min_partitions=parallelism)
+    options = request.reader_options(min_partitions=engine.parallelism)
     # The same plan the source makes inside Spark (validates the options before Spark runs).
     plan = plan_read(ReadOptions(options))
     summary = _planned_summary(request, plan)
-    register(spark)
+    engine.prepare(source=request.writer != "arrow")
+    if progress is not None:
+        tasks_total, bytes_total, report = len(plan.tasks), plan.bytes_in, progress
+        progress = lambda done, rows, size: report(done, tasks_total, rows, size, bytes_total)  # noqa: E731
+        progress(0, 0, 0)
     if request.writer == "arrow":
-        _export_arrow(spark, request, plan, summary)
+        _export_arrow(engine, request, plan, summary, progress)
         summary.seconds = time.perf_counter() - started
         return summary
+    from pyspark.sql import functions as F
+
+    spark = engine.spark
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     before = _parquet_files(request.output)
     existed = _output_exists(request.output)
@@ -493,7 +531,8 @@ def export_with(spark, request: ExportRequest) -> ExportSummary:
         writer = df.write.mode(MODES[request.mode]).option("compression", request.parquet_compression)
         if columns:
             writer = writer.partitionBy(*columns)
-        writer.parquet(request.output)
+        with _spark_writer_progress(spark, summary, progress):
+            writer.parquet(request.output)
     except Exception as exc:  # noqa: BLE001 - Py4J/PySpark errors become one KstoreError
         if not existed:
             _remove_empty_output(request.output)  # Spark's committer leaves the directory it made
@@ -519,6 +558,7 @@ def _planned_summary(request: ExportRequest, plan: Plan) -> ExportSummary:
     summary = ExportSummary()
     summary.output = request.output
     summary.writer = request.writer
+    summary.engine = request.engine
     summary.kafka_partitions = len(plan.scans)
     summary.tasks = max(1, len(plan.tasks))
     summary.bytes_in = plan.bytes_in
@@ -580,27 +620,32 @@ def _write_skipped_file(spark, request: ExportRequest, skipped: List[SkippedBatc
 
 def _spark_row_metadata(request: ExportRequest) -> Optional[str]:
     """The Spark schema Spark's own writer stores in each file (partition columns left out)."""
-    try:
-        from pyspark.sql.types import StructType, _parse_datatype_string
+    from kstore_cli.spark.columns import arrow_schema
+    from kstore_cli.spark.engines import spark_schema_json
 
-        from kstore_cli.spark.columns import spark_ddl
-
-        schema = _parse_datatype_string(spark_ddl(request.include_headers, request.include_metadata))
-        dropped = set(PARTITION_BY[request.partition_by])
-        return StructType([f for f in schema.fields if f.name not in dropped]).json()
-    except Exception:  # noqa: BLE001 - the metadata is a courtesy to Spark readers
-        return None
+    return spark_schema_json(arrow_schema(request.include_headers, request.include_metadata),
+                             PARTITION_BY[request.partition_by])
 
 
-def _export_arrow(spark, request: ExportRequest, plan: Plan, summary: ExportSummary) -> None:
-    """The ``arrow`` writer: Spark schedules the planned tasks, each writes Parquet with pyarrow."""
+def _spark_writer_progress(spark, summary: ExportSummary, progress: Optional[Callable[..., None]]) -> Any:
+    from kstore_cli.spark.engines import Poller, spark_stage_progress
+
+    if progress is None:
+        return Poller(None, tuple)
+    return Poller(progress, spark_stage_progress(spark, summary.tasks, summary.bytes_in),
+                  final=lambda: (summary.tasks, -1, summary.bytes_in))
+
+
+def _export_arrow(engine: Any, request: ExportRequest, plan: Plan, summary: ExportSummary,
+                  progress: Optional[Callable[..., None]] = None) -> None:
+    """The ``arrow`` writer: the engine runs the planned tasks, each writes Parquet with pyarrow."""
     import uuid
 
     import pyarrow.fs as pafs
 
     from kstore_cli.spark.write import WriteJob, abort_job, commit_job, filesystem, remove_if_empty
 
-    if not _arrow_dates_hold(request.partition_by, spark.conf.get("spark.sql.session.timeZone", "UTC")):
+    if not _arrow_dates_hold(request.partition_by, engine.time_zone()):
         raise UsageError("--writer arrow partitions by the UTC date; drop spark.sql.session.timeZone or use --writer spark")
     try:
         fs, root = filesystem(request.output)
@@ -617,7 +662,7 @@ def _export_arrow(spark, request: ExportRequest, plan: Plan, summary: ExportSumm
                    _spark_row_metadata(request) if decoding is None else None, request.on_corruption, decoding)
     tasks = list(enumerate(plan.tasks))
     try:
-        written = _run_arrow_tasks(spark, job, tasks) if tasks else []
+        written = engine.run_tasks(job, tasks, progress) if tasks else []
         summary.skipped = _unique([SkippedBatch.from_dict(w["skipped"]) for w in written if "skipped" in w])
         written = [w for w in written if "skipped" not in w]
         extra = {}
@@ -628,9 +673,7 @@ def _export_arrow(spark, request: ExportRequest, plan: Plan, summary: ExportSumm
             extra[SKIPPED_FILE] = skipped_file_bytes(request, summary.skipped, read_if_exists(fs, path))
         commit_job(fs, root, job, written, extra)
     except BaseException as exc:
-        # Spark fails the job at the first failed task while others are still being killed; they
-        # could write into the staging directory after it is removed.
-        _wait_for_tasks(spark, job.job_id)
+        engine.settle(job)
         abort_job(fs, root, job)
         if info.type == pafs.FileType.NotFound:
             remove_if_empty(fs, root)  # so that the same command can run again once the input is mended
@@ -661,60 +704,45 @@ def _clear_arrow_output(fs: Any, root: str, request: ExportRequest) -> Any:
     return info
 
 
-def _run_arrow_tasks(spark: Any, job: Any, tasks: List[Tuple[int, Any]]) -> List[Dict[str, Any]]:
-    """Each planned task run by Spark as one partition of the job's group; what each wrote (or skipped)."""
-    from functools import partial
-
-    from kstore_cli.spark.write import write_partition
-
-    sc = spark.sparkContext
-    previous = {key: sc.getLocalProperty(key) for key in _JOB_GROUP_PROPERTIES}
-    sc.setJobGroup(job.job_id, "kstore spark-export (arrow writer)")
-    try:
-        rdd = sc.parallelize(tasks, len(tasks))
-        return rdd.mapPartitions(partial(write_partition, job)).collect()
-    finally:
-        for key, value in previous.items():
-            sc.setLocalProperty(key, value)  # None removes it
-
-
-#: The thread-local properties SparkContext.setJobGroup sets.
-_JOB_GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
-
-
-def _wait_for_tasks(spark, group: str, timeout: float = 60.0) -> None:
-    """Wait (at most `timeout` s) until no task of the job group is running."""
-    try:
-        tracker = spark.sparkContext.statusTracker()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            stages = [tracker.getStageInfo(sid) for jid in tracker.getJobIdsForGroup(group)
-                      for sid in (getattr(tracker.getJobInfo(jid), "stageIds", None) or [])]
-            if not any(stage and stage.numActiveTasks for stage in stages):
-                return
-            time.sleep(0.05)
-    except Exception:  # noqa: BLE001 - cleanup is best effort: a session that is gone has no tasks
-        return
-
-
-def run_export(request: ExportRequest) -> ExportSummary:
-    """Validate, start a session, export, stop the session."""
-    import tempfile
-
+def run_export(request: ExportRequest, progress: Optional[Callable[..., None]] = None) -> ExportSummary:
+    """Validate, run the export on its engine (a session started and stopped for Spark's), time it."""
     started = time.perf_counter()
     request.validate()
+    if request.engine == "arrow":
+        from kstore_cli.spark.engines import LocalEngine
+
+        summary = export_on(LocalEngine(request.jobs), request, progress)
+    else:
+        summary = _run_on_spark(request, progress)
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _run_on_spark(request: ExportRequest, progress: Optional[Callable[..., None]]) -> ExportSummary:
+    """Start a session, export, stop the session; a Spark failure names Spark's log when it holds anything."""
+    import tempfile
+
+    from kstore_cli.spark import require_dependencies
+
+    require_dependencies(("pyspark", "pyarrow"))
     check_java()
     log_dir = tempfile.mkdtemp(prefix="kstore-spark-")
     keep_log = False
     try:
-        spark = build_session(request.master, request.spark_conf, request.progress, request.writer, log_dir)
+        spark = build_session(request.master, request.spark_conf, request.progress, request.writer, log_dir,
+                              context_only=request.writer == "arrow")
         try:
-            summary = export_with(spark, request)
+            from kstore_cli.spark.engines import SparkEngine
+
+            return export_on(SparkEngine(spark), request, progress)
         finally:
             spark.stop()
     except SparkJobError as exc:
-        # Not kstore's own error: Spark's log may say more.
+        # Not kstore's own error: Spark's log may say more, and gets the Java stack.
         log = os.path.join(log_dir, "spark.log")
+        if exc.__cause__ is not None:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(f"kstore: {exc.message}\n{exc.__cause__}\n")
         if os.path.exists(log) and os.path.getsize(log):
             keep_log = True
             exc.message += f" (Spark's log: {log})"
@@ -723,5 +751,3 @@ def run_export(request: ExportRequest) -> ExportSummary:
     finally:
         if not keep_log:
             shutil.rmtree(log_dir, ignore_errors=True)
-    summary.seconds = time.perf_counter() - started
-    return summary
