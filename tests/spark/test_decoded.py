@@ -223,3 +223,20 @@ def test_spark_data_source_decodes_with_dead_letter_path(spark, data_dir, tmp_pa
     assert [(r.offset, r.value.id if r.value else None) for r in df.orderBy("offset").collect()] == \
         [(0, 7), (1, 8), (5, None)]
     assert sorted(pq.read_table(str(tmp_path / "dead")).column("offset").to_pylist()) == [2, 3, 4, 6]
+
+
+def test_command_with_the_arrow_engine_decodes_end_to_end(data_dir, tmp_path, capsys) -> None:
+    """--engine arrow (no JVM) and decoded values together: the same rows and dead letters as the tasks give."""
+    from kstore_cli.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["spark-export", str(data_dir), "-o", str(tmp_path / "o"), "--topics", "orders", "--engine", "arrow",
+              "--jobs", "2", "--value-format", "avro", "--key-format", "string", "--json"])
+    assert exit_info.value.code == 1  # dead letters
+    summary = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert summary["engine"] == "arrow" and summary["dead_letters"] == 4 and summary["records"] == 3
+    main_rows = pq.read_table(str(tmp_path / "o"), partitioning="hive", ignore_prefixes=["_", "."]).to_pylist()
+    assert sorted((r["offset"], r["key"], r["value"]["id"] if r["value"] else None) for r in main_rows) == \
+        [(0, "k0", 7), (1, "k1", 8), (5, "k5", None)]
+    dead = pq.read_table(str(tmp_path / "o" / DEAD_LETTERS_DIR)).column("offset").to_pylist()
+    assert sorted(dead) == [2, 3, 4, 6]
