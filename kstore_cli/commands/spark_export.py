@@ -14,18 +14,18 @@ from kstore_cli.commands._options import TIME, ExistingPath, json_option, topics
 from kstore_cli.errors import ExitStatus, UsageError
 
 
-def _spark_conf(pairs: Tuple[str, ...]) -> Dict[str, str]:
+def _spark_conf(pairs: Tuple[str, ...], option: str = "--spark-conf") -> Dict[str, str]:
     conf: Dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise UsageError(f"--spark-conf expects KEY=VALUE, not {pair!r}")
+            raise UsageError(f"{option} expects KEY=VALUE, not {pair!r}")
         conf[key.strip()] = value
     return conf
 
 
 @click.command(name="spark-export")
-@click.argument("paths", nargs=-1, required=True, type=ExistingPath())
+@click.argument("paths", nargs=-1, required=True, type=ExistingPath(allow_uri=True))
 @click.option("--output", "-o", required=True, help="Output directory (a local path or any URI Spark can write).")
 @click.option("--master", default="local[*]", show_default=True,
               help="Spark master: local[N], spark://HOST:PORT, yarn, k8s://...")
@@ -67,13 +67,16 @@ def _spark_conf(pairs: Tuple[str, ...]) -> Dict[str, str]:
                    "session time zone other than UTC.")
 @click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
               help="Any Spark setting (repeatable); spark.ui.showConsoleProgress=true shows Spark's stage progress.")
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+              help="A setting of remote PATHs' filesystem (repeatable): pyarrow.fs.S3FileSystem's (GcsFileSystem's, "
+                   "...) keyword arguments, e.g. endpoint_override=http://minio:9000, region=eu-west-1.")
 @json_option("Print the summary as one JSON object.")
 @click.pass_context
 def command(ctx: click.Context, paths, output: str, master: str, topics: Optional[str], starting_offsets: Optional[str],
             ending_offsets: Optional[str], starting_timestamp: Optional[int], ending_timestamp: Optional[int],
             isolation_level: str, include_headers: bool, include_metadata: bool, partition_by: str,
             parquet_compression: str, mode: Optional[str], on_corruption: str, max_bytes_per_partition: Optional[int], writer: str, spark_conf,
-            as_json: bool) -> None:
+            storage_options, as_json: bool) -> None:
     """Export whole topic directories to Parquet with Spark's Kafka source schema.
 
     PATH is a data directory, a partition directory or a .log file. Rows are
@@ -107,6 +110,7 @@ def command(ctx: click.Context, paths, output: str, master: str, topics: Optiona
         partition_by=partition_by, parquet_compression=parquet_compression, mode=mode,
         spark_conf=_spark_conf(spark_conf), max_bytes_per_partition=max_bytes_per_partition,
         writer=writer, on_corruption=on_corruption,
+        storage_options=_spark_conf(storage_options, "--storage-option"),
     )
     summary = run_export(request)
     click.echo(json.dumps(summary.to_dict(), sort_keys=True) if as_json

@@ -22,7 +22,7 @@ from kstore_cli.log.index import AbortedTxn
 from kstore_cli.log.logdir import Partition, Segment
 from kstore_cli.record.reader import iterate_source, map_file, read_batches, release_pages
 from kstore_cli.log import fileops, names
-from kstore_cli.record import record_filter
+from kstore_cli.record import record_filter, storage
 from kstore_cli.log.snapshot import ProducerEntry, build_snapshot, read_snapshot
 
 
@@ -32,7 +32,10 @@ RELEASE_EVERY = 8 * 1024 * 1024  # drop read pages of a mapped segment this ofte
 def producer_batches(path: str) -> Iterator[Batch]:
     """The batches of a ``.log`` that can carry producer state, pages released as the scan passes
     them: runs of v2 batches without a producer id are skipped natively (record_filter.skip_anonymous),
-    everything else is framed as the reader frames it (a damaged entry raises)."""
+    everything else is framed as the reader frames it (a damaged entry raises); a remote one in ranged reads."""
+    if storage.is_uri(path):
+        yield from read_batches(path)
+        return
     buf = map_file(path)
     end = len(buf)
     pos = released = 0

@@ -83,7 +83,8 @@ class ExportRequest:
                  parquet_compression: str = "snappy", mode: Optional[str] = None,
                  spark_conf: Optional[Dict[str, str]] = None, max_bytes_per_partition: Optional[int] = None,
                  extra_options: Optional[Dict[str, str]] = None, progress: bool = False,
-                 writer: str = "auto", on_corruption: str = "fail") -> None:
+                 writer: str = "auto", on_corruption: str = "fail",
+                 storage_options: Optional[Dict[str, str]] = None) -> None:
         if partition_by not in PARTITION_BY:
             raise UsageError(f"--partition-by must be one of {', '.join(PARTITION_BY)}, not {partition_by!r}")
         if parquet_compression not in PARQUET_COMPRESSION:
@@ -113,6 +114,7 @@ class ExportRequest:
         self.spark_conf = dict(spark_conf or {})
         self.max_bytes_per_partition = max_bytes_per_partition
         self.extra_options = dict(extra_options or {})
+        self.extra_options.update({f"storage.{k}": v for k, v in (storage_options or {}).items()})
         self.progress = progress
         self.requested_writer = writer
         #: The writer this export uses ("spark" or "arrow"; auto resolved).

@@ -23,7 +23,7 @@ from typing import Generator, Iterator, List, Optional
 import pyarrow as pa
 
 from kstore_cli.errors import CorruptDataError, CorruptRecordError, KstoreError
-from kstore_cli.record import decode
+from kstore_cli.record import decode, storage
 from kstore_cli.record.batch import LOG_OVERHEAD, Batch
 from kstore_cli.record.columns import RecordColumns, read_columns
 from kstore_cli.record.reader import read_batches
@@ -98,14 +98,21 @@ _ENTRY_PREFIX = LOG_ENTRY_HEADER
 _INT32 = struct.Struct(">i")
 
 
+def _head(log: str, position: int, length: int) -> bytes:
+    """Up to `length` bytes of a .log (or remote object) from `position`."""
+    if storage.is_uri(log):
+        return storage.RemoteFile(log).read(position, length)
+    with open(log, "rb") as f:
+        f.seek(position)
+        return f.read(length)
+
+
 def _truncated_tail(log: str, position: int, end: int) -> CorruptRecordError:
     """The error for bytes [position, end) that do not hold a whole batch (a segment cut short)."""
     have = end - position
     size = None
     try:
-        with open(log, "rb") as f:
-            f.seek(position)
-            head = f.read(_ENTRY_PREFIX.size)
+        head = _head(log, position, _ENTRY_PREFIX.size)
         if len(head) == _ENTRY_PREFIX.size:
             size = _ENTRY_PREFIX.unpack(head)[1] + LOG_OVERHEAD
     except OSError:
@@ -125,9 +132,7 @@ def _skipped(sl: Slice, position: int, size: int, exc: KstoreError, header=None)
         last = header.last_offset
     elif size >= _ENTRY_PREFIX.size:
         try:
-            with open(sl.log, "rb") as f:
-                f.seek(position)
-                head = f.read(min(size, LAST_OFFSET_DELTA_OFFSET + 4))
+            head = _head(sl.log, position, min(size, LAST_OFFSET_DELTA_OFFSET + 4))
             base = _ENTRY_PREFIX.unpack_from(head)[0]
             if len(head) == LAST_OFFSET_DELTA_OFFSET + 4 and head[MAGIC_OFFSET] == 2:
                 last = base + _INT32.unpack_from(head, LAST_OFFSET_DELTA_OFFSET)[0]
@@ -275,6 +280,8 @@ def read_task(task: Task, *, include_headers: bool = False, include_metadata: bo
     A damaged or truncated batch raises CorruptDataError (file and byte) unless `skipped` is given:
     then it is left out and appended there."""
     builder = ColumnBuilder(include_headers, include_metadata)
+    if task.storage:
+        storage.configure(task.storage)
     trace_dir = trace_dir or os.environ.get(TRACE_ENV) or None
     traces = []
     for sl in task.slices:
