@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from typing import Callable, List, Optional, Protocol, Tuple, Type, TypeVar, Union
 
-from kstore_cli.errors import CorruptDataError, CorruptRecordError, InvalidRecordError, KstoreError
+from kstore_cli.errors import CorruptDataError, CorruptRecordError, InvalidRecordError, KstoreError, RemoteReadError
 from kstore_cli.log import names
 from kstore_cli.log.index import (
     DEFAULT_INDEX_INTERVAL_BYTES,
@@ -127,6 +127,8 @@ def open_index(cls: Type[IndexT], path: Optional[str], base: int,
         return None, 0
     try:
         index = cls(path, base)
+    except RemoteReadError:
+        raise  # no damage: the object could not be read
     except Exception:  # noqa: BLE001 - any unreadable index means "scan instead"
         return None, 0
     if index.length % index.entry_size:
@@ -158,6 +160,8 @@ def _scan_max_timestamp(log: str, stats: Optional["LookupStats"]) -> int:
                 stats.batches_scanned += 1
             if batch.max_timestamp > largest:
                 largest = batch.max_timestamp
+    except RemoteReadError:
+        raise  # no damage: the object could not be read
     except KstoreError:
         pass  # a damaged tail, where Kafka's recovery would cut
     return largest
@@ -178,6 +182,8 @@ def _time_index_last(segment: "LogSegment", stats: Optional["LookupStats"]) -> O
         if stats is not None:
             stats.index_bytes += index.entry_size
         return index.last_entry()[0]
+    except RemoteReadError:
+        raise  # no damage: the object could not be read
     except KstoreError:
         return None
 
@@ -600,6 +606,8 @@ class LogSegment:
             index = OffsetIndex(self.index, self.base_offset)
             index.sanity_check()
             return index.lookup(offset)[1]
+        except RemoteReadError:
+            raise  # no damage: the object could not be read
         except KstoreError:
             return 0
 

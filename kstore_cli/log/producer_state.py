@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from kstore_cli.errors import CorruptSnapshotError, InvalidRecordError, KstoreError
+from kstore_cli.errors import CorruptSnapshotError, InvalidRecordError, KstoreError, RemoteReadError
 from kstore_cli.record.batch import RECORD_BATCH_OVERHEAD, Batch, parse_control_key, parse_end_txn_marker
 from kstore_cli.log.index import AbortedTxn
 from kstore_cli.log.logdir import Partition, Segment
@@ -85,6 +85,8 @@ class ProducerStateManager:
             path = partition.snapshots[offset]
             try:
                 snapshot = read_snapshot(path)
+            except RemoteReadError:
+                raise  # no damage: the object could not be read
             except KstoreError:
                 state.corrupt_snapshots.append(path)
                 continue
@@ -103,6 +105,8 @@ class ProducerStateManager:
                 for batch in producer_batches(segment.log):
                     if batch.last_offset >= start:
                         state.update(batch)
+            except RemoteReadError:
+                raise  # no damage: the object could not be read
             except KstoreError:
                 break
         return state

@@ -172,8 +172,8 @@ def remote_windows(uri: str, start: int, end: Optional[int], frame: Callable[[me
     read runs while a window is framed; an entry cut by the window's end (the framing stops before a
     partial entry) is carried over into the next window, so at most the read-ahead twice plus one batch is
     held. Items are RecordColumns (``stop``) or batches (``position + size``)."""
-    f = storage.RemoteFile(uri)
-    end = f.size if end is None else min(end, f.size)
+    f = storage.RemoteFile(uri, end)  # a planned range's end: no size request
+    end = f.size
     read_ahead = read_ahead or storage.READ_AHEAD
     pos, size = start, min(storage.FIRST_READ, read_ahead)
     data, fetched = f.read(pos, min(size, end - pos)), pos

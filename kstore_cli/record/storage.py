@@ -95,8 +95,11 @@ def filesystem(uri: str) -> Tuple[Any, str]:
         fs = _filesystems.get(key)
     if fs is None:
         try:
-            if _options and scheme in _SCHEMES_WITH_CLASS:
+            if scheme == "s3" or (_options and scheme in _SCHEMES_WITH_CLASS):
                 kwargs = {k: _value(v) for k, v in _options.items()}
+                if scheme == "s3":
+                    # One retry layer, ours (_retrying: backoff, then the line naming the range), not two.
+                    kwargs.setdefault("retry_strategy", pafs.AwsStandardS3RetryStrategy(max_attempts=1))
                 cls = getattr(pafs, _SCHEMES_WITH_CLASS[scheme])
                 if scheme == "hdfs":
                     host, _, port = netloc.partition(":")
@@ -192,9 +195,10 @@ def stat(uri: str) -> Tuple[int, int]:
 class RemoteFile:
     """An object opened for ranged reads: ``size`` and :meth:`read` (retried, then one error line)."""
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, size: Optional[int] = None) -> None:
+        """`size`: the object's size or the end of the range to be read, when known (no request then)."""
         self.uri = uri
-        self.size = stat(uri)[0]
+        self.size = stat(uri)[0] if size is None else size
         self._fs, self._path = filesystem(uri)
         self._file = None
 

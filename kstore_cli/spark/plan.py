@@ -32,7 +32,7 @@ import math
 import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from kstore_cli.errors import KstoreError, UsageError
+from kstore_cli.errors import KstoreError, UsageError, RemoteReadError
 from kstore_cli.log import locks, logdir
 from kstore_cli.log.index import OffsetIndex, TransactionIndex
 from kstore_cli.log.log_segment import max_timestamp_so_far, open_index
@@ -329,6 +329,8 @@ def _is_batch_start(log: str, position: int, entry_offset: int, stats: LookupSta
             if batch.last_offset > entry_offset or batch.magic > 2:
                 return False
             return batch.is_valid
+    except RemoteReadError:
+        raise  # no damage: the object could not be read
     except KstoreError:
         return False
     return False

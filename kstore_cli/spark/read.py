@@ -39,7 +39,7 @@ TRACE_ENV = "KSTORE_SPARK_TRACE"
 class SliceTrace:
     """What reading one slice touched (a test hook: written when ``traceDir`` or $KSTORE_SPARK_TRACE is set)."""
 
-    __slots__ = ("log", "start", "end", "bytes_read", "batches", "rows")
+    __slots__ = ("log", "start", "end", "bytes_read", "batches", "rows", "remote_reads", "largest_read")
 
     def __init__(self, sl: Slice) -> None:
         self.log = sl.log
@@ -48,11 +48,18 @@ class SliceTrace:
         self.bytes_read = 0
         self.batches = 0
         self.rows = 0
+        #: ranged reads of a remote slice, and the most bytes one of them asked for
+        self.remote_reads = -storage.ReadStats.reads
+        storage.ReadStats.largest = self.largest_read = 0
+
+    def done(self) -> None:
+        self.remote_reads += storage.ReadStats.reads
+        self.largest_read = storage.ReadStats.largest
 
     def to_dict(self) -> dict:
         return {"log": self.log, "start": self.start, "end": self.end, "bytesRead": self.bytes_read,
                 "batches": self.batches, "rows": self.rows, "module": __file__,
-                "decoder": decode.BACKEND}
+                "decoder": decode.BACKEND, "remoteReads": self.remote_reads, "largestRead": self.largest_read}
 
 
 class SkippedBatch:
@@ -288,6 +295,7 @@ def read_task(task: Task, *, include_headers: bool = False, include_metadata: bo
         trace = SliceTrace(sl)
         traces.append(trace)
         yield from _read_slice(sl, builder, trace, skipped)
+        trace.done()
     if builder.rows:
         yield builder.finish()
     if trace_dir:
