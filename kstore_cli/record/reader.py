@@ -168,14 +168,16 @@ def remote_windows(uri: str, start: int, end: Optional[int], frame: Callable[[me
 
     Each window is a buffer as large as the object's prefix up to the window's end, of which only the
     window's pages are touched (anonymous memory), so the framing sees Kafka's byte positions unchanged.
-    Reads grow from storage.FIRST_READ to the read-ahead (a planner's lookup reads one batch); the next
+    Open-ended reads grow from storage.FIRST_READ to the read-ahead (a planner's lookup reads one batch),
+    bounded ones (a task's slices) start there; the next
     read runs while a window is framed; an entry cut by the window's end (the framing stops before a
     partial entry) is carried over into the next window, so at most the read-ahead twice plus one batch is
     held. Items are RecordColumns (``stop``) or batches (``position + size``)."""
     f = storage.RemoteFile(uri, end)  # a planned range's end: no size request
-    end = f.size
     read_ahead = read_ahead or storage.READ_AHEAD
-    pos, size = start, min(storage.FIRST_READ, read_ahead)
+    # An open-ended read is a lookup (a batch or a few): it starts small. A bounded range is read whole.
+    pos, size = start, min(storage.FIRST_READ if end is None else read_ahead, read_ahead)
+    end = f.size
     data, fetched = f.read(pos, min(size, end - pos)), pos
     carry = b""
     with ThreadPoolExecutor(1) as pool:
@@ -185,7 +187,8 @@ def remote_windows(uri: str, start: int, end: Optional[int], frame: Callable[[me
                 size = min(size * 4, read_ahead)
                 ahead = pool.submit(f.read, fetched, min(size, end - fetched)) if fetched < end else None
                 window = _Window(-1, fetched)
-                window[pos:fetched] = carry + data if carry else data
+                window[pos:pos + len(carry)] = carry
+                window[pos + len(carry):fetched] = data
                 covered = pos
                 for item in frame(memoryview(window), pos, fetched):
                     yield item
