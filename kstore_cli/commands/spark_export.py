@@ -79,7 +79,8 @@ def command(ctx: click.Context, paths, output: str, master: str, topics: Optiona
             storage_options, as_json: bool) -> None:
     """Export whole topic directories to Parquet with Spark's Kafka source schema.
 
-    PATH is a data directory, a partition directory or a .log file. Rows are
+    PATH is a data directory, a partition directory or a .log file, local or in
+    object storage (s3://, gs://, abfs://, hdfs://; --storage-option). Rows are
     key, value, topic, partition, offset, timestamp, timestampType (+ headers, + metadata),
     exactly what spark.read.format("kafka") gives; control records are never exported.
     Offset and timestamp bounds mean what they mean in Spark's Kafka source and are pushed
@@ -98,6 +99,7 @@ def command(ctx: click.Context, paths, output: str, master: str, topics: Optiona
     \b
     Example:
       kstore spark-export /var/lib/kafka/data --output /lake/kafka --topics 'orders*'
+      kstore spark-export s3://backups/kafka/broker-1 -o s3://lake/kafka --storage-option region=eu-west-1
       kstore spark-export /var/lib/kafka/data/orders-0 -o out --isolation-level read_committed \\
           --starting-offsets '{"orders":{"0":1000}}' --master spark://10.0.0.5:7077
     """
