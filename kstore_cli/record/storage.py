@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from kstore_cli.errors import FileUnreadableError, MissingDependencyError, RemoteReadError
+from kstore_cli.errors import FileUnreadableError, MissingDependencyError, RemoteReadError, UsageError
 
 #: Bytes one ranged read of a task asks for at most (beside a batch larger than that): object stores
 #: answer a request in tens of ms whatever its size, so reads are few and large; the next one is fetched
@@ -111,7 +111,9 @@ def filesystem(uri: str) -> Tuple[Any, str]:
                     fs = cls(**kwargs)
             else:
                 fs, _path = pafs.FileSystem.from_uri(uri)
-        except (TypeError, ValueError, OSError) as exc:
+        except TypeError as exc:  # a keyword the filesystem does not take
+            raise UsageError(f"a storage option {scheme}:// does not take: {_one_line(exc)}") from None
+        except (ValueError, OSError) as exc:
             raise FileUnreadableError(f"cannot open its filesystem: {_one_line(exc)}", path=uri) from None
         with _lock:
             _filesystems[key] = fs
