@@ -104,6 +104,8 @@ def spark_export(local: str, remote: str, options: Dict[str, str], out: str) -> 
     spark = build_session("local[2]", writer="arrow")
     try:
         figures = {}
+        # A first, untimed export: the JVM's JIT and the Python workers warm for both timed ones.
+        export_with(spark, ExportRequest([local], os.path.join(out, "warm-up")))
         for name, path, opts in (("local", local, {}), ("remote", remote, options)):
             started = time.perf_counter()
             summary = export_with(spark, ExportRequest([path], os.path.join(out, name), storage_options=opts))
