@@ -76,6 +76,11 @@ class UnsafeFileError(FileUnreadableError):
     device...): refused, since writing through it could change a file outside the data dir."""
 
 
+class RemoteReadError(FileUnreadableError):
+    """A remote object (s3://, gs://, ...) could not be listed or read after its retries: the message
+    names the byte range, `path` the object URI (kstore_cli.record.storage)."""
+
+
 class OutputError(FileUnreadableError):
     """The command's own output (stdout, an output file) could not be written."""
 

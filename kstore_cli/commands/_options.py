@@ -176,10 +176,14 @@ class ExistingPath(click.Path):
     """click.Path(exists=True) whose missing path is what every other command says of one: the file
     cannot be opened (exit 3, ``kstore: error: PATH: no such file or directory``), not a usage error."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, allow_uri: bool = False, **kwargs: Any) -> None:
         super().__init__(exists=False, **kwargs)
+        #: A remote URI (s3://...) is taken as it is (its reader says when it is missing).
+        self.allow_uri = allow_uri
 
     def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        if self.allow_uri and isinstance(value, str) and "://" in value:
+            return value
         if isinstance(value, str) and not os.path.lexists(value):
             raise FileUnreadableError("no such file or directory", path=value)
         return super().convert(value, param, ctx)

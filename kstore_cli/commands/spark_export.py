@@ -17,18 +17,18 @@ from kstore_cli.errors import ExitStatus, UsageError
 DECODED_FORMATS = ("auto", "avro", "json-schema", "protobuf", "json", "string", "binary")
 
 
-def _spark_conf(pairs: Tuple[str, ...]) -> Dict[str, str]:
+def _spark_conf(pairs: Tuple[str, ...], option: str = "--spark-conf") -> Dict[str, str]:
     conf: Dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise UsageError(f"--spark-conf expects KEY=VALUE, not {pair!r}")
+            raise UsageError(f"{option} expects KEY=VALUE, not {pair!r}")
         conf[key.strip()] = value
     return conf
 
 
 @click.command(name="spark-export")
-@click.argument("paths", nargs=-1, required=True, type=ExistingPath())
+@click.argument("paths", nargs=-1, required=True, type=ExistingPath(allow_uri=True))
 @click.option("--output", "-o", required=True, help="Output directory (a local path or any URI Spark can write).")
 @click.option("--master", default="local[*]", show_default=True,
               help="Spark master: local[N], spark://HOST:PORT, yarn, k8s://...")
@@ -86,6 +86,9 @@ def _spark_conf(pairs: Tuple[str, ...]) -> Dict[str, str]:
               help="The Schema Registry's _schemas partition dir (or a data dir holding it); default: among PATHs.")
 @click.option("--reader-schema", metavar="FILE|SUBJECT",
               help="Avro reader schema: an .avsc file or a subject's latest version (default: <topic>-value's).")
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+              help="A setting of remote PATHs' filesystem (repeatable): pyarrow.fs.S3FileSystem's (GcsFileSystem's, "
+                   "...) keyword arguments, e.g. endpoint_override=http://minio:9000, region=eu-west-1.")
 @json_option("Print the summary as one JSON object.")
 @click.pass_context
 def command(ctx: click.Context, paths, output: str, master: str, topics: Optional[str], starting_offsets: Optional[str],
@@ -93,10 +96,11 @@ def command(ctx: click.Context, paths, output: str, master: str, topics: Optiona
             isolation_level: str, include_headers: bool, include_metadata: bool, partition_by: str,
             parquet_compression: str, mode: Optional[str], on_corruption: str, max_bytes_per_partition: Optional[int], writer: str, engine: str,
             jobs: Optional[int], spark_conf, value_format: str, key_format: str, schemas_from: Optional[str],
-            reader_schema: Optional[str], as_json: bool) -> None:
+            reader_schema: Optional[str], storage_options, as_json: bool) -> None:
     """Export whole topic directories to Parquet with Spark's Kafka source schema.
 
-    PATH is a data directory, a partition directory or a .log file. Rows are
+    PATH is a data directory, a partition directory or a .log file, local or in
+    object storage (s3://, gs://, abfs://, hdfs://; --storage-option). Rows are
     key, value, topic, partition, offset, timestamp, timestampType (+ headers, + metadata),
     exactly what spark.read.format("kafka") gives; control records are never exported.
     Offset and timestamp bounds mean what they mean in Spark's Kafka source and are pushed
@@ -116,6 +120,7 @@ def command(ctx: click.Context, paths, output: str, master: str, topics: Optiona
     \b
     Example:
       kstore spark-export /var/lib/kafka/data --output /lake/kafka --topics 'orders*'
+      kstore spark-export s3://backups/kafka/broker-1 -o s3://lake/kafka --storage-option region=eu-west-1
       kstore spark-export /var/lib/kafka/data/orders-0 -o out --isolation-level read_committed \\
           --starting-offsets '{"orders":{"0":1000}}' --master spark://10.0.0.5:7077
     """
@@ -129,6 +134,7 @@ def command(ctx: click.Context, paths, output: str, master: str, topics: Optiona
         spark_conf=_spark_conf(spark_conf), max_bytes_per_partition=max_bytes_per_partition,
         writer=writer, on_corruption=on_corruption, key_format=key_format, value_format=value_format,
         schemas_from=schemas_from, reader_schema=reader_schema, engine=engine, jobs=jobs,
+        storage_options=_spark_conf(storage_options, "--storage-option"),
     )
     summary = _run_with_progress(request, run_export, is_tty() and not as_json)
     click.echo(json.dumps(summary.to_dict(), sort_keys=True) if as_json

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from typing import Callable, List, Optional, Protocol, Tuple, Type, TypeVar, Union
 
-from kstore_cli.errors import CorruptDataError, CorruptRecordError, InvalidRecordError, KstoreError
+from kstore_cli.errors import CorruptDataError, CorruptRecordError, InvalidRecordError, KstoreError, RemoteReadError
 from kstore_cli.log import names
 from kstore_cli.log.index import (
     DEFAULT_INDEX_INTERVAL_BYTES,
@@ -37,6 +37,7 @@ from kstore_cli.log.index import (
     pack_aborted_txns,
 )
 from kstore_cli.record.batch import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAX_INT32, Batch
+from kstore_cli.record import storage
 from kstore_cli.record.reader import RELEASE_EVERY, map_file, read_batches, release_pages
 
 TS_TIMEINDEX = "timeindex"
@@ -46,8 +47,15 @@ TS_NEW_SEGMENT = "new segment"
 
 
 def mtime_ms(path: str) -> int:
-    """File.lastModified: milliseconds, truncated."""
+    """File.lastModified: milliseconds, truncated (a remote object's: its listing's)."""
+    if storage.is_uri(path):
+        return storage.stat(path)[1]
     return os.stat(path).st_mtime_ns // 1_000_000
+
+
+def _getsize(path: str) -> int:
+    """A file's size, or a remote object's (from its listing)."""
+    return storage.stat(path)[0] if storage.is_uri(path) else os.path.getsize(path)
 
 
 def read_next_offset(log: str, base_offset: int) -> int:
@@ -119,6 +127,8 @@ def open_index(cls: Type[IndexT], path: Optional[str], base: int,
         return None, 0
     try:
         index = cls(path, base)
+    except RemoteReadError:
+        raise  # no damage: the object could not be read
     except Exception:  # noqa: BLE001 - any unreadable index means "scan instead"
         return None, 0
     if index.length % index.entry_size:
@@ -150,6 +160,8 @@ def _scan_max_timestamp(log: str, stats: Optional["LookupStats"]) -> int:
                 stats.batches_scanned += 1
             if batch.max_timestamp > largest:
                 largest = batch.max_timestamp
+    except RemoteReadError:
+        raise  # no damage: the object could not be read
     except KstoreError:
         pass  # a damaged tail, where Kafka's recovery would cut
     return largest
@@ -170,6 +182,8 @@ def _time_index_last(segment: "LogSegment", stats: Optional["LookupStats"]) -> O
         if stats is not None:
             stats.index_bytes += index.entry_size
         return index.last_entry()[0]
+    except RemoteReadError:
+        raise  # no damage: the object could not be read
     except KstoreError:
         return None
 
@@ -521,17 +535,17 @@ class LogSegment:
         other = LogSegment.__new__(LogSegment)
         other.base_offset, other.log = self.base_offset, self.log
         other.index, other.timeindex, other.txnindex = self.index, self.timeindex, self.txnindex
-        other._size = os.path.getsize(self.log)
+        other._size = _getsize(self.log)
         other._mtime_ms = mtime_ms(self.log)
-        other._index_bytes = os.path.getsize(self.index) if self.index else 0
-        other._timeindex_bytes = os.path.getsize(self.timeindex) if self.timeindex else 0
+        other._index_bytes = _getsize(self.index) if self.index else 0
+        other._timeindex_bytes = _getsize(self.timeindex) if self.timeindex else 0
         other._next, other._txns = None, None
         return other
 
     @property
     def log_size(self) -> int:
         """The ``.log``'s size now."""
-        return os.path.getsize(self.log)
+        return _getsize(self.log)
 
     @property
     def size(self) -> int:
@@ -554,7 +568,7 @@ class LogSegment:
     @property
     def index_bytes(self) -> int:
         if self._index_bytes is None:
-            self._index_bytes = os.path.getsize(self.index) if self.index else 0
+            self._index_bytes = _getsize(self.index) if self.index else 0
         return self._index_bytes
 
     @index_bytes.setter
@@ -564,7 +578,7 @@ class LogSegment:
     @property
     def timeindex_bytes(self) -> int:
         if self._timeindex_bytes is None:
-            self._timeindex_bytes = os.path.getsize(self.timeindex) if self.timeindex else 0
+            self._timeindex_bytes = _getsize(self.timeindex) if self.timeindex else 0
         return self._timeindex_bytes
 
     @timeindex_bytes.setter
@@ -592,6 +606,8 @@ class LogSegment:
             index = OffsetIndex(self.index, self.base_offset)
             index.sanity_check()
             return index.lookup(offset)[1]
+        except RemoteReadError:
+            raise  # no damage: the object could not be read
         except KstoreError:
             return 0
 
@@ -606,7 +622,7 @@ class LogSegment:
         if slot < 0:
             return 0
         position = index.entry(slot)[1]
-        if not 0 <= position <= os.path.getsize(self.log):
+        if not 0 <= position <= _getsize(self.log):
             # A damaged entry pointing outside the .log: the index is not usable, scan instead.
             stats.scanned(self.base_offset)
             return 0

@@ -32,6 +32,7 @@ from kstore_cli.log.checkpoint import (
 )
 from kstore_cli.log.fileops import LOCK_FILE, TMP_SUFFIX
 from kstore_cli.log.log_segment import LogSegment, LookupStats, largest_timestamp
+from kstore_cli.record import storage
 from kstore_cli.record.reader import read_batches
 
 _INDEX_SUFFIXES = (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX)
@@ -59,9 +60,11 @@ Segment = LogSegment
 class Partition:
     """A partition directory: its segments, snapshots, and files a broker would not load."""
 
-    def __init__(self, path: str, data_dir: Optional[str] = None) -> None:
-        """`data_dir`: the real path of the dir holding it, when the caller knows it (a data dir's walk)."""
-        self.path = os.path.abspath(path)
+    def __init__(self, path: str, data_dir: Optional[str] = None,
+                 listing: Optional[List[Tuple[str, bool]]] = None) -> None:
+        """`data_dir`: the real path of the dir holding it, when the caller knows it (a data dir's walk);
+        `listing`: its (name, is_file) entries, already listed (a remote partition's, from one listing)."""
+        self.path = path if listing is not None else os.path.abspath(path)
         parsed = names.parse_partition_dir(self.path)
         self.topic, self.partition = parsed if parsed else (os.path.basename(self.path), -1)
         self.segments: List[Segment] = []
@@ -76,7 +79,7 @@ class Partition:
         self._data_dir: Optional[str] = data_dir
         #: It holds a file only a data directory has (meta.properties, a data-dir checkpoint, .lock).
         self.holds_data_dir_files = False
-        self._scan()
+        self._classify(self._scan() if listing is None else sorted(listing))
 
     @property
     def name(self) -> str:
@@ -91,7 +94,7 @@ class Partition:
             self._data_dir = os.path.dirname(os.path.realpath(self.path))
         return self._data_dir
 
-    def _scan(self) -> None:
+    def _scan(self) -> List[Tuple[str, bool]]:
         try:
             # scandir: a regular file is told by the entry's type, no stat per file (is_file follows a
             # symlink as os.path.isfile does)
@@ -103,6 +106,9 @@ class Partition:
             raise FileUnreadableError("not a directory", path=self.path) from None
         except OSError as exc:
             raise FileUnreadableError(f"cannot be listed: {exc.strerror}", path=self.path) from None
+        return entries
+
+    def _classify(self, entries: List[Tuple[str, bool]]) -> None:
         by_offset: Dict[int, Segment] = {}
         indexes: List[Tuple[int, str, str]] = []
         prefix = os.path.join(self.path, "")
@@ -265,7 +271,10 @@ def resolve(paths: Iterable[str], topics: Optional[str] = None) -> List[Target]:
     with `topics` (comma-separated globs), only the partitions of matching topics."""
     targets: List[Target] = []
     for raw in paths:
-        path = os.path.abspath(raw)
+        if storage.is_uri(raw):
+            targets.extend(resolve_uri(raw))
+            continue
+        path = os.path.abspath(storage.local_path(raw))
         if os.path.isfile(path):
             if not path.endswith(names.LOG_SUFFIX):
                 raise UsageError("expected a .log file, a partition directory or a data directory", path=raw)
@@ -283,6 +292,41 @@ def resolve(paths: Iterable[str], topics: Optional[str] = None) -> List[Target]:
         wanted = topic_matcher(topics)
         targets = [t for t in targets if wanted(t.partition.topic)]
     return targets
+
+
+def resolve_uri(uri: str) -> List[Target]:
+    """A remote PATH (``s3://bucket/kafka/data``...) as :func:`resolve` resolves a local one, from one
+    recursive listing: a ``.log`` object -> one segment; else every folder holding segment files that is
+    named like a partition (replica dirs skipped as a data dir's walk skips them) -> its partition."""
+    uri = uri.rstrip("/")
+    if uri.endswith(names.LOG_SUFFIX):
+        parent = uri.rsplit("/", 1)[0]
+        part = _remote_partitions(parent, storage.list_tree(parent), whole=True).get(parent)
+        if part is None or not any(s.log == uri for s in part.segments):
+            raise FileUnreadableError("no such object", path=uri)
+        return [Target(part, names.base_offset_from_name(uri))]
+    found = _remote_partitions(uri, storage.list_tree(uri))
+    return [Target(found[k]) for k in sorted(found)]
+
+
+def _remote_partitions(root: str, entries: List[storage.Entry], whole: bool = False) -> Dict[str, Partition]:
+    """Partitions by URI from a listing below `root` (`whole`: root itself is the partition)."""
+    folders: Dict[str, List[Tuple[str, bool]]] = {}
+    for entry in entries:
+        parent, _, name = entry.uri.rpartition("/")
+        folders.setdefault(parent, []).append((name, entry.is_file))
+    if whole:
+        return {root: Partition(root, root.rsplit("/", 1)[0], folders.get(root, []))}
+    out: Dict[str, Partition] = {}
+    for folder, listing in folders.items():
+        name = folder.rsplit("/", 1)[1]
+        if folder != root and not folder.startswith(root + "/"):
+            continue
+        if name.endswith(names.REPLICA_DIR_SUFFIXES) or names.parse_partition_dir(name) is None:
+            continue
+        if any(is_file and _offset_of(n) is not None for n, is_file in listing):
+            out[folder] = Partition(folder, folder.rsplit("/", 1)[0], listing)
+    return out
 
 
 def nothing_found(paths: Iterable[str], topics: Optional[str] = None) -> UsageError:

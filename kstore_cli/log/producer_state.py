@@ -16,13 +16,13 @@ from __future__ import annotations
 import os
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from kstore_cli.errors import CorruptSnapshotError, InvalidRecordError, KstoreError
+from kstore_cli.errors import CorruptSnapshotError, InvalidRecordError, KstoreError, RemoteReadError
 from kstore_cli.record.batch import RECORD_BATCH_OVERHEAD, Batch, parse_control_key, parse_end_txn_marker
 from kstore_cli.log.index import AbortedTxn
 from kstore_cli.log.logdir import Partition, Segment
 from kstore_cli.record.reader import iterate_source, map_file, read_batches, release_pages
 from kstore_cli.log import fileops, names
-from kstore_cli.record import record_filter
+from kstore_cli.record import record_filter, storage
 from kstore_cli.log.snapshot import ProducerEntry, build_snapshot, read_snapshot
 
 
@@ -32,7 +32,10 @@ RELEASE_EVERY = 8 * 1024 * 1024  # drop read pages of a mapped segment this ofte
 def producer_batches(path: str) -> Iterator[Batch]:
     """The batches of a ``.log`` that can carry producer state, pages released as the scan passes
     them: runs of v2 batches without a producer id are skipped natively (record_filter.skip_anonymous),
-    everything else is framed as the reader frames it (a damaged entry raises)."""
+    everything else is framed as the reader frames it (a damaged entry raises); a remote one in ranged reads."""
+    if storage.is_uri(path):
+        yield from read_batches(path)
+        return
     buf = map_file(path)
     end = len(buf)
     pos = released = 0
@@ -82,6 +85,8 @@ class ProducerStateManager:
             path = partition.snapshots[offset]
             try:
                 snapshot = read_snapshot(path)
+            except RemoteReadError:
+                raise  # no damage: the object could not be read
             except KstoreError:
                 state.corrupt_snapshots.append(path)
                 continue
@@ -100,6 +105,8 @@ class ProducerStateManager:
                 for batch in producer_batches(segment.log):
                     if batch.last_offset >= start:
                         state.update(batch)
+            except RemoteReadError:
+                raise  # no damage: the object could not be read
             except KstoreError:
                 break
         return state

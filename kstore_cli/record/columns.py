@@ -16,7 +16,8 @@ from typing import Iterator, NamedTuple, Optional, Union
 from kstore_cli.record import decode
 from kstore_cli.record.batch import Batch
 from kstore_cli.record.decode import SCAN_MORE, SCAN_OTHER
-from kstore_cli.record.reader import RELEASE_EVERY, Source, iterate_source, release_pages, open_source
+from kstore_cli.record import storage
+from kstore_cli.record.reader import RELEASE_EVERY, Source, iterate_source, open_source, release_pages, remote_windows
 
 #: Records per run (one decode call).
 MAX_ROWS = 65536
@@ -82,6 +83,9 @@ def read_columns(
     is transactional with `stop_transactional`, fails its CRC with `check_crc`, or (with
     `with_headers`) has a header key that is not strict UTF-8 (Java's decoder replaces bytes there).
     """
+    if storage.is_uri(source):
+        return remote_windows(source, start, end, lambda b, p, e: _runs(
+            b, p, e, source, check_crc, with_headers, min_offset, end_offset, stop_transactional, max_rows, max_bytes))
     buf, path = open_source(source, path)
     end = len(buf) if end is None else min(end, len(buf))
     return _runs(buf, start, end, path, check_crc, with_headers, min_offset, end_offset, stop_transactional,

@@ -15,7 +15,8 @@ from __future__ import annotations
 import mmap
 import os
 import stat
-from typing import Iterator, Optional, Union
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator, Optional, Union
 
 from kstore_cli.errors import CorruptRecordError, FileUnreadableError
 from kstore_cli.record.batch import (
@@ -26,6 +27,7 @@ from kstore_cli.record.batch import (
     LegacyBatch,
     RecordBatch,
 )
+from kstore_cli.record import storage
 from kstore_cli.record.decode import SCAN_OTHER, frame_batches
 from kstore_cli.record.wire import LOG_ENTRY_PREFIX, RECORD_OVERHEAD_V0
 
@@ -69,6 +71,9 @@ def map_file(path: "str | os.PathLike[str]") -> memoryview:
     """The whole file as a read-only memoryview over an mmap, or over its bytes when it is small
     (READ_WHOLE_BYTES; empty files give an empty view)."""
     path = os.fspath(path)
+    if storage.is_uri(path):
+        return memoryview(storage.read_object(path))
+    path = storage.local_path(path)
     try:
         # O_NONBLOCK: opening a FIFO named like a segment must not wait for a writer.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -119,8 +124,8 @@ def _read_whole(fd: int, size: int) -> bytes:
 def release_pages(buf: memoryview, start: int, end: int) -> None:
     """Drop already-read pages of a file mapping from this process (they stay in the page cache)."""
     obj = buf.obj
-    if not isinstance(obj, mmap.mmap):
-        return
+    if not isinstance(obj, mmap.mmap) or isinstance(obj, _Window):
+        return  # a remote read's window is anonymous memory: dropping it would lose its bytes
     start -= start % _PAGE
     length = end - start
     length -= length % _PAGE
@@ -147,8 +152,53 @@ def read_batches(
     With `check_crc`, CRCs are checked while framing (natively, in bulk): a batch's
     ``is_valid``/``ensure_valid`` then costs nothing (what recovery and verification want).
     """
+    if storage.is_uri(source):
+        return remote_windows(source, start, end, lambda b, p, e: iterate_source(b, p, e, source, check_crc))
     buf, path = open_source(source, path)
     return iterate_source(buf, start, len(buf) if end is None else min(end, len(buf)), path, check_crc)
+
+
+class _Window(mmap.mmap):
+    """Anonymous memory holding one window of a remote object at its own byte positions."""
+
+
+def remote_windows(uri: str, start: int, end: Optional[int], frame: Callable[[memoryview, int, int], Iterator],
+                   read_ahead: Optional[int] = None) -> Iterator:
+    """What `frame(buf, pos, end)` yields over bytes [start, end) of a remote object, read in ranged reads.
+
+    Each window is a buffer as large as the object's prefix up to the window's end, of which only the
+    window's pages are touched (anonymous memory), so the framing sees Kafka's byte positions unchanged.
+    Open-ended reads grow from storage.FIRST_READ to the read-ahead (a planner's lookup reads one batch),
+    bounded ones (a task's slices) start there; the next
+    read runs while a window is framed; an entry cut by the window's end (the framing stops before a
+    partial entry) is carried over into the next window, so at most the read-ahead twice plus one batch is
+    held. Items are RecordColumns (``stop``) or batches (``position + size``)."""
+    f = storage.RemoteFile(uri, end)  # a planned range's end: no size request
+    read_ahead = read_ahead or storage.READ_AHEAD
+    # An open-ended read is a lookup (a batch or a few): it starts small. A bounded range is read whole.
+    pos, size = start, min(storage.FIRST_READ if end is None else read_ahead, read_ahead)
+    end = f.size
+    data, fetched = f.read(pos, min(size, end - pos)), pos
+    carry = b""
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            while pos < end:
+                fetched += len(data)
+                size = min(size * 4, read_ahead)
+                ahead = pool.submit(f.read, fetched, min(size, end - fetched)) if fetched < end else None
+                window = _Window(-1, fetched)
+                window[pos:pos + len(carry)] = carry
+                window[pos + len(carry):fetched] = data
+                covered = pos
+                for item in frame(memoryview(window), pos, fetched):
+                    yield item
+                    covered = getattr(item, "stop", None) or item.position + item.size
+                if ahead is None:
+                    return
+                carry = window[covered:fetched]
+                pos, data = covered, ahead.result()
+        finally:
+            f.close()
 
 
 def open_source(source: Source, path: Optional[str] = None) -> "tuple[memoryview, Optional[str]]":

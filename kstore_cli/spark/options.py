@@ -40,6 +40,8 @@ ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 #: left out and listed (:class:`~kstore_cli.spark.read.SkippedBatch`).
 ON_CORRUPTION = ("fail", "skip")
 INTERNAL_PREFIX = "__"
+#: Data source options ``storage.<key>``: a remote PATH's filesystem settings (``storage.endpoint_override``).
+STORAGE_PREFIX = "storage."
 
 
 def is_internal(topic: str) -> bool:
@@ -190,6 +192,7 @@ class ReadOptions:
         "filter_pushdown",
         "on_corruption",
         "skipped_accumulator",
+        "storage",
     )
 
     def __init__(self, options: Mapping[str, str]) -> None:
@@ -227,6 +230,9 @@ class ReadOptions:
         #: With onCorruption=skip: the id of the accumulator the readers add skipped batches to
         #: (kstore_cli.spark.source.skipped_accumulator); without it, one stderr line each.
         self.skipped_accumulator = _int(opts.get("skippedaccumulator"), "skippedAccumulator", minimum=0)
+        #: ``storage.<key>`` options: the filesystem settings of remote PATHs (kstore_cli.record.storage).
+        self.storage: Dict[str, str] = {k[len(STORAGE_PREFIX):]: str(v) for k, v in options.items()
+                                        if str(k).lower().startswith(STORAGE_PREFIX)}
 
     def topic_selected(self, topic: str, named: bool = False) -> bool:
         """Whether a topic passes ``topics`` (glob), ``subscribe`` and ``subscribePattern``.

@@ -32,11 +32,12 @@ import math
 import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from kstore_cli.errors import KstoreError, UsageError
+from kstore_cli.errors import KstoreError, UsageError, RemoteReadError
 from kstore_cli.log import locks, logdir
 from kstore_cli.log.index import OffsetIndex, TransactionIndex
 from kstore_cli.log.log_segment import max_timestamp_so_far, open_index
 from kstore_cli.log.logdir import LookupStats, Partition, Segment
+from kstore_cli.record import storage
 from kstore_cli.record.reader import read_batches
 from kstore_cli.spark.options import EARLIEST, LATEST, OffsetSpec, ReadOptions, is_internal
 
@@ -172,10 +173,12 @@ class Slice:
 class Task:
     """What one Spark input partition reads: slices in log order."""
 
-    __slots__ = ("slices",)
+    __slots__ = ("slices", "storage")
 
-    def __init__(self, slices: List[Slice]) -> None:
+    def __init__(self, slices: List[Slice], storage_options: Optional[Dict[str, str]] = None) -> None:
         self.slices = slices
+        #: The storage options remote slices are read with (kstore_cli.record.storage.configure).
+        self.storage = storage_options
 
     @property
     def size(self) -> int:
@@ -326,6 +329,8 @@ def _is_batch_start(log: str, position: int, entry_offset: int, stats: LookupSta
             if batch.last_offset > entry_offset or batch.magic > 2:
                 return False
             return batch.is_valid
+    except RemoteReadError:
+        raise  # no damage: the object could not be read
     except KstoreError:
         return False
     return False
@@ -441,15 +446,18 @@ def _resolve_named(paths: Sequence[str]) -> List[Tuple[logdir.Target, bool]]:
     directory or a segment) rather than a data directory that holds it."""
     out: List[Tuple[logdir.Target, bool]] = []
     for raw in paths:
-        whole = os.path.abspath(raw)
+        remote = storage.is_uri(raw)
+        whole = raw.rstrip("/") if remote else os.path.abspath(storage.local_path(raw))
         for target in logdir.resolve([raw]):
-            out.append((target, target.only is not None or os.path.abspath(target.partition.path) == whole))
+            path = target.partition.path if remote else os.path.abspath(target.partition.path)
+            out.append((target, target.only is not None or path == whole))
     return out
 
 
 def plan_read(opts: ReadOptions, pushed: Optional[Pushed] = None) -> Plan:
     """Plan a read: which bytes of which segments each Spark input partition reads."""
     pushed = pushed or Pushed()
+    storage.configure(opts.storage)
     plan = Plan()
     stats = plan.stats
     targets = select_partitions(opts, pushed, plan.internal_left_out)
@@ -496,4 +504,6 @@ def plan_read(opts: ReadOptions, pushed: Optional[Pushed] = None) -> Plan:
         for lo, hi in _cut(sl.log, sl.start, sl.end, entries, target, stats):
             plan.slices.append(Slice(sl.scan, sl.log, sl.base_offset, lo, hi, sl.live_tail and hi == sl.end))
     plan.tasks = _pack(plan.slices, count)
+    for task in plan.tasks:
+        task.storage = opts.storage or None
     return plan

@@ -23,7 +23,7 @@ from typing import Generator, Iterator, List, Optional
 import pyarrow as pa
 
 from kstore_cli.errors import CorruptDataError, CorruptRecordError, KstoreError
-from kstore_cli.record import decode
+from kstore_cli.record import decode, storage
 from kstore_cli.record.batch import LOG_OVERHEAD, Batch
 from kstore_cli.record.columns import RecordColumns, read_columns
 from kstore_cli.record.reader import read_batches
@@ -39,7 +39,7 @@ TRACE_ENV = "KSTORE_SPARK_TRACE"
 class SliceTrace:
     """What reading one slice touched (a test hook: written when ``traceDir`` or $KSTORE_SPARK_TRACE is set)."""
 
-    __slots__ = ("log", "start", "end", "bytes_read", "batches", "rows")
+    __slots__ = ("log", "start", "end", "bytes_read", "batches", "rows", "remote_reads", "largest_read")
 
     def __init__(self, sl: Slice) -> None:
         self.log = sl.log
@@ -48,11 +48,18 @@ class SliceTrace:
         self.bytes_read = 0
         self.batches = 0
         self.rows = 0
+        #: ranged reads of a remote slice, and the most bytes one of them asked for
+        self.remote_reads = -storage.ReadStats.reads
+        storage.ReadStats.largest = self.largest_read = 0
+
+    def done(self) -> None:
+        self.remote_reads += storage.ReadStats.reads
+        self.largest_read = storage.ReadStats.largest
 
     def to_dict(self) -> dict:
         return {"log": self.log, "start": self.start, "end": self.end, "bytesRead": self.bytes_read,
                 "batches": self.batches, "rows": self.rows, "module": __file__,
-                "decoder": decode.BACKEND}
+                "decoder": decode.BACKEND, "remoteReads": self.remote_reads, "largestRead": self.largest_read}
 
 
 class SkippedBatch:
@@ -98,14 +105,21 @@ _ENTRY_PREFIX = LOG_ENTRY_HEADER
 _INT32 = struct.Struct(">i")
 
 
+def _head(log: str, position: int, length: int) -> bytes:
+    """Up to `length` bytes of a .log (or remote object) from `position`."""
+    if storage.is_uri(log):
+        return storage.RemoteFile(log).read(position, length)
+    with open(log, "rb") as f:
+        f.seek(position)
+        return f.read(length)
+
+
 def _truncated_tail(log: str, position: int, end: int) -> CorruptRecordError:
     """The error for bytes [position, end) that do not hold a whole batch (a segment cut short)."""
     have = end - position
     size = None
     try:
-        with open(log, "rb") as f:
-            f.seek(position)
-            head = f.read(_ENTRY_PREFIX.size)
+        head = _head(log, position, _ENTRY_PREFIX.size)
         if len(head) == _ENTRY_PREFIX.size:
             size = _ENTRY_PREFIX.unpack(head)[1] + LOG_OVERHEAD
     except OSError:
@@ -125,9 +139,7 @@ def _skipped(sl: Slice, position: int, size: int, exc: KstoreError, header=None)
         last = header.last_offset
     elif size >= _ENTRY_PREFIX.size:
         try:
-            with open(sl.log, "rb") as f:
-                f.seek(position)
-                head = f.read(min(size, LAST_OFFSET_DELTA_OFFSET + 4))
+            head = _head(sl.log, position, min(size, LAST_OFFSET_DELTA_OFFSET + 4))
             base = _ENTRY_PREFIX.unpack_from(head)[0]
             if len(head) == LAST_OFFSET_DELTA_OFFSET + 4 and head[MAGIC_OFFSET] == 2:
                 last = base + _INT32.unpack_from(head, LAST_OFFSET_DELTA_OFFSET)[0]
@@ -275,12 +287,15 @@ def read_task(task: Task, *, include_headers: bool = False, include_metadata: bo
     A damaged or truncated batch raises CorruptDataError (file and byte) unless `skipped` is given:
     then it is left out and appended there."""
     builder = ColumnBuilder(include_headers, include_metadata)
+    if task.storage:
+        storage.configure(task.storage)
     trace_dir = trace_dir or os.environ.get(TRACE_ENV) or None
     traces = []
     for sl in task.slices:
         trace = SliceTrace(sl)
         traces.append(trace)
         yield from _read_slice(sl, builder, trace, skipped)
+        trace.done()
     if builder.rows:
         yield builder.finish()
     if trace_dir:

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from kstore_cli.record import storage
 from kstore_cli.spark.columns import arrow_schema
 from kstore_cli.spark.plan import Task
 from kstore_cli.spark.read import read_task
@@ -46,8 +47,8 @@ def escape_path_name(value: str) -> str:
 
 def filesystem(output: str) -> Tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem and root path of `output` (a local path or a URI pyarrow knows)."""
-    if "://" in output and not output.startswith("file://"):
-        return pafs.FileSystem.from_uri(output)
+    if storage.is_uri(output):
+        return storage.filesystem(output)  # with the storage options (--storage-option)
     if output.startswith("file://"):
         output = output[len("file://"):]
     return pafs.LocalFileSystem(), os.path.abspath(output)
@@ -91,7 +92,7 @@ def _groups(task: Task, by_partition: bool) -> List[Tuple[Optional[Tuple[str, in
         if out and out[-1][0] == key:
             out[-1][1].slices.append(sl)
         else:
-            out.append((key, Task([sl])))
+            out.append((key, Task([sl], task.storage)))
     return out
 
 
@@ -249,4 +250,5 @@ def write_task(job: WriteJob, index: int, task: Task) -> List[Dict]:
 def write_partition(job: WriteJob, indexed: Iterable[Tuple[int, Task]]) -> Iterator[Dict]:
     """mapPartitions body: the (index, task) pairs of one Spark partition."""
     for index, task in indexed:
+        storage.configure(task.storage)
         yield from write_task(job, index, task)

@@ -46,6 +46,8 @@ def test_arrow_tasks_are_128_mib_unless_asked_and_sparks_writer_keeps_the_source
     ("relative/out", {"spark.executor.memory": "2g", "spark.sql.session.timeZone": "UTC"}, "date", "arrow"),
     ("s3a://bucket/kafka", {}, "topic,partition", "spark"),        # Hadoop's filesystems and credentials
     ("hdfs://nn/kafka", {}, "none", "spark"),
+    ("s3://bucket/kafka", {}, "topic,partition", "arrow"),        # pyarrow's own S3 (as remote inputs)
+    ("gs://bucket/kafka", {}, "none", "arrow"),
     ("/lake/kafka", {"spark.sql.parquet.compression.codec": "lz4"}, "none", "spark"),  # only Spark's writer reads it
     ("/lake/kafka", {"spark.hadoop.fs.defaultFS": "hdfs://nn"}, "none", "spark"),
     ("/lake/kafka", {"spark.sql.session.timeZone": "Europe/Paris"}, "date", "spark"),  # dates in that zone

@@ -1,0 +1,103 @@
+"""spark-export from ``s3://`` (a real S3-compatible server, moto on 127.0.0.1, the data dirs uploaded
+with boto3): the same rows as the local export, on the shared local session; ranged reads no larger
+than the read-ahead (traced by the executors); a connection dropped mid-read retried; a permanent
+fault one error line naming the object and the byte range, exit 3."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from kstore_cli.record import storage  # noqa: E402
+from tests.s3server import AWS_ENV, FaultProxy, s3_server  # noqa: E402
+from tests.spark.conftest import CORPUS_LOGS, arrow_rows, by_key, core_rows  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def server(gen_dir):
+    with s3_server() as srv:
+        srv.gen_uri = srv.upload(gen_dir, "gen")
+        srv.corpus_uri = srv.upload(CORPUS_LOGS, "corpus")
+        yield srv
+
+
+def _rows(path: Path, headers: bool = True):
+    import pyarrow.dataset as pads
+
+    return by_key(arrow_rows(pads.dataset(str(path), format="parquet", partitioning="hive").to_table(),
+                             headers=headers))
+
+
+def test_export_from_s3_equals_the_local_export(spark, server, gen_dir, tmp_path):
+    from kstore_cli.spark.export import ExportRequest, export_with
+
+    expected = by_key(core_rows([gen_dir], headers=True))
+    out = tmp_path / "arrow"
+    summary = export_with(spark, ExportRequest([server.gen_uri], str(out), include_headers=True,
+                                               storage_options=server.options()))
+    assert summary.records == len(expected) and summary.writer == "arrow"
+    assert _rows(out) == expected
+    # Spark's writer through the data source, with the executors tracing their ranged reads.
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    out = tmp_path / "spark"
+    export_with(spark, ExportRequest([server.corpus_uri], str(out), include_headers=True, writer="spark",
+                                     storage_options=server.options(), max_bytes_per_partition=64 * 1024,
+                                     extra_options={"traceDir": str(trace)}))
+    assert _rows(out) == by_key(core_rows([CORPUS_LOGS], headers=True))
+    traces = [json.loads(line) for f in trace.glob("*.jsonl") for line in f.read_text().splitlines()]
+    assert traces and all(t["log"].startswith(server.corpus_uri + "/") for t in traces)
+    assert all(t["remoteReads"] >= 1 and 0 < t["largestRead"] <= storage.READ_AHEAD for t in traces)
+    # Every slice read once, in ranged reads: nothing past its end asked for beyond one read-ahead.
+    assert all(t["remoteReads"] <= 2 + (t["end"] - t["start"]) // storage.READ_AHEAD + 1 for t in traces)
+
+
+def test_the_data_source_reads_s3_with_storage_options(spark, server, gen_dir):
+    df = (spark.read.format("kstore").option("storage.endpoint_override", server.endpoint)
+          .option("storage.region", "us-east-1").option("storage.scheme", "http")
+          .option("storage.access_key", "testing").option("storage.secret_key", "testing")
+          .option("topics", "orders").load(server.gen_uri))
+    got = sorted((r.partition, r.offset, r.value) for r in df.select("partition", "offset", "value").collect())
+    local = sorted((r["partition"], r["offset"], r["value"]) for r in core_rows([gen_dir]) if r["topic"] == "orders")
+    assert got and got == local
+
+
+def test_dropped_connections_are_retried_by_the_tasks(spark, server, tmp_path):
+    from kstore_cli.spark.export import ExportRequest, export_with
+
+    proxy = FaultProxy(server.port, faults=3)
+    try:
+        out = tmp_path / "out"
+        export_with(spark, ExportRequest([server.corpus_uri], str(out), include_headers=True,
+                                         storage_options=server.options(proxy.endpoint)))
+        assert proxy.dropped == 3
+    finally:
+        proxy.close()
+    assert _rows(out) == by_key(core_rows([CORPUS_LOGS], headers=True))
+
+
+def test_a_permanent_fault_is_one_line_naming_object_and_range(server, tmp_path):
+    proxy = FaultProxy(server.port, faults=None)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "kstore_cli", "spark-export", server.corpus_uri + "/v2-none-0", "-o",
+             str(tmp_path / "out"), "--storage-option", f"endpoint_override={proxy.endpoint}",
+             "--storage-option", "region=us-east-1", "--storage-option", "scheme=http"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, **AWS_ENV})
+    finally:
+        proxy.close()
+    assert done.returncode == 3, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"kstore: error: {server.corpus_uri}/v2-none-0/0000000000000000")
+    assert f"failed after {storage.ATTEMPTS} attempts" in lines[0] and "read of bytes 0-" in lines[0]
+    assert proxy.dropped == storage.ATTEMPTS
