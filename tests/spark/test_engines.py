@@ -99,8 +99,10 @@ def test_what_the_arrow_engine_cannot_honour_is_a_usage_error(tmp_path, kwargs, 
 
 
 def test_the_arrow_engine_picks_the_arrow_writer_for_any_output(tmp_path):
-    assert ExportRequest([str(TXN_PARTITION)], "s3://bucket/x", engine="arrow").writer == "arrow"
-    assert ExportRequest([str(TXN_PARTITION)], "s3://bucket/x").writer == "spark"
+    assert ExportRequest([str(TXN_PARTITION)], "s3a://bucket/x", engine="arrow").writer == "arrow"
+    # the Spark engine's auto: pyarrow's filesystems (s3://, gs://) to the arrow writer, Hadoop's to Spark's
+    assert ExportRequest([str(TXN_PARTITION)], "s3://bucket/x").writer == "arrow"
+    assert ExportRequest([str(TXN_PARTITION)], "s3a://bucket/x").writer == "spark"
 
 
 #: pyspark and py4j made uninstalled in a child interpreter (pyarrow stays).
