@@ -101,3 +101,16 @@ def test_a_permanent_fault_is_one_line_naming_object_and_range(server, tmp_path)
     assert lines[0].startswith(f"kstore: error: {server.corpus_uri}/v2-none-0/0000000000000000")
     assert f"failed after {storage.ATTEMPTS} attempts" in lines[0] and "read of bytes 0-" in lines[0]
     assert proxy.dropped == storage.ATTEMPTS
+
+
+def test_the_arrow_engine_reads_s3_without_a_jvm(server, gen_dir, tmp_path):
+    """--engine arrow (forked local processes) from s3://: the storage options reach each process, rows as local."""
+    from kstore_cli.spark.engines import LocalEngine
+    from kstore_cli.spark.export import ExportRequest, export_on
+
+    out = tmp_path / "local-engine"
+    request = ExportRequest([server.gen_uri], str(out), include_headers=True, engine="arrow", jobs=2,
+                            storage_options=server.options())
+    summary = export_on(LocalEngine(2), request)
+    assert summary.engine == "arrow" and summary.tasks >= 2
+    assert _rows(out) == by_key(core_rows([gen_dir], headers=True))
