@@ -53,9 +53,10 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 class Cluster:
-    """A master and two workers on 127.0.0.1 (one core each), started once for this module's tests."""
+    """A master and `workers` workers on 127.0.0.1 (one core each), started once for this module's tests
+    (bench/spark_cluster.py starts one too)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, workers: int = 2) -> None:
         spark_home = os.path.dirname(pyspark.__file__)
         spark_class = os.path.join(spark_home, "bin", "spark-class")
         self.trace = root / "trace"
@@ -73,7 +74,7 @@ class Cluster:
                  str(self.port), "--webui-port", str(ui)], env=self.env, stdout=log, stderr=subprocess.STDOUT,
                 cwd=root))
         _wait_for(master_log, "I have been elected leader", self.procs[0])
-        for n in (1, 2):
+        for n in range(1, workers + 1):
             worker_log = root / f"worker{n}.log"
             with open(worker_log, "w") as log:
                 self.procs.append(subprocess.Popen(
