@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from kstore_cli import errors
-from kstore_cli.errors import CorruptDataError, ExitStatus, KstoreError, UsageError
+from kstore_cli.errors import CorruptDataError, ExitStatus, FileUnreadableError, KstoreError, UsageError
 from kstore_cli.spark.options import ON_CORRUPTION, ReadOptions
 from kstore_cli.spark.plan import Plan, plan_read
 from kstore_cli.spark.read import SkippedBatch
@@ -275,7 +275,7 @@ def _parquet_files(output: str) -> Dict[str, int]:
     try:
         fs, root = filesystem(output)
         infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-    except (OSError, ValueError):
+    except (OSError, ValueError, FileUnreadableError):
         return {}
     return {i.path: i.size for i in infos
             if i.type == pafs.FileType.File and i.base_name.endswith(".parquet") and not i.base_name.startswith(("_", "."))}
@@ -343,7 +343,7 @@ def _output_exists(output: str) -> bool:
     try:
         fs, root = filesystem(output)
         return fs.get_file_info(root).type != pafs.FileType.NotFound
-    except (OSError, ValueError):
+    except (OSError, ValueError, FileUnreadableError):
         return False
 
 
@@ -353,7 +353,7 @@ def _remove_empty_output(output: str) -> None:
 
     try:
         fs, root = filesystem(output)
-    except (OSError, ValueError):
+    except (OSError, ValueError, FileUnreadableError):
         return
     remove_if_empty(fs, root)
 
@@ -599,7 +599,7 @@ def _write_skipped_file(spark, request: ExportRequest, skipped: List[SkippedBatc
 
     try:
         fs, root = filesystem(request.output)
-    except (OSError, ValueError):
+    except (OSError, ValueError, FileUnreadableError):
         fs = None
     if fs is not None:
         from kstore_cli.spark.write import read_if_exists, write_atomically
@@ -655,7 +655,7 @@ def _export_arrow(engine: Any, request: ExportRequest, plan: Plan, summary: Expo
         raise UsageError("--writer arrow partitions by the UTC date; drop spark.sql.session.timeZone or use --writer spark")
     try:
         fs, root = filesystem(request.output)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, FileUnreadableError) as exc:
         raise UsageError(f"--writer arrow cannot write to {request.output} ({exc}); use --writer spark") from None
     info = _clear_arrow_output(fs, root, request)
     from kstore_cli.spark.decoded import build_decoding, dead_letter_count
