@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from kstore_cli.errors import FileUnreadableError, KstoreError, UsageError
@@ -195,7 +196,8 @@ class PartitionDir:
         """`data_dir`: the real path of the dir holding it (None: resolved from the path on first use)."""
         self.path = path
         parsed = names.parse_partition_dir(path)
-        self.topic, self.partition = parsed if parsed else (os.path.basename(path), -1)
+        topic, self.partition = parsed if parsed else (os.path.basename(path), -1)
+        self.topic = sys.intern(topic)  # one string per topic
         self._data_dir = data_dir
 
     @property
