@@ -78,23 +78,23 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kaf
       kstore doctor --json /backups/brokers | jq 'select(.type=="finding")'
       kstore doctor --quick --jobs 8 /var/lib/kafka/data
     """
-    found = survey(paths, replicas=True, topics=topics, kafka_version=kafka_version)
+    tty = _is_tty() and not as_json
+    jobs = jobs or usable_cores()
+    found = survey(paths, replicas=True, topics=topics, kafka_version=kafka_version, lazy=True, jobs=jobs, sizes=tty)
     if not found.data_dirs:
         raise UsageError("no data directories or partitions found in " + ", ".join(paths))
     if topics and not found.targets:
         raise nothing_found(paths, topics)
-    tty = _is_tty() and not as_json
     out = _Output(as_json, tty, verbose)
     for broker in found.brokers:
         out.broker(broker)
     counts: Dict[str, int] = {ERROR: 0, WARNING: 0, NOTE: 0}
-    bar, advance = byte_progress(tty, "checking", lambda: sum(
-        os.path.getsize(s.log) for p, only in found.targets for s in p.segments if only in (None, s.base_offset)))
+    bar, advance = byte_progress(tty, "checking", lambda: found.log_bytes)
     if bar is not None:
         out.console = bar.console  # lines printed above the transient bar
     try:
         # The partitions' checks start (in --jobs processes) while the data dirs' own findings are worked out.
-        checked_dirs = check_partitions(found, jobs=jobs or usable_cores(), quick=quick, progress=advance)
+        checked_dirs = check_partitions(found, jobs=jobs, quick=quick, progress=advance)
         by_dir = _layout_by_dir(found, kafka_version)
         healthy = _check_partitions(checked_dirs, found, by_dir, counts, out)
     finally:
@@ -185,7 +185,7 @@ class _Output:
                 "type": "datadir", "data_dir": info.path, "node_id": info.node_id, "cluster_id": info.cluster_id,
                 "directory_id": info.directory_id, "meta_properties": info.meta is not None,
                 "clean_shutdown_marker": clean_shutdown_marker(info.path), "locked": locked,
-                "partitions": len(info.partitions), "whole_data_dir": info.whole, "judged_as": judged.to_dict(),
+                "partitions": len(info.partition_dirs), "whole_data_dir": info.whole, "judged_as": judged.to_dict(),
             }, sort_keys=True))
             return
         if info.meta is not None:
@@ -195,7 +195,7 @@ class _Output:
         else:
             ident = "no meta.properties (a KRaft broker would refuse it unformatted)"
         marker = "clean shutdown marker" if clean_shutdown_marker(info.path) else "no clean shutdown marker (recovery runs)"
-        title = (f"data dir {info.path}: {ident}; {len(info.partitions)} partition(s); {marker}"
+        title = (f"data dir {info.path}: {ident}; {len(info.partition_dirs)} partition(s); {marker}"
                  + ("; LOCKED by a live process" if locked else ""))
         if self.console is None:
             self._echo(title)

@@ -109,11 +109,16 @@ def metadata_release(level: int) -> Tuple[KafkaVersion, str]:
     return KafkaVersion.parse(name.split("-")[0]), f"{name} (level {level})"
 
 
-def judge_data_dir(meta: Optional[Dict[str, str]], partitions: Iterable[Partition], data_dir: str, *,
+def judge_data_dir(meta: Optional[Dict[str, str]], files: "FileEvidence | Iterable[Partition]", data_dir: str, *,
                    metadata_level: Optional[int] = None, has_metadata_log: bool = False) -> BrokerJudgement:
     """The mode and releases one data dir's files are consistent with. `meta` is its meta.properties (None
     when missing or unreadable); `has_metadata_log` when it (or another dir of the same node) holds
-    ``__cluster_metadata-0``, `metadata_level` that log's metadata.version."""
+    ``__cluster_metadata-0``, `metadata_level` that log's metadata.version. `files`: its partitions' evidence
+    (or the partitions, counted here)."""
+    if not isinstance(files, FileEvidence):
+        partitions, files = files, FileEvidence()
+        for partition in partitions:
+            files.add(partition)
     evidence: List[str] = []
     low, high = OLDEST, NEWEST
     mode = UNKNOWN
@@ -144,33 +149,56 @@ def judge_data_dir(meta: Optional[Dict[str, str]], partitions: Iterable[Partitio
             release, name = metadata_release(metadata_level)
             low = max(low, release)
             evidence.append(f"metadata.version {name}")
-    low = _file_evidence(partitions, data_dir, low, evidence)
+    low = _file_evidence(files, data_dir, low, evidence)
     if high < low:
         evidence.append(f"(the files disagree: nothing after {high} is ruled out)")
         high = NEWEST
     return BrokerJudgement(mode, VersionRange(low, None if high == NEWEST else high), tuple(evidence))
 
 
-def _file_evidence(partitions: Iterable[Partition], data_dir: str, low: KafkaVersion, evidence: List[str]) -> KafkaVersion:
-    """Lower bounds from the partitions' files: partition.metadata (2.8+), then 0.11's files and v2 batches."""
-    topic_ids = v2 = epochs = txn = snapshots = 0
-    for partition in partitions:
+class FileEvidence:
+    """What a data dir's partitions' files say of the broker that wrote them, counted partition by partition
+    (:meth:`add`, in any process: the counts add up, :meth:`merge`): partition.metadata (2.8+), then 0.11's
+    files and v2 batches. The metadata log's partition is not counted."""
+
+    __slots__ = ("topic_ids", "v2", "epochs", "txn", "snapshots")
+
+    def __init__(self) -> None:
+        self.topic_ids = self.v2 = self.epochs = self.txn = self.snapshots = 0
+
+    def add(self, partition: Partition, *, look_for_v2: bool = True) -> None:
+        """One partition's files, from its own scan (no stat more); a segment is opened only until one v2
+        batch is found (here, or where `look_for_v2` is False)."""
         if partition.name == names.METADATA_PARTITION_DIR:
-            continue
-        # the partition's own scan lists its files: no stat more per partition
-        topic_ids += os.path.join(partition.path, PARTITION_METADATA) in partition.other_files
-        epochs += os.path.join(partition.path, LEADER_EPOCH_CHECKPOINT) in partition.other_files
-        txn += any(s.txnindex for s in partition.segments)
-        snapshots += bool(partition.snapshots)
-        if not v2:  # only whether one is found matters: one segment opened, not one per partition
-            v2 += bool(partition.segments) and _magic(partition.segments[-1].log) == 2
-    if topic_ids:
+            return
+        self.topic_ids += os.path.join(partition.path, PARTITION_METADATA) in partition.other_files
+        self.epochs += os.path.join(partition.path, LEADER_EPOCH_CHECKPOINT) in partition.other_files
+        self.txn += any(s.txnindex for s in partition.segments)
+        self.snapshots += bool(partition.snapshots)
+        if look_for_v2 and not self.v2:
+            self.v2 += bool(partition.segments) and _magic(partition.segments[-1].log) == 2
+
+    def merge(self, other: "FileEvidence") -> None:
+        for name in self.__slots__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def __getstate__(self):
+        return tuple(getattr(self, n) for n in self.__slots__)
+
+    def __setstate__(self, state) -> None:
+        for name, value in zip(self.__slots__, state):
+            setattr(self, name, value)
+
+
+def _file_evidence(files: FileEvidence, data_dir: str, low: KafkaVersion, evidence: List[str]) -> KafkaVersion:
+    """Lower bounds from the partitions' files: partition.metadata (2.8+), then 0.11's files and v2 batches."""
+    if files.topic_ids:
         low = max(low, V2_8)
-        evidence.append(f"partition.metadata in {topic_ids} partition(s) (2.8+)")
+        evidence.append(f"partition.metadata in {files.topic_ids} partition(s) (2.8+)")
     else:
         evidence.append("no partition.metadata")
-    newer = [what for what, n in (("message format v2", v2), ("leader-epoch-checkpoint", epochs), (".txnindex", txn),
-                                  ("producer snapshots", snapshots)) if n]
+    newer = [what for what, n in (("message format v2", files.v2), ("leader-epoch-checkpoint", files.epochs),
+                                  (".txnindex", files.txn), ("producer snapshots", files.snapshots)) if n]
     if os.path.exists(os.path.join(data_dir, LOG_START_OFFSET_CHECKPOINT)):
         newer.append("log-start-offset-checkpoint")
     if newer:
@@ -196,6 +224,7 @@ def judged_for(judgement: BrokerJudgement, asked: Optional[KafkaVersion]) -> Bro
 
 
 __all__ = [
-    "ZOOKEEPER", "KRAFT", "UNKNOWN", "LAST_ZOOKEEPER", "ZOOKEEPER_REMOVED", "BrokerJudgement", "judge_data_dir",
+    "ZOOKEEPER", "KRAFT", "UNKNOWN", "LAST_ZOOKEEPER", "ZOOKEEPER_REMOVED", "BrokerJudgement", "FileEvidence",
+    "judge_data_dir",
     "judged_for", "metadata_release",
 ]

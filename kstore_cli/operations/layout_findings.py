@@ -187,7 +187,7 @@ def _broker_issues(broker: Broker) -> List[Issue]:
             continue
         if os.path.isdir(os.path.join(info.path, names.METADATA_PARTITION_DIR)):
             metadata_dirs.append(info.path)
-        for partition in info.partitions:
+        for partition in info.partition_dirs:
             if partition.name == names.METADATA_PARTITION_DIR:
                 continue
             other = homes.setdefault(partition.name, partition.path)
@@ -260,22 +260,19 @@ def _topic_id_issues(found: Survey) -> List[Issue]:
     incomplete: List[str] = []
     newer_issues: List[Issue] = []
     for info in found.data_dirs.values():
-        for partition in info.partitions:
-            if partition.name == names.METADATA_PARTITION_DIR:
-                image, newer = metadata_image_and_newer(partition, found)
-                newer_issues.extend(newer)
-                if image is None:
-                    if not newer:  # else the warning says why
-                        incomplete.append(partition.path)
-                elif info.cluster_id not in images or len(image.topics.by_id) > len(images[info.cluster_id][1].topics.by_id):
-                    images[info.cluster_id] = (partition.path, image)
+        for partition in info.partition_dirs:
+            if partition.name != names.METADATA_PARTITION_DIR:
                 continue
-            path = os.path.join(partition.path, PARTITION_METADATA)
-            try:
-                topic_id = str(read_partition_metadata(path)["topicId"])
-            except KstoreError:
-                continue  # reported per partition
-            copies.setdefault((info.cluster_id, partition.topic), {}).setdefault(topic_id, []).append(partition.path)
+            image, newer = metadata_image_and_newer(partition, found)
+            newer_issues.extend(newer)
+            if image is None:
+                if not newer:  # else the warning says why
+                    incomplete.append(partition.path)
+            elif info.cluster_id not in images or len(image.topics.by_id) > len(images[info.cluster_id][1].topics.by_id):
+                images[info.cluster_id] = (partition.path, image)
+        for topic, by_id in info.topic_ids.items():  # read by the survey's scan; unreadable ones reported per partition
+            for topic_id, paths in by_id.items():
+                copies.setdefault((info.cluster_id, topic), {}).setdefault(topic_id, []).extend(paths)
     issues = [Issue(NOTE, "metadata-log-incomplete", "its records before the first segment are in no snapshot "
                     "(or it could not be read whole): topic IDs are compared between the copies checked instead, "
                     "and partitions assigned to this node are not checked",
@@ -355,7 +352,7 @@ def _assigned_without_dir(found: Survey, cluster: Optional[str], source: str, im
         given = {i.directory_id for i in infos if i.directory_id}
         registered = set(image.cluster.brokers.get(node, {}).get("log_dirs") or [])
         all_dirs = bool(registered) and registered <= given or (not registered and len(infos) == 1)
-        present = {(p.topic, p.partition) for i in infos for p in i.partitions}
+        present = {(p.topic, p.partition) for i in infos for p in i.partition_dirs}
         for tid, topic in sorted(image.topics.by_id.items(), key=lambda kv: kv[1]["name"]):
             for pid, reg in sorted(topic["partitions"].items()):
                 if node not in reg["replicas"] or (topic["name"], pid) in present:

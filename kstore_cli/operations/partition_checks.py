@@ -17,11 +17,11 @@ from kstore_cli.log.logdir import Partition
 from kstore_cli.operations.partition_findings import partition_issues
 from kstore_cli.operations.runner import stream
 from kstore_cli.operations.segment_findings import segment_issue
-from kstore_cli.operations.startup import DataDirInfo, Issue, Survey
+from kstore_cli.operations.startup import DataDirInfo, Issue, PartitionDir, Survey, loaded
 from kstore_cli.operations.verify import ERROR, Finding, missing_index, partition_findings_sink, verify_partition
 from kstore_cli.record.reader import map_file
 
-Target = Tuple[Partition, Optional[int]]
+Target = Tuple["Partition | PartitionDir", Optional[int]]
 
 
 class PartitionCheck:
@@ -89,11 +89,12 @@ def _txn_sanity(seg, add: Callable[..., None]) -> None:
         add(seg.base_offset, seg.txnindex, ERROR, "txnindex-sanity", str(exc.message))
 
 
-def check_partition(found: Survey, partition: Partition, only: Optional[int], *, quick: bool = False,
+def check_partition(found: Survey, partition: "Partition | PartitionDir", only: Optional[int], *, quick: bool = False,
                     progress: Optional[Callable[[int], None]] = None) -> Tuple[int, List[Issue], int]:
     """One target's (segments checked, doctor's findings, .log bytes covered); the data dir's findings
-    about the partition (its layout issues) are not among them."""
+    about the partition (its layout issues) are not among them. A lazy survey's target is listed here."""
     data_dir = found.data_dir_of(partition).path
+    partition = loaded(partition)
     size = 0
 
     def covered(n: int) -> None:

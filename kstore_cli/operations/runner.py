@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import (Callable, ContextManager, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple,
                     TypeVar)
 
@@ -38,15 +40,15 @@ def usable_cores() -> int:
 _FORKED: Optional[Tuple[Callable, Sequence]] = None
 
 
-def _forked_one(i: int):
+def _forked_chunk(start: int, stop: int) -> list:
     work, items = _FORKED  # type: ignore[misc] - set before the pool forks
-    return work(items[i])
+    return [work(items[i]) for i in range(start, stop)]
 
 
 def _forked_map(work: Callable[[T], R], items: Sequence[T], jobs: int, initargs: tuple) -> Iterator[R]:
     """`work` on each item in a pool of `jobs` forked processes (each first runs fileops.bind_to_parent with
     `initargs`), started now; results in the items' order as they come. The workers inherit `work` and
-    `items` at the fork: only an item's index and its result cross between processes (`work` may be a
+    `items` at the fork: only a chunk's bounds and its results cross between processes (`work` may be a
     closure; a result and an error it raises must pickle). A worker that dies (killed, out of memory) is an
     error, not a hang."""
     global _FORKED
@@ -55,15 +57,32 @@ def _forked_map(work: Callable[[T], R], items: Sequence[T], jobs: int, initargs:
     # fork, explicitly: not spawned nor from a forkserver
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"),
                                initializer=fileops.bind_to_parent, initargs=initargs)
-    # Every chunk is submitted (the workers fork and start) now; chunks of a few items: one round trip per
-    # chunk, small enough that the workers end together.
+    # Chunks of a few items (one round trip each, small enough that the workers end together), a window of
+    # them submitted ahead (the workers fork and start now): results not yet read are held for that window
+    # only, not for every item (10,000 partitions).
+    chunk = max(1, min(16, len(items) // (8 * jobs)))
     try:
-        results = pool.map(_forked_one, range(len(items)), chunksize=max(1, min(16, len(items) // (8 * jobs))))
+        results = _windowed(pool, len(items), chunk, window=8 * jobs)
+        next(results)  # the first window submitted
     except BaseException:
         pool.shutdown(cancel_futures=True)
         _FORKED = None
         raise
     return _Results(pool, results)
+
+
+def _windowed(pool: ProcessPoolExecutor, n: int, chunk: int, window: int) -> Iterator:
+    """The results of items 0..n-1 in chunks, `window` chunks in flight; the first chunks are submitted at
+    once, before the first result is asked for (a generator: started by its first next())."""
+    starts = iter(range(0, n, chunk))
+    pending = deque(pool.submit(_forked_chunk, s, min(s + chunk, n)) for s in islice(starts, window))
+    yield None  # submitted: the caller goes on while the workers run
+    while pending:
+        done = pending.popleft().result()
+        start = next(starts, None)
+        if start is not None:
+            pending.append(pool.submit(_forked_chunk, start, min(start + chunk, n)))
+        yield from done
 
 
 class _Results:

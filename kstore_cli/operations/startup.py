@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
+import sys
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from kstore_cli.errors import FileUnreadableError, KstoreError, UsageError
 from kstore_cli.log import names
@@ -42,7 +43,9 @@ from kstore_cli.log.checkpoint import (
     META_PROPERTIES,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
+    PARTITION_METADATA,
     read_offset_checkpoint,
+    read_partition_metadata,
     read_properties,
 )
 from kstore_cli.log.kafka_version import KafkaVersion
@@ -52,7 +55,14 @@ from kstore_cli.log.logdir import (
     is_partition_dir,
     topic_matcher,
 )
-from kstore_cli.operations.broker_version import LAST_ZOOKEEPER, UNKNOWN, ZOOKEEPER, BrokerJudgement, judge_data_dir
+from kstore_cli.operations.broker_version import (
+    LAST_ZOOKEEPER,
+    UNKNOWN,
+    ZOOKEEPER,
+    BrokerJudgement,
+    FileEvidence,
+    judge_data_dir,
+)
 
 if TYPE_CHECKING:  # only the annotations need it here
     from kstore_cli.cluster.metadata_image import MetadataImage
@@ -176,6 +186,43 @@ def _topic_partition_of(partition: Optional[str]) -> Optional[Tuple[str, int]]:
     return parsed
 
 
+class PartitionDir:
+    """A partition dir a data dir's walk found, by its name only: what a lazy survey keeps of it (the process
+    that checks it lists it: :meth:`load`). Named as :class:`~kstore_cli.log.logdir.Partition` names it."""
+
+    __slots__ = ("path", "topic", "partition", "_data_dir")
+
+    def __init__(self, path: str, data_dir: Optional[str]) -> None:
+        """`data_dir`: the real path of the dir holding it (None: resolved from the path on first use)."""
+        self.path = path
+        parsed = names.parse_partition_dir(path)
+        topic, self.partition = parsed if parsed else (os.path.basename(path), -1)
+        self.topic = sys.intern(topic)  # one string per topic
+        self._data_dir = data_dir
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def data_dir(self) -> str:
+        if self._data_dir is None:
+            self._data_dir = os.path.dirname(os.path.realpath(self.path))
+        return self._data_dir
+
+    def load(self) -> Partition:
+        """The partition, listed now (FileUnreadableError when it cannot be)."""
+        return Partition(self.path, data_dir=self._data_dir)
+
+    def __repr__(self) -> str:
+        return f"PartitionDir({self.path!r})"
+
+
+def loaded(partition: "Partition | PartitionDir") -> Partition:
+    """The partition listed: a lazy survey's :class:`PartitionDir` is listed now."""
+    return partition.load() if isinstance(partition, PartitionDir) else partition
+
+
 class DataDirInfo:
     """One data directory: its meta.properties, which of its partitions were asked for, its checkpoints."""
 
@@ -185,13 +232,28 @@ class DataDirInfo:
         self.whole = whole
         self.meta: Optional[Dict[str, str]] = None
         self.meta_error: Optional[KstoreError] = None
-        self.partitions: List[Partition] = []
+        #: Its partitions in name order: listed (Partition) after an eager survey, by name only (PartitionDir)
+        #: after a lazy one, where the workers list them.
+        self.partition_dirs: List["Partition | PartitionDir"] = []
         self.partition_paths: set = set()  # theirs, to tell a partition at once
+        #: What its partitions' files say of the broker that wrote them (filled by the survey's scan).
+        self.files = FileEvidence()
+        #: topic -> {topic ID: [partition dirs]}: partition.metadata's topic IDs (the scan's), in dir order.
+        self.topic_ids: Dict[str, Dict[str, List[str]]] = {}
         #: Checkpoint file name -> {(topic, partition): offset}; None when missing or malformed.
         self.checkpoints: Dict[str, Optional[Dict[Tuple[str, int], int]]] = {}
         self.issues: List[Issue] = []
         #: Whose rules judge it (Survey.judged fills it on first use).
         self.judged: Optional[BrokerJudgement] = None
+        self._listed = False
+
+    @property
+    def partitions(self) -> List[Partition]:
+        """Its partitions, listed (on first use after a lazy survey: in this process, one by one)."""
+        if not self._listed:
+            self.partition_dirs = [loaded(p) for p in self.partition_dirs]
+            self._listed = True
+        return self.partition_dirs  # type: ignore[return-value] - every one listed now
 
     @property
     def node_id(self) -> Optional[int]:
@@ -235,12 +297,15 @@ class Survey:
         self.data_dirs: Dict[str, DataDirInfo] = {}
         self.brokers: List[Broker] = []
         #: (partition, only): ``only`` is the base offset of a single named segment.
-        self.targets: List[Tuple[Partition, Optional[int]]] = []
+        self.targets: List[Tuple["Partition | PartitionDir", Optional[int]]] = []
         #: --topics: which topics' partitions are checked (data-dir checks still read the whole dir).
         self.wanted: Callable[[str], bool] = topic_matcher(None)
         #: --kafka-version: judge every data dir by this release's rules instead of its writer's.
         self.asked: Optional[KafkaVersion] = None
         self._metadata: Dict[str, Optional["LoadResult"]] = {}
+        #: With `sizes`: the targets' .log bytes (the progress bar's total), and each partition's on the way.
+        self.log_bytes = 0
+        self.log_bytes_of: Dict[str, int] = {}
 
     def in_scope(self, issue: "Issue") -> bool:
         """Whether a finding concerns a selected topic, or no one topic (a broker, a data dir, a dir no broker
@@ -270,7 +335,7 @@ class Survey:
                          if os.path.isdir(os.path.join(d.path, names.METADATA_PARTITION_DIR))]
         loaded = self.metadata_log(metadata_dirs[0]) if metadata_dirs else None
         level = loaded.image.features.metadata_version_level if loaded is not None else None
-        judged = judge_data_dir(info.meta, info.partitions, info.path, metadata_level=level,
+        judged = judge_data_dir(info.meta, info.files, info.path, metadata_level=level,
                                 has_metadata_log=bool(metadata_dirs))
         if judged.mode == UNKNOWN and info.meta is None:
             # A dir without meta.properties among a broker's formatted dirs is judged as they are.
@@ -300,13 +365,19 @@ def data_dir_key(partition: Partition) -> str:
 
 
 def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str] = None,
-           kafka_version: Optional[KafkaVersion] = None) -> Survey:
+           kafka_version: Optional[KafkaVersion] = None, lazy: bool = False, jobs: int = 1,
+           sizes: bool = False) -> Survey:
     """Find every data dir and partition the PATHs name (.log file, partition dir, data dir, or a
     folder of data dirs up to two levels down) and read each data dir's meta.properties and checkpoints.
     With `replicas`, ``-future`` replica dirs are partitions to check too (LogManager loads them through the
     same LogLoader, and serves them once the move completes); ``-stray`` and ``-delete`` dirs are never served.
     With `topics` (comma-separated globs) only partitions of matching topics are targets. Each data dir is
-    judged by the rules of the broker its files show (Survey.judge), or of `kafka_version`."""
+    judged by the rules of the broker its files show (Survey.judge), or of `kafka_version`.
+
+    Every partition dir is listed once by the scan (:func:`_scan`: its evidence of the broker, its topic ID).
+    `lazy`: the scan runs in `jobs` processes and only each partition's name and what the data dir's checks
+    need are kept here: the targets are :class:`PartitionDir` (whoever checks one lists it again). `sizes`:
+    the targets' .log bytes are summed (:attr:`Survey.log_bytes`)."""
     out = Survey()
     out.wanted = topic_matcher(topics)
     out.asked = kafka_version
@@ -319,7 +390,7 @@ def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str
         info.whole = info.whole or whole
         return info
 
-    def add_partition(partition: Partition, only: Optional[int]) -> None:
+    def add_partition(partition: "Partition | PartitionDir", only: Optional[int]) -> None:
         info = data_dir(data_dir_key(partition), False)
         key = (partition.path, only)
         if key not in seen:
@@ -327,7 +398,7 @@ def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str
             out.targets.append((partition, only))
             if partition.path not in info.partition_paths:
                 info.partition_paths.add(partition.path)
-                info.partitions.append(partition)
+                info.partition_dirs.append(partition)
 
     for raw in paths:
         path = os.path.abspath(raw)
@@ -350,30 +421,98 @@ def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str
     for info in out.data_dirs.values():
         _read_data_dir_files(info)
     out.brokers = _group_brokers(list(out.data_dirs.values()))
-    out.targets = [(p, only) for p, only in out.targets if out.wanted(p.topic)]
+    listed = _scan(out, jobs=jobs if lazy else 1, keep=not lazy, sizes=sizes)
+    out.targets = [(listed.get(p.path, p), only) for p, only in out.targets
+                   if p.path in out.data_dir_of(p).partition_paths and out.wanted(p.topic)]
+    if sizes:
+        out.log_bytes = sum(out.log_bytes_of.pop(p.path, 0) if only is None else
+                            os.path.getsize(p.segment(only).log) for p, only in out.targets)  # type: ignore[union-attr]
     return out
 
 
-def _partitions_of(info: DataDirInfo, replicas: bool) -> List[Partition]:
-    """The partition dirs a broker loads from the data dir; one it cannot list is an issue of the data dir."""
-    partitions = []
+def _partitions_of(info: DataDirInfo, replicas: bool) -> List[PartitionDir]:
+    """The dirs a broker loads as partitions from the data dir, by their names (the scan lists them)."""
     children = sorted((e.name, e.is_dir(), e.is_symlink()) for e in os.scandir(info.path))
-    for name, is_dir, is_link in children:
-        if not is_dir or not _loadable_name(name, replicas):
-            continue
-        child = os.path.join(info.path, name)
+    return [PartitionDir(os.path.join(info.path, name), None if is_link else info.path)  # a real path
+            for name, is_dir, is_link in children if is_dir and _loadable_name(name, replicas)]
+
+
+class _Listed(NamedTuple):
+    """What the scan keeps of one partition dir: why it is none (unlistable: the error; a data dir's files),
+    the evidence of its files, its topic ID, its .log bytes (with `sizes`), itself listed (with `keep`)."""
+
+    error: Optional[str]
+    data_dir_files: bool = False
+    files: Optional[FileEvidence] = None
+    topic_id: Optional[str] = None
+    log_bytes: int = 0
+    partition: Optional[Partition] = None
+
+
+def _scan(out: Survey, *, jobs: int, keep: bool, sizes: bool) -> Dict[str, Partition]:
+    """Every partition dir of the survey listed (in `jobs` forked processes, streamed back in order): the data
+    dirs' evidence and topic IDs gathered, the dirs that are no partitions dropped (one a broker cannot list is
+    an issue of its data dir: LogLoader lists the dir first, an IOException takes the data dir offline).
+    Returns the partitions listed, by path, with `keep`."""
+    from kstore_cli.operations.runner import stream
+
+    items = [(info, p) for info in out.data_dirs.values() for p in info.partition_dirs]
+    v2_found: set = set()  # the data dirs where this process found a v2 batch: no segment opened more
+
+    def listed(item: Tuple[DataDirInfo, "Partition | PartitionDir"]) -> _Listed:
+        info, ref = item
         try:
-            partition = Partition(child, data_dir=None if is_link else info.path)  # info.path is a real path
-            if not partition.holds_data_dir_files:
-                partitions.append(partition)
+            partition = loaded(ref)
         except FileUnreadableError as exc:
-            # LogLoader lists the dir first: an IOException there takes the data dir offline.
-            info.issues.append(Issue(
-                ERROR, "partition-unreadable", exc.message, data_dir=info.path, partition=child,
-                kafka="fail: IOException while loading the partition: " + _OFFLINE,
-                repair="fix the directory's permissions or the disk (owner: the broker's user), then "
-                       "rerun doctor"))
-    return partitions
+            return _Listed(exc.message)
+        if partition.holds_data_dir_files and partition is not ref:  # a dir named as a partition is taken as one
+            return _Listed(None, True)
+        files = FileEvidence()
+        files.add(partition, look_for_v2=info.path not in v2_found)
+        if files.v2:
+            v2_found.add(info.path)
+        return _Listed(None, False, files, _topic_id(partition),
+                       sum(os.path.getsize(s.log) for s in partition.segments) if sizes else 0,
+                       partition if keep else None)
+
+    kept: Dict[str, Partition] = {}
+    unlistable: Dict[str, int] = {}
+    for (info, ref), found in zip(items, stream(listed, items, jobs=jobs)):
+        if found.files is None:
+            info.partition_paths.discard(ref.path)
+            if found.error is not None:
+                # before the data dir's own findings (its checkpoints'), as the dir is walked first
+                at = unlistable[info.path] = unlistable.get(info.path, 0) + 1
+                info.issues.insert(at - 1, _unlistable(info, ref.path, found.error))
+            continue
+        info.files.merge(found.files)
+        if found.topic_id is not None:
+            info.topic_ids.setdefault(ref.topic, {}).setdefault(found.topic_id, []).append(ref.path)
+        if sizes:
+            out.log_bytes_of[ref.path] = found.log_bytes
+        if found.partition is not None:
+            kept[ref.path] = found.partition
+    for info in out.data_dirs.values():
+        info.partition_dirs = [kept.get(p.path, p) for p in info.partition_dirs if p.path in info.partition_paths]
+        info._listed = keep
+    return kept
+
+
+def _topic_id(partition: Partition) -> Optional[str]:
+    """partition.metadata's topic ID (None: none, or unreadable: reported per partition); not the metadata log's."""
+    path = os.path.join(partition.path, PARTITION_METADATA)
+    if partition.name == names.METADATA_PARTITION_DIR or path not in partition.other_files:
+        return None
+    try:
+        return str(read_partition_metadata(path)["topicId"])
+    except KstoreError:
+        return None
+
+
+def _unlistable(info: DataDirInfo, child: str, message: str) -> Issue:
+    return Issue(ERROR, "partition-unreadable", message, data_dir=info.path, partition=child,
+                 kafka="fail: IOException while loading the partition: " + _OFFLINE,
+                 repair="fix the directory's permissions or the disk (owner: the broker's user), then rerun doctor")
 
 
 def _loadable_name(name: str, replicas: bool = False) -> bool:

@@ -25,7 +25,7 @@ from kstore_cli.log.config import INTERNAL_TOPIC_OVERRIDES
 from kstore_cli.log.kafka_version import KafkaVersion
 from kstore_cli.log.logdir import Partition
 from kstore_cli.operations.broker_version import KRAFT, ZOOKEEPER
-from kstore_cli.operations.startup import ERROR, NOTE, WARNING, Broker, Issue, Survey, metadata_image_of
+from kstore_cli.operations.startup import ERROR, NOTE, WARNING, Broker, Issue, Survey, loaded, metadata_image_of
 from kstore_cli.record.reader import read_batches
 
 if TYPE_CHECKING:
@@ -63,8 +63,9 @@ def upgrade_issues(found: Survey, target: KafkaVersion) -> List[Issue]:
         issues.extend(_mode_issues(found, broker, target))
     images: Dict[Optional[str], "MetadataImage"] = {}
     for info in found.data_dirs.values():
-        for partition in info.partitions:
+        for partition in info.partition_dirs:
             if partition.name == names.METADATA_PARTITION_DIR:
+                partition = loaded(partition)
                 image = metadata_image_of(partition, found)
                 if image is None:
                     issues.append(_unread_metadata(partition))
@@ -76,6 +77,7 @@ def upgrade_issues(found: Survey, target: KafkaVersion) -> List[Issue]:
         if partition.name == names.METADATA_PARTITION_DIR:
             continue
         image = images.get(found.data_dir_of(partition).cluster_id)
+        partition = loaded(partition)  # a lazy survey's is listed here, one at a time
         issues.extend(_format_issues(partition, only, target, image))
         if target < KAFKA_4_0 and partition.topic in (OFFSETS_TOPIC, TRANSACTION_TOPIC):
             issues.extend(_internal_record_issues(partition, only, target))

@@ -138,7 +138,7 @@ class VerifyRun:
                  kafka_version: Optional[KafkaVersion] = None, jobs: int = 1) -> None:
         self._startup = startup
         self._partition_issues = partition_findings.partition_issues
-        self._found = startup.survey(paths, topics=topics, kafka_version=kafka_version)
+        self._found = startup.survey(paths, topics=topics, kafka_version=kafka_version, lazy=True, jobs=jobs)
         for info in self._found.data_dirs.values():
             self._found.judge(info)  # once here, before the workers fork
         # The partitions' checks start (in `jobs` processes) while the data dirs' own are worked out.
@@ -166,8 +166,8 @@ class VerifyRun:
         """Each target's verdict, in order (checked in the run's `jobs` forked processes: runner.stream)."""
         return self._verdicts
 
-    def _verdict(self, target: Tuple[Partition, Optional[int]]) -> PartitionVerdict:
-        partition, only = target
+    def _verdict(self, target: Tuple["Partition | startup.PartitionDir", Optional[int]]) -> PartitionVerdict:
+        partition, only = startup.loaded(target[0]), target[1]  # a lazy survey's partition is listed here
         findings, plan = verify_partition(partition, only=only, compare_indexes=False)
         issues = self._partition_issues(self._found, partition, plan, whole_partition=only is None)
         # verify_partition lists leftovers itself
