@@ -12,7 +12,8 @@ from kstore_cli.commands._render import human_bytes
 from kstore_cli.commands._render import is_tty as _is_tty
 from kstore_cli.commands._render import console
 from kstore_cli.commands._options import ExistingPath, format_time_ms, jobs_option, json_option, topics_option
-from kstore_cli.log.logdir import DataDir, find_data_dirs, is_partition_dir, nothing_found, partitions_of, resolve
+from kstore_cli.log.logdir import (DataDir, find_data_dirs, is_partition_dir, loaded, nothing_found, partitions_of,
+                                   resolve)
 from kstore_cli.operations.runner import usable_cores
 from kstore_cli.operations.summary import PartitionSummary, summarize_partitions
 
@@ -84,7 +85,7 @@ def _render_tables(rows: List[PartitionSummary], skipped: List[Tuple[str, str]])
 def _read_with_bar(partitions, jobs: int) -> List[PartitionSummary]:
     """Every partition's summary (a terminal's tables need a data dir's rows together), with a progress
     bar for large dirs."""
-    total = sum(os.path.getsize(s.log) for p in partitions for s in p.segments)
+    total = sum(os.path.getsize(s.log) for p in partitions for s in loaded(p).segments)
     if total <= 64 * 1024 * 1024:
         return list(summarize_partitions(partitions, jobs=jobs))
     from rich.progress import Progress
@@ -115,7 +116,8 @@ def command(ctx: click.Context, paths, topics: Optional[str], as_json: bool, job
       kstore inspect /var/lib/kafka/data
       kstore inspect --json /var/lib/kafka/data/orders-0
     """
-    targets = resolve(paths, topics)
+    # Lazy: a data dir's partitions are listed in the --jobs processes that read them, not all here first
+    targets = resolve(paths, topics, lazy=True)
     if not targets:
         raise nothing_found(paths, topics)
     partitions = partitions_of(targets)

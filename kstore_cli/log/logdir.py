@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import fnmatch
 import os
+import sys
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from kstore_cli.errors import FileUnreadableError, UsageError
@@ -158,6 +159,43 @@ class Partition:
         return f"Partition({self.path!r}, segments={len(self.segments)})"
 
 
+class PartitionDir:
+    """A partition dir a data dir's walk found, by its name only: what a lazy survey keeps of it (the process
+    that checks it lists it: :meth:`load`). Named as :class:`Partition` names it."""
+
+    __slots__ = ("path", "topic", "partition", "_data_dir")
+
+    def __init__(self, path: str, data_dir: Optional[str]) -> None:
+        """`data_dir`: the real path of the dir holding it (None: resolved from the path on first use)."""
+        self.path = path
+        parsed = names.parse_partition_dir(path)
+        topic, self.partition = parsed if parsed else (os.path.basename(path), -1)
+        self.topic = sys.intern(topic)  # one string per topic
+        self._data_dir = data_dir
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def data_dir(self) -> str:
+        if self._data_dir is None:
+            self._data_dir = os.path.dirname(os.path.realpath(self.path))
+        return self._data_dir
+
+    def load(self) -> Partition:
+        """The partition, listed now (FileUnreadableError when it cannot be)."""
+        return Partition(self.path, data_dir=self._data_dir)
+
+    def __repr__(self) -> str:
+        return f"PartitionDir({self.path!r})"
+
+
+def loaded(partition: "Partition | PartitionDir") -> Partition:
+    """The partition listed: a lazy survey's :class:`PartitionDir` is listed now."""
+    return partition.load() if isinstance(partition, PartitionDir) else partition
+
+
 class Target:
     """What one PATH argument resolved to: a partition, and optionally a single segment of it."""
 
@@ -177,13 +215,15 @@ class Target:
 
 class DataDir:
     """A data directory's partitions, and the directories that were skipped (with `partitions` False, only
-    those: no partition dir is scanned)."""
+    those: no partition dir is scanned; with `lazy`, the partitions are :class:`PartitionDir`, listed by whoever
+    works on each)."""
 
-    def __init__(self, path: str, partitions: bool = True) -> None:
+    def __init__(self, path: str, partitions: bool = True, lazy: bool = False) -> None:
         self.path = os.path.abspath(path)
-        self.partitions: List[Partition] = []
+        self.partitions: List["Partition | PartitionDir"] = []
         #: (path, why) of child directories that are not loaded.
         self.skipped: List[Tuple[str, str]] = []
+        real = None
         for name in sorted(os.listdir(self.path)):
             full = os.path.join(self.path, name)
             if not os.path.isdir(full):
@@ -195,7 +235,11 @@ class DataDir:
             elif names.parse_partition_dir(name) is None:
                 self.skipped.append((full, "not a partition directory"))
             elif partitions:
-                self.partitions.append(Partition(full))
+                if lazy:  # a child that is a symlink has the data dir of what it points to
+                    real = real or os.path.realpath(self.path)
+                    self.partitions.append(PartitionDir(full, None if os.path.islink(full) else real))
+                else:
+                    self.partitions.append(Partition(full))
 
 
 def _listdir(path: str) -> List[str]:
@@ -266,9 +310,10 @@ def topic_matcher(globs: Optional[str]) -> Callable[[str], bool]:
     return lambda topic: any(fnmatch.fnmatchcase(topic, p) for p in patterns)
 
 
-def resolve(paths: Iterable[str], topics: Optional[str] = None) -> List[Target]:
+def resolve(paths: Iterable[str], topics: Optional[str] = None, lazy: bool = False) -> List[Target]:
     """Each PATH as targets: a ``.log`` -> one segment; a partition dir -> it; a data dir -> its partitions;
-    with `topics` (comma-separated globs), only the partitions of matching topics."""
+    with `topics` (comma-separated globs), only the partitions of matching topics. With `lazy`, a data dir's
+    partitions are :class:`PartitionDir` (by name: whoever works on one lists it, see :func:`loaded`)."""
     targets: List[Target] = []
     for raw in paths:
         if storage.is_uri(raw):
@@ -285,7 +330,7 @@ def resolve(paths: Iterable[str], topics: Optional[str] = None) -> List[Target]:
                 targets.append(Target(Partition(path)))
             else:
                 for data_dir in find_data_dirs(path) or [path]:
-                    targets.extend(Target(p) for p in DataDir(data_dir).partitions)
+                    targets.extend(Target(p) for p in DataDir(data_dir, lazy=lazy).partitions)
         else:
             raise FileUnreadableError("no such file or directory", path=raw)
     if topics is not None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from kstore_cli.errors import FileUnreadableError, KstoreError, UsageError
@@ -51,8 +50,10 @@ from kstore_cli.log.checkpoint import (
 from kstore_cli.log.kafka_version import KafkaVersion
 from kstore_cli.log.logdir import (
     Partition,
+    PartitionDir,
     find_data_dirs,
     is_partition_dir,
+    loaded,
     topic_matcher,
 )
 from kstore_cli.operations.broker_version import (
@@ -184,43 +185,6 @@ def _topic_partition_of(partition: Optional[str]) -> Optional[Tuple[str, int]]:
     if parsed is None or os.path.basename(os.path.normpath(partition)) != f"{parsed[0]}-{parsed[1]}":
         return None
     return parsed
-
-
-class PartitionDir:
-    """A partition dir a data dir's walk found, by its name only: what a lazy survey keeps of it (the process
-    that checks it lists it: :meth:`load`). Named as :class:`~kstore_cli.log.logdir.Partition` names it."""
-
-    __slots__ = ("path", "topic", "partition", "_data_dir")
-
-    def __init__(self, path: str, data_dir: Optional[str]) -> None:
-        """`data_dir`: the real path of the dir holding it (None: resolved from the path on first use)."""
-        self.path = path
-        parsed = names.parse_partition_dir(path)
-        topic, self.partition = parsed if parsed else (os.path.basename(path), -1)
-        self.topic = sys.intern(topic)  # one string per topic
-        self._data_dir = data_dir
-
-    @property
-    def name(self) -> str:
-        return os.path.basename(self.path)
-
-    @property
-    def data_dir(self) -> str:
-        if self._data_dir is None:
-            self._data_dir = os.path.dirname(os.path.realpath(self.path))
-        return self._data_dir
-
-    def load(self) -> Partition:
-        """The partition, listed now (FileUnreadableError when it cannot be)."""
-        return Partition(self.path, data_dir=self._data_dir)
-
-    def __repr__(self) -> str:
-        return f"PartitionDir({self.path!r})"
-
-
-def loaded(partition: "Partition | PartitionDir") -> Partition:
-    """The partition listed: a lazy survey's :class:`PartitionDir` is listed now."""
-    return partition.load() if isinstance(partition, PartitionDir) else partition
 
 
 class DataDirInfo:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 from kstore_cli.codecs import CODEC_NAMES
-from kstore_cli.log.logdir import Partition
+from kstore_cli.log.logdir import Partition, PartitionDir, loaded
 from kstore_cli.operations.runner import stream
 from kstore_cli.operations.verify import NOTE, verify_partition
 from kstore_cli.log.unified_log import DataDirStates, log_offsets
@@ -64,7 +64,7 @@ class PartitionSummary:
         }
 
 
-def summarize_partitions(partitions: Sequence[Partition], *, jobs: int = 1,
+def summarize_partitions(partitions: Sequence["Partition | PartitionDir"], *, jobs: int = 1,
                          progress: Optional[Callable[[int], None]] = None) -> Iterator[PartitionSummary]:
     """Each partition's summary, in order, read in `jobs` forked processes (runner.stream); `progress` is
     told the .log bytes read."""
@@ -79,9 +79,10 @@ def summarize_partitions(partitions: Sequence[Partition], *, jobs: int = 1,
         yield row
 
 
-def summarize_partition(partition: Partition, states: DataDirStates,
+def summarize_partition(partition: "Partition | PartitionDir", states: DataDirStates,
                         progress: Optional[Callable[[int], None]] = None) -> PartitionSummary:
-    """Read the partition once (as verify-index does) and summarise it."""
+    """Read the partition once (as verify-index does) and summarise it (a lazy resolve's is listed here)."""
+    partition = loaded(partition)
     findings, plan = verify_partition(partition, progress=progress, compare_indexes=False)
     results = [s.result for s in plan.segments if s.result is not None]
     first_base = partition.segments[0].base_offset if partition.segments else None

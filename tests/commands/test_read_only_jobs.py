@@ -159,3 +159,23 @@ def test_quick_does_not_judge_the_indexes_against_the_log(tmp_path):
     assert code == 1 and ("index-position", str(index)) in _checks(full)
     code, quick = _run("doctor", "--json", "--quick", str(data))
     assert code == 0 and _checks(quick) == set()
+
+
+def test_inspect_lists_partitions_in_the_workers_with_the_same_rows(tmp_path):
+    """inspect resolves a data dir lazily (names only: each partition is listed by the process that reads it);
+    its rows are those of the partitions listed up front, a symlinked partition's data dir included."""
+    from kstore_cli.log.logdir import Partition, PartitionDir, resolve
+    from kstore_cli.operations.summary import summarize_partitions
+
+    root = _damaged_brokers(tmp_path / "tree")
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(LOGS / "v2-lz4-0", elsewhere / "linked-0")
+    (root / "kafka-1" / "linked-0").symlink_to(elsewhere / "linked-0")
+    lazy = [t.partition for t in resolve([str(root)], lazy=True)]
+    eager = [t.partition for t in resolve([str(root)])]
+    assert lazy and all(isinstance(p, PartitionDir) for p in lazy) and all(isinstance(p, Partition) for p in eager)
+    assert [p.data_dir for p in lazy] == [p.data_dir for p in eager]
+    assert any(p.data_dir == str(elsewhere) for p in lazy)
+    want = [json.dumps(r.to_dict(), sort_keys=True) for r in summarize_partitions(eager, jobs=1)]
+    code, out = _run("inspect", "--json", "--jobs", "2", str(root))
+    assert code == 0 and [line for line in out.splitlines() if '"type": "skipped"' not in line] == want
