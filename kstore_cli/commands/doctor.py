@@ -100,13 +100,18 @@ def command(ctx: click.Context, paths, as_json: bool, topics: Optional[str], kaf
     finally:
         if bar is not None:
             bar.stop()
-    for rest in by_dir.values():  # findings outside every data dir checked (none expected)
-        for issue in rest:
-            counts[issue.severity] += 1
-            out.finding(issue)
+    _outside_every_dir(by_dir, counts, out)
     out.summary(found, healthy, counts)
     if counts[ERROR] or counts[WARNING]:
         exit_with(ExitStatus.PROBLEMS)
+
+
+def _outside_every_dir(by_dir: Dict[str, List[Issue]], counts: Dict[str, int], out: "_Output") -> None:
+    """Findings left outside every data dir checked (none expected), listed and counted."""
+    for rest in by_dir.values():
+        for issue in rest:
+            counts[issue.severity] += 1
+            out.finding(issue)
 
 
 def _layout_by_dir(found, kafka_version) -> Dict[str, List[Issue]]:

@@ -382,6 +382,13 @@ def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str
                     add_partition(partition, None)
         else:
             raise FileUnreadableError("no such file or directory", path=raw)
+    _list_found(out, lazy, jobs, sizes)
+    return out
+
+
+def _list_found(out: Survey, lazy: bool, jobs: int, sizes: bool) -> None:
+    """The found data dirs' own files read, their brokers grouped, every partition dir listed (:func:`_scan`),
+    the targets kept to those the walk took as partitions and --topics wants."""
     for info in out.data_dirs.values():
         _read_data_dir_files(info)
     out.brokers = _group_brokers(list(out.data_dirs.values()))
@@ -391,7 +398,6 @@ def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str
     if sizes:
         out.log_bytes = sum(out.log_bytes_of.pop(p.path, 0) if only is None else
                             os.path.getsize(p.segment(only).log) for p, only in out.targets)  # type: ignore[union-attr]
-    return out
 
 
 def _partitions_of(info: DataDirInfo, replicas: bool) -> List[PartitionDir]:
