@@ -94,7 +94,7 @@ class ExportRequest:
                  writer: str = "auto", on_corruption: str = "fail", key_format: str = "binary",
                  value_format: str = "binary", schemas_from: Optional[str] = None,
                  reader_schema: Optional[str] = None, engine: str = "spark", jobs: Optional[int] = None,
-                 storage_options: Optional[Dict[str, str]] = None) -> None:
+                 storage_options: Optional[Dict[str, str]] = None, incremental: Optional[str] = None) -> None:
         if partition_by not in PARTITION_BY:
             raise UsageError(f"--partition-by must be one of {', '.join(PARTITION_BY)}, not {partition_by!r}")
         if parquet_compression not in PARQUET_COMPRESSION:
@@ -121,6 +121,8 @@ class ExportRequest:
         #: error (the default: an existing output is refused), overwrite or append
         self.mode = mode or "error"
         self.on_corruption = on_corruption
+        #: --incremental STATE_DIR (spark/incremental.py): each run exports what is new since the last
+        self.incremental = incremental
         #: Decoded columns (kstore_cli.spark.decoded): formats, the store's partition, the reader schema.
         self.formats = (key_format, value_format, schemas_from, reader_schema)
         self.spark_conf = dict(spark_conf or {})
@@ -205,7 +207,10 @@ class ExportRequest:
             # A local output: never in an input nor a Kafka data dir (--mode overwrite would replace it).
             check_output_dir(self.output[len("file://"):] if self.output.startswith("file://") else self.output,
                              option="--output", inputs=self.paths)
-        if self.mode == "error" and _output_exists(self.output):
+        if self.incremental and self.mode == "overwrite":
+            raise UsageError("--incremental adds each run's records to --output; --mode overwrite would remove "
+                             "the earlier runs' (start a new STATE_DIR and output instead)")
+        if self.mode == "error" and not self.incremental and _output_exists(self.output):
             raise UsageError(f"{self.output} already exists: use --mode overwrite to replace it, "
                              f"or --mode append to add to it")
         return plan
@@ -231,13 +236,19 @@ class ExportSummary:
         self.internal_left_out: List[str] = []
         #: records that did not decode (--key-format/--value-format), in _kstore_dead_letters/ (exit 1)
         self.dead_letters = 0
+        #: --incremental: offsets that were not (and will not be) exported (spark/incremental.py, exit 1)
+        self.gaps: List[Any] = []
+        #: --incremental: the state dir, run number, job id, a recovered run's job id
+        self.incremental: Optional[Dict[str, Any]] = None
 
     def to_dict(self) -> dict:
         return {"type": "summary", "kafka_partitions": self.kafka_partitions, "spark_partitions": self.tasks, "records": self.records,
                 "bytes_in": self.bytes_in, "parquet_files": self.parquet_files, "parquet_bytes": self.parquet_bytes,
                 "seconds": round(self.seconds, 3), "output": self.output, "writer": self.writer, "engine": self.engine,
                 "skipped_batches": [b.to_dict(snake_case=True) for b in self.skipped],
-                "internal_partitions_left_out": list(self.internal_left_out), "dead_letters": self.dead_letters}
+                "internal_partitions_left_out": list(self.internal_left_out), "dead_letters": self.dead_letters,
+                **({"incremental": dict(self.incremental, gaps=[g.to_dict() for g in self.gaps])}
+                   if self.incremental is not None else {})}
 
     def text(self, size: Optional[Callable[[int], str]] = None) -> str:
         """The summary line (then the notes); `size` spells the byte counts (a terminal's human units)."""
@@ -260,6 +271,7 @@ class ExportSummary:
             lines.append(f"skipped {len(self.skipped)} damaged or truncated batches "
                          f"(listed in {self.output.rstrip('/')}/{SKIPPED_FILE}):")
             lines += [f"  {b.text()}" for b in self.skipped]
+        lines += [f"gap: {g.text()}" for g in self.gaps]
         if self.dead_letters:
             lines.append(f"{self.dead_letters} records did not decode: in {self.output.rstrip('/')}/"
                          "_kstore_dead_letters/ (topic, partition, offset, raw key and value, reason)")
@@ -503,6 +515,8 @@ def export_on(engine: Any, request: ExportRequest, progress: Optional[Callable[.
     """Run the export's tasks on `engine` (:mod:`~kstore_cli.spark.engines`); while they run, `progress` is
     called as ``progress(tasks_done, tasks_total, rows, input_bytes_done, input_bytes_total)`` (rows -1:
     not known while Spark's own writer runs)."""
+    if request.incremental:
+        return _incremental_run(engine, request, progress)
     started = time.perf_counter()
     options = request.reader_options(min_partitions=engine.parallelism)
     # The same plan the source makes inside Spark (validates the options before Spark runs).
@@ -557,6 +571,14 @@ def export_on(engine: Any, request: ExportRequest, progress: Optional[Callable[.
     summary.records = _count_rows(request.output, new)
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _incremental_run(engine: Any, request: ExportRequest, progress: Optional[Callable[..., None]]) -> ExportSummary:
+    """--incremental: one run from the state dir's offsets (spark/incremental.py), on the arrow writer's tasks."""
+    from kstore_cli.spark.incremental import run_incremental
+
+    engine.prepare(source=False)
+    return run_incremental(engine, request, request.incremental, progress)
 
 
 def _planned_summary(request: ExportRequest, plan: Plan) -> ExportSummary:
