@@ -21,7 +21,7 @@ from kstore_cli import errors
 from kstore_cli.errors import CorruptDataError, ExitStatus, FileUnreadableError, KstoreError, UsageError
 from kstore_cli.spark.options import ON_CORRUPTION, ReadOptions
 from kstore_cli.spark.plan import Plan, plan_read
-from kstore_cli.spark.read import SkippedBatch
+from kstore_cli.spark.read import SkippedBatch, skipped_of, unique_skipped
 
 PARTITION_BY = {"topic,partition": ["topic", "partition"], "date": ["date"], "none": []}
 PARQUET_COMPRESSION = ("snappy", "zstd", "gzip", "none")
@@ -561,7 +561,7 @@ def export_on(engine: Any, request: ExportRequest, progress: Optional[Callable[.
         _raise_spark_error(exc)
         raise
     if accumulator is not None:
-        summary.skipped = _unique([SkippedBatch.from_dict(d) for d in accumulator.value])
+        summary.skipped = unique_skipped([SkippedBatch.from_dict(d) for d in accumulator.value])
         if summary.skipped:
             _write_skipped_file(spark, request, summary.skipped)
     after = _parquet_files(request.output)
@@ -575,10 +575,13 @@ def export_on(engine: Any, request: ExportRequest, progress: Optional[Callable[.
 
 def _incremental_run(engine: Any, request: ExportRequest, progress: Optional[Callable[..., None]]) -> ExportSummary:
     """--incremental: one run from the state dir's offsets (spark/incremental.py), on the arrow writer's tasks."""
+    from functools import partial
+
     from kstore_cli.spark.incremental import run_incremental
 
     engine.prepare(source=False)
-    return run_incremental(engine, request, request.incremental, progress)
+    return run_incremental(engine, request, request.incremental, progress, summary_of=partial(_planned_summary, request),
+                           spark_metadata=_spark_row_metadata(request))
 
 
 def _planned_summary(request: ExportRequest, plan: Plan) -> ExportSummary:
@@ -592,14 +595,6 @@ def _planned_summary(request: ExportRequest, plan: Plan) -> ExportSummary:
     summary.bytes_in = plan.bytes_in
     summary.internal_left_out = list(plan.internal_left_out)
     return summary
-
-
-def _unique(skipped: List[SkippedBatch]) -> List[SkippedBatch]:
-    """Each skipped batch once (a retried task reports its batches again), in file order."""
-    seen = {}
-    for b in skipped:
-        seen.setdefault((b.log, b.position), b)
-    return [seen[k] for k in sorted(seen)]
 
 
 def skipped_file_bytes(request: ExportRequest, skipped: List[SkippedBatch], previous: Optional[bytes] = None) -> bytes:
@@ -691,7 +686,7 @@ def _export_arrow(engine: Any, request: ExportRequest, plan: Plan, summary: Expo
     tasks = list(enumerate(plan.tasks))
     try:
         written = engine.run_tasks(job, tasks, progress) if tasks else []
-        summary.skipped = _unique([SkippedBatch.from_dict(w["skipped"]) for w in written if "skipped" in w])
+        summary.skipped = skipped_of(written)
         written = [w for w in written if "skipped" not in w]
         extra = {}
         if summary.skipped:

@@ -183,10 +183,10 @@ def _offsets_json(ranges: Dict[Key, Tuple[int, int]], which: int) -> str:
     return json.dumps(out, sort_keys=True)
 
 
-def run_incremental(engine: Any, request: Any, state_dir: str,
-                    progress: Optional[Callable[..., None]] = None) -> Any:
-    """One incremental run of `request` on `engine` (spark/engines.py); the export's summary with its gaps."""
-    from kstore_cli.spark.export import _planned_summary  # the summary as every export starts it
+def run_incremental(engine: Any, request: Any, state_dir: str, progress: Optional[Callable[..., None]] = None, *,
+                    summary_of: Callable[[Any], Any], spark_metadata: Optional[str] = None) -> Any:
+    """One incremental run of `request` on `engine` (spark/engines.py); the export's summary (`summary_of(plan)`:
+    as every export starts it) with its gaps. `spark_metadata`: the Spark schema the files carry."""
     from kstore_cli.spark.options import ReadOptions
     from kstore_cli.spark.plan import plan_read, select_partitions
     from kstore_cli.spark.write import filesystem
@@ -208,7 +208,7 @@ def run_incremental(engine: Any, request: Any, state_dir: str,
         plan = plan_read(ReadOptions(request.reader_options(min_partitions=engine.parallelism)))
     finally:
         request.starting_offsets = request.ending_offsets = None
-    summary = _planned_summary(request, plan)
+    summary = summary_of(plan)
     summary.gaps = gaps
     if progress is not None:
         report, tasks_total, bytes_total = progress, len(plan.tasks), plan.bytes_in
@@ -218,7 +218,7 @@ def run_incremental(engine: Any, request: Any, state_dir: str,
     _step("pending")
     fileops.atomic_write(os.path.join(state_dir, PENDING_FILE),
                          json.dumps({"job_id": job_id, "output": request.output}).encode())
-    written = _run_and_move(engine, request, plan, job_id, fs, root, summary, progress)
+    written = _run_and_move(engine, request, plan, job_id, fs, root, summary, progress, spark_metadata)
     state.next.update({key: end for key, (_start, end) in ranges.items()})
     state.committed_job, state.output, state.runs = job_id, request.output, state.runs + 1
     _step("state")
@@ -232,14 +232,14 @@ def run_incremental(engine: Any, request: Any, state_dir: str,
 
 
 def _run_and_move(engine: Any, request: Any, plan: Any, job_id: str, fs: Any, root: str, summary: Any,
-                  progress: Optional[Callable[..., None]]) -> List[Dict]:
+                  progress: Optional[Callable[..., None]], spark_metadata: Optional[str]) -> List[Dict]:
     """The planned tasks run on the engine into the job's staging dir, then each file moved into place."""
-    from kstore_cli.spark.export import SkippedBatch, _spark_row_metadata, _unique
+    from kstore_cli.spark.read import skipped_of
     from kstore_cli.spark.write import WriteJob, abort_job
 
     decoding = getattr(request, "decoding", None)
     job = WriteJob(request.output, job_id, request.include_headers, request.include_metadata, request.partition_by,
-                   request.parquet_compression, _spark_row_metadata(request) if decoding is None else None,
+                   request.parquet_compression, spark_metadata if decoding is None else None,
                    request.on_corruption, decoding)
     tasks = list(enumerate(plan.tasks))
     _step("tasks")
@@ -249,7 +249,7 @@ def _run_and_move(engine: Any, request: Any, plan: Any, job_id: str, fs: Any, ro
         engine.settle(job)
         abort_job(fs, root, job)
         raise
-    summary.skipped = _unique([SkippedBatch.from_dict(w["skipped"]) for w in written if "skipped" in w])
+    summary.skipped = skipped_of(written)
     written = [w for w in written if "path" in w]
     staging = f"{root}/_temporary/{job_id}"
     for entry in written:

@@ -100,6 +100,19 @@ class SkippedBatch:
         return f"{self.log} at byte {self.position}: {self.size} bytes skipped, {offsets}: {self.reason}"
 
 
+def unique_skipped(skipped: List[SkippedBatch]) -> List[SkippedBatch]:
+    """Each skipped batch once (a retried task reports its batches again), in file order."""
+    seen = {}
+    for b in skipped:
+        seen.setdefault((b.log, b.position), b)
+    return [seen[k] for k in sorted(seen)]
+
+
+def skipped_of(written: List[dict]) -> List[SkippedBatch]:
+    """The batches the tasks left out (write_task's ``{"skipped": ...}`` entries), each once."""
+    return unique_skipped([SkippedBatch.from_dict(w["skipped"]) for w in written if "skipped" in w])
+
+
 #: An entry's first bytes: base offset (v2) or offset (legacy), size.
 _ENTRY_PREFIX = LOG_ENTRY_HEADER
 _INT32 = struct.Struct(">i")
