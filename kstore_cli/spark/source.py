@@ -262,6 +262,13 @@ class KstoreDataSource(DataSource):
             return spark_schema(decoding, arrow_schema(opts.include_headers, opts.include_metadata))
         return spark_ddl(opts.include_headers, opts.include_metadata)
 
+    def streamReader(self, schema):
+        """``spark.readStream.format("kstore")``: micro-batches by Kafka offsets (kstore_cli.spark.stream)."""
+        from kstore_cli.spark.decoded import source_decoding
+        from kstore_cli.spark.stream import KstoreStreamReader
+
+        return KstoreStreamReader(self.options, source_decoding(self.options))
+
     def reader(self, schema) -> DataSourceReader:
         from kstore_cli.spark.decoded import source_decoding
 
