@@ -89,6 +89,9 @@ def _spark_conf(pairs: Tuple[str, ...], option: str = "--spark-conf") -> Dict[st
 @click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
               help="A setting of remote PATHs' filesystem (repeatable): pyarrow.fs.S3FileSystem's (GcsFileSystem's, "
                    "...) keyword arguments, e.g. endpoint_override=http://minio:9000, region=eu-west-1.")
+@click.option("--format", "table_format", type=click.Choice(["parquet", "delta"]), default="parquet", show_default=True,
+              help="parquet: Parquet files; delta: a Delta Lake table (deltalake), one commit per export, each "
+                   "partition started after the table's highest offset (a rerun adds no row).")
 @click.option("--incremental", "state_dir", metavar="STATE_DIR",
               help="Export only what was appended since the last run with this STATE_DIR (a local dir kstore "
                    "keeps; its first run exports everything): each (topic, partition, offset) once in --output, "
@@ -101,7 +104,8 @@ def command(ctx: click.Context, paths, output: str, master: str, topics: Optiona
             isolation_level: str, include_headers: bool, include_metadata: bool, partition_by: str,
             parquet_compression: str, mode: Optional[str], on_corruption: str, max_bytes_per_partition: Optional[int], writer: str, engine: str,
             jobs: Optional[int], spark_conf, value_format: str, key_format: str, schemas_from: Optional[str],
-            reader_schema: Optional[str], storage_options, state_dir: Optional[str], as_json: bool) -> None:
+            reader_schema: Optional[str], storage_options, table_format: str, state_dir: Optional[str],
+            as_json: bool) -> None:
     """Export whole topic directories to Parquet with Spark's Kafka source schema.
 
     PATH is a data directory, a partition directory or a .log file, local or in
@@ -140,6 +144,7 @@ def command(ctx: click.Context, paths, output: str, master: str, topics: Optiona
         writer=writer, on_corruption=on_corruption, key_format=key_format, value_format=value_format,
         schemas_from=schemas_from, reader_schema=reader_schema, engine=engine, jobs=jobs,
         storage_options=_spark_conf(storage_options, "--storage-option"), incremental=state_dir,
+        table_format=table_format,
     )
     summary = _run_with_progress(request, run_export, is_tty() and not as_json)
     click.echo(json.dumps(summary.to_dict(), sort_keys=True) if as_json

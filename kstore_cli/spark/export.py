@@ -94,7 +94,8 @@ class ExportRequest:
                  writer: str = "auto", on_corruption: str = "fail", key_format: str = "binary",
                  value_format: str = "binary", schemas_from: Optional[str] = None,
                  reader_schema: Optional[str] = None, engine: str = "spark", jobs: Optional[int] = None,
-                 storage_options: Optional[Dict[str, str]] = None, incremental: Optional[str] = None) -> None:
+                 storage_options: Optional[Dict[str, str]] = None, incremental: Optional[str] = None,
+                 table_format: str = "parquet") -> None:
         if partition_by not in PARTITION_BY:
             raise UsageError(f"--partition-by must be one of {', '.join(PARTITION_BY)}, not {partition_by!r}")
         if parquet_compression not in PARQUET_COMPRESSION:
@@ -123,6 +124,8 @@ class ExportRequest:
         self.on_corruption = on_corruption
         #: --incremental STATE_DIR (spark/incremental.py): each run exports what is new since the last
         self.incremental = incremental
+        #: --format: parquet files, or a Delta table (spark/tables.py)
+        self.table_format = _table_format(table_format, incremental)
         #: Decoded columns (kstore_cli.spark.decoded): formats, the store's partition, the reader schema.
         self.formats = (key_format, value_format, schemas_from, reader_schema)
         self.spark_conf = dict(spark_conf or {})
@@ -210,10 +213,20 @@ class ExportRequest:
         if self.incremental and self.mode == "overwrite":
             raise UsageError("--incremental adds each run's records to --output; --mode overwrite would remove "
                              "the earlier runs' (start a new STATE_DIR and output instead)")
-        if self.mode == "error" and not self.incremental and _output_exists(self.output):
+        if self.mode == "error" and not self.incremental and self.table_format == "parquet" \
+                and _output_exists(self.output):
             raise UsageError(f"{self.output} already exists: use --mode overwrite to replace it, "
                              f"or --mode append to add to it")
         return plan
+
+
+def _table_format(table_format: str, incremental: Optional[str]) -> str:
+    if table_format not in ("parquet", "delta"):
+        raise UsageError(f"--format must be parquet or delta, not {table_format!r}")
+    if table_format != "parquet" and incremental:
+        raise UsageError("--format delta is incremental itself (it starts after the table's highest offsets): "
+                         "drop --incremental")
+    return table_format
 
 
 class ExportSummary:
@@ -240,6 +253,8 @@ class ExportSummary:
         self.gaps: List[Any] = []
         #: --incremental: the state dir, run number, job id, a recovered run's job id
         self.incremental: Optional[Dict[str, Any]] = None
+        #: --format delta: the table's commit (files added, partitions it held before)
+        self.table: Optional[Dict[str, Any]] = None
 
     def to_dict(self) -> dict:
         return {"type": "summary", "kafka_partitions": self.kafka_partitions, "spark_partitions": self.tasks, "records": self.records,
@@ -248,7 +263,8 @@ class ExportSummary:
                 "skipped_batches": [b.to_dict(snake_case=True) for b in self.skipped],
                 "internal_partitions_left_out": list(self.internal_left_out), "dead_letters": self.dead_letters,
                 **({"incremental": dict(self.incremental, gaps=[g.to_dict() for g in self.gaps])}
-                   if self.incremental is not None else {})}
+                   if self.incremental is not None else {}),
+                **({"table": self.table} if self.table is not None else {})}
 
     def text(self, size: Optional[Callable[[int], str]] = None) -> str:
         """The summary line (then the notes); `size` spells the byte counts (a terminal's human units)."""
@@ -515,8 +531,8 @@ def export_on(engine: Any, request: ExportRequest, progress: Optional[Callable[.
     """Run the export's tasks on `engine` (:mod:`~kstore_cli.spark.engines`); while they run, `progress` is
     called as ``progress(tasks_done, tasks_total, rows, input_bytes_done, input_bytes_total)`` (rows -1:
     not known while Spark's own writer runs)."""
-    if request.incremental:
-        return _incremental_run(engine, request, progress)
+    if request.incremental or request.table_format != "parquet":
+        return _committed_run(engine, request, progress)
     started = time.perf_counter()
     options = request.reader_options(min_partitions=engine.parallelism)
     # The same plan the source makes inside Spark (validates the options before Spark runs).
@@ -573,15 +589,20 @@ def export_on(engine: Any, request: ExportRequest, progress: Optional[Callable[.
     return summary
 
 
-def _incremental_run(engine: Any, request: ExportRequest, progress: Optional[Callable[..., None]]) -> ExportSummary:
-    """--incremental: one run from the state dir's offsets (spark/incremental.py), on the arrow writer's tasks."""
+def _committed_run(engine: Any, request: ExportRequest, progress: Optional[Callable[..., None]]) -> ExportSummary:
+    """--incremental (spark/incremental.py: from the state dir's offsets) or --format delta (spark/tables.py: after
+    the table's), on the arrow writer's tasks."""
     from functools import partial
 
+    engine.prepare(source=False)
+    hooks = {"summary_of": partial(_planned_summary, request), "spark_metadata": _spark_row_metadata(request)}
+    if request.table_format == "delta":
+        from kstore_cli.spark.tables import run_delta
+
+        return run_delta(engine, request, progress, **hooks)
     from kstore_cli.spark.incremental import run_incremental
 
-    engine.prepare(source=False)
-    return run_incremental(engine, request, request.incremental, progress, summary_of=partial(_planned_summary, request),
-                           spark_metadata=_spark_row_metadata(request))
+    return run_incremental(engine, request, request.incremental, progress, **hooks)
 
 
 def _planned_summary(request: ExportRequest, plan: Plan) -> ExportSummary:

@@ -218,7 +218,7 @@ def run_incremental(engine: Any, request: Any, state_dir: str, progress: Optiona
     _step("pending")
     fileops.atomic_write(os.path.join(state_dir, PENDING_FILE),
                          json.dumps({"job_id": job_id, "output": request.output}).encode())
-    written = _run_and_move(engine, request, plan, job_id, fs, root, summary, progress, spark_metadata)
+    written = run_and_move(engine, request, plan, job_id, fs, root, summary, progress, spark_metadata)
     state.next.update({key: end for key, (_start, end) in ranges.items()})
     state.committed_job, state.output, state.runs = job_id, request.output, state.runs + 1
     _step("state")
@@ -231,9 +231,10 @@ def run_incremental(engine: Any, request: Any, state_dir: str, progress: Optiona
     return summary
 
 
-def _run_and_move(engine: Any, request: Any, plan: Any, job_id: str, fs: Any, root: str, summary: Any,
-                  progress: Optional[Callable[..., None]], spark_metadata: Optional[str]) -> List[Dict]:
-    """The planned tasks run on the engine into the job's staging dir, then each file moved into place."""
+def run_and_move(engine: Any, request: Any, plan: Any, job_id: str, fs: Any, root: str, summary: Any,
+                 progress: Optional[Callable[..., None]], spark_metadata: Optional[str], success: bool = True) -> List[Dict]:
+    """The planned tasks run on the engine into the job's staging dir, then each file moved into place (and
+    ``_SUCCESS`` touched with `success`); the files' entries (write_task's), the summary's counts set."""
     from kstore_cli.spark.read import skipped_of
     from kstore_cli.spark.write import WriteJob, abort_job
 
@@ -259,8 +260,9 @@ def _run_and_move(engine: Any, request: Any, plan: Any, job_id: str, fs: Any, ro
         fs.move(f"{staging}/{entry['path']}", final)
     _step("success")
     fs.create_dir(root, recursive=True)
-    with fs.open_output_stream(f"{root}/_SUCCESS"):
-        pass
+    if success:
+        with fs.open_output_stream(f"{root}/_SUCCESS"):
+            pass
     abort_job(fs, root, job)  # the emptied staging dir
     summary.parquet_files = len(written)
     summary.parquet_bytes = sum(w["bytes"] for w in written)

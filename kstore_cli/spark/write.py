@@ -45,6 +45,13 @@ def escape_path_name(value: str) -> str:
     return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value)
 
 
+def unescape_path_name(name: str) -> str:
+    """A partition value from its directory name (escape_path_name undone)."""
+    import re
+
+    return re.sub(r"%([0-9A-F]{2})", lambda m: chr(int(m.group(1), 16)), name)
+
+
 def filesystem(output: str) -> Tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem and root path of `output` (a local path or a URI pyarrow knows)."""
     if storage.is_uri(output):

@@ -1,0 +1,131 @@
+"""``spark-export --format delta``: the export as a Delta Lake table (through ``deltalake``, delta-rs).
+
+The arrow writer's tasks write the Parquet files (``topic=T/partition=P/part-*.parquet``, the Delta layout
+for partition columns ``topic`` and ``partition``) under ``_temporary/<job id>/``; once every task is done
+the files are moved into the table's directory and ONE Delta commit adds them all, with each file's
+record count and offset range as its statistics. Until that commit a reader of the table sees it as it
+was: a failed or killed export leaves only files no commit names (``deltalake``'s vacuum removes them).
+
+Idempotent: before planning, the table's own statistics give each (topic, partition) the highest offset
+already in it, and the export starts after it; a rerun of the same export adds no row, a run after new
+appends adds exactly those. Concurrent writers to one table are not supported (the second commit of two
+racing exports could add rows twice); run one export per table at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from kstore_cli.errors import MissingDependencyError, UsageError
+
+#: The table's partition columns (Delta keeps their values in the log, not in the files).
+PARTITION_COLUMNS = ["topic", "partition"]
+
+Key = Tuple[str, int]
+
+
+def _deltalake() -> Any:
+    try:
+        import deltalake
+    except ImportError:
+        raise MissingDependencyError("--format delta needs deltalake: pip install 'kstore-cli[tables]'") from None
+    return deltalake
+
+
+def committed_offsets(table_uri: str, storage_options: Optional[Dict[str, str]] = None) -> Dict[Key, int]:
+    """Per (topic, partition) the highest offset the table holds (its files' statistics); {} without a table."""
+    deltalake = _deltalake()
+    if not deltalake.DeltaTable.is_deltatable(table_uri, storage_options=storage_options):
+        return {}
+    actions = deltalake.DeltaTable(table_uri, storage_options=storage_options).get_add_actions(flatten=True)
+    columns = set(actions.column_names)
+    if not {"partition.topic", "partition.partition", "max.offset"} <= columns:
+        raise UsageError(f"{table_uri} is a Delta table without topic/partition columns or offset statistics: "
+                         "not one spark-export --format delta wrote")
+    out: Dict[Key, int] = {}
+    for topic, partition, top in zip(actions.column("partition.topic").to_pylist(),
+                                     actions.column("partition.partition").to_pylist(),
+                                     actions.column("max.offset").to_pylist()):
+        if top is not None:
+            key = (topic, int(partition))
+            out[key] = max(out.get(key, -1), int(top))
+    return out
+
+
+def _starting_offsets(targets: List[Any], committed: Dict[Key, int]) -> str:
+    """startingOffsets JSON: after the table's highest offset, else the partition's earliest (-2)."""
+    out: Dict[str, Dict[str, int]] = {}
+    for target in targets:
+        part = target.partition
+        key = (part.topic, part.partition)
+        out.setdefault(part.topic, {})[str(part.partition)] = committed[key] + 1 if key in committed else -2
+    return json.dumps(out, sort_keys=True)
+
+
+def _add_action(fs: Any, root: str, entry: Dict, now_ms: int) -> Any:
+    """The Delta add action of one written file: its partition values and offset statistics."""
+    import pyarrow.parquet as pq
+    from deltalake.transaction import AddAction
+
+    path = entry["path"]
+    values = dict(part.split("=", 1) for part in path.split("/")[:-1])
+    with fs.open_input_file(f"{root}/{path}") as f:
+        meta = pq.ParquetFile(f).metadata
+    column = meta.schema.names.index("offset")
+    stats = [meta.row_group(i).column(column).statistics for i in range(meta.num_row_groups)]
+    lo = min(s.min for s in stats if s is not None and s.has_min_max)
+    hi = max(s.max for s in stats if s is not None and s.has_min_max)
+    from kstore_cli.spark.write import unescape_path_name
+
+    partition_values = {"topic": unescape_path_name(values["topic"]), "partition": values["partition"]}
+    return AddAction(path, entry["bytes"], partition_values, now_ms, True,
+                     json.dumps({"numRecords": meta.num_rows, "minValues": {"offset": lo},
+                                 "maxValues": {"offset": hi}, "nullCount": {"offset": 0}}))
+
+
+def run_delta(engine: Any, request: Any, progress: Optional[Callable[..., None]] = None, *,
+              summary_of: Callable[[Any], Any], spark_metadata: Optional[str] = None) -> Any:
+    """The export as one Delta commit (see the module's docstring); its summary."""
+    import time
+
+    from kstore_cli.spark.columns import arrow_schema
+    from kstore_cli.spark.incremental import run_and_move
+    from kstore_cli.spark.options import ReadOptions
+    from kstore_cli.spark.plan import plan_read, select_partitions
+    from kstore_cli.spark.write import filesystem
+
+    deltalake = _deltalake()
+    from deltalake.transaction import CommitProperties, create_table_with_add_actions
+
+    if request.writer != "arrow" or request.partition_by != "topic,partition":
+        raise UsageError("--format delta writes with the arrow writer, partitioned by topic and partition")
+    if request.starting_offsets or request.starting_timestamp or getattr(request, "decoding", None) is not None:
+        raise UsageError("--format delta starts each partition after the table's highest offset; drop "
+                         "--starting-* (decoded formats: not yet with --format delta)")
+    storage = {k[len('storage.'):]: v for k, v in request.extra_options.items() if k.startswith('storage.')} or None
+    committed = committed_offsets(request.output, storage)
+    targets = select_partitions(ReadOptions(request.reader_options()))
+    request.starting_offsets = _starting_offsets(targets, committed)
+    try:
+        plan = plan_read(ReadOptions(request.reader_options(min_partitions=engine.parallelism)))
+    finally:
+        request.starting_offsets = None
+    summary = summary_of(plan)
+    fs, root = filesystem(request.output)
+    written = run_and_move(engine, request, plan, uuid.uuid4().hex, fs, root, summary, progress, spark_metadata,
+                           success=False)
+    now_ms = int(time.time() * 1000)
+    actions = [_add_action(fs, root, w, now_ms) for w in written]
+    schema = deltalake.Schema.from_arrow(arrow_schema(request.include_headers, request.include_metadata))
+    commit = CommitProperties(custom_metadata={"kstore.rows": str(summary.records)})
+    if committed or deltalake.DeltaTable.is_deltatable(request.output, storage_options=storage):
+        if actions:
+            deltalake.DeltaTable(request.output, storage_options=storage).create_write_transaction(
+                actions, "append", schema, partition_by=PARTITION_COLUMNS, commit_properties=commit)
+    else:
+        create_table_with_add_actions(request.output, schema, actions, mode="append", partition_by=PARTITION_COLUMNS,
+                                      storage_options=storage, commit_properties=commit)
+    summary.table = {"format": "delta", "committed_before": len(committed), "files_added": len(actions)}
+    return summary
