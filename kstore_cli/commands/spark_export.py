@@ -89,9 +89,11 @@ def _spark_conf(pairs: Tuple[str, ...], option: str = "--spark-conf") -> Dict[st
 @click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
               help="A setting of remote PATHs' filesystem (repeatable): pyarrow.fs.S3FileSystem's (GcsFileSystem's, "
                    "...) keyword arguments, e.g. endpoint_override=http://minio:9000, region=eu-west-1.")
-@click.option("--format", "table_format", type=click.Choice(["parquet", "delta"]), default="parquet", show_default=True,
-              help="parquet: Parquet files; delta: a Delta Lake table (deltalake), one commit per export, each "
-                   "partition started after the table's highest offset (a rerun adds no row).")
+@click.option("--format", "table_format", type=click.Choice(["parquet", "delta", "iceberg"]), default="parquet",
+              show_default=True,
+              help="parquet: Parquet files; delta: a Delta Lake table (deltalake); iceberg: an Iceberg table "
+                   "(pyiceberg; SQL catalog OUTPUT/_kstore_catalog.db, table kstore.export). One commit per export, "
+                   "each partition started after the table's highest offset (a rerun adds no row).")
 @click.option("--incremental", "state_dir", metavar="STATE_DIR",
               help="Export only what was appended since the last run with this STATE_DIR (a local dir kstore "
                    "keeps; its first run exports everything): each (topic, partition, offset) once in --output, "

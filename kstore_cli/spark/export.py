@@ -221,11 +221,11 @@ class ExportRequest:
 
 
 def _table_format(table_format: str, incremental: Optional[str]) -> str:
-    if table_format not in ("parquet", "delta"):
-        raise UsageError(f"--format must be parquet or delta, not {table_format!r}")
+    if table_format not in ("parquet", "delta", "iceberg"):
+        raise UsageError(f"--format must be parquet, delta or iceberg, not {table_format!r}")
     if table_format != "parquet" and incremental:
-        raise UsageError("--format delta is incremental itself (it starts after the table's highest offsets): "
-                         "drop --incremental")
+        raise UsageError(f"--format {table_format} is incremental itself (it starts after the table's highest "
+                         "offsets): drop --incremental")
     return table_format
 
 
@@ -596,10 +596,10 @@ def _committed_run(engine: Any, request: ExportRequest, progress: Optional[Calla
 
     engine.prepare(source=False)
     hooks = {"summary_of": partial(_planned_summary, request), "spark_metadata": _spark_row_metadata(request)}
-    if request.table_format == "delta":
-        from kstore_cli.spark.tables import run_delta
+    if request.table_format != "parquet":
+        from kstore_cli.spark.tables import run_delta, run_iceberg
 
-        return run_delta(engine, request, progress, **hooks)
+        return (run_delta if request.table_format == "delta" else run_iceberg)(engine, request, progress, **hooks)
     from kstore_cli.spark.incremental import run_incremental
 
     return run_incremental(engine, request, request.incremental, progress, **hooks)

@@ -232,7 +232,8 @@ def run_incremental(engine: Any, request: Any, state_dir: str, progress: Optiona
 
 
 def run_and_move(engine: Any, request: Any, plan: Any, job_id: str, fs: Any, root: str, summary: Any,
-                 progress: Optional[Callable[..., None]], spark_metadata: Optional[str], success: bool = True) -> List[Dict]:
+                 progress: Optional[Callable[..., None]], spark_metadata: Optional[str], success: bool = True,
+                 keep_partition_columns: bool = False) -> List[Dict]:
     """The planned tasks run on the engine into the job's staging dir, then each file moved into place (and
     ``_SUCCESS`` touched with `success`); the files' entries (write_task's), the summary's counts set."""
     from kstore_cli.spark.read import skipped_of
@@ -242,6 +243,7 @@ def run_and_move(engine: Any, request: Any, plan: Any, job_id: str, fs: Any, roo
     job = WriteJob(request.output, job_id, request.include_headers, request.include_metadata, request.partition_by,
                    request.parquet_compression, spark_metadata if decoding is None else None,
                    request.on_corruption, decoding)
+    job.keep_partition_columns = keep_partition_columns
     tasks = list(enumerate(plan.tasks))
     _step("tasks")
     try:

@@ -1,13 +1,15 @@
-"""``spark-export --format delta``: the export as a Delta Lake table (through ``deltalake``, delta-rs).
+"""``spark-export --format delta|iceberg``: the export as a Delta Lake table (``deltalake``, delta-rs) or an
+Iceberg table (``pyiceberg``, a local SQL catalog: ``OUTPUT/_kstore_catalog.db``, table ``kstore.export``).
 
 The arrow writer's tasks write the Parquet files (``topic=T/partition=P/part-*.parquet``, the Delta layout
 for partition columns ``topic`` and ``partition``) under ``_temporary/<job id>/``; once every task is done
-the files are moved into the table's directory and ONE Delta commit adds them all, with each file's
-record count and offset range as its statistics. Until that commit a reader of the table sees it as it
+the files are moved into the table's directory and ONE commit adds them all (Delta: with each file's
+record count and offset range as its statistics; Iceberg: ``add_files``, the files keeping their topic and
+partition columns, from which Iceberg takes their partition). Until that commit a reader of the table sees it as it
 was: a failed or killed export leaves only files no commit names (``deltalake``'s vacuum removes them).
 
-Idempotent: before planning, the table's own statistics give each (topic, partition) the highest offset
-already in it, and the export starts after it; a rerun of the same export adds no row, a run after new
+Idempotent: before planning, the table gives each (topic, partition) the highest offset already in it
+(Delta: its files' statistics; Iceberg: a scan of its three columns), and the export starts after it; a rerun of the same export adds no row, a run after new
 appends adds exactly those. Concurrent writers to one table are not supported (the second commit of two
 racing exports could add rows twice); run one export per table at a time.
 """
@@ -15,6 +17,7 @@ racing exports could add rows twice); run one export per table at a time.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -99,11 +102,7 @@ def run_delta(engine: Any, request: Any, progress: Optional[Callable[..., None]]
     deltalake = _deltalake()
     from deltalake.transaction import CommitProperties, create_table_with_add_actions
 
-    if request.writer != "arrow" or request.partition_by != "topic,partition":
-        raise UsageError("--format delta writes with the arrow writer, partitioned by topic and partition")
-    if request.starting_offsets or request.starting_timestamp or getattr(request, "decoding", None) is not None:
-        raise UsageError("--format delta starts each partition after the table's highest offset; drop "
-                         "--starting-* (decoded formats: not yet with --format delta)")
+    _check(request, "delta")
     storage = {k[len('storage.'):]: v for k, v in request.extra_options.items() if k.startswith('storage.')} or None
     committed = committed_offsets(request.output, storage)
     targets = select_partitions(ReadOptions(request.reader_options()))
@@ -129,3 +128,81 @@ def run_delta(engine: Any, request: Any, progress: Optional[Callable[..., None]]
                                       storage_options=storage, commit_properties=commit)
     summary.table = {"format": "delta", "committed_before": len(committed), "files_added": len(actions)}
     return summary
+
+
+#: Iceberg: the SQL catalog's file under the output, and the table's name in it.
+ICEBERG_CATALOG = "_kstore_catalog.db"
+ICEBERG_TABLE = "kstore.export"
+
+
+def iceberg_table(output: str, schema: Any = None) -> Any:
+    """The export's Iceberg table under `output` (created, partitioned by topic and partition, when
+    `schema` is given and there is none); None when there is none and no schema is given."""
+    try:
+        from pyiceberg.catalog.sql import SqlCatalog
+        from pyiceberg.exceptions import NoSuchTableError
+    except ImportError:
+        raise MissingDependencyError("--format iceberg needs pyiceberg: pip install 'kstore-cli[tables]'") from None
+    root = os.path.abspath(output)
+    os.makedirs(root, exist_ok=True)
+    catalog = SqlCatalog("kstore", uri=f"sqlite:///{root}/{ICEBERG_CATALOG}", warehouse=f"file://{root}")
+    try:
+        return catalog.load_table(ICEBERG_TABLE)
+    except NoSuchTableError:
+        if schema is None:
+            return None
+    catalog.create_namespace_if_not_exists(ICEBERG_TABLE.split(".")[0])
+    table = catalog.create_table(ICEBERG_TABLE, schema=schema, location=f"file://{root}")
+    with table.update_spec() as spec:
+        spec.add_identity("topic")
+        spec.add_identity("partition")
+    return catalog.load_table(ICEBERG_TABLE)
+
+
+def iceberg_offsets(table: Any) -> Dict[Key, int]:
+    """Per (topic, partition) the highest offset the Iceberg table holds."""
+    if table is None:
+        return {}
+    rows = table.scan(selected_fields=("topic", "partition", "offset")).to_arrow()
+    top = rows.group_by(["topic", "partition"]).aggregate([("offset", "max")])
+    return {(t, int(p)): int(o) for t, p, o in zip(top.column("topic").to_pylist(), top.column("partition").to_pylist(),
+                                                    top.column("offset_max").to_pylist())}
+
+
+def run_iceberg(engine: Any, request: Any, progress: Optional[Callable[..., None]] = None, *,
+                summary_of: Callable[[Any], Any], spark_metadata: Optional[str] = None) -> Any:
+    """The export as one Iceberg append (add_files) to ``kstore.export`` of the output's SQL catalog."""
+    from kstore_cli.spark.columns import arrow_schema
+    from kstore_cli.spark.incremental import run_and_move
+    from kstore_cli.spark.options import ReadOptions
+    from kstore_cli.spark.plan import plan_read, select_partitions
+    from kstore_cli.spark.write import filesystem
+
+    _check(request, "iceberg")
+    if "://" in request.output and not request.output.startswith("file://"):
+        raise UsageError("--format iceberg writes to a local --output (its SQL catalog is a file there)")
+    table = iceberg_table(request.output)
+    committed = iceberg_offsets(table)
+    targets = select_partitions(ReadOptions(request.reader_options()))
+    request.starting_offsets = _starting_offsets(targets, committed)
+    try:
+        plan = plan_read(ReadOptions(request.reader_options(min_partitions=engine.parallelism)))
+    finally:
+        request.starting_offsets = None
+    summary = summary_of(plan)
+    fs, root = filesystem(request.output)
+    written = run_and_move(engine, request, plan, uuid.uuid4().hex, fs, root, summary, progress, None,
+                           success=False, keep_partition_columns=True)
+    table = table or iceberg_table(request.output, arrow_schema(request.include_headers, request.include_metadata))
+    if written:
+        table.add_files([f"{root}/{w['path']}" for w in written], snapshot_properties={"kstore.rows": str(summary.records)})
+    summary.table = {"format": "iceberg", "committed_before": len(committed), "files_added": len(written)}
+    return summary
+
+
+def _check(request: Any, name: str) -> None:
+    if request.writer != "arrow" or request.partition_by != "topic,partition":
+        raise UsageError(f"--format {name} writes with the arrow writer, partitioned by topic and partition")
+    if request.starting_offsets or request.starting_timestamp or getattr(request, "decoding", None) is not None:
+        raise UsageError(f"--format {name} starts each partition after the table's highest offset; drop "
+                         f"--starting-* (decoded formats: not yet with --format {name})")

@@ -76,13 +76,15 @@ class WriteJob:
         self.partition_by = partition_by  # "topic,partition", "date" or "none"
         self.compression = compression
         self.spark_metadata = spark_metadata
+        #: topic and partition kept in the files too (Iceberg takes a file's partition from its columns)
+        self.keep_partition_columns = False
 
 
 def _file_schema(job: WriteJob) -> pa.Schema:
     schema = arrow_schema(job.include_headers, job.include_metadata)
     if job.decoding is not None:
         schema = job.decoding.schema(schema)
-    if job.partition_by == "topic,partition":
+    if job.partition_by == "topic,partition" and not getattr(job, "keep_partition_columns", False):
         schema = pa.schema([f for f in schema if f.name not in ("topic", "partition")])
     if job.spark_metadata:
         schema = schema.with_metadata({SPARK_ROW_METADATA: job.spark_metadata})
@@ -238,8 +240,8 @@ def write_task(job: WriteJob, index: int, task: Task) -> List[Dict]:
                 if not batch.num_rows:
                     continue
                 if key is not None:
-                    files.write(f"topic={escape_path_name(key[0])}/partition={key[1]}",
-                                batch.drop_columns(["topic", "partition"]))
+                    files.write(f"topic={escape_path_name(key[0])}/partition={key[1]}", batch
+                                if getattr(job, "keep_partition_columns", False) else batch.drop_columns(["topic", "partition"]))
                 elif job.partition_by == "date":
                     for name, rows in _by_date(batch):
                         files.write(name, rows)
