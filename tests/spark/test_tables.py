@@ -118,3 +118,18 @@ def _iceberg(root, out):
     request = ExportRequest([str(root)], str(out), engine="arrow", jobs=2, table_format="iceberg")
     request.validate()
     return export_on(LocalEngine(2), request)
+
+
+def test_spark_reads_the_iceberg_tables_files(spark, tmp_path):
+    pytest.importorskip("pyiceberg")
+    from kstore_cli.spark.tables import iceberg_table
+
+    root, out = tmp_path / "data", tmp_path / "table"
+    append(root, "events-0", 0, 4)
+    append(root, "events-1", 0, 2)
+    _iceberg(root, out)
+    # Spark without the Iceberg runtime jar (not downloadable here): the files the table's snapshot names
+    files = [task.file.file_path for task in iceberg_table(str(out)).scan().plan_files()]
+    df = spark.read.parquet(*files)
+    assert sorted((r.topic, r.partition, r.offset) for r in df.select("topic", "partition", "offset").collect()) == \
+        expected({"events-0": 4, "events-1": 2})
