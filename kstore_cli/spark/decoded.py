@@ -335,11 +335,20 @@ def build_decoding(paths: Sequence[str], topics: Sequence[str], key_format: str 
 
 def _load_store(paths: Sequence[str], schemas_from: Optional[str]) -> Any:
     from kstore_cli.cluster.schema_registry import load_schema_store
+    from kstore_cli.errors import UsageError
     from kstore_cli.log.logdir import is_partition_dir
 
     if schemas_from is not None and is_partition_dir(os.path.abspath(schemas_from)):
         return load_schema_store([], schemas_from=schemas_from)
-    return load_schema_store([schemas_from] if schemas_from else [p for p in paths if "://" not in p])
+    where = [schemas_from] if schemas_from else [p for p in paths if "://" not in p]
+    try:
+        return load_schema_store(where)
+    except UsageError as exc:
+        if not exc.message.startswith("no _schemas-0 partition"):
+            raise
+        # spark-export's own hint (it has --schemas-from, not the other commands' --schemas-topic)
+        raise UsageError(f"no _schemas-0 partition under {', '.join(where)}: name the Schema Registry's store "
+                         "partition with --schemas-from PARTITION_DIR") from None
 
 
 def _side(store: Any, name: str, fmt: str, topics: Sequence[str], reader_schema: Optional[str]) -> Side:

@@ -240,3 +240,16 @@ def test_command_with_the_arrow_engine_decodes_end_to_end(data_dir, tmp_path, ca
         [(0, "k0", 7), (1, "k1", 8), (5, "k5", None)]
     dead = pq.read_table(str(tmp_path / "o" / DEAD_LETTERS_DIR)).column("offset").to_pylist()
     assert sorted(dead) == [2, 3, 4, 6]
+
+
+def test_no_store_partition_names_the_option_spark_export_has(tmp_path, capsys) -> None:
+    from kstore_cli.cli import main
+
+    (tmp_path / "orders-0").mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["spark-export", str(tmp_path / "orders-0"), "-o", str(tmp_path / "o"), "--engine", "arrow",
+              "--value-format", "avro"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "name the Schema Registry's store partition with --schemas-from PARTITION_DIR" in err
+    assert "--schemas-topic" not in err and err.count("\n") == 1
