@@ -67,6 +67,19 @@ def _starting_offsets(targets: List[Any], committed: Dict[Key, int]) -> str:
     return json.dumps(out, sort_keys=True)
 
 
+def _plan_after(engine: Any, request: Any, committed: Dict[Key, int]) -> Any:
+    """The export's plan with each partition started after the table's highest offset (`committed`)."""
+    from kstore_cli.spark.options import ReadOptions
+    from kstore_cli.spark.plan import plan_read, select_partitions
+
+    targets = select_partitions(ReadOptions(request.reader_options()))
+    request.starting_offsets = _starting_offsets(targets, committed)
+    try:
+        return plan_read(ReadOptions(request.reader_options(min_partitions=engine.parallelism)))
+    finally:
+        request.starting_offsets = None
+
+
 def _add_action(fs: Any, root: str, entry: Dict, now_ms: int) -> Any:
     """The Delta add action of one written file: its partition values and offset statistics."""
     import pyarrow.parquet as pq
@@ -96,21 +109,15 @@ def run_delta(engine: Any, request: Any, progress: Optional[Callable[..., None]]
     from kstore_cli.spark.columns import arrow_schema
     from kstore_cli.spark.incremental import run_and_move
     from kstore_cli.spark.options import ReadOptions
-    from kstore_cli.spark.plan import plan_read, select_partitions
     from kstore_cli.spark.write import filesystem
 
     deltalake = _deltalake()
     from deltalake.transaction import CommitProperties, create_table_with_add_actions
 
     _check(request, "delta")
-    storage = {k[len('storage.'):]: v for k, v in request.extra_options.items() if k.startswith('storage.')} or None
+    storage = ReadOptions(request.reader_options()).storage or None
     committed = committed_offsets(request.output, storage)
-    targets = select_partitions(ReadOptions(request.reader_options()))
-    request.starting_offsets = _starting_offsets(targets, committed)
-    try:
-        plan = plan_read(ReadOptions(request.reader_options(min_partitions=engine.parallelism)))
-    finally:
-        request.starting_offsets = None
+    plan = _plan_after(engine, request, committed)
     summary = summary_of(plan)
     fs, root = filesystem(request.output)
     written = run_and_move(engine, request, plan, uuid.uuid4().hex, fs, root, summary, progress, spark_metadata,
@@ -174,8 +181,6 @@ def run_iceberg(engine: Any, request: Any, progress: Optional[Callable[..., None
     """The export as one Iceberg append (add_files) to ``kstore.export`` of the output's SQL catalog."""
     from kstore_cli.spark.columns import arrow_schema
     from kstore_cli.spark.incremental import run_and_move
-    from kstore_cli.spark.options import ReadOptions
-    from kstore_cli.spark.plan import plan_read, select_partitions
     from kstore_cli.spark.write import filesystem
 
     _check(request, "iceberg")
@@ -183,12 +188,7 @@ def run_iceberg(engine: Any, request: Any, progress: Optional[Callable[..., None
         raise UsageError("--format iceberg writes to a local --output (its SQL catalog is a file there)")
     table = iceberg_table(request.output)
     committed = iceberg_offsets(table)
-    targets = select_partitions(ReadOptions(request.reader_options()))
-    request.starting_offsets = _starting_offsets(targets, committed)
-    try:
-        plan = plan_read(ReadOptions(request.reader_options(min_partitions=engine.parallelism)))
-    finally:
-        request.starting_offsets = None
+    plan = _plan_after(engine, request, committed)
     summary = summary_of(plan)
     fs, root = filesystem(request.output)
     written = run_and_move(engine, request, plan, uuid.uuid4().hex, fs, root, summary, progress, None,
