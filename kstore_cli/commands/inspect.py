@@ -12,7 +12,7 @@ from kstore_cli.commands._render import human_bytes
 from kstore_cli.commands._render import is_tty as _is_tty
 from kstore_cli.commands._render import console
 from kstore_cli.commands._options import ExistingPath, format_time_ms, jobs_option, json_option, topics_option
-from kstore_cli.log.logdir import (DataDir, find_data_dirs, is_partition_dir, loaded, nothing_found, partitions_of,
+from kstore_cli.log.logdir import (loaded, nothing_found, partitions_of,
                                    resolve)
 from kstore_cli.operations.runner import usable_cores
 from kstore_cli.operations.summary import PartitionSummary, summarize_partitions
@@ -82,17 +82,18 @@ def _render_tables(rows: List[PartitionSummary], skipped: List[Tuple[str, str]])
         out.print(f"skipped {path}: {why}", soft_wrap=True)
 
 
-def _read_with_bar(partitions, jobs: int) -> List[PartitionSummary]:
+def _read_with_bar(partitions, jobs: int, skipped: List[Tuple[str, str]]) -> List[PartitionSummary]:
     """Every partition's summary (a terminal's tables need a data dir's rows together), with a progress
     bar for large dirs."""
     total = sum(os.path.getsize(s.log) for p in partitions for s in loaded(p).segments)
     if total <= 64 * 1024 * 1024:
-        return list(summarize_partitions(partitions, jobs=jobs))
+        return list(summarize_partitions(partitions, jobs=jobs, skipped=skipped))
     from rich.progress import Progress
 
     with Progress(console=console(), transient=True) as bar:
         task = bar.add_task("reading segments", total=total)
-        return list(summarize_partitions(partitions, jobs=jobs, progress=lambda n: bar.advance(task, n)))
+        return list(summarize_partitions(partitions, jobs=jobs, progress=lambda n: bar.advance(task, n),
+                                         skipped=skipped))
 
 
 @click.command(name="inspect")
@@ -117,28 +118,31 @@ def command(ctx: click.Context, paths, topics: Optional[str], as_json: bool, job
       kstore inspect --json /var/lib/kafka/data/orders-0
     """
     # Lazy: a data dir's partitions are listed in the --jobs processes that read them, not all here first
-    targets = resolve(paths, topics, lazy=True)
+    skipped: List[Tuple[str, str]] = []  # the data dirs' children their walk left alone
+    targets = resolve(paths, topics, lazy=True, skipped=skipped)
     if not targets:
         raise nothing_found(paths, topics)
     partitions = partitions_of(targets)
-    skipped = []
-    for raw in paths:
-        if os.path.isdir(raw) and not is_partition_dir(raw):
-            for data_dir in find_data_dirs(raw) or [raw]:  # a folder of several brokers' data dirs
-                skipped.extend(DataDir(data_dir, partitions=False).skipped)
     tty = _is_tty() and not as_json
     jobs = jobs or usable_cores()
     if as_json:
-        for row in summarize_partitions(partitions, jobs=jobs):
+        for row in summarize_partitions(partitions, jobs=jobs, skipped=skipped):
             click.echo(json.dumps(row.to_dict(), sort_keys=True))
-        for path, why in skipped:
+        for path, why in _in_walk_order(skipped):
             click.echo(json.dumps({"type": "skipped", "path": path, "reason": why}, sort_keys=True))
         return
     if tty:
-        _render_tables(_read_with_bar(partitions, jobs), skipped)
+        rows = _read_with_bar(partitions, jobs, skipped)
+        _render_tables(rows, _in_walk_order(skipped))
         return
     click.echo("\t".join(COLUMNS))
-    for row in summarize_partitions(partitions, jobs=jobs):
+    for row in summarize_partitions(partitions, jobs=jobs, skipped=skipped):
         click.echo("\t".join(_cells(row, human=False)))
-    for path, why in skipped:
+    for path, why in _in_walk_order(skipped):
         click.echo(f"# skipped {path}: {why}")
+
+
+def _in_walk_order(skipped: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
+    """The skipped children in the order of the data dirs' walk (the walk's own, then those found by the
+    processes that listed them)."""
+    return sorted(skipped, key=lambda entry: os.path.split(entry[0]))

@@ -124,8 +124,8 @@ def check_partitions(found: Survey, *, jobs: int = 1, quick: bool = False,
     meanwhile), and stream back in that order (each iterator must be consumed before the next data dir is
     asked for). `progress` is told the .log bytes covered."""
     by_dir: Dict[str, List[Target]] = {path: [] for path in found.data_dirs}
-    for partition, only in found.targets:
-        by_dir[found.data_dir_of(partition).path].append((partition, only))
+    for target in found.targets:  # the survey's own (partition, only) pairs: none made again
+        by_dir[found.data_dir_of(target[0]).path].append(target)
     ordered = [t for ts in by_dir.values() for t in ts]
     for info in found.data_dirs.values():
         found.judge(info)  # judged once here, before the workers fork, not once in each

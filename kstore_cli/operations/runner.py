@@ -57,10 +57,11 @@ def _forked_map(work: Callable[[T], R], items: Sequence[T], jobs: int, initargs:
     # fork, explicitly: not spawned nor from a forkserver
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"),
                                initializer=fileops.bind_to_parent, initargs=initargs)
-    # Chunks of a few items (one round trip each, small enough that the workers end together), a window of
-    # them submitted ahead (the workers fork and start now): results not yet read are held for that window
-    # only, not for every item (10,000 partitions).
-    chunk = max(1, min(16, len(items) // (8 * jobs)))
+    # Chunks of up to 64 items (one round trip each: at 16 a chunk, receiving 10,000 small partitions' results
+    # kept the parent busier than either worker; small enough, an eighth of a worker's share at most, that the
+    # workers end together), a window of them submitted ahead (the workers fork and start now): results not yet
+    # read are held for that window only, not for every item (10,000 partitions).
+    chunk = max(1, min(64, len(items) // (8 * jobs)))
     try:
         results = _windowed(pool, len(items), chunk, window=8 * jobs)
         next(results)  # the first window submitted

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from bisect import bisect_right
+from itertools import accumulate
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from kstore_cli.errors import FileUnreadableError, KstoreError, UsageError
 from kstore_cli.log import names
@@ -43,7 +45,7 @@ from kstore_cli.log.checkpoint import (
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     PARTITION_METADATA,
-    read_offset_checkpoint,
+    OffsetCheckpointEntries,
     read_partition_metadata,
     read_properties,
 )
@@ -205,7 +207,7 @@ class DataDirInfo:
         #: topic -> {topic ID: [partition dirs]}: partition.metadata's topic IDs (the scan's), in dir order.
         self.topic_ids: Dict[str, Dict[str, List[str]]] = {}
         #: Checkpoint file name -> {(topic, partition): offset}; None when missing or malformed.
-        self.checkpoints: Dict[str, Optional[Dict[Tuple[str, int], int]]] = {}
+        self.checkpoints: Dict[str, Optional[Mapping[Tuple[str, int], int]]] = {}
         self.issues: List[Issue] = []
         #: Whose rules judge it (Survey.judged fills it on first use).
         self.judged: Optional[BrokerJudgement] = None
@@ -356,7 +358,7 @@ def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str
 
     def add_partition(partition: "Partition | PartitionDir", only: Optional[int]) -> None:
         info = data_dir(data_dir_key(partition), False)
-        key = (partition.path, only)
+        key = partition.path if only is None else (partition.path, only)  # no tuple a walked partition
         if key not in seen:
             seen.add(key)
             out.targets.append((partition, only))
@@ -419,6 +421,23 @@ class _Listed(NamedTuple):
     partition: Optional[Partition] = None
 
 
+class _Pairs(Sequence):
+    """(data dir, partition dir) of every partition dir of `infos`, by position: made when asked for, not a
+    tuple each held for the whole scan (10,000 partitions)."""
+
+    def __init__(self, infos: List[DataDirInfo]) -> None:
+        self._infos = infos
+        self._ends = list(accumulate(len(info.partition_dirs) for info in infos))
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def __getitem__(self, i):  # type: ignore[override] - positions only, as runner.stream asks
+        at = bisect_right(self._ends, i)
+        info = self._infos[at]
+        return info, info.partition_dirs[i - (self._ends[at - 1] if at else 0)]
+
+
 def _scan(out: Survey, *, jobs: int, keep: bool, sizes: bool) -> Dict[str, Partition]:
     """Every partition dir of the survey listed (in `jobs` forked processes, streamed back in order): the data
     dirs' evidence and topic IDs gathered, the dirs that are no partitions dropped (one a broker cannot list is
@@ -426,7 +445,7 @@ def _scan(out: Survey, *, jobs: int, keep: bool, sizes: bool) -> Dict[str, Parti
     Returns the partitions listed, by path, with `keep`."""
     from kstore_cli.operations.runner import stream
 
-    items = [(info, p) for info in out.data_dirs.values() for p in info.partition_dirs]
+    items = _Pairs(list(out.data_dirs.values()))
     v2_found: set = set()  # the data dirs where this process found a v2 batch: no segment opened more
 
     def listed(item: Tuple[DataDirInfo, "Partition | PartitionDir"]) -> _Listed:
@@ -507,7 +526,7 @@ def _read_data_dir_files(info: DataDirInfo) -> None:
             info.checkpoints[name] = None
             continue
         try:
-            info.checkpoints[name] = read_offset_checkpoint(path)
+            info.checkpoints[name] = OffsetCheckpointEntries.read(path)
         except KstoreError as exc:
             info.checkpoints[name] = None
             info.issues.append(malformed_checkpoint(info.path, None, name, path, exc))

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from kstore_cli.codecs import CODEC_NAMES
-from kstore_cli.log.logdir import Partition, PartitionDir, loaded
+from kstore_cli.log.logdir import NESTED_DATA_DIR, Partition, PartitionDir, loaded, nested_data_dir
 from kstore_cli.operations.runner import stream
 from kstore_cli.operations.verify import NOTE, verify_partition
 from kstore_cli.log.unified_log import DataDirStates, log_offsets
@@ -65,24 +65,34 @@ class PartitionSummary:
 
 
 def summarize_partitions(partitions: Sequence["Partition | PartitionDir"], *, jobs: int = 1,
-                         progress: Optional[Callable[[int], None]] = None) -> Iterator[PartitionSummary]:
+                         progress: Optional[Callable[[int], None]] = None,
+                         skipped: Optional[List[Tuple[str, str]]] = None) -> Iterator[PartitionSummary]:
     """Each partition's summary, in order, read in `jobs` forked processes (runner.stream); `progress` is
-    told the .log bytes read."""
+    told the .log bytes read. A lazy walk's child that turns out to be a data dir of its own is no partition:
+    its (path, why) goes to `skipped`."""
     states = DataDirStates()
     for partition in partitions:
         states[partition.data_dir]  # each data dir's checkpoints read once here, before the workers fork
     inline = jobs <= 1 or len(partitions) <= 1
     for row in stream(lambda p: summarize_partition(p, states, progress=progress if inline else None),
                       partitions, jobs=jobs):
+        if isinstance(row, tuple):
+            if skipped is not None:
+                skipped.append(row)
+            continue
         if not inline and progress is not None:
             progress(row.size_bytes)
         yield row
 
 
 def summarize_partition(partition: "Partition | PartitionDir", states: DataDirStates,
-                        progress: Optional[Callable[[int], None]] = None) -> PartitionSummary:
-    """Read the partition once (as verify-index does) and summarise it (a lazy resolve's is listed here)."""
-    partition = loaded(partition)
+                        progress: Optional[Callable[[int], None]] = None
+                        ) -> Union[PartitionSummary, Tuple[str, str]]:
+    """Read the partition once (as verify-index does) and summarise it (a lazy resolve's is listed here:
+    one that holds a data dir's own files is (path, why) instead, as the data dir's walk skips it)."""
+    ref, partition = partition, loaded(partition)
+    if nested_data_dir(ref, partition):
+        return (partition.path, NESTED_DATA_DIR)
     findings, plan = verify_partition(partition, progress=progress, compare_indexes=False)
     results = [s.result for s in plan.segments if s.result is not None]
     first_base = partition.segments[0].base_offset if partition.segments else None

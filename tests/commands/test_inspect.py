@@ -49,6 +49,26 @@ def test_data_dir_formats_codecs_leftovers_and_skipped(tmp_path: Path) -> None:
     assert by_name["orders-0.0123456789abcdef0123456789abcdef-delete"]["type"] == "skipped"
 
 
+def test_a_child_holding_data_dir_files_is_skipped_with_any_jobs(tmp_path: Path) -> None:
+    """A child named like a partition that holds a data dir's own files is no partition, found by the
+    process that lists it (the walk leaves that to it), and said in the walk's order among the others."""
+    shutil.copytree(CORPUS / "logs-crashed", tmp_path / "logs")
+    (tmp_path / "logs" / "aaa-0").mkdir()
+    (tmp_path / "logs" / "aaa-0" / "meta.properties").write_text("version=0\nbroker.id=1\n")
+    (tmp_path / "logs" / "zzz-0.0123456789abcdef0123456789abcdef-delete").mkdir()
+    outputs = []
+    for jobs in ("1", "2"):
+        result = CliRunner().invoke(cli, ["inspect", "--jobs", jobs, str(tmp_path / "logs")])
+        assert result.exit_code == 0, result.output
+        outputs.append(result.output)
+        lines = result.output.splitlines()
+        assert not any(line.startswith("aaa-0") for line in lines)
+        assert [line for line in lines if line.startswith("# skipped")] == [
+            f"# skipped {tmp_path / 'logs' / 'aaa-0'}: a data directory of its own, not a partition",
+            f"# skipped {tmp_path / 'logs' / 'zzz-0.0123456789abcdef0123456789abcdef-delete'}: delete replica directory"]
+    assert outputs[0] == outputs[1]
+
+
 def test_text_output_in_a_pipe_is_one_line_per_partition() -> None:
     result = CliRunner().invoke(cli, ["inspect", str(CORPUS / "logs-crashed")])
     assert result.exit_code == 0, result.output
