@@ -103,12 +103,13 @@ def _add_action(fs: Any, root: str, entry: Dict, now_ms: int) -> Any:
 
 def run_delta(engine: Any, request: Any, progress: Optional[Callable[..., None]] = None, *,
               summary_of: Callable[[Any], Any], spark_metadata: Optional[str] = None) -> Any:
-    """The export as one Delta commit (see the module's docstring); its summary."""
+    """The export as one Delta commit (see the module's docstring), after a schema update commit when the
+    export's columns evolve the table's (kstore_cli.spark.table_schema); its summary."""
     import time
 
-    from kstore_cli.spark.columns import arrow_schema
     from kstore_cli.spark.incremental import run_and_move
     from kstore_cli.spark.options import ReadOptions
+    from kstore_cli.spark.table_schema import Evolution, describe, export_schema
     from kstore_cli.spark.write import filesystem
 
     deltalake = _deltalake()
@@ -117,24 +118,55 @@ def run_delta(engine: Any, request: Any, progress: Optional[Callable[..., None]]
     _check(request, "delta")
     storage = ReadOptions(request.reader_options()).storage or None
     committed = committed_offsets(request.output, storage)
+    table = deltalake.DeltaTable(request.output, storage_options=storage) \
+        if committed or deltalake.DeltaTable.is_deltatable(request.output, storage_options=storage) else None
+    new = export_schema(request)
+    evolved = _delta_evolution(deltalake, table, new, request)   # refused before anything is read or written
     plan = _plan_after(engine, request, committed)
     summary = summary_of(plan)
     fs, root = filesystem(request.output)
     written = run_and_move(engine, request, plan, uuid.uuid4().hex, fs, root, summary, progress, spark_metadata,
                            success=False)
     now_ms = int(time.time() * 1000)
-    actions = [_add_action(fs, root, w, now_ms) for w in written]
-    schema = deltalake.Schema.from_arrow(arrow_schema(request.include_headers, request.include_metadata))
+    actions = [_add_action(fs, root, w, now_ms) for w in table_files(written)]
+    schema = deltalake.Schema.from_arrow(new)
     commit = CommitProperties(custom_metadata={"kstore.rows": str(summary.records)})
-    if committed or deltalake.DeltaTable.is_deltatable(request.output, storage_options=storage):
+    if table is not None:
+        if actions and evolved:
+            # delta-rs's create_write_transaction ignores its schema (no metaData action): the columns are
+            # added by a commit of their own first (ALTER TABLE ADD COLUMNS, nested struct fields merged)
+            table.alter.add_columns([f for f in schema.fields if f.name in evolved.columns],
+                                    commit_properties=CommitProperties(
+                                        custom_metadata={"kstore.schema_evolution": describe(evolved)}))
+            table = deltalake.DeltaTable(request.output, storage_options=storage)
         if actions:
-            deltalake.DeltaTable(request.output, storage_options=storage).create_write_transaction(
-                actions, "append", schema, partition_by=PARTITION_COLUMNS, commit_properties=commit)
+            table.create_write_transaction(actions, "append", schema, partition_by=PARTITION_COLUMNS,
+                                           commit_properties=commit)
     else:
         create_table_with_add_actions(request.output, schema, actions, mode="append", partition_by=PARTITION_COLUMNS,
                                       storage_options=storage, commit_properties=commit)
-    summary.table = {"format": "delta", "committed_before": len(committed), "files_added": len(actions)}
+    summary.table = {"format": "delta", "committed_before": len(committed), "files_added": len(actions),
+                     "schema_evolution": evolved.to_dict() if actions else Evolution().to_dict()}
     return summary
+
+
+def table_files(written: List[Dict]) -> List[Dict]:
+    """The written files the table's commit names: not the dead letters (``_kstore_dead_letters/``, beside
+    the table's data, never in its log or catalog)."""
+    return [w for w in written if "dead_letters" not in w]
+
+
+def _delta_evolution(deltalake: Any, table: Any, new: Any, request: Any) -> Any:
+    """How the export's columns evolve the Delta table's (none for a new table); UsageError when they cannot."""
+    import pyarrow as pa
+
+    from kstore_cli.spark.table_schema import Evolution, avro_readers, evolution
+
+    if table is None:
+        return Evolution()
+    as_stored = lambda schema: pa.schema(schema.to_arrow())  # noqa: E731 - both sides through Delta's types
+    return evolution(as_stored(table.schema()), as_stored(deltalake.Schema.from_arrow(new)), promotions=False,
+                     where=f"{request.output} (Delta table)", readers=avro_readers(request))
 
 
 #: Iceberg: the SQL catalog's file under the output, and the table's name in it.
@@ -178,31 +210,55 @@ def iceberg_offsets(table: Any) -> Dict[Key, int]:
 
 def run_iceberg(engine: Any, request: Any, progress: Optional[Callable[..., None]] = None, *,
                 summary_of: Callable[[Any], Any], spark_metadata: Optional[str] = None) -> Any:
-    """The export as one Iceberg append (add_files) to ``kstore.export`` of the output's SQL catalog."""
-    from kstore_cli.spark.columns import arrow_schema
+    """The export as one Iceberg commit to ``kstore.export`` of the output's SQL catalog: the files added
+    (add_files), after ``update_schema().union_by_name`` in the same transaction when the export's columns evolve
+    the table's (kstore_cli.spark.table_schema)."""
     from kstore_cli.spark.incremental import run_and_move
+    from kstore_cli.spark.table_schema import Evolution, export_schema
     from kstore_cli.spark.write import filesystem
 
     _check(request, "iceberg")
     if "://" in request.output and not request.output.startswith("file://"):
         raise UsageError("--format iceberg writes to a local --output (its SQL catalog is a file there)")
     table = iceberg_table(request.output)
+    new = export_schema(request)
+    evolved = _iceberg_evolution(table, new, request)   # refused before anything is read or written
     committed = iceberg_offsets(table)
     plan = _plan_after(engine, request, committed)
     summary = summary_of(plan)
     fs, root = filesystem(request.output)
-    written = run_and_move(engine, request, plan, uuid.uuid4().hex, fs, root, summary, progress, None,
-                           success=False, keep_partition_columns=True)
-    table = table or iceberg_table(request.output, arrow_schema(request.include_headers, request.include_metadata))
+    written = table_files(run_and_move(engine, request, plan, uuid.uuid4().hex, fs, root, summary, progress, None,
+                                       success=False, keep_partition_columns=True))
+    table = table or iceberg_table(request.output, new)
     if written:
-        table.add_files([f"{root}/{w['path']}" for w in written], snapshot_properties={"kstore.rows": str(summary.records)})
-    summary.table = {"format": "iceberg", "committed_before": len(committed), "files_added": len(written)}
+        with table.transaction() as tx:
+            if evolved:
+                with tx.update_schema() as update:
+                    update.union_by_name(new)
+            tx.add_files([f"{root}/{w['path']}" for w in written],
+                         snapshot_properties={"kstore.rows": str(summary.records)})
+    summary.table = {"format": "iceberg", "committed_before": len(committed), "files_added": len(written),
+                     "schema_evolution": evolved.to_dict() if written else Evolution().to_dict()}
     return summary
+
+
+def _iceberg_evolution(table: Any, new: Any, request: Any) -> Any:
+    """How the export's columns evolve the Iceberg table's (none for a new table); UsageError when they cannot."""
+    from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
+    from pyiceberg.schema import assign_fresh_schema_ids
+
+    from kstore_cli.spark.table_schema import Evolution, avro_readers, evolution
+
+    if table is None:
+        return Evolution()
+    # both sides through Iceberg's types (pyiceberg's own conversion of an Arrow schema, as create_table does)
+    stored = assign_fresh_schema_ids(_pyarrow_to_schema_without_ids(new)).as_arrow()
+    return evolution(table.schema().as_arrow(), stored, promotions=True,
+                     where=f"{request.output} (Iceberg table {ICEBERG_TABLE})", readers=avro_readers(request))
 
 
 def _check(request: Any, name: str) -> None:
     if request.writer != "arrow" or request.partition_by != "topic,partition":
         raise UsageError(f"--format {name} writes with the arrow writer, partitioned by topic and partition")
-    if request.starting_offsets or request.starting_timestamp or getattr(request, "decoding", None) is not None:
-        raise UsageError(f"--format {name} starts each partition after the table's highest offset; drop "
-                         f"--starting-* (decoded formats: not yet with --format {name})")
+    if request.starting_offsets or request.starting_timestamp:
+        raise UsageError(f"--format {name} starts each partition after the table's highest offset; drop --starting-*")
