@@ -38,22 +38,69 @@ def _deltalake() -> Any:
 
 
 def committed_offsets(table_uri: str, storage_options: Optional[Dict[str, str]] = None) -> Dict[Key, int]:
-    """Per (topic, partition) the highest offset the table holds (its files' statistics); {} without a table."""
+    """Per (topic, partition) the highest offset the table holds (its files' statistics) or took as a dead letter
+    (its commits' ``kstore.dead_letter_offsets``); {} without a table."""
     deltalake = _deltalake()
     if not deltalake.DeltaTable.is_deltatable(table_uri, storage_options=storage_options):
         return {}
-    actions = deltalake.DeltaTable(table_uri, storage_options=storage_options).get_add_actions(flatten=True)
+    table = deltalake.DeltaTable(table_uri, storage_options=storage_options)
+    actions = table.get_add_actions(flatten=True)
     columns = set(actions.column_names)
-    if not {"partition.topic", "partition.partition", "max.offset"} <= columns:
+    out: Dict[Key, int] = {}
+    if actions.num_rows and not {"partition.topic", "partition.partition", "max.offset"} <= columns:
         raise UsageError(f"{table_uri} is a Delta table without topic/partition columns or offset statistics: "
                          "not one spark-export --format delta wrote")
-    out: Dict[Key, int] = {}
-    for topic, partition, top in zip(actions.column("partition.topic").to_pylist(),
-                                     actions.column("partition.partition").to_pylist(),
-                                     actions.column("max.offset").to_pylist()):
+    if actions.num_rows:
+        _merge(out, zip(actions.column("partition.topic").to_pylist(), actions.column("partition.partition").to_pylist(),
+                        actions.column("max.offset").to_pylist()))
+    for commit in table.history():
+        _merge(out, _offsets_of(commit.get(DEAD_LETTER_OFFSETS)))
+    return out
+
+
+#: A commit's (Delta) or the table's (Iceberg) record of the highest offset per partition among the dead
+#: letters ({"topic": {"partition": offset}}): a dead letter at a partition's end is not taken again by the next run.
+DEAD_LETTER_OFFSETS = "kstore.dead_letter_offsets"
+
+
+def _merge(into: Dict[Key, int], tops: Any) -> Dict[Key, int]:
+    """`into` with each (topic, partition, offset) of `tops` kept where it is higher."""
+    for topic, partition, top in tops:
         if top is not None:
             key = (topic, int(partition))
-            out[key] = max(out.get(key, -1), int(top))
+            into[key] = max(into.get(key, -1), int(top))
+    return into
+
+
+def _triples(offsets: Dict[Key, int]) -> List[Tuple[str, int, int]]:
+    return [(topic, partition, offset) for (topic, partition), offset in offsets.items()]
+
+
+def _offsets_of(text: Optional[str]) -> List[Tuple[str, int, int]]:
+    if not text:
+        return []
+    return [(topic, int(p), int(o)) for topic, parts in json.loads(text).items() for p, o in parts.items()]
+
+
+def _offsets_text(offsets: Dict[Key, int]) -> str:
+    out: Dict[str, Dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = offset
+    return json.dumps(out, sort_keys=True)
+
+
+def dead_letter_offsets(fs: Any, root: str, written: List[Dict]) -> Dict[Key, int]:
+    """Per (topic, partition) the highest offset among the dead letters of this run's files (moved into place)."""
+    import pyarrow.parquet as pq
+
+    out: Dict[Key, int] = {}
+    for entry in written:
+        if "dead_letters" in entry:
+            with fs.open_input_file(f"{root}/{entry['path']}") as f:
+                rows = pq.read_table(f, columns=["topic", "partition", "offset"])
+            top = rows.group_by(["topic", "partition"]).aggregate([("offset", "max")])
+            _merge(out, zip(top.column("topic").to_pylist(), top.column("partition").to_pylist(),
+                            top.column("offset_max").to_pylist()))
     return out
 
 
@@ -130,7 +177,9 @@ def run_delta(engine: Any, request: Any, progress: Optional[Callable[..., None]]
     now_ms = int(time.time() * 1000)
     actions = [_add_action(fs, root, w, now_ms) for w in table_files(written)]
     schema = deltalake.Schema.from_arrow(new)
-    commit = CommitProperties(custom_metadata={"kstore.rows": str(summary.records)})
+    dead = dead_letter_offsets(fs, root, written)
+    commit = CommitProperties(custom_metadata={"kstore.rows": str(summary.records),
+                                               **({DEAD_LETTER_OFFSETS: _offsets_text(dead)} if dead else {})})
     if table is not None:
         if actions and evolved:
             # delta-rs's create_write_transaction ignores its schema (no metaData action): the columns are
@@ -139,7 +188,7 @@ def run_delta(engine: Any, request: Any, progress: Optional[Callable[..., None]]
                                     commit_properties=CommitProperties(
                                         custom_metadata={"kstore.schema_evolution": describe(evolved)}))
             table = deltalake.DeltaTable(request.output, storage_options=storage)
-        if actions:
+        if actions or dead:
             table.create_write_transaction(actions, "append", schema, partition_by=PARTITION_COLUMNS,
                                            commit_properties=commit)
     else:
@@ -199,13 +248,15 @@ def iceberg_table(output: str, schema: Any = None) -> Any:
 
 
 def iceberg_offsets(table: Any) -> Dict[Key, int]:
-    """Per (topic, partition) the highest offset the Iceberg table holds."""
+    """Per (topic, partition) the highest offset the Iceberg table holds or took as a dead letter (its
+    ``kstore.dead_letter_offsets`` property)."""
     if table is None:
         return {}
     rows = table.scan(selected_fields=("topic", "partition", "offset")).to_arrow()
     top = rows.group_by(["topic", "partition"]).aggregate([("offset", "max")])
-    return {(t, int(p)): int(o) for t, p, o in zip(top.column("topic").to_pylist(), top.column("partition").to_pylist(),
-                                                    top.column("offset_max").to_pylist())}
+    out = _merge({}, zip(top.column("topic").to_pylist(), top.column("partition").to_pylist(),
+                         top.column("offset_max").to_pylist()))
+    return _merge(out, _offsets_of(table.properties.get(DEAD_LETTER_OFFSETS)))
 
 
 def run_iceberg(engine: Any, request: Any, progress: Optional[Callable[..., None]] = None, *,
@@ -227,16 +278,22 @@ def run_iceberg(engine: Any, request: Any, progress: Optional[Callable[..., None
     plan = _plan_after(engine, request, committed)
     summary = summary_of(plan)
     fs, root = filesystem(request.output)
-    written = table_files(run_and_move(engine, request, plan, uuid.uuid4().hex, fs, root, summary, progress, None,
-                                       success=False, keep_partition_columns=True))
+    written = run_and_move(engine, request, plan, uuid.uuid4().hex, fs, root, summary, progress, None,
+                           success=False, keep_partition_columns=True)
     table = table or iceberg_table(request.output, new)
-    if written:
+    dead = dead_letter_offsets(fs, root, written)
+    written = table_files(written)
+    if written or dead:
         with table.transaction() as tx:
-            if evolved:
+            if evolved and written:
                 with tx.update_schema() as update:
                     update.union_by_name(new)
-            tx.add_files([f"{root}/{w['path']}" for w in written],
-                         snapshot_properties={"kstore.rows": str(summary.records)})
+            if dead:
+                before = _merge({}, _offsets_of(table.properties.get(DEAD_LETTER_OFFSETS)))
+                tx.set_properties({DEAD_LETTER_OFFSETS: _offsets_text(_merge(before, _triples(dead)))})
+            if written:
+                tx.add_files([f"{root}/{w['path']}" for w in written],
+                             snapshot_properties={"kstore.rows": str(summary.records)})
     summary.table = {"format": "iceberg", "committed_before": len(committed), "files_added": len(written),
                      "schema_evolution": evolved.to_dict() if written else Evolution().to_dict()}
     return summary

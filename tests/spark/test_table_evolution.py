@@ -270,3 +270,25 @@ def test_evolution_rules():
     headers = pa.schema(list(new) + [pa.field("headers", pa.list_(pa.string()))])
     assert evolution(new, headers, promotions=False, where="t").added == ["headers"]   # not Avro: no default needed
     assert not evolution(new, new, promotions=False, where="t")
+
+
+@pytest.mark.parametrize("table_format", ["delta", "iceberg"])
+def test_a_dead_letter_at_a_partitions_end_is_not_taken_again(tmp_path, table_format):
+    if table_format == "iceberg":
+        pytest.importorskip("pyiceberg")
+    from kstore_cli.spark.tables import iceberg_table
+
+    root, out = tmp_path / "data", tmp_path / "table"
+    _register(root, 1, 1, V1)
+    _append(root / "orders-0", [(b"k0", WRONG_MAGIC)])            # the table's first run: a dead letter only
+    first = export(root, out, table_format)
+    assert (first.records, first.dead_letters) == (0, 1)
+    _append(root / "orders-0", [(b"k1", serialize(*RUN1[0])), (b"k2", WRONG_MAGIC)])
+    second = export(root, out, table_format)
+    assert (second.records, second.dead_letters) == (1, 1)
+    version = lambda: deltalake.DeltaTable(str(out)).version() if table_format == "delta" else \
+        len(iceberg_table(str(out)).metadata.metadata_log)  # noqa: E731
+    before = version()
+    again = export(root, out, table_format)                        # nothing new: no row, no dead letter, no commit
+    assert (again.records, again.dead_letters) == (0, 0) and version() == before
+    assert [(o, v) for o, v, _ in sorted(_dead_letters(out))] == [(0, WRONG_MAGIC), (2, WRONG_MAGIC)]
