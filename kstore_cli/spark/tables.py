@@ -168,7 +168,8 @@ def run_delta(engine: Any, request: Any, progress: Optional[Callable[..., None]]
     table = deltalake.DeltaTable(request.output, storage_options=storage) \
         if committed or deltalake.DeltaTable.is_deltatable(request.output, storage_options=storage) else None
     new = export_schema(request)
-    evolved = _delta_evolution(deltalake, table, new, request)   # refused before anything is read or written
+    schema = _stored(lambda: deltalake.Schema.from_arrow(new), "a Delta")
+    evolved = _delta_evolution(deltalake, table, schema, request)   # refused before anything is read or written
     plan = _plan_after(engine, request, committed)
     summary = summary_of(plan)
     fs, root = filesystem(request.output)
@@ -176,7 +177,6 @@ def run_delta(engine: Any, request: Any, progress: Optional[Callable[..., None]]
                            success=False)
     now_ms = int(time.time() * 1000)
     actions = [_add_action(fs, root, w, now_ms) for w in table_files(written)]
-    schema = deltalake.Schema.from_arrow(new)
     dead = dead_letter_offsets(fs, root, written)
     commit = CommitProperties(custom_metadata={"kstore.rows": str(summary.records),
                                                **({DEAD_LETTER_OFFSETS: _offsets_text(dead)} if dead else {})})
@@ -205,8 +205,18 @@ def table_files(written: List[Dict]) -> List[Dict]:
     return [w for w in written if "dead_letters" not in w]
 
 
+def _stored(convert: Callable[[], Any], kind: str) -> Any:
+    """The export's schema converted to the table format's (`convert`); UsageError when a column's type has none."""
+    try:
+        return convert()
+    except Exception as exc:  # noqa: BLE001 - deltalake and pyiceberg raise several kinds
+        raise UsageError(f"the export's columns have a type {kind} table cannot store: "
+                         f"{str(exc).strip().splitlines()[0]}") from None
+
+
 def _delta_evolution(deltalake: Any, table: Any, new: Any, request: Any) -> Any:
-    """How the export's columns evolve the Delta table's (none for a new table); UsageError when they cannot."""
+    """How the export's columns (`new`, a Delta schema) evolve the Delta table's (none for a new table);
+    UsageError when they cannot."""
     import pyarrow as pa
 
     from kstore_cli.spark.table_schema import Evolution, avro_readers, evolution
@@ -214,7 +224,7 @@ def _delta_evolution(deltalake: Any, table: Any, new: Any, request: Any) -> Any:
     if table is None:
         return Evolution()
     as_stored = lambda schema: pa.schema(schema.to_arrow())  # noqa: E731 - both sides through Delta's types
-    return evolution(as_stored(table.schema()), as_stored(deltalake.Schema.from_arrow(new)), promotions=False,
+    return evolution(as_stored(table.schema()), as_stored(new), promotions=False,
                      where=f"{request.output} (Delta table)", readers=avro_readers(request))
 
 
@@ -271,9 +281,14 @@ def run_iceberg(engine: Any, request: Any, progress: Optional[Callable[..., None
     _check(request, "iceberg")
     if "://" in request.output and not request.output.startswith("file://"):
         raise UsageError("--format iceberg writes to a local --output (its SQL catalog is a file there)")
-    table = iceberg_table(request.output)
+    table = iceberg_table(request.output)   # MissingDependencyError without pyiceberg
+    from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
+    from pyiceberg.schema import assign_fresh_schema_ids
+
     new = export_schema(request)
-    evolved = _iceberg_evolution(table, new, request)   # refused before anything is read or written
+    # pyiceberg's own conversion of an Arrow schema (as create_table does)
+    stored = _stored(lambda: assign_fresh_schema_ids(_pyarrow_to_schema_without_ids(new)), "an Iceberg")
+    evolved = _iceberg_evolution(table, stored, request)   # refused before anything is read or written
     committed = iceberg_offsets(table)
     plan = _plan_after(engine, request, committed)
     summary = summary_of(plan)
@@ -300,17 +315,13 @@ def run_iceberg(engine: Any, request: Any, progress: Optional[Callable[..., None
 
 
 def _iceberg_evolution(table: Any, new: Any, request: Any) -> Any:
-    """How the export's columns evolve the Iceberg table's (none for a new table); UsageError when they cannot."""
-    from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
-    from pyiceberg.schema import assign_fresh_schema_ids
-
+    """How the export's columns (`new`, an Iceberg schema) evolve the Iceberg table's (none for a new table);
+    UsageError when they cannot."""
     from kstore_cli.spark.table_schema import Evolution, avro_readers, evolution
 
     if table is None:
         return Evolution()
-    # both sides through Iceberg's types (pyiceberg's own conversion of an Arrow schema, as create_table does)
-    stored = assign_fresh_schema_ids(_pyarrow_to_schema_without_ids(new)).as_arrow()
-    return evolution(table.schema().as_arrow(), stored, promotions=True,
+    return evolution(table.schema().as_arrow(), new.as_arrow(), promotions=True,
                      where=f"{request.output} (Iceberg table {ICEBERG_TABLE})", readers=avro_readers(request))
 
 

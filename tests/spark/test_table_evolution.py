@@ -292,3 +292,19 @@ def test_a_dead_letter_at_a_partitions_end_is_not_taken_again(tmp_path, table_fo
     again = export(root, out, table_format)                        # nothing new: no row, no dead letter, no commit
     assert (again.records, again.dead_letters) == (0, 0) and version() == before
     assert [(o, v) for o, v, _ in sorted(_dead_letters(out))] == [(0, WRONG_MAGIC), (2, WRONG_MAGIC)]
+
+
+@pytest.mark.parametrize("table_format, message", [
+    ("delta", "a type a Delta table cannot store: .*Decimal256"), ("iceberg", "an Iceberg table cannot store: .*decimal256")])
+def test_a_column_type_the_format_has_not_is_refused_before_anything_is_written(tmp_path, table_format, message):
+    if table_format == "iceberg":
+        pytest.importorskip("pyiceberg")
+    root, out = tmp_path / "data", tmp_path / "table"
+    _first_run_data(root)
+    wide = {**V1, "fields": V1["fields"] + [{"name": "big", "default": b"\x00".decode("latin-1"), "type": {
+        "type": "bytes", "logicalType": "decimal", "precision": 50, "scale": 2}}]}
+    avsc = tmp_path / "reader.avsc"
+    avsc.write_text(json.dumps(wide))
+    with pytest.raises(UsageError, match=message):
+        export(root, out, table_format, reader_schema=str(avsc))
+    assert not (out / "_temporary").exists() and not list(out.rglob("*.parquet"))
