@@ -29,12 +29,12 @@ from typing import Any, Dict, List, Optional, Tuple
 import pyarrow as pa
 
 from kstore_cli.errors import UsageError
+from kstore_cli.spark.avro_arrow import named_types
+from kstore_cli.spark.columns import arrow_schema
 
 
 def export_schema(request: Any) -> pa.Schema:
     """The Arrow schema the export's files have (topic and partition among the columns)."""
-    from kstore_cli.spark.columns import arrow_schema
-
     schema = arrow_schema(request.include_headers, request.include_metadata)
     decoding = getattr(request, "decoding", None)
     return schema if decoding is None else decoding.schema(schema)
@@ -155,8 +155,6 @@ def _needs_default(path: str, readers: Dict[str, Any], refuse: Any) -> None:
 
 def _avro_field(schema: Any, named: Dict[str, Any], rest: str) -> Optional[dict]:
     """The Avro record field at `rest` (``.a.b``, ``[]``, ``{}``) of `schema`; None where there is none."""
-    from kstore_cli.spark.avro_arrow import named_types
-
     named = {**named, **named_types(schema)}
     field = None
     for part in re.findall(r"\.[^.\[{]+|\[\]|\{\}", rest):

@@ -185,6 +185,8 @@ def test_iceberg_decoded_export_evolves_the_tables_schema(spark, tmp_path):
     assert _iceberg_rows(out) == _expected(True)
     files = table.inspect.files().column("file_path").to_pylist()
     assert not any(DEAD_LETTERS_DIR in f for f in files) and len(_dead_letters(out)) == 1
+    catalog = [out / "_kstore_catalog.db", *(out / "metadata").iterdir()]     # metadata JSON, manifests, lists
+    assert len(catalog) > 3 and not any(DEAD_LETTERS_DIR.encode() in p.read_bytes() for p in catalog)
     assert _duckdb_rows(files) == _fill(_expected(True))
     arrow = table.scan().to_arrow()  # noqa: F841 - DuckDB scans pyiceberg's Arrow table by name
     duckdb = pytest.importorskip("duckdb")
