@@ -55,6 +55,12 @@ class Evolution:
     def to_dict(self) -> Dict[str, List[str]]:
         return {"added": list(self.added), "promoted": list(self.promoted)}
 
+    def text(self, kind: str) -> str:
+        """The summary's line on it."""
+        said = [f"added {', '.join(self.added)} (nullable: rows already in the table read null)"] if self.added else []
+        said += [f"widened {', '.join(self.promoted)}"] if self.promoted else []
+        return f"{kind} table's schema evolved: {'; '.join(said)}"
+
 
 def _promotes(old: pa.DataType, new: pa.DataType) -> bool:
     """An Iceberg type promotion (int -> long, float -> double, decimal(P, S) -> decimal(P', S), P' > P)."""

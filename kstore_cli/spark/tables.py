@@ -51,8 +51,8 @@ def committed_offsets(table_uri: str, storage_options: Optional[Dict[str, str]] 
         raise UsageError(f"{table_uri} is a Delta table without topic/partition columns or offset statistics: "
                          "not one spark-export --format delta wrote")
     if actions.num_rows:
-        _merge(out, zip(actions.column("partition.topic").to_pylist(), actions.column("partition.partition").to_pylist(),
-                        actions.column("max.offset").to_pylist()))
+        _merge(out, zip(*(actions.column(c).to_pylist() for c in ("partition.topic", "partition.partition",
+                                                                   "max.offset"))))
     for commit in table.history():
         _merge(out, _offsets_of(commit.get(DEAD_LETTER_OFFSETS)))
     return out
@@ -196,6 +196,7 @@ def run_delta(engine: Any, request: Any, progress: Optional[Callable[..., None]]
                                       storage_options=storage, commit_properties=commit)
     summary.table = {"format": "delta", "committed_before": len(committed), "files_added": len(actions),
                      "schema_evolution": evolved.to_dict() if actions else Evolution().to_dict()}
+    summary.table_notes = [evolved.text("the Delta")] if actions and evolved else []
     return summary
 
 
@@ -311,6 +312,7 @@ def run_iceberg(engine: Any, request: Any, progress: Optional[Callable[..., None
                              snapshot_properties={"kstore.rows": str(summary.records)})
     summary.table = {"format": "iceberg", "committed_before": len(committed), "files_added": len(written),
                      "schema_evolution": evolved.to_dict() if written else Evolution().to_dict()}
+    summary.table_notes = [evolved.text("the Iceberg")] if written and evolved else []
     return summary
 
 

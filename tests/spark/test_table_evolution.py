@@ -139,6 +139,8 @@ def test_delta_decoded_export_evolves_the_tables_schema(spark, tmp_path):
     second = export(root, out, "delta")
     assert second.records == 3 and second.dead_letters == 0
     assert second.table["schema_evolution"] == {"added": ["value.note"], "promoted": []}
+    assert second.notes() == ["the Delta table's schema evolved: added value.note (nullable: rows already in the "
+                              "table read null)"]
     table = deltalake.DeltaTable(str(out))
     assert table.version() == version + 2       # the schema update's commit, then the files' commit
     assert _value_fields(table) == ["id", "amount", "note"]
@@ -253,7 +255,8 @@ def test_evolution_rules():
     def schema(value_type):
         return pa.schema([pa.field("offset", pa.int64()), pa.field("value", value_type)])
 
-    old = schema(pa.struct([pa.field("n", pa.int32()), pa.field("tags", pa.list_(pa.struct([pa.field("a", pa.string())])))]))
+    old = schema(pa.struct([pa.field("n", pa.int32()),
+                            pa.field("tags", pa.list_(pa.struct([pa.field("a", pa.string())])))]))
     new = schema(pa.struct([pa.field("n", pa.int64()), pa.field("tags", pa.list_(pa.struct(
         [pa.field("a", pa.string()), pa.field("b", pa.float64())])))]))
     reader = {"type": "record", "name": "R", "fields": [
@@ -297,7 +300,8 @@ def test_a_dead_letter_at_a_partitions_end_is_not_taken_again(tmp_path, table_fo
 
 
 @pytest.mark.parametrize("table_format, message", [
-    ("delta", "a type a Delta table cannot store: .*Decimal256"), ("iceberg", "an Iceberg table cannot store: .*decimal256")])
+    ("delta", "a type a Delta table cannot store: .*Decimal256"),
+    ("iceberg", "an Iceberg table cannot store: .*decimal256")])
 def test_a_column_type_the_format_has_not_is_refused_before_anything_is_written(tmp_path, table_format, message):
     if table_format == "iceberg":
         pytest.importorskip("pyiceberg")
