@@ -12,6 +12,12 @@ Idempotent: before planning, the table gives each (topic, partition) the highest
 (Delta: its files' statistics; Iceberg: a scan of its three columns), and the export starts after it; a rerun of the same export adds no row, a run after new
 appends adds exactly those. Concurrent writers to one table are not supported (the second commit of two
 racing exports could add rows twice); run one export per table at a time.
+
+Decoded formats (``--key-format/--value-format``): the table's columns are the decoded ones, and a later run's
+reader schema may evolve them (kstore_cli.spark.table_schema: checked before anything is written; Delta: a
+column commit of its own just before the files' commit, Iceberg: the same transaction). The dead letters stay in
+``OUTPUT/_kstore_dead_letters/``, named by no commit; their highest offsets per partition are recorded
+(``kstore.dead_letter_offsets``) so that one at a partition's end is not taken again.
 """
 
 from __future__ import annotations
