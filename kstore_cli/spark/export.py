@@ -253,8 +253,9 @@ class ExportSummary:
         self.gaps: List[Any] = []
         #: --incremental: the state dir, run number, job id, a recovered run's job id
         self.incremental: Optional[Dict[str, Any]] = None
-        #: --format delta: the table's commit (files added, partitions it held before)
+        #: --format delta: the table's commit (files added, partitions it held before); lines on it (spark/tables.py)
         self.table: Optional[Dict[str, Any]] = None
+        self.table_notes: List[str] = []
 
     def to_dict(self) -> dict:
         return {"type": "summary", "kafka_partitions": self.kafka_partitions, "spark_partitions": self.tasks, "records": self.records,
@@ -287,7 +288,7 @@ class ExportSummary:
             lines.append(f"skipped {len(self.skipped)} damaged or truncated batches "
                          f"(listed in {self.output.rstrip('/')}/{SKIPPED_FILE}):")
             lines += [f"  {b.text()}" for b in self.skipped]
-        lines += [f"gap: {g.text()}" for g in self.gaps]
+        lines += [f"gap: {g.text()}" for g in self.gaps] + self.table_notes
         if self.dead_letters:
             lines.append(f"{self.dead_letters} records did not decode: in {self.output.rstrip('/')}/"
                          "_kstore_dead_letters/ (topic, partition, offset, raw key and value, reason)")

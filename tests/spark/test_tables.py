@@ -32,7 +32,8 @@ def test_delta_export_is_idempotent_and_adds_only_new_offsets(tmp_path):
     append(root, "events-0", 0, 5)
     append(root, "events-1", 0, 3)
     first = export(root, out)
-    assert first.records == 8 and first.table == {"format": "delta", "committed_before": 0, "files_added": 2}
+    assert first.records == 8 and first.table == {"format": "delta", "committed_before": 0, "files_added": 2,
+                                                 "schema_evolution": {"added": [], "promoted": []}}
     assert table_rows(out) == expected({"events-0": 5, "events-1": 3})
     version = deltalake.DeltaTable(str(out)).version()
     again = export(root, out)                           # a rerun: nothing new, no commit
