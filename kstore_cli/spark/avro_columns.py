@@ -25,6 +25,14 @@ from kstore_cli.spark.avro_arrow import avro_arrow_type
 _PLAIN = {"null", "boolean", "int", "long", "float", "double", "string", "bytes"}
 #: Zero bytes after the data, so that a read past a payload's end stays in the buffer (such a row is bad).
 PADDING = 16
+#: The values of a logical type that fastavro (the per-record path) turns into a Python date, time or
+#: datetime: 0001-01-01 to 9999-12-31, a time of day. A value outside is a bad row: fastavro decodes it its
+#: own way or says why not (a negative time-millis it wraps; a year 10000 it refuses).
+_IN_RANGE = {"date": (-719162, 2932896), "time-millis": (0, 86_400_000 - 1), "time-micros": (0, 86_400_000_000 - 1),
+             "timestamp-millis": (-62135596800000, 253402300799999),
+             "timestamp-micros": (-62135596800000000, 253402300799999999)}
+_IN_RANGE["local-timestamp-millis"] = _IN_RANGE["timestamp-millis"]
+_IN_RANGE["local-timestamp-micros"] = _IN_RANGE["timestamp-micros"]
 _LOGICAL_KINDS = {"date": "int", "time-millis": "int", "time-micros": "long", "timestamp-millis": "long",
                   "timestamp-micros": "long", "local-timestamp-millis": "long", "local-timestamp-micros": "long",
                   "uuid": "string"}
@@ -128,28 +136,34 @@ class _Cursor:
         self.pos = starts.astype(np.int64)
         self.end = ends.astype(np.int64)
         self.bad = np.zeros(len(starts), bool)
+        # no position goes past here: a read of up to 10 bytes at any position stays in the buffer (a row moved
+        # this far has overrun its payload and is bad)
+        self._limit = len(data) - PADDING
 
     def gather(self, width: int) -> np.ndarray:
-        """`width` bytes at each row's position (past the end: the padding's zeros; such a row is bad)."""
-        windows = np.lib.stride_tricks.sliding_window_view(self.buf, width)
-        return windows[np.minimum(self.pos, len(windows) - 1)]
+        """`width` (<= PADDING) bytes at each row's position (past the end: the padding's zeros; such a row is bad)."""
+        return np.lib.stride_tricks.sliding_window_view(self.buf, width)[self.pos]
 
     def advance(self, active: np.ndarray, by: np.ndarray) -> None:
         new = self.pos + by
         self.bad |= active & (new > self.end)
-        self.pos = np.where(active, new, self.pos)
+        self.pos = np.minimum(np.where(active, new, self.pos), self._limit)
 
     def varint(self, active: np.ndarray) -> np.ndarray:
         """A zigzag varint at each row (Avro int and long), byte by byte over the rows still continuing."""
-        last = len(self.buf) - 1
-        b = self.buf[np.minimum(self.pos, last)].astype(np.uint64)
+        first = self.buf[self.pos]
+        if not (first & 0x80).any():  # one byte at every row (union branches, enums, short lengths): no loop
+            self.advance(active, active)
+            value = first.astype(np.int64)
+            return (value >> 1) ^ -(value & 1)
+        b = first.astype(np.uint64)
         raw = b & np.uint64(0x7F)
         length = np.ones(len(b), np.int64)
         going = np.nonzero(b & np.uint64(0x80))[0]
         for k in range(1, 10):
             if not len(going):
                 break
-            bk = self.buf[np.minimum(self.pos[going] + k, last)].astype(np.uint64)
+            bk = self.buf[self.pos[going] + k].astype(np.uint64)
             raw[going] |= (bk & np.uint64(0x7F)) << np.uint64(7 * k)
             length[going] += 1
             going = going[(bk & np.uint64(0x80)) != 0]
@@ -226,6 +240,11 @@ def _fixed_width(cur: _Cursor, kind: str, active: np.ndarray, node: tuple) -> pa
         cur.advance(active, np.ones(n, np.int64))
         return pa.array(raw.astype(bool), mask=~active)
     value = cur.varint(active)
+    if kind in _IN_RANGE:
+        low, high = _IN_RANGE[kind]
+        outside = (value < low) | (value > high)
+        cur.bad |= active & outside
+        value = np.where(outside, 0, value)
     if kind == "enum":
         symbols = node[1]
         cur.bad |= active & ((value < 0) | (value >= len(symbols)))
@@ -235,14 +254,13 @@ def _fixed_width(cur: _Cursor, kind: str, active: np.ndarray, node: tuple) -> pa
         cur.bad |= active & ((value < -(1 << 31)) | (value >= (1 << 31)))
         ints = pa.array(value.astype(np.int32), mask=~active)
         return ints.cast(pa.date32()) if kind == "date" else ints
-    longs = pa.array(value, pa.int64(), mask=~active)
     if kind in ("timestamp-millis", "local-timestamp-millis"):
-        longs = pa.compute.multiply_checked(longs, 1000)
+        value = value * 1000  # microseconds, as the per-record path gives them (in range: no overflow)
     if kind.startswith("timestamp"):
-        return longs.cast(pa.timestamp("us", tz="UTC"))
+        return pa.array(value, pa.timestamp("us", tz="UTC"), mask=~active)
     if kind.startswith("local-timestamp"):
-        return longs.cast(pa.timestamp("us"))
-    return longs
+        return pa.array(value, pa.timestamp("us"), mask=~active)
+    return pa.array(value, pa.int64(), mask=~active)
 
 
 def _binary(cur: _Cursor, active: np.ndarray, type_: pa.DataType) -> pa.Array:
@@ -252,13 +270,22 @@ def _binary(cur: _Cursor, active: np.ndarray, type_: pa.DataType) -> pa.Array:
     take = np.where(active & ~cur.bad, np.maximum(length, 0), 0)
     cur.advance(active, take)
     take = np.where(cur.bad, 0, take)
-    offsets = np.zeros(len(take) + 1, np.int64)
-    np.cumsum(take, out=offsets[1:])
-    if offsets[-1] >= 1 << 31:
+    # Each row's bytes are data[start:start + take], the rows in buffer order: as offsets start, start + take of
+    # one row after another they never go back, so the buffer itself is a binary array of 2n values (the
+    # strings and the bytes between them), and Arrow takes every other one. A row with nothing to take starts
+    # at its own end, where the next row's bytes begin at the earliest.
+    start = np.where(take > 0, start, np.minimum(cur.end, cur.pos))
+    bounds = np.empty(2 * len(take) + 1, np.int64)
+    bounds[0:-1:2] = start
+    bounds[1::2] = start + take
+    bounds[-1] = bounds[-2]
+    bounds = np.maximum.accumulate(bounds)  # rows never decoded here keep their place without going back
+    if bounds[-1] >= 1 << 31:
         raise OverflowError("more than 2 GiB of strings in one Arrow array")
-    idx = np.repeat(start - offsets[:-1], take) + np.arange(offsets[-1])
-    arr = pa.Array.from_buffers(type_, len(take), [_validity(active), pa.py_buffer(offsets.astype(np.int32).tobytes()),
-                                                  pa.py_buffer(cur.buf[idx].tobytes())])
+    whole = pa.Array.from_buffers(pa.binary(), 2 * len(take), [None, pa.py_buffer(bounds.astype(np.int32)),
+                                                               pa.py_buffer(cur.buf)])
+    taken = whole.take(pa.array(np.arange(0, 2 * len(take), 2)))
+    arr = pa.Array.from_buffers(type_, len(take), [_validity(active), *taken.buffers()[1:]])
     if type_ == pa.string():
         try:
             arr.validate(full=True)
@@ -284,14 +311,11 @@ def _decimal(cur: _Cursor, active: np.ndarray, precision: int, scale: int) -> pa
     cur.bad |= active & ((length < 0) | (length > 8))
     ok = active & ~cur.bad
     size = np.where(ok, length, 0)
-    b = cur.gather(8).astype(np.uint64)
-    k = np.arange(8)
-    shift = ((size[:, None] - 1 - k) * 8).clip(0).astype(np.uint64)
-    raw = ((b << shift) * (k < size[:, None])).sum(axis=1, dtype=np.uint64)
+    # The 8 bytes at each row as one big-endian signed long: shifting it right by the bytes past the value's
+    # size leaves the two's-complement value, sign-extended (an arithmetic shift); a size 0 is 0.
+    wide = np.ascontiguousarray(cur.gather(8)).view(">i8").ravel().astype(np.int64)
+    low = np.where(size > 0, wide >> ((8 - size) * 8).clip(0, 63), 0)
     cur.advance(active, size)
-    top = np.where(size > 0, (raw >> (size * 8 - 1).clip(0).astype(np.uint64)) & np.uint64(1), 0).astype(bool)
-    ext = np.where(top & (size < 8), ~np.uint64(0) << (size * 8).clip(0, 63).astype(np.uint64), np.uint64(0))
-    low = (raw | ext).view(np.int64)
     pairs = np.stack([low, np.where(low < 0, -1, 0).astype(np.int64)], axis=1).ravel()
     type_ = pa.decimal128(precision, scale) if precision <= 38 else None
     if type_ is None:

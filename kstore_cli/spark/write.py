@@ -164,6 +164,20 @@ def remove_if_empty(fs: pafs.FileSystem, directory: str) -> None:
         pass
 
 
+def dictionary_columns(schema: pa.Schema) -> List[str]:
+    """The Parquet column paths dictionary-encoded: the string leaves (a topic, a decoded enum or name repeat
+    their values) and a raw key (keys repeat in keyed and compacted topics). Values, offsets, timestamps and
+    decoded numbers mostly do not: trying a dictionary on every column first (pyarrow's default) cost a third
+    of the write of a decoded export, two fifths of a raw one, and made the files larger, not smaller."""
+    import io
+
+    sink = io.BytesIO()
+    pq.write_table(schema.empty_table(), sink)  # the Parquet schema pyarrow derives (nested paths and all)
+    parquet = pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema
+    return [parquet.column(i).path for i in range(len(parquet))
+            if parquet.column(i).logical_type.type == "STRING" or parquet.column(i).path == "key"]
+
+
 class _Files:
     """The task's open Parquet writers, one per output directory (relative to the output), under
     ``_temporary/<job id>`` and hidden names until the task commits."""
@@ -173,6 +187,7 @@ class _Files:
         self.staging = staging_dir(root, job)
         self.schema = _file_schema(job)
         self.codec = None if job.compression == "none" else job.compression
+        self.dictionary = dictionary_columns(self.schema)
         self.job = job
         self.index = index
         self.open: Dict[str, list] = {}  # directory -> [writer, hidden, final, rows]
@@ -187,7 +202,8 @@ class _Files:
             hidden = f"{staged}/.{name}.inprogress"
             self.fs.create_dir(staged, recursive=True)
             entry = self.open[directory] = [
-                pq.ParquetWriter(hidden, self.schema, filesystem=self.fs, compression=self.codec), hidden, final, 0]
+                pq.ParquetWriter(hidden, self.schema, filesystem=self.fs, compression=self.codec,
+                                 use_dictionary=self.dictionary), hidden, final, 0]
         entry[0].write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=self.schema))
         entry[3] += batch.num_rows
 
