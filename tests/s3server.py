@@ -1,6 +1,13 @@
-"""A real S3-compatible server for the remote-input tests: moto in server mode on 127.0.0.1 (port 0),
-data dirs uploaded with boto3 (pyarrow's multipart writes fail against moto 5.2.1), and a TCP proxy
-in front of it that drops connections in the middle of ranged GETs (the first `faults` of them)."""
+"""A real S3-compatible server for the remote tests: moto in server mode on 127.0.0.1 (port 0), data
+dirs uploaded with boto3, and a TCP proxy in front of it that drops connections in the middle of ranged
+GETs (the first `faults` of them).
+
+moto 5.2.x names the root element of its CompleteMultipartUpload answer ``CompleteMultipartUploadResponse``
+(getmoto/moto#10055, fixed by #10056); S3 names it ``CompleteMultipartUploadResult``. Arrow's S3 client
+(``CompleteMultipartUploadWithErrorFixup`` in s3fs.cc) takes any other root for an error embedded in a
+200 OK, so every pyarrow write (each one a multipart upload) failed with ``AWS Error INTERNAL_FAILURE
+during CompleteMultipartUpload operation:``. :func:`_fix_complete_multipart_root` renames the element
+in the server (it runs in this process), as S3 answers; a moto with the fix is left as it is."""
 
 from __future__ import annotations
 
@@ -19,6 +26,23 @@ AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "
            "AWS_EC2_METADATA_DISABLED": "true"}
 
 
+def _fix_complete_multipart_root() -> None:
+    from moto.core import serialize
+
+    original = serialize.S3Serializer._serialized_result_to_response
+    if getattr(original, "kstore_fixed", False):
+        return
+
+    def fixed(self, resp, result, shape, serialized_result):
+        resp = original(self, resp, result, shape, serialized_result)
+        if self.operation_model.name == "CompleteMultipartUpload" and isinstance(resp.get("body"), str):
+            resp["body"] = resp["body"].replace("CompleteMultipartUploadResponse", "CompleteMultipartUploadResult")
+        return resp
+
+    fixed.kstore_fixed = True  # type: ignore[attr-defined]
+    serialize.S3Serializer._serialized_result_to_response = fixed
+
+
 class S3Server:
     """moto's ThreadedMotoServer with a bucket, and helpers to upload folders into it."""
 
@@ -28,6 +52,7 @@ class S3Server:
         from moto.server import ThreadedMotoServer
 
         os.environ.update(AWS_ENV)
+        _fix_complete_multipart_root()
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._server.start()
         host, port = self._server.get_host_and_port()
