@@ -16,7 +16,7 @@ import os
 import socket
 import threading
 from pathlib import Path
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, Optional, Tuple
 
 import pytest
 
@@ -83,14 +83,19 @@ class S3Server:
 
 
 class FaultProxy:
-    """127.0.0.1:port -> the server; the first `faults` responses to ranged GETs are cut after a few bytes
-    and the connection closed (a dropped connection mid-read). `faults=None`: every one."""
+    """127.0.0.1:port -> the server; the first `faults` ranged GETs fail (`faults=None`: every one): their
+    responses are cut after a few bytes and the connection closed (a dropped connection mid-read), or, with
+    `answer=(status, code)`, answered with that S3 error (``(503, "SlowDown")``, ``(403, "AccessDenied")``)
+    instead of reaching the server. `requests` counts every request, `ranged` the ranged GETs."""
 
-    def __init__(self, upstream_port: int, faults: Optional[int] = 0) -> None:
+    def __init__(self, upstream_port: int, faults: Optional[int] = 0,
+                 answer: Optional[Tuple[int, str]] = None) -> None:
         self.upstream_port = upstream_port
         self.faults = faults
+        self.answer = answer
         self.dropped = 0
         self.ranged = 0
+        self.requests = 0
         self._lock = threading.Lock()
         self._sock = socket.socket()
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -126,7 +131,13 @@ class FaultProxy:
                 data = src.recv(65536)
                 if not data:
                     break
+                if data.startswith((b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")):
+                    with self._lock:
+                        self.requests += 1
                 if b"\r\nrange:" in data.lower() and self._take_fault():
+                    if self.answer is not None:
+                        src.sendall(_s3_error(*self.answer))
+                        break
                     state["cut"] = True
                 dst.sendall(data)
         _close(src, dst)
@@ -146,6 +157,15 @@ class FaultProxy:
     def close(self) -> None:
         self._closed = True
         self._sock.close()
+
+
+def _s3_error(status: int, code: str) -> bytes:
+    """An S3 error response (status line, headers, the XML body S3 sends), the connection then closed."""
+    body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{code} from the test '
+            f'proxy</Message><RequestId>0</RequestId></Error>').encode()
+    head = (f"HTTP/1.1 {status} {code}\r\nContent-Type: application/xml\r\nContent-Length: {len(body)}\r\n"
+            f"Connection: close\r\n\r\n").encode()
+    return head + body
 
 
 def _close(*socks: socket.socket) -> None:

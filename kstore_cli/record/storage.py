@@ -1,9 +1,10 @@
 """Objects in remote storage (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``) through pyarrow's filesystems.
 
 What the readers need of a remote ``.log`` or index: its size, ranged reads (``read_at``: one request per
-range, never a whole-object download of a segment) retried with backoff on a dropped connection or any
-transient error, then one :class:`~kstore_cli.errors.RemoteReadError` naming the object URI and the byte
-range; and one recursive listing of a folder. Credentials, region and endpoint come from the usual
+range, never a whole-object download of a segment) retried with backoff on a dropped connection or another
+transient error (:func:`transient`), then one :class:`~kstore_cli.errors.RemoteReadError` naming the object
+URI and the byte range; and one recursive listing of a folder. An error that no retry cures (a missing
+bucket, access denied, an endpoint whose name does not resolve) is that line at once. Credentials, region and endpoint come from the usual
 environment of each filesystem (``AWS_*``, ``~/.aws``, Google's and Azure's) and from storage options
 (``--storage-option endpoint_override=http://...``: the keyword arguments of ``pyarrow.fs.S3FileSystem``,
 ``GcsFileSystem``, ``AzureFileSystem``, ``HadoopFileSystem``), set once per process with :func:`configure`.
@@ -14,6 +15,7 @@ paths (:func:`local_path`): they keep the mmap readers.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
@@ -129,8 +131,30 @@ def _one_line(exc: BaseException) -> str:
     return text[:300] or type(exc).__name__
 
 
+#: pyarrow's errors are OSErrors whose text carries the cause; for S3 the AWS SDK's error type
+#: (``AWS Error SLOW_DOWN during GetObject operation``, ``AWS Error UNKNOWN (HTTP status 503)``) and curl's
+#: code (``curlCode: 18, Transferred a partial file``). These may pass if the call is made again: the
+#: network (a dropped, refused or reset connection, a timeout), a 5xx answer, throttling.
+_TRANSIENT = re.compile(
+    r"AWS Error (NETWORK_CONNECTION|SLOW_DOWN|THROTTLING|SERVICE_UNAVAILABLE|INTERNAL_FAILURE|REQUEST_TIMEOUT)"
+    r"|HTTP status (5\d\d|429)|short read|timed? ?out|connection (reset|refused|aborted|closed)|broken pipe"
+    r"|unavailable|throttl|slow ?down|too many requests|try again", re.IGNORECASE)
+#: Network errors no retry cures: a host or proxy name that does not resolve (curl's codes 5 and 6).
+_NOT_TRANSIENT = re.compile(r"curlCode: [56]\b|resolve (host|proxy)", re.IGNORECASE)
+
+
+def transient(exc: OSError) -> bool:
+    """Whether a failed remote call may pass if made again (so it is retried). Not: a missing bucket,
+    access denied, bad credentials, a 4xx answer, a name that does not resolve, anything unknown."""
+    text = str(exc)
+    if isinstance(exc, FileNotFoundError) or _NOT_TRANSIENT.search(text):
+        return False
+    return isinstance(exc, (ConnectionError, TimeoutError)) or bool(_TRANSIENT.search(text))
+
+
 def _retrying(what: str, uri: str, call, *args):
-    """call(*args), retried with backoff on OSError (pyarrow's errors are OSErrors); RemoteReadError after."""
+    """call(*args), retried with backoff on a transient OSError; RemoteReadError after the last attempt,
+    or at once for an error no retry cures."""
     delay = BACKOFF_SECONDS
     for attempt in range(1, ATTEMPTS + 1):
         try:
@@ -138,12 +162,19 @@ def _retrying(what: str, uri: str, call, *args):
         except FileNotFoundError:
             raise FileUnreadableError("no such object", path=uri) from None
         except OSError as exc:
+            if not transient(exc):
+                raise RemoteReadError(f"{what} failed: {_reason(exc)}", path=uri) from None
             if attempt == ATTEMPTS:
-                raise RemoteReadError(f"{what} failed after {ATTEMPTS} attempts: {_one_line(exc)}",
+                raise RemoteReadError(f"{what} failed after {ATTEMPTS} attempts: {_reason(exc)}",
                                       path=uri) from None
             time.sleep(delay)
             delay *= 2
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _reason(exc: BaseException) -> str:
+    """The error's one line without pyarrow's ``When reading ... in bucket 'b': `` (the URI is named)."""
+    return re.sub(r"^When [^:]*? in bucket '[^']*': ", "", _one_line(exc))
 
 
 class Entry(NamedTuple):
@@ -192,6 +223,20 @@ def stat(uri: str) -> Tuple[int, int]:
     mtime = int(info.mtime_ns // 1_000_000) if info.mtime_ns is not None else 0
     _known[uri] = (info.size, mtime)
     return _known[uri]
+
+
+def output_info(uri: str) -> Any:
+    """The file info of an output URI (asked as :func:`stat` asks); for ``s3://``, ``gs://`` and ``abfs://``
+    a missing output needs its bucket (container): pyarrow's writers would fail only in each task."""
+    from pyarrow import fs as pafs
+
+    fs, path = filesystem(uri)
+    info = _retrying("stat", uri, fs.get_file_info, path)
+    bucket = path.split("/")[0]
+    if info.type == pafs.FileType.NotFound and _split(uri)[0] in ("s3", "gs", "gcs", "abfs", "abfss") and bucket:
+        if _retrying(f"stat of bucket {bucket}", uri, fs.get_file_info, bucket).type == pafs.FileType.NotFound:
+            raise FileUnreadableError(f"no such bucket: {bucket} (kstore creates no bucket)", path=uri)
+    return info
 
 
 class RemoteFile:

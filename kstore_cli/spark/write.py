@@ -61,6 +61,14 @@ def filesystem(output: str) -> Tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), os.path.abspath(output)
 
 
+def output_info(output: str) -> pafs.FileInfo:
+    """The file info of `output`; a remote one's asked as remote inputs are (storage.output_info)."""
+    if storage.is_uri(output):
+        return storage.output_info(output)
+    fs, root = filesystem(output)
+    return fs.get_file_info(root)
+
+
 class WriteJob:
     """What every task needs to write (pickled to the executors with each task)."""
 
