@@ -4,10 +4,11 @@ What the readers need of a remote ``.log`` or index: its size, ranged reads (``r
 range, never a whole-object download of a segment) retried with backoff on a dropped connection or another
 transient error (:func:`transient`), then one :class:`~kstore_cli.errors.RemoteReadError` naming the object
 URI and the byte range; and one recursive listing of a folder. An error that no retry cures (a missing
-bucket, access denied, an endpoint whose name does not resolve) is that line at once. Credentials, region and endpoint come from the usual
-environment of each filesystem (``AWS_*``, ``~/.aws``, Google's and Azure's) and from storage options
-(``--storage-option endpoint_override=http://...``: the keyword arguments of ``pyarrow.fs.S3FileSystem``,
-``GcsFileSystem``, ``AzureFileSystem``, ``HadoopFileSystem``), set once per process with :func:`configure`.
+bucket, access denied, an endpoint whose name does not resolve) is that line at once. Credentials, region
+and endpoint come from the usual environment of each filesystem (``AWS_*``, ``~/.aws``, Google's and
+Azure's) and from storage options (``--storage-option endpoint_override=http://...``: the keyword arguments
+of ``pyarrow.fs.S3FileSystem``, ``GcsFileSystem``, ``AzureFileSystem``, ``HadoopFileSystem``), set once per
+process with :func:`configure`.
 
 pyarrow is the optional ``spark`` extra: it is imported only when a URI is met. ``file://`` URIs are local
 paths (:func:`local_path`): they keep the mmap readers.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -174,9 +175,11 @@ def test_an_option_the_filesystem_does_not_take_is_a_usage_error(server):
 
 @pytest.fixture
 def backoffs(monkeypatch):
-    """The pauses _retrying makes between attempts (none is slept)."""
-    pauses = []
-    monkeypatch.setattr(storage.time, "sleep", pauses.append)
+    """The pauses _retrying makes between attempts (not slept); other threads (the server's, a Spark
+    session's) sleep as before."""
+    pauses, sleep, this = [], time.sleep, threading.get_ident()
+    monkeypatch.setattr(storage.time, "sleep",
+                        lambda s: pauses.append(s) if threading.get_ident() == this else sleep(s))
     return pauses
 
 
