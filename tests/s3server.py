@@ -86,13 +86,15 @@ class FaultProxy:
     """127.0.0.1:port -> the server; the first `faults` ranged GETs fail (`faults=None`: every one): their
     responses are cut after a few bytes and the connection closed (a dropped connection mid-read), or, with
     `answer=(status, code)`, answered with that S3 error (``(503, "SlowDown")``, ``(403, "AccessDenied")``)
-    instead of reaching the server. `requests` counts every request, `ranged` the ranged GETs."""
+    instead of reaching the server. `method` (``b"PUT"``): that method's requests fail instead of ranged
+    GETs. `requests` counts every request, `ranged` those that could fail."""
 
     def __init__(self, upstream_port: int, faults: Optional[int] = 0,
-                 answer: Optional[Tuple[int, str]] = None) -> None:
+                 answer: Optional[Tuple[int, str]] = None, method: Optional[bytes] = None) -> None:
         self.upstream_port = upstream_port
         self.faults = faults
         self.answer = answer
+        self.method = method
         self.dropped = 0
         self.ranged = 0
         self.requests = 0
@@ -134,7 +136,8 @@ class FaultProxy:
                 if data.startswith((b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")):
                     with self._lock:
                         self.requests += 1
-                if b"\r\nrange:" in data.lower() and self._take_fault():
+                chosen = data.startswith(self.method + b" ") if self.method else b"\r\nrange:" in data.lower()
+                if chosen and self._take_fault():
                     if self.answer is not None:
                         src.sendall(_s3_error(*self.answer))
                         break

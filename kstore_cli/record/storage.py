@@ -36,7 +36,7 @@ BACKOFF_SECONDS = 0.2
 _SCHEMES_WITH_CLASS = {"s3": "S3FileSystem", "gs": "GcsFileSystem", "gcs": "GcsFileSystem",
                        "abfs": "AzureFileSystem", "abfss": "AzureFileSystem", "hdfs": "HadoopFileSystem"}
 _options: Dict[str, str] = {}
-_filesystems: Dict[Tuple[str, str, Tuple[Tuple[str, str], ...]], Any] = {}
+_filesystems: Dict[Tuple[str, str, Tuple[Tuple[str, str], ...], bool], Any] = {}
 _lock = threading.Lock()
 #: uri -> (size, mtime in ms) from listings: a planner asks each object's size once, the listing told it.
 _known: Dict[str, Tuple[int, int]] = {}
@@ -86,14 +86,15 @@ def _split(uri: str) -> Tuple[str, str, str]:
     return scheme.lower(), netloc, path
 
 
-def filesystem(uri: str) -> Tuple[Any, str]:
-    """The pyarrow filesystem of `uri` (storage options applied) and the object path in it."""
+def filesystem(uri: str, writing: bool = False) -> Tuple[Any, str]:
+    """The pyarrow filesystem of `uri` (storage options applied) and the object path in it. `writing`: for
+    an output, whose S3 requests (a multipart upload's parts) the AWS SDK retries on its retryable errors."""
     try:
         from pyarrow import fs as pafs
     except ImportError:
         raise MissingDependencyError("reading remote URIs needs pyarrow: pip install 'kstore-cli[spark]'") from None
     scheme, netloc, path = _split(uri)
-    key = (scheme, netloc, tuple(sorted(_options.items())))
+    key = (scheme, netloc, tuple(sorted(_options.items())), writing)
     with _lock:
         fs = _filesystems.get(key)
     if fs is None:
@@ -101,8 +102,10 @@ def filesystem(uri: str) -> Tuple[Any, str]:
             if scheme == "s3" or (_options and scheme in _SCHEMES_WITH_CLASS):
                 kwargs = {k: _value(v) for k, v in _options.items()}
                 if scheme == "s3":
-                    # One retry layer, ours (_retrying: backoff, then the line naming the range), not two.
-                    kwargs.setdefault("retry_strategy", pafs.AwsStandardS3RetryStrategy(max_attempts=1))
+                    # Reads: one retry layer, ours (_retrying: backoff, then the line naming the range), not
+                    # two. Writes: the SDK's standard one (throttling, 5xx, the network), as only it can resend.
+                    kwargs.setdefault("retry_strategy",
+                                      pafs.AwsStandardS3RetryStrategy(max_attempts=ATTEMPTS if writing else 1))
                 cls = getattr(pafs, _SCHEMES_WITH_CLASS[scheme])
                 if scheme == "hdfs":
                     host, _, port = netloc.partition(":")

@@ -3,7 +3,7 @@ with boto3): the same rows as the local export, on the shared local session; ran
 than the read-ahead (traced by the executors); a connection dropped mid-read retried; a permanent
 fault one error line naming the object and the byte range, exit 3; a missing bucket that line at once.
 The arrow writer's output to ``s3://`` (from a local data dir and from ``s3://``): the local export's
-rows, ``_SUCCESS``, a rerun refused; ``--incremental`` with its state dir local."""
+rows, ``_SUCCESS``, a rerun refused, throttled writes retried; ``--incremental`` with its state dir local."""
 
 from __future__ import annotations
 
@@ -151,6 +151,18 @@ def test_the_arrow_writer_writes_s3(server, gen_dir, tmp_path):
     assert again.returncode == 2 and again.stderr.strip().splitlines() == [
         f"kstore: error: s3://{BUCKET}/out-from-local already exists: use --mode overwrite to replace it, "
         "or --mode append to add to it"]
+
+
+def test_throttled_writes_are_retried(server, gen_dir, tmp_path):
+    proxy = FaultProxy(server.port, faults=3, answer=(503, "SlowDown"), method=b"PUT")
+    try:
+        done = _cli(server, str(gen_dir), "--engine", "arrow", "--include-headers", "-o", f"s3://{BUCKET}/throttled",
+                    endpoint=proxy.endpoint)
+    finally:
+        proxy.close()
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert proxy.dropped == 3 and proxy.ranged > 3
+    assert _s3_rows(server, "throttled") == by_key(core_rows([gen_dir], headers=True))
 
 
 def test_incremental_runs_into_s3(server, gen_dir, tmp_path):
