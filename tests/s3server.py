@@ -1,6 +1,13 @@
-"""A real S3-compatible server for the remote-input tests: moto in server mode on 127.0.0.1 (port 0),
-data dirs uploaded with boto3 (pyarrow's multipart writes fail against moto 5.2.1), and a TCP proxy
-in front of it that drops connections in the middle of ranged GETs (the first `faults` of them)."""
+"""A real S3-compatible server for the remote tests: moto in server mode on 127.0.0.1 (port 0), data
+dirs uploaded with boto3, and a TCP proxy in front of it that drops connections in the middle of ranged
+GETs (the first `faults` of them).
+
+moto 5.2.x names the root element of its CompleteMultipartUpload answer ``CompleteMultipartUploadResponse``
+(getmoto/moto#10055, fixed by #10056); S3 names it ``CompleteMultipartUploadResult``. Arrow's S3 client
+(``CompleteMultipartUploadWithErrorFixup`` in s3fs.cc) takes any other root for an error embedded in a
+200 OK, so every pyarrow write (each one a multipart upload) failed with ``AWS Error INTERNAL_FAILURE
+during CompleteMultipartUpload operation:``. :func:`_fix_complete_multipart_root` renames the element
+in the server (it runs in this process), as S3 answers; a moto with the fix is left as it is."""
 
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ import os
 import socket
 import threading
 from pathlib import Path
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, Optional, Tuple
 
 import pytest
 
@@ -17,6 +24,23 @@ BUCKET = "kstore-data"
 #: Credentials moto accepts (any), set for the test process and its children.
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
            "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def _fix_complete_multipart_root() -> None:
+    from moto.core import serialize
+
+    original = serialize.S3Serializer._serialized_result_to_response
+    if getattr(original, "kstore_fixed", False):
+        return
+
+    def fixed(self, resp, result, shape, serialized_result):
+        resp = original(self, resp, result, shape, serialized_result)
+        if self.operation_model.name == "CompleteMultipartUpload" and isinstance(resp.get("body"), str):
+            resp["body"] = resp["body"].replace("CompleteMultipartUploadResponse", "CompleteMultipartUploadResult")
+        return resp
+
+    fixed.kstore_fixed = True  # type: ignore[attr-defined]
+    serialize.S3Serializer._serialized_result_to_response = fixed
 
 
 class S3Server:
@@ -28,6 +52,7 @@ class S3Server:
         from moto.server import ThreadedMotoServer
 
         os.environ.update(AWS_ENV)
+        _fix_complete_multipart_root()
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._server.start()
         host, port = self._server.get_host_and_port()
@@ -58,14 +83,21 @@ class S3Server:
 
 
 class FaultProxy:
-    """127.0.0.1:port -> the server; the first `faults` responses to ranged GETs are cut after a few bytes
-    and the connection closed (a dropped connection mid-read). `faults=None`: every one."""
+    """127.0.0.1:port -> the server; the first `faults` ranged GETs fail (`faults=None`: every one): their
+    responses are cut after a few bytes and the connection closed (a dropped connection mid-read), or, with
+    `answer=(status, code)`, answered with that S3 error (``(503, "SlowDown")``, ``(403, "AccessDenied")``)
+    instead of reaching the server. `method` (``b"PUT"``): that method's requests fail instead of ranged
+    GETs. `requests` counts every request, `ranged` those that could fail."""
 
-    def __init__(self, upstream_port: int, faults: Optional[int] = 0) -> None:
+    def __init__(self, upstream_port: int, faults: Optional[int] = 0,
+                 answer: Optional[Tuple[int, str]] = None, method: Optional[bytes] = None) -> None:
         self.upstream_port = upstream_port
         self.faults = faults
+        self.answer = answer
+        self.method = method
         self.dropped = 0
         self.ranged = 0
+        self.requests = 0
         self._lock = threading.Lock()
         self._sock = socket.socket()
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -101,7 +133,14 @@ class FaultProxy:
                 data = src.recv(65536)
                 if not data:
                     break
-                if b"\r\nrange:" in data.lower() and self._take_fault():
+                if data.startswith((b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")):
+                    with self._lock:
+                        self.requests += 1
+                chosen = data.startswith(self.method + b" ") if self.method else b"\r\nrange:" in data.lower()
+                if chosen and self._take_fault():
+                    if self.answer is not None:
+                        src.sendall(_s3_error(*self.answer))
+                        break
                     state["cut"] = True
                 dst.sendall(data)
         _close(src, dst)
@@ -121,6 +160,15 @@ class FaultProxy:
     def close(self) -> None:
         self._closed = True
         self._sock.close()
+
+
+def _s3_error(status: int, code: str) -> bytes:
+    """An S3 error response (status line, headers, the XML body S3 sends), the connection then closed."""
+    body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{code} from the test '
+            f'proxy</Message><RequestId>0</RequestId></Error>').encode()
+    head = (f"HTTP/1.1 {status} {code}\r\nContent-Type: application/xml\r\nContent-Length: {len(body)}\r\n"
+            f"Connection: close\r\n\r\n").encode()
+    return head + body
 
 
 def _close(*socks: socket.socket) -> None:

@@ -1,12 +1,14 @@
 """Objects in remote storage (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``) through pyarrow's filesystems.
 
 What the readers need of a remote ``.log`` or index: its size, ranged reads (``read_at``: one request per
-range, never a whole-object download of a segment) retried with backoff on a dropped connection or any
-transient error, then one :class:`~kstore_cli.errors.RemoteReadError` naming the object URI and the byte
-range; and one recursive listing of a folder. Credentials, region and endpoint come from the usual
-environment of each filesystem (``AWS_*``, ``~/.aws``, Google's and Azure's) and from storage options
-(``--storage-option endpoint_override=http://...``: the keyword arguments of ``pyarrow.fs.S3FileSystem``,
-``GcsFileSystem``, ``AzureFileSystem``, ``HadoopFileSystem``), set once per process with :func:`configure`.
+range, never a whole-object download of a segment) retried with backoff on a dropped connection or another
+transient error (:func:`transient`), then one :class:`~kstore_cli.errors.RemoteReadError` naming the object
+URI and the byte range; and one recursive listing of a folder. An error that no retry cures (a missing
+bucket, access denied, an endpoint whose name does not resolve) is that line at once. Credentials, region
+and endpoint come from the usual environment of each filesystem (``AWS_*``, ``~/.aws``, Google's and
+Azure's) and from storage options (``--storage-option endpoint_override=http://...``: the keyword arguments
+of ``pyarrow.fs.S3FileSystem``, ``GcsFileSystem``, ``AzureFileSystem``, ``HadoopFileSystem``), set once per
+process with :func:`configure`.
 
 pyarrow is the optional ``spark`` extra: it is imported only when a URI is met. ``file://`` URIs are local
 paths (:func:`local_path`): they keep the mmap readers.
@@ -14,6 +16,7 @@ paths (:func:`local_path`): they keep the mmap readers.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
@@ -33,7 +36,7 @@ BACKOFF_SECONDS = 0.2
 _SCHEMES_WITH_CLASS = {"s3": "S3FileSystem", "gs": "GcsFileSystem", "gcs": "GcsFileSystem",
                        "abfs": "AzureFileSystem", "abfss": "AzureFileSystem", "hdfs": "HadoopFileSystem"}
 _options: Dict[str, str] = {}
-_filesystems: Dict[Tuple[str, str, Tuple[Tuple[str, str], ...]], Any] = {}
+_filesystems: Dict[Tuple[str, str, Tuple[Tuple[str, str], ...], bool], Any] = {}
 _lock = threading.Lock()
 #: uri -> (size, mtime in ms) from listings: a planner asks each object's size once, the listing told it.
 _known: Dict[str, Tuple[int, int]] = {}
@@ -83,14 +86,15 @@ def _split(uri: str) -> Tuple[str, str, str]:
     return scheme.lower(), netloc, path
 
 
-def filesystem(uri: str) -> Tuple[Any, str]:
-    """The pyarrow filesystem of `uri` (storage options applied) and the object path in it."""
+def filesystem(uri: str, writing: bool = False) -> Tuple[Any, str]:
+    """The pyarrow filesystem of `uri` (storage options applied) and the object path in it. `writing`: for
+    an output, whose S3 requests (a multipart upload's parts) the AWS SDK retries on its retryable errors."""
     try:
         from pyarrow import fs as pafs
     except ImportError:
         raise MissingDependencyError("reading remote URIs needs pyarrow: pip install 'kstore-cli[spark]'") from None
     scheme, netloc, path = _split(uri)
-    key = (scheme, netloc, tuple(sorted(_options.items())))
+    key = (scheme, netloc, tuple(sorted(_options.items())), writing)
     with _lock:
         fs = _filesystems.get(key)
     if fs is None:
@@ -98,8 +102,10 @@ def filesystem(uri: str) -> Tuple[Any, str]:
             if scheme == "s3" or (_options and scheme in _SCHEMES_WITH_CLASS):
                 kwargs = {k: _value(v) for k, v in _options.items()}
                 if scheme == "s3":
-                    # One retry layer, ours (_retrying: backoff, then the line naming the range), not two.
-                    kwargs.setdefault("retry_strategy", pafs.AwsStandardS3RetryStrategy(max_attempts=1))
+                    # Reads: one retry layer, ours (_retrying: backoff, then the line naming the range), not
+                    # two. Writes: the SDK's standard one (throttling, 5xx, the network), as only it can resend.
+                    kwargs.setdefault("retry_strategy",
+                                      pafs.AwsStandardS3RetryStrategy(max_attempts=ATTEMPTS if writing else 1))
                 cls = getattr(pafs, _SCHEMES_WITH_CLASS[scheme])
                 if scheme == "hdfs":
                     host, _, port = netloc.partition(":")
@@ -129,8 +135,30 @@ def _one_line(exc: BaseException) -> str:
     return text[:300] or type(exc).__name__
 
 
+#: pyarrow's errors are OSErrors whose text carries the cause; for S3 the AWS SDK's error type
+#: (``AWS Error SLOW_DOWN during GetObject operation``, ``AWS Error UNKNOWN (HTTP status 503)``) and curl's
+#: code (``curlCode: 18, Transferred a partial file``). These may pass if the call is made again: the
+#: network (a dropped, refused or reset connection, a timeout), a 5xx answer, throttling.
+_TRANSIENT = re.compile(
+    r"AWS Error (NETWORK_CONNECTION|SLOW_DOWN|THROTTLING|SERVICE_UNAVAILABLE|INTERNAL_FAILURE|REQUEST_TIMEOUT)"
+    r"|HTTP status (5\d\d|429)|short read|timed? ?out|connection (reset|refused|aborted|closed)|broken pipe"
+    r"|unavailable|throttl|slow ?down|too many requests|try again", re.IGNORECASE)
+#: Network errors no retry cures: a host or proxy name that does not resolve (curl's codes 5 and 6).
+_NOT_TRANSIENT = re.compile(r"curlCode: [56]\b|resolve (host|proxy)", re.IGNORECASE)
+
+
+def transient(exc: OSError) -> bool:
+    """Whether a failed remote call may pass if made again (so it is retried). Not: a missing bucket,
+    access denied, bad credentials, a 4xx answer, a name that does not resolve, anything unknown."""
+    text = str(exc)
+    if isinstance(exc, FileNotFoundError) or _NOT_TRANSIENT.search(text):
+        return False
+    return isinstance(exc, (ConnectionError, TimeoutError)) or bool(_TRANSIENT.search(text))
+
+
 def _retrying(what: str, uri: str, call, *args):
-    """call(*args), retried with backoff on OSError (pyarrow's errors are OSErrors); RemoteReadError after."""
+    """call(*args), retried with backoff on a transient OSError; RemoteReadError after the last attempt,
+    or at once for an error no retry cures."""
     delay = BACKOFF_SECONDS
     for attempt in range(1, ATTEMPTS + 1):
         try:
@@ -138,12 +166,19 @@ def _retrying(what: str, uri: str, call, *args):
         except FileNotFoundError:
             raise FileUnreadableError("no such object", path=uri) from None
         except OSError as exc:
+            if not transient(exc):
+                raise RemoteReadError(f"{what} failed: {_reason(exc)}", path=uri) from None
             if attempt == ATTEMPTS:
-                raise RemoteReadError(f"{what} failed after {ATTEMPTS} attempts: {_one_line(exc)}",
+                raise RemoteReadError(f"{what} failed after {ATTEMPTS} attempts: {_reason(exc)}",
                                       path=uri) from None
             time.sleep(delay)
             delay *= 2
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _reason(exc: BaseException) -> str:
+    """The error's one line without pyarrow's ``When reading ... in bucket 'b': `` (the URI is named)."""
+    return re.sub(r"^When [^:]*? in bucket '[^']*': ", "", _one_line(exc))
 
 
 class Entry(NamedTuple):
@@ -192,6 +227,20 @@ def stat(uri: str) -> Tuple[int, int]:
     mtime = int(info.mtime_ns // 1_000_000) if info.mtime_ns is not None else 0
     _known[uri] = (info.size, mtime)
     return _known[uri]
+
+
+def output_info(uri: str) -> Any:
+    """The file info of an output URI (asked as :func:`stat` asks); for ``s3://``, ``gs://`` and ``abfs://``
+    a missing output needs its bucket (container): pyarrow's writers would fail only in each task."""
+    from pyarrow import fs as pafs
+
+    fs, path = filesystem(uri)
+    info = _retrying("stat", uri, fs.get_file_info, path)
+    bucket = path.split("/")[0]
+    if info.type == pafs.FileType.NotFound and _split(uri)[0] in ("s3", "gs", "gcs", "abfs", "abfss") and bucket:
+        if _retrying(f"stat of bucket {bucket}", uri, fs.get_file_info, bucket).type == pafs.FileType.NotFound:
+            raise FileUnreadableError(f"no such bucket: {bucket} (kstore creates no bucket)", path=uri)
+    return info
 
 
 class RemoteFile:

@@ -367,13 +367,13 @@ def _output_exists(output: str) -> bool:
     """Whether `output` exists (False when its filesystem cannot be asked from here: Spark decides)."""
     import pyarrow.fs as pafs
 
-    from kstore_cli.spark.write import filesystem
+    from kstore_cli.spark.write import filesystem, output_info
 
     try:
-        fs, root = filesystem(output)
-        return fs.get_file_info(root).type != pafs.FileType.NotFound
+        filesystem(output)
     except (OSError, ValueError, FileUnreadableError):
         return False
+    return output_info(output).type != pafs.FileType.NotFound  # remote: a missing bucket, one line at once
 
 
 def _remove_empty_output(output: str) -> None:
@@ -688,7 +688,7 @@ def _export_arrow(engine: Any, request: ExportRequest, plan: Plan, summary: Expo
 
     import pyarrow.fs as pafs
 
-    from kstore_cli.spark.write import WriteJob, abort_job, commit_job, filesystem, remove_if_empty
+    from kstore_cli.spark.write import WriteJob, abort_job, commit_job, filesystem, output_info, remove_if_empty
 
     if not _arrow_dates_hold(request.partition_by, engine.time_zone()):
         raise UsageError("--writer arrow partitions by the UTC date; drop spark.sql.session.timeZone or use --writer spark")
@@ -696,7 +696,7 @@ def _export_arrow(engine: Any, request: ExportRequest, plan: Plan, summary: Expo
         fs, root = filesystem(request.output)
     except (OSError, ValueError, FileUnreadableError) as exc:
         raise UsageError(f"--writer arrow cannot write to {request.output} ({exc}); use --writer spark") from None
-    info = _clear_arrow_output(fs, root, request)
+    info = _clear_arrow_output(fs, root, request, output_info(request.output))
     from kstore_cli.spark.decoded import build_decoding, dead_letter_count
 
     decoding = getattr(request, "decoding", None) or build_decoding(
@@ -731,12 +731,11 @@ def _export_arrow(engine: Any, request: ExportRequest, plan: Plan, summary: Expo
     summary.dead_letters = dead_letter_count(written)
 
 
-def _clear_arrow_output(fs: Any, root: str, request: ExportRequest) -> Any:
-    """The output's file info as the export found it: an existing output is refused (--mode error) or
-    removed (--mode overwrite), as Spark's writer does."""
+def _clear_arrow_output(fs: Any, root: str, request: ExportRequest, info: Any) -> Any:
+    """`info`, the output's file info as the export found it: an existing output is refused (--mode error)
+    or removed (--mode overwrite), as Spark's writer does."""
     import pyarrow.fs as pafs
 
-    info = fs.get_file_info(root)
     if info.type != pafs.FileType.NotFound:
         if request.mode == "error":
             raise SparkJobError(f"Spark job failed: [PATH_ALREADY_EXISTS] Path {request.output} already exists. "

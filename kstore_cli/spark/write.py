@@ -55,10 +55,18 @@ def unescape_path_name(name: str) -> str:
 def filesystem(output: str) -> Tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem and root path of `output` (a local path or a URI pyarrow knows)."""
     if storage.is_uri(output):
-        return storage.filesystem(output)  # with the storage options (--storage-option)
+        return storage.filesystem(output, writing=True)  # with the storage options (--storage-option)
     if output.startswith("file://"):
         output = output[len("file://"):]
     return pafs.LocalFileSystem(), os.path.abspath(output)
+
+
+def output_info(output: str) -> pafs.FileInfo:
+    """The file info of `output`; a remote one's asked as remote inputs are (storage.output_info)."""
+    if storage.is_uri(output):
+        return storage.output_info(output)
+    fs, root = filesystem(output)
+    return fs.get_file_info(root)
 
 
 class WriteJob:

@@ -1,12 +1,17 @@
 """Remote objects (kstore_cli.record.storage) against a real S3-compatible server (moto on 127.0.0.1):
 ranged reads frame the same batches and columns as the local mmap read, window by window (reads no
 larger than the read-ahead, a batch cut by a window carried over); a dropped connection is retried;
-a permanent fault is one error naming the object and the byte range; logdir resolves a URI as it
-resolves the local folder."""
+a permanent fault is one error naming the object and the byte range; an error no retry cures (a missing
+bucket, access denied, a name that does not resolve) is that error at once, a transient answer (5xx,
+SlowDown) is retried; logdir resolves a URI as it resolves the local folder."""
 
 from __future__ import annotations
 
 import os
+import re
+import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -166,3 +171,92 @@ def test_an_option_the_filesystem_does_not_take_is_a_usage_error(server):
             storage.filesystem(server.uri)
     finally:
         storage.configure(None)
+
+
+@pytest.fixture
+def backoffs(monkeypatch):
+    """The pauses _retrying makes between attempts (not slept); other threads (the server's, a Spark
+    session's) sleep as before."""
+    pauses, sleep, this = [], time.sleep, threading.get_ident()
+    monkeypatch.setattr(storage.time, "sleep",
+                        lambda s: pauses.append(s) if threading.get_ident() == this else sleep(s))
+    return pauses
+
+
+def test_a_missing_bucket_fails_at_once(remote, backoffs):
+    uri = "s3://no-such-bucket/data"
+    started = time.monotonic()
+    with pytest.raises(RemoteReadError) as info:
+        storage.list_tree(uri)
+    assert time.monotonic() - started < 0.5
+    text = str(info.value)
+    assert text.startswith(f"{uri}: listing failed: AWS Error NO_SUCH_BUCKET during ListObjectsV2 operation: "), text
+    assert "attempts" not in text and "\n" not in text and info.value.exit_status == 3
+    assert backoffs == []
+
+
+def test_a_name_that_does_not_resolve_fails_at_once(server, backoffs):
+    storage.configure({**server.options(), "endpoint_override": "http://no-such-host.invalid:9000"})
+    try:
+        with pytest.raises(RemoteReadError, match="listing failed: .*curlCode: 6"):
+            storage.list_tree(server.uri)
+    finally:
+        storage.configure(None)
+    assert backoffs == []
+
+
+def test_a_refused_connection_is_retried(server, backoffs):
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+    try:
+        storage.configure({**server.options(), "endpoint_override": f"http://127.0.0.1:{closed.getsockname()[1]}"})
+        with pytest.raises(RemoteReadError, match=f"listing failed after {storage.ATTEMPTS} attempts: .*curlCode: 7"):
+            storage.list_tree(server.uri)
+    finally:
+        storage.configure(None)
+        closed.close()
+    assert len(backoffs) == storage.ATTEMPTS - 1
+
+
+@pytest.mark.parametrize("answer, says", [((403, "AccessDenied"), "ACCESS_DENIED"),
+                                         ((403, "InvalidAccessKeyId"), "ACCESS_DENIED|INVALID_ACCESS_KEY_ID"),
+                                         ((400, "ExpiredToken"), r"UNKNOWN \(HTTP status 400\)")])
+def test_a_refused_read_is_one_error_at_once(server, backoffs, answer, says):
+    proxy = FaultProxy(server.port, faults=None, answer=answer)
+    storage.configure(server.options(proxy.endpoint))
+    try:
+        # A read longer than S3's error body: the AWS SDK writes that body into the read's buffer, and one
+        # that does not fit is "INTERNAL_FAILURE: Failed to flush response stream", taken for transient.
+        log = _logs()[0]
+        uri = _uri(server, log)
+        size = min(log.stat().st_size, storage.FIRST_READ)
+        with pytest.raises(RemoteReadError) as info:
+            list(read_batches(uri))
+        text = str(info.value)
+        assert text.startswith(f"{uri}: read of bytes 0-{size} failed: AWS Error "), text
+        assert re.search(f"AWS Error ({says})", text), text  # the SDK reads the error's body or not
+        assert proxy.ranged == 1 and backoffs == []
+    finally:
+        storage.configure(None)
+        proxy.close()
+
+
+@pytest.mark.parametrize("answer", [(503, "SlowDown"), (500, "InternalError"), (503, "ServiceUnavailable"),
+                                    (429, "TooManyRequests")])
+def test_a_transient_answer_is_retried(server, backoffs, answer):
+    proxy = FaultProxy(server.port, faults=2, answer=answer)
+    storage.configure(server.options(proxy.endpoint))
+    try:
+        log = _logs()[0]
+        assert _batches(_uri(server, log)) == _batches(str(log))
+        assert proxy.dropped == 2 and backoffs == [storage.BACKOFF_SECONDS, 2 * storage.BACKOFF_SECONDS]
+    finally:
+        storage.configure(None)
+        proxy.close()
+
+
+def test_an_unknown_error_is_not_retried():
+    assert not storage.transient(OSError("AWS Error UNKNOWN (HTTP status 307) during GetObject operation: "
+                                         "TemporaryRedirect"))
+    assert storage.transient(ConnectionResetError("Connection reset by peer"))
+    assert not storage.transient(FileNotFoundError("Path does not exist"))
