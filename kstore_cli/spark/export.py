@@ -177,6 +177,7 @@ class ExportRequest:
             opts["minPartitions"] = str(min_partitions)
         if self.on_corruption != "fail":
             opts["onCorruption"] = self.on_corruption
+        opts.update({k: v for k, v in zip(("keyFormat", "valueFormat", "schemasFrom"), self.formats) if v})
         max_bytes = self.max_bytes_per_partition or (ARROW_MAX_BYTES_PER_TASK if self.writer == "arrow" else None)
         if max_bytes:
             opts["maxBytesPerPartition"] = str(max_bytes)
@@ -202,7 +203,7 @@ class ExportRequest:
             message = f"nothing to export: no Kafka partition under {where}{why}"
             if plan.internal_left_out:
                 message += (f" (internal topics are exported only when named: --topics "
-                            f"'{plan.internal_left_out[0].rsplit('-', 1)[0]}' or '__*')")
+                            f"'{plan.internal_left_out[0].rsplit('-', 1)[0]}')")
             raise NothingToExportError(message)
         if "://" not in self.output or self.output.startswith("file://"):
             from kstore_cli.log.scope import check_output_dir
@@ -281,9 +282,9 @@ class ExportSummary:
         """What was not exported, one line each (after the summary line)."""
         lines = []
         if self.internal_left_out:
+            topics = sorted({p.rsplit('-', 1)[0] for p in self.internal_left_out})  # a store's: a decoded export
             lines.append(f"not exported: {len(self.internal_left_out)} partitions of internal topics "
-                         f"({', '.join(sorted({p.rsplit('-', 1)[0] for p in self.internal_left_out}))}); "
-                         f"name them (--topics '__*') to export them")
+                         f"({', '.join(topics)}); name them (--topics '{','.join(topics)}') to export them")
         if self.skipped:
             lines.append(f"skipped {len(self.skipped)} damaged or truncated batches "
                          f"(listed in {self.output.rstrip('/')}/{SKIPPED_FILE}):")

@@ -49,6 +49,14 @@ def is_internal(topic: str) -> bool:
     return topic.startswith(INTERNAL_PREFIX)
 
 
+def _store_topic(schemas_from: Optional[str]) -> List[str]:
+    """The topic of a ``schemasFrom`` partition directory, if it names one."""
+    from kstore_cli.log import names
+
+    parsed = names.parse_partition_dir(str(schemas_from).rstrip("/")) if schemas_from else None
+    return [parsed[0]] if parsed else []
+
+
 def _bool(value: Optional[str], name: str, default: bool = False) -> bool:
     if value is None:
         return default
@@ -177,6 +185,7 @@ class ReadOptions:
 
     __slots__ = (
         "paths",
+        "store_topics",
         "topics_glob",
         "subscribe",
         "subscribe_pattern",
@@ -199,6 +208,13 @@ class ReadOptions:
         opts = {str(k).lower(): v for k, v in options.items() if v is not None}
         self.paths = _paths(opts)
         self.topics_glob: Optional[str] = opts.get("topics") or None
+        #: With a decoded key or value format, the Schema Registry's store topic is left out as the internal
+        #: topics are, unless named: its values are the registry's JSON, not Confluent's wire format.
+        self.store_topics: frozenset = frozenset()
+        if {opts.get("keyformat", "binary"), opts.get("valueformat", "binary")} != {"binary"}:
+            from kstore_cli.cluster.schema_registry import DEFAULT_TOPIC
+
+            self.store_topics = frozenset({DEFAULT_TOPIC, *_store_topic(opts.get("schemasfrom"))})
         sub = opts.get("subscribe")
         self.subscribe = [t.strip() for t in sub.split(",") if t.strip()] if sub else None
         pattern = opts.get("subscribepattern")
@@ -241,13 +257,15 @@ class ReadOptions:
         or pattern that starts with ``__`` (``*`` alone does not select ``__consumer_offsets``)."""
         import fnmatch
 
-        internal = is_internal(topic) and not named
+        internal = self.left_out_unless_named(topic) and not named
+        # what names an internal topic: a glob or pattern starting as it does (``__``; ``_`` for the store)
+        prefix = INTERNAL_PREFIX if is_internal(topic) else "_"
         if self.topics_glob is not None:
             globs = [g.strip() for g in self.topics_glob.split(",") if g.strip()]
             matching = [g for g in globs if fnmatch.fnmatchcase(topic, g)]
             if not matching:
                 return False
-            if internal and any(g.startswith(INTERNAL_PREFIX) for g in matching):
+            if internal and any(g.startswith(prefix) for g in matching):
                 internal = False
         if self.subscribe is not None:
             if topic not in self.subscribe:
@@ -256,7 +274,12 @@ class ReadOptions:
         if self.subscribe_pattern is not None:
             if not self.subscribe_pattern.fullmatch(topic):
                 return False
-            if self.subscribe_pattern.pattern.lstrip("^").startswith(INTERNAL_PREFIX):
+            if self.subscribe_pattern.pattern.lstrip("^").startswith(prefix):
                 internal = False
         return not internal
+
+    def left_out_unless_named(self, topic: str) -> bool:
+        """Whether a topic is read only when named: an internal topic, or with a decoded format the schema
+        store's (:attr:`store_topics`)."""
+        return is_internal(topic) or topic in self.store_topics
 

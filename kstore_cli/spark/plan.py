@@ -39,7 +39,7 @@ from kstore_cli.log.log_segment import max_timestamp_so_far, open_index
 from kstore_cli.log.logdir import LookupStats, Partition, Segment
 from kstore_cli.record import storage
 from kstore_cli.record.reader import read_batches
-from kstore_cli.spark.options import EARLIEST, LATEST, OffsetSpec, ReadOptions, is_internal
+from kstore_cli.spark.options import EARLIEST, LATEST, OffsetSpec, ReadOptions
 
 
 class Pushed:
@@ -433,7 +433,8 @@ def select_partitions(opts: ReadOptions, pushed: Optional[Pushed] = None,
                              path=part.path)
         seen[key] = part.path
         if not opts.topic_selected(part.topic, named) or not pushed.partition_ok(part.topic, part.partition):
-            if internal_left_out is not None and is_internal(part.topic) and opts.topic_selected(part.topic, True) \
+            if internal_left_out is not None and opts.left_out_unless_named(part.topic) \
+                    and opts.topic_selected(part.topic, True) \
                     and pushed.partition_ok(part.topic, part.partition):
                 internal_left_out.append(f"{part.topic}-{part.partition}")
             continue

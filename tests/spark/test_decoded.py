@@ -242,6 +242,41 @@ def test_command_with_the_arrow_engine_decodes_end_to_end(data_dir, tmp_path, ca
     assert sorted(dead) == [2, 3, 4, 6]
 
 
+def test_a_whole_data_dir_leaves_the_schema_store_out_unless_named(data_dir, tmp_path, capsys) -> None:
+    """Decoding a whole data dir: `_schemas` (the registry's JSON, not Confluent's wire format) is left out as
+    the internal topics are, and said (no dead letter of it, no false alarm); named, it is exported."""
+    import shutil
+
+    from kstore_cli.cli import main
+
+    root = tmp_path / "data"
+    for topic in ("_schemas-0", "shipments-0"):
+        shutil.copytree(data_dir / topic, root / topic)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["spark-export", str(root), "-o", str(tmp_path / "o"), "--engine", "arrow", "--value-format", "avro",
+              "--json"])
+    assert exit_info.value.code == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert summary["records"] == 1 and summary["dead_letters"] == 0
+    assert summary["internal_partitions_left_out"] == ["_schemas-0"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["spark-export", str(root), "-o", str(tmp_path / "o2"), "--engine", "arrow", "--value-format", "avro"])
+    assert exit_info.value.code == 0
+    assert ("not exported: 1 partitions of internal topics (_schemas); name them (--topics '_schemas') to export "
+            "them") in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:  # named: exported, and its JSON values do not decode as Avro
+        main(["spark-export", str(root), "-o", str(tmp_path / "o3"), "--engine", "arrow", "--value-format", "avro",
+              "--topics", "_schemas,shipments", "--json"])
+    assert exit_info.value.code == 1
+    summary = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert summary["internal_partitions_left_out"] == [] and summary["dead_letters"] > 0
+    # raw, the store is a topic like any other
+    with pytest.raises(SystemExit) as exit_info:
+        main(["spark-export", str(root), "-o", str(tmp_path / "o4"), "--engine", "arrow", "--json"])
+    assert exit_info.value.code == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["internal_partitions_left_out"] == []
+
+
 def test_no_store_partition_names_the_option_spark_export_has(tmp_path, capsys) -> None:
     from kstore_cli.cli import main
 
