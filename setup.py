@@ -84,6 +84,14 @@ setup(
             extra_link_args=_LDFLAGS,
             optional=True,
         ),
+        # the columnar Avro decoder's reading (kstore_cli/spark/avro_columns.py falls back to numpy without it).
+        Extension(
+            "kstore_cli.spark._avro_c",
+            sources=["kstore_cli/spark/_avro_c.c"],
+            extra_compile_args=_CFLAGS,
+            extra_link_args=_LDFLAGS,
+            optional=True,
+        ),
     ],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the native record decoder and encoder, dump-segment's native text formatter and compact's native
-# write path (_cleaner_c) with AddressSanitizer +
+# write path (_cleaner_c) and the columnar Avro reader (_avro_c) with AddressSanitizer +
 # UBSan and run the twin tests, the fuzz tests, the dump-segment tests and a bench/fuzz_long.py run
 # against them: any out-of-bounds read, overflow or undefined
 # behaviour aborts with a report (exit status non-zero).
@@ -40,5 +40,7 @@ python3 bench/fuzz_long.py "$N" --no-memory --seed 7 || status=$?
 python3 -c "from kstore_cli.record import record_filter, _cleaner_c; assert record_filter.BACKEND == 'native'; print('sanitized', _cleaner_c.__file__)" || status=$?
 python3 -m pytest -q -p no:cacheprovider tests/cleaner/test_cleaner_twins.py tests/cleaner/test_cleaner.py \
     tests/commands/test_compact.py || status=$?
+# the columnar Avro decoder's native reader (_avro_c), damaged payloads included
+KSTORE_DECODER=native python3 -m pytest -q -p no:cacheprovider tests/spark/test_avro_columns.py || status=$?
 echo "sanitize_native: exit $status"
 exit $status

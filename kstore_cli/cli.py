@@ -40,11 +40,12 @@ def _print_traceback() -> None:
     sys.stderr.flush()
 
 
-#: The twins --version names: (label, the native extension under kstore_cli.record).
-_TWINS = (("record decoder", "_decode_c"), ("record encoder", "_encode_c"), ("cleaner", "_cleaner_c"))
+#: The twins --version names: (label, the package and name of the native extension).
+_TWINS = (("record decoder", "record", "_decode_c"), ("record encoder", "record", "_encode_c"),
+          ("cleaner", "record", "_cleaner_c"), ("Avro column reader", "spark", "_avro_c"))
 
 
-def _twin_backend(native_name: str) -> str:
+def _twin_backend(package: str, native_name: str) -> str:
     """The twin decode.choose_twin picks for `native_name`, found without importing the record core
     (~100 ms: `kstore --version` must start as fast as click): KSTORE_DECODER, then the native
     extension when one is built for this interpreter."""
@@ -57,16 +58,16 @@ def _twin_backend(native_name: str) -> str:
 
     import kstore_cli
 
-    segment_dir = os.path.join(os.path.dirname(os.path.abspath(kstore_cli.__file__)), "record")
-    # PathFinder with an explicit path: looks for the file without importing kstore_cli.record.
-    spec = importlib.machinery.PathFinder.find_spec(f"kstore_cli.record.{native_name}", [segment_dir])
+    package_dir = os.path.join(os.path.dirname(os.path.abspath(kstore_cli.__file__)), package)
+    # PathFinder with an explicit path: looks for the file without importing the package.
+    spec = importlib.machinery.PathFinder.find_spec(f"kstore_cli.{package}.{native_name}", [package_dir])
     if spec is not None and isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
         return "native"
     return "none, KSTORE_DECODER=native but it is not built" if policy == "native" else "python"
 
 
 def _version_text() -> str:
-    twins = "; ".join(f"{label}: {_twin_backend(name)}" for label, name in _TWINS)
+    twins = "; ".join(f"{label}: {_twin_backend(package, name)}" for label, package, name in _TWINS)
     return f"kstore {__version__} ({twins})"
 
 

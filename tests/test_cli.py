@@ -104,12 +104,14 @@ def test_version_names_the_decoder_the_core_picks(policy) -> None:
         "    try:\n        m = __import__('kstore_cli.record.' + name, fromlist=['BACKEND'])\n"
         "        print('CORE', m.BACKEND)\n"
         "    except ImportError:\n        print('CORE none')\n"
+        "from kstore_cli.spark.avro_columns import _native_module\n"
+        "print('CORE', 'python' if _native_module() is None else 'native')\n"
     )
     env = dict(os.environ, KSTORE_DECODER=policy)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
     version, *cores = out.stdout.splitlines()
     named = version.split(" (", 1)[1].rstrip(")").split("; ")
-    assert [n.split(": ", 1)[0] for n in named] == ["record decoder", "record encoder", "cleaner"]
+    assert [n.split(": ", 1)[0] for n in named] == ["record decoder", "record encoder", "cleaner", "Avro column reader"]
     assert [n.split(": ", 1)[1].split(",")[0] for n in named] == [c.split()[1] for c in cores]
 
 

@@ -131,6 +131,8 @@ def compile_program(writer: Any, reader: Any, named_writer: Dict[str, Any],
 
 
 class _Cursor:
+    """The numpy reader: every row advances through the writer schema's fields together."""
+
     def __init__(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
         self.buf = data  # ends with at least 16 zero bytes of padding (PADDING)
         self.pos = starts.astype(np.int64)
@@ -145,7 +147,7 @@ class _Cursor:
         return np.lib.stride_tricks.sliding_window_view(self.buf, width)[self.pos]
 
     def advance(self, active: np.ndarray, by: np.ndarray) -> None:
-        new = self.pos + by
+        new = self.pos + np.minimum(by, self._limit + 1)  # a length near 2**63 must not wrap the position around
         self.bad |= active & (new > self.end)
         self.pos = np.minimum(np.where(active, new, self.pos), self._limit)
 
@@ -172,11 +174,138 @@ class _Cursor:
         self.advance(active, length)
         return (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64)
 
+    def long(self, active: np.ndarray) -> np.ndarray:
+        return self.varint(active)
+
+    def floats(self, width: int, active: np.ndarray) -> np.ndarray:
+        raw = np.ascontiguousarray(self.gather(width)).view("<f4" if width == 4 else "<f8").ravel()
+        self.advance(active, np.full(len(active), width))
+        return raw
+
+    def byte(self, active: np.ndarray) -> np.ndarray:
+        raw = self.gather(1).ravel()
+        self.advance(active, active)
+        return raw
+
+    def present(self, active: np.ndarray, node: tuple) -> np.ndarray:
+        """Where a ``[null, T]`` union takes T (a branch other than 0 or 1 makes the row bad)."""
+        branch = self.varint(active)
+        self.bad |= active & (branch != 0) & (branch != 1)
+        return branch == node[1]
+
+    def binary(self, active: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """Each row's (start, length) of a length-prefixed string or bytes."""
+        length = self.varint(active)
+        self.bad |= active & (length < 0)
+        start = self.pos.copy()
+        take = np.where(active & ~self.bad, np.maximum(length, 0), 0)
+        self.advance(active, take)
+        return start, take
+
+    def decimal(self, active: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """Each row's (value, size) of a decimal's bytes: the value sign-extended where the size is 1 to 8."""
+        length = self.varint(active)
+        size = np.where(active & ~self.bad & (length >= 0) & (length <= 8), length, 0)
+        # The 8 bytes at each row as one big-endian signed long: shifting it right by the bytes past the value's
+        # size leaves the two's-complement value, sign-extended (an arithmetic shift); a size 0 is 0.
+        wide = np.ascontiguousarray(self.gather(8)).view(">i8").ravel().astype(np.int64)
+        low = np.where(size > 0, wide >> ((8 - size) * 8).clip(0, 63), 0)
+        self.advance(active, np.where(length > 8, np.maximum(length, 0), size))
+        return low, length
+
+
+class _Native:
+    """The native reader (``kstore_cli.spark._avro_c``): every row read through the whole writer schema in C,
+    each field's column handed out in the order :func:`_read` asks for them (the schema's field order)."""
+
+    def __init__(self, program: Program, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        ops, kinds = _native_ops(program)
+        n = len(starts)
+        self.end = ends.astype(np.int64)
+        self.buf = data
+        self.bad = np.zeros(n, bool)
+        self._outs = [np.zeros(2 * n if k in (_OP_BYTES, _OP_DECIMAL) else n, _NATIVE_DTYPES[k]) for k in kinds]
+        _native_module().decode_rows(ops, data, starts.astype(np.int64), self.end, tuple(self._outs),
+                                     self.bad.view(np.uint8))
+        self._next = iter(self._outs)
+
+    def long(self, active: np.ndarray) -> np.ndarray:
+        return next(self._next)
+
+    def floats(self, width: int, active: np.ndarray) -> np.ndarray:
+        return next(self._next)
+
+    def byte(self, active: np.ndarray) -> np.ndarray:
+        return next(self._next)
+
+    def present(self, active: np.ndarray, node: tuple) -> np.ndarray:
+        return next(self._next).view(bool)
+
+    def binary(self, active: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        pairs = next(self._next)
+        return pairs[0::2], np.where(active & ~self.bad, pairs[1::2], 0)
+
+    def decimal(self, active: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        pairs = next(self._next)
+        return pairs[0::2], pairs[1::2]
+
+
+_OP_NULL, _OP_BOOL, _OP_LONG, _OP_FLOAT, _OP_DOUBLE, _OP_BYTES, _OP_DECIMAL, _OP_UNION = range(8)
+_NATIVE_DTYPES = {_OP_BOOL: np.uint8, _OP_LONG: np.int64, _OP_FLOAT: np.float32, _OP_DOUBLE: np.float64,
+                  _OP_BYTES: np.int64, _OP_DECIMAL: np.int64, _OP_UNION: np.uint8}
+_LEAF_OPS = {"null": _OP_NULL, "boolean": _OP_BOOL, "float": _OP_FLOAT, "double": _OP_DOUBLE, "string": _OP_BYTES,
+             "bytes": _OP_BYTES, "uuid": _OP_BYTES, "decimal": _OP_DECIMAL}
+
+
+def _native_ops(program: Program) -> Tuple[bytes, List[int]]:
+    """The program's writer tree as the native reader's ops (int32 quadruples: op, output, a, b) and each
+    output's op (cached on the program)."""
+    cached = getattr(program, "_native", None)
+    if cached is not None:
+        return cached
+    ops: List[List[int]] = []
+    kinds: List[int] = []
+
+    def emit(node: tuple) -> None:
+        kind = node[0]
+        if kind == "record":
+            for _name, child in node[1]:
+                emit(child)
+            return
+        op = _LEAF_OPS.get(kind, _OP_UNION if kind == "union" else _OP_LONG)
+        at = len(ops)
+        ops.append([op, len(kinds) if op != _OP_NULL else 0, 1 - node[1] if op == _OP_UNION else 0, 0])
+        if op != _OP_NULL:
+            kinds.append(op)
+        if op == _OP_UNION:
+            emit(node[2])
+            ops[at][3] = len(ops) - at - 1  # the other branch's ops, skipped where the null one is taken
+
+    emit(program.tree)
+    program._native = (np.array(ops, np.int32).tobytes(), kinds)  # type: ignore[attr-defined]
+    return program._native  # type: ignore[attr-defined]
+
+
+def _native_module() -> Any:
+    """The native reader's module, or None: without it, or with ``KSTORE_DECODER=python`` (the numpy twin)."""
+    from kstore_cli.record import decode
+
+    if decode.BACKEND != "native":
+        return None
+    import importlib
+
+    try:  # by name: an extension module, not a source file the import graph (grimp) could place
+        return importlib.import_module("kstore_cli.spark._avro_c")
+    except ImportError:
+        return None
+
+
+
 
 def decode_rows(program: Program, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Tuple[pa.Array, np.ndarray]:
     """The rows' payloads (``data[starts:ends]``; `data` followed by PADDING zero bytes) as an array of the
     program's type, and which rows are bad (their values are null and must be decoded by fastavro)."""
-    cur = _Cursor(data, starts, ends)
+    cur = _Native(program, data, starts, ends) if _native_module() is not None else _Cursor(data, starts, ends)
     n = len(starts)
     active = np.ones(n, bool)
     children = [_read(cur, child, active) for _name, child in program.tree[1]]
@@ -196,17 +325,14 @@ def _validity(valid: np.ndarray) -> Optional[pa.Buffer]:
     return None if valid.all() else pa.array(valid).buffers()[1]
 
 
-def _read(cur: _Cursor, node: tuple, active: np.ndarray) -> pa.Array:
+def _read(cur: "_Cursor | _Native", node: tuple, active: np.ndarray) -> pa.Array:
     kind = node[0]
     n = len(active)
     if kind == "null":
         return pa.nulls(n)
     if kind == "union":
-        branch = cur.varint(active)
-        cur.bad |= active & (branch != 0) & (branch != 1)
-        inner = active & (branch == node[1])
-        arr = _read(cur, node[2], inner)
-        return _with_validity(arr, inner)
+        # every array _read builds is null wherever its `active` is not set: here, where null is taken
+        return _read(cur, node[2], active & cur.present(active, node))
     if kind == "record":
         fields = [(name, _read(cur, child, active)) for name, child in node[1]]
         return pa.StructArray.from_arrays([a for _, a in fields], [name for name, _ in fields],
@@ -218,28 +344,18 @@ def _read(cur: _Cursor, node: tuple, active: np.ndarray) -> pa.Array:
     return _fixed_width(cur, kind, active, node)
 
 
-def _with_validity(arr: pa.Array, valid: np.ndarray) -> pa.Array:
-    if valid.all():
-        return arr
-    if pa.types.is_struct(arr.type):
-        return pa.StructArray.from_arrays(arr.flatten(), fields=list(arr.type), mask=pa.array(~valid))
-    return pa.compute.if_else(pa.array(valid), arr, pa.nulls(len(arr), arr.type))
-
-
-def _fixed_width(cur: _Cursor, kind: str, active: np.ndarray, node: tuple) -> pa.Array:
+def _fixed_width(cur: "_Cursor | _Native", kind: str, active: np.ndarray, node: tuple) -> pa.Array:
     n = len(active)
     if kind in ("float", "double"):
         width = 4 if kind == "float" else 8
-        raw = np.ascontiguousarray(cur.gather(width)).view("<f4" if width == 4 else "<f8").ravel()
-        cur.advance(active, np.full(n, width))
+        raw = cur.floats(width, active)
         return pa.Array.from_buffers(pa.float32() if width == 4 else pa.float64(), n,
-                                     [_validity(active), pa.py_buffer(raw.tobytes())])
+                                     [_validity(active), pa.py_buffer(raw)])
     if kind == "boolean":
-        raw = cur.gather(1).ravel()
+        raw = cur.byte(active)
         cur.bad |= active & (raw > 1)
-        cur.advance(active, np.ones(n, np.int64))
         return pa.array(raw.astype(bool), mask=~active)
-    value = cur.varint(active)
+    value = cur.long(active)
     if kind in _IN_RANGE:
         low, high = _IN_RANGE[kind]
         outside = (value < low) | (value > high)
@@ -263,18 +379,14 @@ def _fixed_width(cur: _Cursor, kind: str, active: np.ndarray, node: tuple) -> pa
     return pa.array(value, pa.int64(), mask=~active)
 
 
-def _binary(cur: _Cursor, active: np.ndarray, type_: pa.DataType) -> pa.Array:
-    length = cur.varint(active)
-    cur.bad |= active & (length < 0)
-    start = cur.pos.copy()
-    take = np.where(active & ~cur.bad, np.maximum(length, 0), 0)
-    cur.advance(active, take)
+def _binary(cur: "_Cursor | _Native", active: np.ndarray, type_: pa.DataType) -> pa.Array:
+    start, take = cur.binary(active)
     take = np.where(cur.bad, 0, take)
     # Each row's bytes are data[start:start + take], the rows in buffer order: as offsets start, start + take of
     # one row after another they never go back, so the buffer itself is a binary array of 2n values (the
     # strings and the bytes between them), and Arrow takes every other one. A row with nothing to take starts
-    # at its own end, where the next row's bytes begin at the earliest.
-    start = np.where(take > 0, start, np.minimum(cur.end, cur.pos))
+    # at its row's end, where the next row's bytes begin at the earliest.
+    start = np.where(take > 0, start, cur.end)
     bounds = np.empty(2 * len(take) + 1, np.int64)
     bounds[0:-1:2] = start
     bounds[1::2] = start + take
@@ -306,16 +418,10 @@ def _utf8(data: bytes) -> bool:
         return False
 
 
-def _decimal(cur: _Cursor, active: np.ndarray, precision: int, scale: int) -> pa.Array:
-    length = cur.varint(active)
+def _decimal(cur: "_Cursor | _Native", active: np.ndarray, precision: int, scale: int) -> pa.Array:
+    low, length = cur.decimal(active)
     cur.bad |= active & ((length < 0) | (length > 8))
-    ok = active & ~cur.bad
-    size = np.where(ok, length, 0)
-    # The 8 bytes at each row as one big-endian signed long: shifting it right by the bytes past the value's
-    # size leaves the two's-complement value, sign-extended (an arithmetic shift); a size 0 is 0.
-    wide = np.ascontiguousarray(cur.gather(8)).view(">i8").ravel().astype(np.int64)
-    low = np.where(size > 0, wide >> ((8 - size) * 8).clip(0, 63), 0)
-    cur.advance(active, size)
+    low = np.where(active & ~cur.bad, low, 0)
     pairs = np.stack([low, np.where(low < 0, -1, 0).astype(np.int64)], axis=1).ravel()
     type_ = pa.decimal128(precision, scale) if precision <= 38 else None
     if type_ is None:

@@ -153,3 +153,17 @@ def test_logical_values_at_the_edges_of_pythons_dates(logical, base, values) -> 
     assert fast_failed == slow_failed and len(slow_failed) >= 1
     good = [i for i in range(len(column)) if i not in slow_failed]
     assert fast.take(pa.array(good)).to_pylist() == slow.take(pa.array(good)).to_pylist()
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("CI"), reason="only CI promises a C compiler")
+def test_ci_reads_with_the_native_twin_unless_told_python() -> None:
+    """Both twins are what the suite compares with the per-record path: the native one in the first run, the
+    numpy one with KSTORE_DECODER=python."""
+    import os
+
+    from kstore_cli.spark.avro_columns import _native_module
+
+    if os.environ.get("KSTORE_DECODER") == "python":
+        assert _native_module() is None
+    else:
+        assert _native_module() is not None, "CI must build kstore_cli.spark._avro_c (pip install -e . with gcc)"
