@@ -1,5 +1,6 @@
-"""spark-export's remote inputs: the same data read from ``s3://`` (moto in server mode on 127.0.0.1)
-and from local disk, on the same machine.
+"""spark-export's remote inputs: the same data read from ``s3://`` (moto in server mode on 127.0.0.1, and
+bench/s3files.py's endpoint over the same files: ranges sent by the kernel, as an object store serves them
+without reading the whole object) and from local disk, on the same machine.
 
     python bench/remote.py                 # 4 partitions x 32 MiB, 2 task processes
     python bench/remote.py --mib 64 --spark  # also the whole export on a local[2] Spark session
@@ -14,7 +15,9 @@ Figures printed (and with --json, written):
 * time to first task: from the start of planning to a task's first Arrow batch;
 * with --spark: the whole export (export_with, arrow writer) local vs remote, seconds and ratio.
 
-moto is a Python server: its throughput is a floor for the remote figure, not an object store's.
+moto is a Python server that reads a whole object for each ranged GET: its throughput is a floor for the
+remote figure, not an object store's. ``--server files`` leaves out the server's own cost as far as a
+server on the same cores can.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.inputs import Kind, write_partition  # noqa: E402
+from bench.s3files import FileS3  # noqa: E402
 from tests.s3server import AWS_ENV, S3Server  # noqa: E402
 
 
@@ -122,6 +126,8 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--read-ahead-mib", type=int, default=0, help="the tasks' read-ahead (default: storage's)")
     parser.add_argument("--spark", action="store_true", help="also the whole export on local[2] Spark")
+    parser.add_argument("--server", choices=["moto", "files", "both"], default="both",
+                        help="the S3 endpoint: moto's server, bench/s3files.py's (ranges sent by the kernel), or both")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args(argv)
     os.environ.update(AWS_ENV)
@@ -130,30 +136,33 @@ def main(argv: List[str]) -> int:
         for p in range(4):
             write_partition(os.path.join(data, f"bench-{p}"), Kind(2, "lz4", 1024, 100),
                             total_bytes=args.mib << 20, segment_bytes=64 << 20, seed=p)
-        server = S3Server()
-        try:
-            uri = server.upload(Path(data), "bench")
-            options = server.options()
-            from kstore_cli.record import storage
+        from kstore_cli.record import storage
 
-            read_ahead = (args.read_ahead_mib << 20) or storage.READ_AHEAD
-            figures = {"local": measure(data, {}, args.jobs, read_ahead),
-                       "remote": measure(uri, options, args.jobs, read_ahead)}
-            figures["ratio"] = round(figures["remote"]["mb_per_s"] / figures["local"]["mb_per_s"], 2)
-            if args.spark:
-                figures["spark_export"] = spark_export(data, uri, options, os.path.join(tmp, "out"))
-        finally:
-            server.stop()
-    for name in ("local", "remote"):
+        read_ahead = (args.read_ahead_mib << 20) or storage.READ_AHEAD
+        figures = {"local": measure(data, {}, args.jobs, read_ahead)}
+        for name in (["moto", "files"] if args.server == "both" else [args.server]):
+            server = S3Server() if name == "moto" else FileS3(data).__enter__()
+            try:
+                uri = server.upload(Path(data), "bench") if name == "moto" else server.uri()
+                options = server.options()
+                figures[name] = measure(uri, options, args.jobs, read_ahead)
+                figures[f"ratio_{name}"] = round(figures[name]["mb_per_s"] / figures["local"]["mb_per_s"], 2)
+                if args.spark:
+                    figures[f"spark_export_{name}"] = spark_export(data, uri, options, os.path.join(tmp, "out", name))
+            finally:
+                server.stop() if name == "moto" else server.__exit__(None, None, None)
+    for name in [n for n in ("local", "moto", "files") if n in figures]:
         f = figures[name]
         print(f"{name:6}  {f['mb_per_s']:8.1f} MB/s  {f['rows_per_s']:>10,} rows/s per task  {f['tasks']} tasks  "
               f"plan {f['plan_seconds']:.2f} s  first task {f['first_task_seconds']:.2f} s  "
               f"peak task RSS +{f['peak_task_rss_growth_mb']} MB  largest read {f['largest_read_mb']} MB")
-    print(f"remote/local throughput: {figures['ratio']} (goal >= 0.7)")
-    if "spark_export" in figures:
-        s = figures["spark_export"]
-        print(f"spark-export local[2]: local {s['local']['seconds']} s, remote {s['remote']['seconds']} s, "
-              f"ratio {s['ratio']} ({s['local']['records']} records)")
+    for name in ("moto", "files"):
+        if f"ratio_{name}" in figures:
+            print(f"remote ({name})/local throughput: {figures[f'ratio_{name}']} (goal >= 0.7)")
+        if f"spark_export_{name}" in figures:
+            s = figures[f"spark_export_{name}"]
+            print(f"spark-export local[2] ({name}): local {s['local']['seconds']} s, remote {s['remote']['seconds']} s, "
+                  f"ratio {s['ratio']} ({s['local']['records']} records)")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
     return 0

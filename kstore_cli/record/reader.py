@@ -16,7 +16,7 @@ import mmap
 import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 from kstore_cli.errors import CorruptRecordError, FileUnreadableError
 from kstore_cli.record.batch import (
@@ -169,36 +169,49 @@ def remote_windows(uri: str, start: int, end: Optional[int], frame: Callable[[me
     Each window is a buffer as large as the object's prefix up to the window's end, of which only the
     window's pages are touched (anonymous memory), so the framing sees Kafka's byte positions unchanged.
     Open-ended reads grow from storage.FIRST_READ to the read-ahead (a planner's lookup reads one batch),
-    bounded ones (a task's slices) start there; the next
-    read runs while a window is framed; an entry cut by the window's end (the framing stops before a
+    bounded ones (a task's slices) from a megabyte; each read lands in its window (no copy), the next one
+    running while a window is framed; an entry cut by the window's end (the framing stops before a
     partial entry) is carried over into the next window, so at most the read-ahead twice plus one batch is
     held. Items are RecordColumns (``stop``) or batches (``position + size``)."""
     f = storage.RemoteFile(uri, end)  # a planned range's end: no size request
     read_ahead = read_ahead or storage.READ_AHEAD
-    # An open-ended read is a lookup (a batch or a few): it starts small. A bounded range is read whole.
-    pos, size = start, min(storage.FIRST_READ if end is None else read_ahead, read_ahead)
+    # An open-ended read is a lookup (a batch or a few): it starts small. A bounded range starts at a
+    # megabyte (framing starts after one round trip, not after a whole read-ahead) and grows to the read-ahead.
+    size = min(storage.FIRST_READ if end is None else 1 << 20, read_ahead)
     end = f.size
-    data, fetched = f.read(pos, min(size, end - pos)), pos
-    carry = b""
-    with ThreadPoolExecutor(1) as pool:
-        try:
-            while pos < end:
-                fetched += len(data)
-                size = min(size * 4, read_ahead)
-                ahead = pool.submit(f.read, fetched, min(size, end - fetched)) if fetched < end else None
-                window = _Window(-1, fetched)
+
+    def fetch(at: int, length: int) -> "_Window":
+        """A window for the bytes up to at + length, [at, at + length) read into it (ranged, retried)."""
+        window = _Window(-1, at + length)
+        f.read_into(at, memoryview(window)[at:at + length])
+        return window
+
+    pos = fetched = start
+    if pos >= end:
+        f.close()
+        return
+    try:
+        ahead: Any = fetch(pos, min(size, end - pos)), min(size, end - pos)
+        # the pool is shut down (a read in flight finished) before the file is closed
+        with ThreadPoolExecutor(1) as pool:
+            carry: "memoryview | bytes" = b""
+            while True:
+                window, length = ahead if isinstance(ahead, tuple) else ahead.result()
                 window[pos:pos + len(carry)] = carry
-                window[pos + len(carry):fetched] = data
+                fetched += length
+                size = min(size * 4, read_ahead)
+                if fetched < end:  # the next read runs while this window is framed
+                    ahead = pool.submit(lambda at, n: (fetch(at, n), n), fetched, min(size, end - fetched))
                 covered = pos
                 for item in frame(memoryview(window), pos, fetched):
                     yield item
                     covered = getattr(item, "stop", None) or item.position + item.size
-                if ahead is None:
+                if fetched >= end:
                     return
-                carry = window[covered:fetched]
-                pos, data = covered, ahead.result()
-        finally:
-            f.close()
+                carry = memoryview(window)[covered:fetched]
+                pos = covered
+    finally:
+        f.close()
 
 
 def open_source(source: Source, path: Optional[str] = None) -> "tuple[memoryview, Optional[str]]":

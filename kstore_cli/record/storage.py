@@ -266,6 +266,31 @@ class RemoteFile:
             raise OSError(f"short read: {len(data)} of {length} bytes")
         return data.to_pybytes() if hasattr(data, "to_pybytes") else bytes(data)
 
+    def _read_into_at(self, start: int, view: memoryview) -> None:
+        if self._file is None:
+            self._file = self._fs.open_input_file(self._path)
+        try:
+            self._file.seek(start)
+            got = self._file.readinto(view)
+        except OSError:
+            self._file = None  # a new connection for the next attempt
+            raise
+        if got != len(view):
+            self._file = None
+            raise OSError(f"short read: {got} of {len(view)} bytes")
+
+    def read_into(self, start: int, view: memoryview) -> None:
+        """Bytes [start, start + len(view)) into `view` (within the size), retried; RemoteReadError naming the
+        range. No copy: the bytes land where the caller frames them."""
+        if not len(view):
+            return
+        if start + len(view) > self.size:
+            raise ValueError(f"bytes {start}-{start + len(view)} lie past {self.uri}'s end ({self.size})")
+        ReadStats.reads += 1
+        ReadStats.bytes += len(view)
+        ReadStats.largest = max(ReadStats.largest, len(view))
+        _retrying(f"read of bytes {start}-{start + len(view)}", self.uri, self._read_into_at, start, view)
+
     def read(self, start: int, length: int) -> bytes:
         """Bytes [start, start + length) (clipped to the size), retried; RemoteReadError naming the range."""
         length = max(0, min(length, self.size - start))
