@@ -14,12 +14,14 @@ decodes it or says why not): rows are never guessed.
 
 from __future__ import annotations
 
+import importlib
 import json
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import pyarrow as pa
 
+from kstore_cli.record import decode
 from kstore_cli.spark.avro_arrow import avro_arrow_type
 
 _PLAIN = {"null", "boolean", "int", "long", "float", "double", "string", "bytes"}
@@ -288,12 +290,8 @@ def _native_ops(program: Program) -> Tuple[bytes, List[int]]:
 
 def _native_module() -> Any:
     """The native reader's module, or None: without it, or with ``KSTORE_DECODER=python`` (the numpy twin)."""
-    from kstore_cli.record import decode
-
     if decode.BACKEND != "native":
         return None
-    import importlib
-
     try:  # by name: an extension module, not a source file the import graph (grimp) could place
         return importlib.import_module("kstore_cli.spark._avro_c")
     except ImportError:

@@ -24,6 +24,7 @@ import re
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from kstore_cli.errors import UsageError
+from kstore_cli.log import names
 
 EARLIEST = -2
 LATEST = -1
@@ -51,8 +52,6 @@ def is_internal(topic: str) -> bool:
 
 def _store_topic(schemas_from: Optional[str]) -> List[str]:
     """The topic of a ``schemasFrom`` partition directory, if it names one."""
-    from kstore_cli.log import names
-
     parsed = names.parse_partition_dir(str(schemas_from).rstrip("/")) if schemas_from else None
     return [parsed[0]] if parsed else []
 

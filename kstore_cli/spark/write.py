@@ -21,6 +21,7 @@ Runs on executors; imports only pyarrow and this package's pure modules.
 
 from __future__ import annotations
 
+import io
 import os
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
@@ -177,8 +178,6 @@ def dictionary_columns(schema: pa.Schema) -> List[str]:
     their values) and a raw key (keys repeat in keyed and compacted topics). Values, offsets, timestamps and
     decoded numbers mostly do not: trying a dictionary on every column first (pyarrow's default) cost a third
     of the write of a decoded export, two fifths of a raw one, and made the files larger, not smaller."""
-    import io
-
     sink = io.BytesIO()
     pq.write_table(schema.empty_table(), sink)  # the Parquet schema pyarrow derives (nested paths and all)
     parquet = pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema
