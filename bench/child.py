@@ -254,7 +254,8 @@ def task_spark(master: str, data_dir: str, out: str, writer: str = "spark") -> d
     the JVM, the Python workers and this driver spent."""
     import shutil
 
-    from kstore_cli.spark.export import ExportRequest, build_session, export_with
+    from kstore_cli.spark.export import ExportRequest, export_with
+    from kstore_cli.spark.session import build_session
 
     t0 = time.perf_counter()
     spark = build_session(master, writer=writer)

@@ -103,7 +103,8 @@ def measure(path: str, options: Dict[str, str], jobs: int, read_ahead: int) -> d
 
 
 def spark_export(local: str, remote: str, options: Dict[str, str], out: str) -> dict:
-    from kstore_cli.spark.export import ExportRequest, build_session, export_with
+    from kstore_cli.spark.export import ExportRequest, export_with
+    from kstore_cli.spark.session import build_session
 
     spark = build_session("local[2]", writer="arrow")
     try:

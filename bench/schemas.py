@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -157,7 +156,8 @@ def spark_rates(directory: Path, n: int) -> None:
     """The same through spark-export on a local[1] session (one core; the session's start-up not counted)."""
     import shutil as _shutil
 
-    from kstore_cli.spark.export import ExportRequest, build_session, export_with
+    from kstore_cli.spark.export import ExportRequest, export_with
+    from kstore_cli.spark.session import build_session
 
     spark = build_session("local[1]")
     try:

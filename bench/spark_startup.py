@@ -55,7 +55,8 @@ sys.path.insert(0, sys.argv[2])
 marks = {}
 def mark(name):
     marks[name] = round(time.time() - started, 2)
-from kstore_cli.spark.export import ExportRequest, build_session
+from kstore_cli.spark.export import ExportRequest
+from kstore_cli.spark.session import build_session
 from kstore_cli.spark.options import ReadOptions
 from kstore_cli.spark.plan import plan_read
 mark("python + kstore imports")

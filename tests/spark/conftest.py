@@ -33,7 +33,7 @@ def spark():
     """One local[2] session for every Spark test (with the source registered)."""
     pytest.importorskip("pyspark")
     from kstore_cli.spark import register
-    from kstore_cli.spark.export import build_session
+    from kstore_cli.spark.session import build_session
 
     session = build_session("local[2]", {
         "spark.sql.python.filterPushdown.enabled": "true",

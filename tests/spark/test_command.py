@@ -124,7 +124,7 @@ def test_no_java_is_one_line_and_exit_3(tmp_path):
 
 
 def test_java_versions_are_read_as_spark_needs_them(tmp_path, monkeypatch):
-    from kstore_cli.spark.export import JavaMissingError, check_java
+    from kstore_cli.spark.session import JavaMissingError, check_java
 
     java = tmp_path / "bin" / "java"
     java.parent.mkdir()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kstore_cli.errors import UsageError
-from kstore_cli.spark.export import ARROW_JAVA_OPTIONS, DEFAULT_CONF, ExportRequest, session_settings
+from kstore_cli.spark.export import ExportRequest
+from kstore_cli.spark.session import ARROW_JAVA_OPTIONS, DEFAULT_CONF, session_settings
 
 
 def test_arrow_sessions_stop_the_jit_at_c1_and_spark_sessions_keep_the_jvm_defaults():
