@@ -82,14 +82,28 @@ def _render_tables(rows: List[PartitionSummary], skipped: List[Tuple[str, str]])
         out.print(f"skipped {path}: {why}", soft_wrap=True)
 
 
+#: From this many partitions on, a terminal's bar counts partitions: their number is known without listing
+#: them here (each is listed by the --jobs process that reads it); fewer are listed first to count bytes.
+COUNT_BAR_FROM = 100
+
+
 def _read_with_bar(partitions, jobs: int, skipped: List[Tuple[str, str]]) -> List[PartitionSummary]:
     """Every partition's summary (a terminal's tables need a data dir's rows together), with a progress
-    bar for large dirs."""
+    bar for large dirs: partitions done for many, bytes read for a few over 64 MiB."""
+    from rich.progress import Progress
+
+    if len(partitions) >= COUNT_BAR_FROM:
+        rows: List[PartitionSummary] = []
+        walked = len(skipped)  # a child found to be no partition counts as done too
+        with Progress(console=console(), transient=True) as bar:
+            task = bar.add_task("reading partitions", total=len(partitions))
+            for row in summarize_partitions(partitions, jobs=jobs, skipped=skipped):
+                rows.append(row)
+                bar.update(task, completed=len(rows) + len(skipped) - walked)
+        return rows
     total = sum(os.path.getsize(s.log) for p in partitions for s in loaded(p).segments)
     if total <= 64 * 1024 * 1024:
         return list(summarize_partitions(partitions, jobs=jobs, skipped=skipped))
-    from rich.progress import Progress
-
     with Progress(console=console(), transient=True) as bar:
         task = bar.add_task("reading segments", total=total)
         return list(summarize_partitions(partitions, jobs=jobs, progress=lambda n: bar.advance(task, n),

@@ -120,3 +120,23 @@ def test_a_terminal_table_never_cuts_a_name_or_a_time(tmp_path: Path) -> None:
     assert "    time range: 2023-11-14 " in narrow  # too narrow for the table: a block per partition
     wide = _on_a_terminal(["inspect", str(tmp_path / name)], 250)
     assert "time range" in wide and "    time range:" not in wide
+
+
+def test_a_terminal_with_many_partitions_lists_none_of_them_up_front(tmp_path: Path, monkeypatch) -> None:
+    """On a terminal, many partitions get a bar counting partitions: none is listed by the parent first (each
+    is listed by the process that reads it), and the rows are those of a pipe."""
+    from kstore_cli.commands import inspect as command
+    from kstore_cli.log.logdir import resolve
+
+    data = tmp_path / "data"
+    for i in range(3):
+        shutil.copytree(CORPUS / "logs-crashed" / "active-open-0", data / f"t-{i}")
+    monkeypatch.setattr(command, "COUNT_BAR_FROM", 3)
+    monkeypatch.setattr(command, "loaded", lambda p: (_ for _ in ()).throw(AssertionError("listed up front")))
+    partitions = [t.partition for t in resolve([str(data)], lazy=True)]
+    skipped: list = []
+    rows = command._read_with_bar(partitions, 2, skipped)
+    assert [os.path.basename(r.partition) for r in rows] == ["t-0", "t-1", "t-2"] and skipped == []
+    piped = CliRunner().invoke(cli, ["inspect", "--json", str(data)])
+    assert [json.loads(line)["log_end_offset"] for line in piped.output.splitlines()] == \
+        [r.log_end_offset for r in rows]
