@@ -249,9 +249,9 @@ class ExportSummary:
         rate = self.records / self.seconds if self.seconds else 0.0
         sizes = (f"{size(self.bytes_in)} in, {size(self.parquet_bytes)} of Parquet out" if size else
                  f"{self.bytes_in} bytes in, {self.parquet_bytes} Parquet bytes out")
-        return (f"exported {self.records} records from {self.kafka_partitions} Kafka partitions "
-                f"({self.tasks} {'Spark partitions' if self.engine == 'spark' else 'tasks'}): {sizes} "
-                f"in {self.parquet_files} files ({self.writer} writer{'' if self.engine == 'spark' else ', arrow engine'}), {self.seconds:.1f} s ({rate:,.0f} records/s) "
+        return (f"exported {_count(self.records, 'record')} from {_count(self.kafka_partitions, 'Kafka partition')} "
+                f"({_count(self.tasks, 'Spark partition' if self.engine == 'spark' else 'task')}): {sizes} "
+                f"in {_count(self.parquet_files, 'file')} ({self.writer} writer{'' if self.engine == 'spark' else ', arrow engine'}), {self.seconds:.1f} s ({rate:,.0f} records/s) "
                 f"-> {self.output}" + "".join(f"\n{line}" for line in self.notes()))
 
     def notes(self) -> List[str]:
@@ -259,7 +259,7 @@ class ExportSummary:
         lines = []
         if self.internal_left_out:
             topics = sorted({p.rsplit('-', 1)[0] for p in self.internal_left_out})  # a store's: a decoded export
-            lines.append(f"not exported: {len(self.internal_left_out)} partitions of internal topics "
+            lines.append(f"not exported: {_count(len(self.internal_left_out), 'partition')} of internal topics "
                          f"({', '.join(topics)}); name them (--topics '{','.join(topics)}') to export them")
         if self.skipped:
             lines.append(f"skipped {len(self.skipped)} damaged or truncated batches "
@@ -270,6 +270,11 @@ class ExportSummary:
             lines.append(f"{self.dead_letters} records did not decode: in {self.output.rstrip('/')}/"
                          "_kstore_dead_letters/ (topic, partition, offset, raw key and value, reason)")
         return lines
+
+
+def _count(n: int, noun: str) -> str:
+    """`n` and the noun, plural unless n is 1 ("1 file", "2 files")."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _parquet_files(output: str) -> Dict[str, int]:

@@ -262,7 +262,7 @@ def test_a_whole_data_dir_leaves_the_schema_store_out_unless_named(data_dir, tmp
     with pytest.raises(SystemExit) as exit_info:
         main(["spark-export", str(root), "-o", str(tmp_path / "o2"), "--engine", "arrow", "--value-format", "avro"])
     assert exit_info.value.code == 0
-    assert ("not exported: 1 partitions of internal topics (_schemas); name them (--topics '_schemas') to export "
+    assert ("not exported: 1 partition of internal topics (_schemas); name them (--topics '_schemas') to export "
             "them") in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_info:  # named: exported, and its JSON values do not decode as Avro
         main(["spark-export", str(root), "-o", str(tmp_path / "o3"), "--engine", "arrow", "--value-format", "avro",
