@@ -119,8 +119,10 @@ def _layout_by_dir(found, kafka_version) -> Dict[str, List[Issue]]:
     ID: listed, and counted, with that partition); with --kafka-version also what a broker of that release
     would refuse or change (docs/upgrade.md)."""
     by_dir: Dict[str, List[Issue]] = {}
-    checked = {p.path for p, only in found.targets if only is None}
-    for issue in layout_issues(found) + (upgrade_issues(found, kafka_version) if kafka_version else []):
+    issues = layout_issues(found) + (upgrade_issues(found, kafka_version) if kafka_version else [])
+    about = {issue.partition for issue in issues if issue.partition}  # the few partitions findings name
+    checked = {p.path for p, only in found.targets if only is None and p.path in about}
+    for issue in issues:
         key = issue.partition if issue.partition in checked else issue.data_dir or ""
         by_dir.setdefault(key, []).append(issue)
     return by_dir

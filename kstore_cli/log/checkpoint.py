@@ -88,17 +88,15 @@ def _java_split_ws(line: str) -> List[str]:
     return parts
 
 
-def _lines_with_positions(text: str) -> List[Tuple[str, int]]:
+def _lines_with_positions(text: str) -> Iterator[Tuple[str, int]]:
     """(line, byte position of its start) as BufferedReader.readLine splits them (\\n, \\r, \\r\\n)."""
-    out: List[Tuple[str, int]] = []
     pos = 0
     for match in re.finditer(r"([^\r\n]*)(\r\n|\r|\n|\Z)", text):
         line, end = match.group(1), match.group(2)
         if not line and not end:
             break
-        out.append((line, pos))
+        yield line, pos
         pos += len((line + end).encode("utf-8"))
-    return out
 
 
 def _malformed(path: str, line: str, position: int) -> CorruptCheckpointError:
@@ -115,12 +113,15 @@ def _bad_number(path: str, line: str, position: int, field: str) -> CorruptCheck
     return exc
 
 
-def _read_checkpoint_lines(path: str, expected_version: int) -> List[Tuple[str, int]]:
-    """The entry lines (with their byte positions) of a CheckpointFile, checked as CheckpointReadBuffer.read does."""
+def _read_checkpoint_lines(path: str, expected_version: int) -> Iterator[Tuple[str, int]]:
+    """The entry lines (with their byte positions) of a CheckpointFile, checked as CheckpointReadBuffer.read
+    does, one at a time (a checkpoint of 10,000 partitions is not held as lines): an entry count that does
+    not match is raised after the entries it names."""
     lines = _lines_with_positions(_read_text(path))
-    if not lines:
-        return []
-    version_line, version_pos = lines[0]
+    first = next(lines, None)
+    if first is None:
+        return
+    version_line, version_pos = first
     version = _java_int(version_line, _INT32)
     if version is None:
         raise _malformed(path, version_line, version_pos)
@@ -129,19 +130,26 @@ def _read_checkpoint_lines(path: str, expected_version: int) -> List[Tuple[str, 
             f"Unrecognised version:{version}, expected version: {expected_version} in checkpoint file at: {path}",
             path=path, position=version_pos,
         )
-    if len(lines) == 1:
-        return []
-    count_line, count_pos = lines[1]
+    second = next(lines, None)
+    if second is None:
+        return
+    count_line, count_pos = second
     count = _java_int(count_line, _INT32)
     if count is None or count < 0:  # a negative count fails `new ArrayList<>(count)`
         raise _malformed(path, count_line, count_pos)
-    entries = lines[2:]
-    if len(entries) != count:
+    found = 0
+    for line, pos in lines:
+        if found == count:
+            total = found + 1 + sum(1 for _ in lines)
+            raise CorruptCheckpointError(
+                f"Expected [{count}] entries in checkpoint file [{path}], but found only [{total}]",
+                path=path, position=pos)
+        found += 1
+        yield line, pos
+    if found != count:
         raise CorruptCheckpointError(
-            f"Expected [{count}] entries in checkpoint file [{path}], but found only [{len(entries)}]",
-            path=path, position=entries[count][1] if len(entries) > count else count_pos,
-        )
-    return entries
+            f"Expected [{count}] entries in checkpoint file [{path}], but found only [{found}]",
+            path=path, position=count_pos)
 
 
 def _offset_entries(path: str) -> Iterator[Tuple[str, int, int]]:

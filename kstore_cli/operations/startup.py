@@ -347,7 +347,8 @@ def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str
     out = Survey()
     out.wanted = topic_matcher(topics)
     out.asked = kafka_version
-    seen: set = set()
+    seen: set = set()  # what PATHs named themselves: a data dir's walk adds none (10,000 partitions)
+    walked: set = set()  # the data dirs walked (one named twice is walked once)
 
     def data_dir(path: str, whole: bool) -> DataDirInfo:
         info = out.data_dirs.get(path)
@@ -356,15 +357,21 @@ def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str
         info.whole = info.whole or whole
         return info
 
-    def add_partition(partition: "Partition | PartitionDir", only: Optional[int]) -> None:
+    def add_partition(partition: "Partition | PartitionDir", only: Optional[int], walk: bool = False) -> None:
         info = data_dir(data_dir_key(partition), False)
-        key = partition.path if only is None else (partition.path, only)  # no tuple a walked partition
-        if key not in seen:
+        if walk:
+            if partition.path in seen:  # named whole before its data dir
+                return
+        else:
+            key = partition.path if only is None else (partition.path, only)
+            if key in seen or (only is None and info.path in walked and partition.path in info.partition_paths
+                               and _loadable_name(partition.name, replicas)):  # its data dir's walk took it
+                return
             seen.add(key)
-            out.targets.append((partition, only))
-            if partition.path not in info.partition_paths:
-                info.partition_paths.add(partition.path)
-                info.partition_dirs.append(partition)
+        out.targets.append((partition, only))
+        if partition.path not in info.partition_paths:
+            info.partition_paths.add(partition.path)
+            info.partition_dirs.append(partition)
 
     for raw in paths:
         path = os.path.abspath(raw)
@@ -380,8 +387,11 @@ def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str
             # what a broker would trip over); an empty one holds nothing to check.
             for found in find_data_dirs(path) or ([path] if os.listdir(path) else []):
                 found = os.path.realpath(found)
-                for partition in _partitions_of(data_dir(found, True), replicas):
-                    add_partition(partition, None)
+                info = data_dir(found, True)
+                if found not in walked:
+                    walked.add(found)
+                    for partition in _partitions_of(info, replicas):
+                        add_partition(partition, None, walk=True)
         else:
             raise FileUnreadableError("no such file or directory", path=raw)
     _list_found(out, lazy, jobs, sizes)
@@ -395,8 +405,9 @@ def _list_found(out: Survey, lazy: bool, jobs: int, sizes: bool) -> None:
         _read_data_dir_files(info)
     out.brokers = _group_brokers(list(out.data_dirs.values()))
     listed = _scan(out, jobs=jobs if lazy else 1, keep=not lazy, sizes=sizes)
-    out.targets = [(listed.get(p.path, p), only) for p, only in out.targets
-                   if p.path in out.data_dir_of(p).partition_paths and out.wanted(p.topic)]
+    # the same pairs when nothing was kept listed (lazy): no 10,000 new ones beside the old
+    out.targets = [(listed[t[0].path], t[1]) if t[0].path in listed else t for t in out.targets
+                   if t[0].path in out.data_dir_of(t[0]).partition_paths and out.wanted(t[0].topic)]
     if sizes:
         out.log_bytes = sum(out.log_bytes_of.pop(p.path, 0) if only is None else
                             os.path.getsize(p.segment(only).log) for p, only in out.targets)  # type: ignore[union-attr]
@@ -404,9 +415,11 @@ def _list_found(out: Survey, lazy: bool, jobs: int, sizes: bool) -> None:
 
 def _partitions_of(info: DataDirInfo, replicas: bool) -> List[PartitionDir]:
     """The dirs a broker loads as partitions from the data dir, by their names (the scan lists them)."""
-    children = sorted((e.name, e.is_dir(), e.is_symlink()) for e in os.scandir(info.path))
-    return [PartitionDir(os.path.join(info.path, name), None if is_link else info.path)  # a real path
-            for name, is_dir, is_link in children if is_dir and _loadable_name(name, replicas)]
+    with os.scandir(info.path) as children:  # one entry at a time, not a list of 10,000 first
+        found = [PartitionDir(os.path.join(info.path, e.name), None if e.is_symlink() else info.path)  # a real path
+                 for e in children if e.is_dir() and _loadable_name(e.name, replicas)]
+    found.sort(key=lambda p: p.path)  # name order: the paths share the data dir's
+    return found
 
 
 class _Listed(NamedTuple):

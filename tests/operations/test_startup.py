@@ -145,3 +145,23 @@ def test_a_signed_partition_number_is_a_partition_as_kafka_parses_it() -> None:
     assert parse_partition_dir("orders-+1") == ("orders", 1)
     assert parse_partition_dir("orders-2147483648") is None  # not an int: the broker refuses it
     assert parse_partition_dir("my-topic-3") == ("my-topic", 3)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_each_target_once_however_often_the_paths_name_it(tmp_path: Path, lazy: bool) -> None:
+    """A data dir named twice is walked once; a partition named before or after its data dir is one whole
+    target; a segment named on its own stays a target of that segment beside the whole partition."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(CORPUS / "logs-crashed", data)
+    parts = sorted(p for p in data.iterdir() if p.is_dir())
+    first = parts[0]
+    log = sorted(first.glob("*.log"))[0]
+    paths = [str(first), str(data), str(first), str(log), str(data)]
+    found = survey(paths, lazy=lazy)
+    keys = [(p.path, only) for p, only in found.targets]
+    assert len(keys) == len(set(keys))
+    assert keys[0] == (str(first), None)
+    assert sorted(k for k in keys if k[1] is None) == sorted((str(p), None) for p in parts)
+    assert [k for k in keys if k[1] is not None] == [(str(first), int(log.name.split(".")[0]))]
