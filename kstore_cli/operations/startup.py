@@ -347,55 +347,67 @@ def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str
     out = Survey()
     out.wanted = topic_matcher(topics)
     out.asked = kafka_version
-    seen: set = set()  # what PATHs named themselves: a data dir's walk adds none (10,000 partitions)
-    walked: set = set()  # the data dirs walked (one named twice is walked once)
-
-    def data_dir(path: str, whole: bool) -> DataDirInfo:
-        info = out.data_dirs.get(path)
-        if info is None:
-            info = out.data_dirs[path] = DataDirInfo(path, whole)
-        info.whole = info.whole or whole
-        return info
-
-    def add_partition(partition: "Partition | PartitionDir", only: Optional[int], walk: bool = False) -> None:
-        info = data_dir(data_dir_key(partition), False)
-        if walk:
-            if partition.path in seen:  # named whole before its data dir
-                return
-        else:
-            key = partition.path if only is None else (partition.path, only)
-            if key in seen or (only is None and info.path in walked and partition.path in info.partition_paths
-                               and _loadable_name(partition.name, replicas)):  # its data dir's walk took it
-                return
-            seen.add(key)
-        out.targets.append((partition, only))
-        if partition.path not in info.partition_paths:
-            info.partition_paths.add(partition.path)
-            info.partition_dirs.append(partition)
-
+    finder = _Finder(out, replicas)
     for raw in paths:
         path = os.path.abspath(raw)
         if os.path.isfile(path):
             if not path.endswith(names.LOG_SUFFIX):
                 raise UsageError("expected a .log file, a partition directory or a data directory", path=raw)
-            add_partition(Partition(os.path.dirname(path)), names.base_offset_from_name(path))
+            finder.add(Partition(os.path.dirname(path)), names.base_offset_from_name(path))
         elif os.path.isdir(path):
             if is_partition_dir(path):
-                add_partition(Partition(path), None)
+                finder.add(Partition(path), None)
                 continue
             # A non-empty directory that is none of these is checked as a data dir (its children are
             # what a broker would trip over); an empty one holds nothing to check.
             for found in find_data_dirs(path) or ([path] if os.listdir(path) else []):
-                found = os.path.realpath(found)
-                info = data_dir(found, True)
-                if found not in walked:
-                    walked.add(found)
-                    for partition in _partitions_of(info, replicas):
-                        add_partition(partition, None, walk=True)
+                finder.walk(os.path.realpath(found))
         else:
             raise FileUnreadableError("no such file or directory", path=raw)
     _list_found(out, lazy, jobs, sizes)
     return out
+
+
+class _Finder:
+    """The survey's data dirs and targets as the PATHs name them, each target once: what PATHs name themselves
+    is remembered (`seen`), a data dir's walk adds its partitions without (10,000 of them), once (`walked`)."""
+
+    def __init__(self, out: Survey, replicas: bool) -> None:
+        self.out = out
+        self.replicas = replicas
+        self.seen: set = set()
+        self.walked: set = set()
+
+    def data_dir(self, path: str, whole: bool) -> DataDirInfo:
+        info = self.out.data_dirs.get(path)
+        if info is None:
+            info = self.out.data_dirs[path] = DataDirInfo(path, whole)
+        info.whole = info.whole or whole
+        return info
+
+    def walk(self, path: str) -> None:
+        """The partitions of the data dir at `path` (a real path), the first time it is named."""
+        info = self.data_dir(path, True)
+        if path not in self.walked:
+            self.walked.add(path)
+            for partition in _partitions_of(info, self.replicas):
+                self.add(partition, None, walk=True)
+
+    def add(self, partition: "Partition | PartitionDir", only: Optional[int], walk: bool = False) -> None:
+        info = self.data_dir(data_dir_key(partition), False)
+        if walk:
+            if partition.path in self.seen:  # named whole before its data dir
+                return
+        else:
+            key = partition.path if only is None else (partition.path, only)
+            if key in self.seen or (only is None and info.path in self.walked and partition.path in
+                                    info.partition_paths and _loadable_name(partition.name, self.replicas)):
+                return  # its data dir's walk took it
+            self.seen.add(key)
+        self.out.targets.append((partition, only))
+        if partition.path not in info.partition_paths:
+            info.partition_paths.add(partition.path)
+            info.partition_dirs.append(partition)
 
 
 def _list_found(out: Survey, lazy: bool, jobs: int, sizes: bool) -> None:
