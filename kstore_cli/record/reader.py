@@ -16,7 +16,8 @@ import mmap
 import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterator, Optional, Union
+from functools import partial
+from typing import Callable, Iterator, Optional, Union
 
 from kstore_cli.errors import CorruptRecordError, FileUnreadableError
 from kstore_cli.record.batch import (
@@ -180,34 +181,30 @@ def remote_windows(uri: str, start: int, end: Optional[int], frame: Callable[[me
     size = min(storage.FIRST_READ if end is None else 1 << 20, read_ahead)
     end = f.size
 
-    def fetch(at: int, length: int) -> "_Window":
+    def fetch(at: int, length: int) -> "tuple[_Window, int]":
         """A window for the bytes up to at + length, [at, at + length) read into it (ranged, retried)."""
         window = _Window(-1, at + length)
         f.read_into(at, memoryview(window)[at:at + length])
-        return window
+        return window, length
 
     pos = fetched = start
-    if pos >= end:
-        f.close()
-        return
     try:
-        ahead: Any = fetch(pos, min(size, end - pos)), min(size, end - pos)
         # the pool is shut down (a read in flight finished) before the file is closed
         with ThreadPoolExecutor(1) as pool:
+            # the next window: the first read here, each later one running while the window before is framed
+            ahead: Optional[Callable[[], "tuple[_Window, int]"]] = (
+                partial(fetch, pos, min(size, end - pos)) if pos < end else None)
             carry: "memoryview | bytes" = b""
-            while True:
-                window, length = ahead if isinstance(ahead, tuple) else ahead.result()
+            while ahead is not None:
+                window, length = ahead()
                 window[pos:pos + len(carry)] = carry
                 fetched += length
                 size = min(size * 4, read_ahead)
-                if fetched < end:  # the next read runs while this window is framed
-                    ahead = pool.submit(lambda at, n: (fetch(at, n), n), fetched, min(size, end - fetched))
+                ahead = pool.submit(fetch, fetched, min(size, end - fetched)).result if fetched < end else None
                 covered = pos
                 for item in frame(memoryview(window), pos, fetched):
                     yield item
                     covered = getattr(item, "stop", None) or item.position + item.size
-                if fetched >= end:
-                    return
                 carry = memoryview(window)[covered:fetched]
                 pos = covered
     finally:

@@ -253,19 +253,6 @@ class RemoteFile:
         self._fs, self._path = filesystem(uri)
         self._file = None
 
-    def _read_at(self, start: int, length: int) -> bytes:
-        if self._file is None:
-            self._file = self._fs.open_input_file(self._path)
-        try:
-            data = self._file.read_at(length, start)
-        except OSError:
-            self._file = None  # a new connection for the next attempt
-            raise
-        if len(data) != length:
-            self._file = None
-            raise OSError(f"short read: {len(data)} of {length} bytes")
-        return data.to_pybytes() if hasattr(data, "to_pybytes") else bytes(data)
-
     def _read_into_at(self, start: int, view: memoryview) -> None:
         if self._file is None:
             self._file = self._fs.open_input_file(self._path)
@@ -293,13 +280,9 @@ class RemoteFile:
 
     def read(self, start: int, length: int) -> bytes:
         """Bytes [start, start + length) (clipped to the size), retried; RemoteReadError naming the range."""
-        length = max(0, min(length, self.size - start))
-        if length == 0:
-            return b""
-        ReadStats.reads += 1
-        ReadStats.bytes += length
-        ReadStats.largest = max(ReadStats.largest, length)
-        return _retrying(f"read of bytes {start}-{start + length}", self.uri, self._read_at, start, length)
+        data = bytearray(max(0, min(length, self.size - start)))
+        self.read_into(start, memoryview(data))
+        return bytes(data)
 
     def close(self) -> None:
         if self._file is not None:
