@@ -56,6 +56,7 @@ from kstore_cli.log.logdir import (
     find_data_dirs,
     is_partition_dir,
     loaded,
+    nested_data_dir,
     topic_matcher,
 )
 from kstore_cli.operations.broker_version import (
@@ -479,7 +480,7 @@ def _scan(out: Survey, *, jobs: int, keep: bool, sizes: bool) -> Dict[str, Parti
             partition = loaded(ref)
         except FileUnreadableError as exc:
             return _Listed(exc.message)
-        if partition.holds_data_dir_files and partition is not ref:  # a dir named as a partition is taken as one
+        if nested_data_dir(ref, partition):  # a dir a PATH named as a partition is taken as one
             return _Listed(None, True)
         files = FileEvidence()
         files.add(partition, look_for_v2=info.path not in v2_found)

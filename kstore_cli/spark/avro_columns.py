@@ -220,15 +220,14 @@ class _Native:
     """The native reader (``kstore_cli.spark._avro_c``): every row read through the whole writer schema in C,
     each field's column handed out in the order :func:`_read` asks for them (the schema's field order)."""
 
-    def __init__(self, program: Program, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+    def __init__(self, native: Any, program: Program, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
         ops, kinds = _native_ops(program)
         n = len(starts)
         self.end = ends.astype(np.int64)
         self.buf = data
         self.bad = np.zeros(n, bool)
         self._outs = [np.zeros(2 * n if k in (_OP_BYTES, _OP_DECIMAL) else n, _NATIVE_DTYPES[k]) for k in kinds]
-        _native_module().decode_rows(ops, data, starts.astype(np.int64), self.end, tuple(self._outs),
-                                     self.bad.view(np.uint8))
+        native.decode_rows(ops, data, starts.astype(np.int64), self.end, tuple(self._outs), self.bad.view(np.uint8))
         self._next = iter(self._outs)
 
     def long(self, active: np.ndarray) -> np.ndarray:
@@ -298,12 +297,11 @@ def _native_module() -> Any:
         return None
 
 
-
-
 def decode_rows(program: Program, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Tuple[pa.Array, np.ndarray]:
     """The rows' payloads (``data[starts:ends]``; `data` followed by PADDING zero bytes) as an array of the
     program's type, and which rows are bad (their values are null and must be decoded by fastavro)."""
-    cur = _Native(program, data, starts, ends) if _native_module() is not None else _Cursor(data, starts, ends)
+    native = _native_module()
+    cur = _Native(native, program, data, starts, ends) if native is not None else _Cursor(data, starts, ends)
     n = len(starts)
     active = np.ones(n, bool)
     children = [_read(cur, child, active) for _name, child in program.tree[1]]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import os
+from functools import lru_cache
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import pyarrow as pa
@@ -173,7 +174,8 @@ def remove_if_empty(fs: pafs.FileSystem, directory: str) -> None:
         pass
 
 
-def dictionary_columns(schema: pa.Schema) -> List[str]:
+@lru_cache(maxsize=16)  # once per file schema, not in every task
+def dictionary_columns(schema: pa.Schema) -> Tuple[str, ...]:
     """The Parquet column paths dictionary-encoded: the string leaves (a topic, a decoded enum or name repeat
     their values) and a raw key (keys repeat in keyed and compacted topics). Values, offsets, timestamps and
     decoded numbers mostly do not: trying a dictionary on every column first (pyarrow's default) cost a third
@@ -181,8 +183,8 @@ def dictionary_columns(schema: pa.Schema) -> List[str]:
     sink = io.BytesIO()
     pq.write_table(schema.empty_table(), sink)  # the Parquet schema pyarrow derives (nested paths and all)
     parquet = pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema
-    return [parquet.column(i).path for i in range(len(parquet))
-            if parquet.column(i).logical_type.type == "STRING" or parquet.column(i).path == "key"]
+    return tuple(parquet.column(i).path for i in range(len(parquet))
+                 if parquet.column(i).logical_type.type == "STRING" or parquet.column(i).path == "key")
 
 
 class _Files:
