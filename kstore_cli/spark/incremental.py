@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from kstore_cli.errors import CorruptDataError, UsageError
 from kstore_cli.log import fileops
 from kstore_cli.log.log_segment import read_next_offset
+from kstore_cli.spark.options import by_topic, partition_json
 
 STATE_FILE = "kstore-incremental.json"
 PENDING_FILE = "kstore-incremental.pending.json"
@@ -106,11 +107,8 @@ class State:
         return state
 
     def save(self) -> None:
-        offsets: Dict[str, Dict[str, int]] = {}
-        for (topic, p), offset in sorted(self.next.items()):
-            offsets.setdefault(topic, {})[str(p)] = offset
         data = {"version": STATE_VERSION, "output": self.output, "committed_job": self.committed_job,
-                "runs": self.runs, "next_offsets": offsets}
+                "runs": self.runs, "next_offsets": by_topic(self.next)}
         fileops.atomic_write(os.path.join(self.dir, STATE_FILE), (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
 
 
@@ -176,13 +174,6 @@ def plan_offsets(targets: List[Any], state: State) -> Tuple[Dict[Key, Tuple[int,
     return ranges, gaps
 
 
-def _offsets_json(ranges: Dict[Key, Tuple[int, int]], which: int) -> str:
-    out: Dict[str, Dict[str, int]] = {}
-    for (topic, p), pair in sorted(ranges.items()):
-        out.setdefault(topic, {})[str(p)] = pair[which]
-    return json.dumps(out, sort_keys=True)
-
-
 def run_incremental(engine: Any, request: Any, state_dir: str, progress: Optional[Callable[..., None]] = None, *,
                     summary_of: Callable[[Any], Any], spark_metadata: Optional[str] = None) -> Any:
     """One incremental run of `request` on `engine` (spark/engines.py); the export's summary (`summary_of(plan)`:
@@ -203,7 +194,8 @@ def run_incremental(engine: Any, request: Any, state_dir: str, progress: Optiona
     undone = recover(fs, root, state)
     targets = select_partitions(ReadOptions(request.reader_options()))
     ranges, gaps = plan_offsets(targets, state)
-    request.starting_offsets, request.ending_offsets = _offsets_json(ranges, 0), _offsets_json(ranges, 1)
+    request.starting_offsets, request.ending_offsets = (partition_json({k: pair[which] for k, pair in ranges.items()})
+                                                        for which in (0, 1))
     try:
         plan = plan_read(ReadOptions(request.reader_options(min_partitions=engine.parallelism)))
     finally:

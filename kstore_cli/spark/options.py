@@ -102,6 +102,19 @@ def parse_partition_json(text: str, name: str) -> PerPartition:
     return out
 
 
+def by_topic(offsets: Mapping[Tuple[str, int], int]) -> Dict[str, Dict[str, int]]:
+    """{(topic, partition): offset} nested as Spark's per-partition JSON has it: topic -> "partition" -> offset."""
+    out: Dict[str, Dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = offset
+    return out
+
+
+def partition_json(offsets: Mapping[Tuple[str, int], int]) -> str:
+    """Spark's per-partition JSON of `offsets` (what :func:`parse_partition_json` reads), keys sorted."""
+    return json.dumps(by_topic(offsets), sort_keys=True)
+
+
 class OffsetSpec:
     """One side (starting or ending) of the offset range, before it meets the log.
 

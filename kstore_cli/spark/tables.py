@@ -28,6 +28,7 @@ import uuid
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from kstore_cli.errors import MissingDependencyError, UsageError
+from kstore_cli.spark.options import partition_json
 
 #: The table's partition columns (Delta keeps their values in the log, not in the files).
 PARTITION_COLUMNS = ["topic", "partition"]
@@ -88,13 +89,6 @@ def _offsets_of(text: Optional[str]) -> List[Tuple[str, int, int]]:
     return [(topic, int(p), int(o)) for topic, parts in json.loads(text).items() for p, o in parts.items()]
 
 
-def _offsets_text(offsets: Dict[Key, int]) -> str:
-    out: Dict[str, Dict[str, int]] = {}
-    for (topic, partition), offset in sorted(offsets.items()):
-        out.setdefault(topic, {})[str(partition)] = offset
-    return json.dumps(out, sort_keys=True)
-
-
 def dead_letter_offsets(fs: Any, root: str, written: List[Dict]) -> Dict[Key, int]:
     """Per (topic, partition) the highest offset among the dead letters of this run's files (moved into place)."""
     import pyarrow.parquet as pq
@@ -112,12 +106,8 @@ def dead_letter_offsets(fs: Any, root: str, written: List[Dict]) -> Dict[Key, in
 
 def _starting_offsets(targets: List[Any], committed: Dict[Key, int]) -> str:
     """startingOffsets JSON: after the table's highest offset, else the partition's earliest (-2)."""
-    out: Dict[str, Dict[str, int]] = {}
-    for target in targets:
-        part = target.partition
-        key = (part.topic, part.partition)
-        out.setdefault(part.topic, {})[str(part.partition)] = committed[key] + 1 if key in committed else -2
-    return json.dumps(out, sort_keys=True)
+    keys = [(t.partition.topic, t.partition.partition) for t in targets]
+    return partition_json({key: committed[key] + 1 if key in committed else -2 for key in keys})
 
 
 def _plan_after(engine: Any, request: Any, committed: Dict[Key, int]) -> Any:
@@ -185,7 +175,7 @@ def run_delta(engine: Any, request: Any, progress: Optional[Callable[..., None]]
     actions = [_add_action(fs, root, w, now_ms) for w in table_files(written)]
     dead = dead_letter_offsets(fs, root, written)
     commit = CommitProperties(custom_metadata={"kstore.rows": str(summary.records),
-                                               **({DEAD_LETTER_OFFSETS: _offsets_text(dead)} if dead else {})})
+                                               **({DEAD_LETTER_OFFSETS: partition_json(dead)} if dead else {})})
     if table is not None:
         if actions and evolved:
             # delta-rs's create_write_transaction ignores its schema (no metaData action): the columns are
@@ -312,7 +302,7 @@ def run_iceberg(engine: Any, request: Any, progress: Optional[Callable[..., None
                     update.union_by_name(new)
             if dead:
                 before = _merge({}, _offsets_of(table.properties.get(DEAD_LETTER_OFFSETS)))
-                tx.set_properties({DEAD_LETTER_OFFSETS: _offsets_text(_merge(before, _triples(dead)))})
+                tx.set_properties({DEAD_LETTER_OFFSETS: partition_json(_merge(before, _triples(dead)))})
             if written:
                 tx.add_files([f"{root}/{w['path']}" for w in written],
                              snapshot_properties={"kstore.rows": str(summary.records)})
