@@ -12,8 +12,7 @@ from kstore_cli.commands._render import human_bytes
 from kstore_cli.commands._render import is_tty as _is_tty
 from kstore_cli.commands._render import console
 from kstore_cli.commands._options import ExistingPath, format_time_ms, jobs_option, json_option, topics_option
-from kstore_cli.log.logdir import (loaded, nothing_found, partitions_of,
-                                   resolve)
+from kstore_cli.log.logdir import loaded, nothing_found, resolve_partitions
 from kstore_cli.operations.runner import usable_cores
 from kstore_cli.operations.summary import PartitionSummary, summarize_partitions
 
@@ -133,10 +132,9 @@ def command(ctx: click.Context, paths, topics: Optional[str], as_json: bool, job
     """
     # Lazy: a data dir's partitions are listed in the --jobs processes that read them, not all here first
     skipped: List[Tuple[str, str]] = []  # the data dirs' children their walk left alone
-    targets = resolve(paths, topics, lazy=True, skipped=skipped)
-    if not targets:
+    partitions = resolve_partitions(paths, topics, skipped=skipped)
+    if not partitions:
         raise nothing_found(paths, topics)
-    partitions = partitions_of(targets)
     tty = _is_tty() and not as_json
     jobs = jobs or usable_cores()
     if as_json:

@@ -16,12 +16,13 @@ from __future__ import annotations
 import bisect
 import os
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from kstore_cli.errors import KstoreError
 from kstore_cli.log.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointEntries,
     read_offset_checkpoint,
 )
 from kstore_cli.log.index import AbortedTxn
@@ -40,7 +41,8 @@ class DataDirState:
     """The data dir's offset checkpoints, read once (under the lock) for all its partitions.
 
     Strict by default (a corrupt checkpoint raises, as a broker refuses to start on one);
-    ``tolerant=True`` (read-only reports) records the error and goes on without that checkpoint.
+    ``tolerant=True`` (read-only reports) records the error and goes on without that checkpoint, and keeps
+    the entries compactly (:class:`OffsetCheckpointEntries`: 10,000 partitions).
     """
 
     def __init__(self, data_dir: str, *, tolerant: bool = False) -> None:
@@ -50,15 +52,15 @@ class DataDirState:
         #: The error that made a checkpoint unusable (tolerant mode only).
         self.log_start_offsets_error: Optional[KstoreError] = None
         self.high_watermarks_error: Optional[KstoreError] = None
-        self.log_start_offsets: Dict[Tuple[str, int], int] = self._read(lso_path, tolerant, "log_start_offsets") or {}
+        self.log_start_offsets: Mapping[Tuple[str, int], int] = self._read(lso_path, tolerant, "log_start_offsets") or {}
         #: None when there is no replication-offset-checkpoint at all (a copy, an archive).
-        self.high_watermarks: Optional[Dict[Tuple[str, int], int]] = self._read(hw_path, tolerant, "high_watermarks")
+        self.high_watermarks: Optional[Mapping[Tuple[str, int], int]] = self._read(hw_path, tolerant, "high_watermarks")
 
-    def _read(self, path: str, tolerant: bool, what: str) -> Optional[Dict[Tuple[str, int], int]]:
+    def _read(self, path: str, tolerant: bool, what: str) -> Optional[Mapping[Tuple[str, int], int]]:
         if not os.path.exists(path):
             return None
         try:
-            return read_offset_checkpoint(path)
+            return OffsetCheckpointEntries.read(path) if tolerant else read_offset_checkpoint(path)
         except KstoreError as exc:
             if not tolerant:
                 raise

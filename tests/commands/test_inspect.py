@@ -126,14 +126,14 @@ def test_a_terminal_with_many_partitions_lists_none_of_them_up_front(tmp_path: P
     """On a terminal, many partitions get a bar counting partitions: none is listed by the parent first (each
     is listed by the process that reads it), and the rows are those of a pipe."""
     from kstore_cli.commands import inspect as command
-    from kstore_cli.log.logdir import resolve
+    from kstore_cli.log.logdir import resolve_partitions
 
     data = tmp_path / "data"
     for i in range(3):
         shutil.copytree(CORPUS / "logs-crashed" / "active-open-0", data / f"t-{i}")
     monkeypatch.setattr(command, "COUNT_BAR_FROM", 3)
     monkeypatch.setattr(command, "loaded", lambda p: (_ for _ in ()).throw(AssertionError("listed up front")))
-    partitions = [t.partition for t in resolve([str(data)], lazy=True)]
+    partitions = resolve_partitions([str(data)])
     skipped: list = []
     rows = command._read_with_bar(partitions, 2, skipped)
     assert [os.path.basename(r.partition) for r in rows] == ["t-0", "t-1", "t-2"] and skipped == []

@@ -164,14 +164,14 @@ def test_quick_does_not_judge_the_indexes_against_the_log(tmp_path):
 def test_inspect_lists_partitions_in_the_workers_with_the_same_rows(tmp_path):
     """inspect resolves a data dir lazily (names only: each partition is listed by the process that reads it);
     its rows are those of the partitions listed up front, a symlinked partition's data dir included."""
-    from kstore_cli.log.logdir import Partition, PartitionDir, resolve
+    from kstore_cli.log.logdir import Partition, PartitionDir, resolve, resolve_partitions
     from kstore_cli.operations.summary import summarize_partitions
 
     root = _damaged_brokers(tmp_path / "tree")
     elsewhere = tmp_path / "elsewhere"
     shutil.copytree(LOGS / "v2-lz4-0", elsewhere / "linked-0")
     (root / "kafka-1" / "linked-0").symlink_to(elsewhere / "linked-0")
-    lazy = [t.partition for t in resolve([str(root)], lazy=True)]
+    lazy = list(resolve_partitions([str(root)]))
     eager = [t.partition for t in resolve([str(root)])]
     assert lazy and all(isinstance(p, PartitionDir) for p in lazy) and all(isinstance(p, Partition) for p in eager)
     assert [p.data_dir for p in lazy] == [p.data_dir for p in eager]
