@@ -12,7 +12,8 @@ own topic id; meta.properties (KRaft, v1) and a clean-shutdown marker as a broke
 Figures (wall time of one run, page cache warm, the interpreter's start-up subtracted):
 - per command and --jobs 1/2: seconds, fixed cost per partition per core (ms; wall x jobs / partitions), the
   speed-up of --jobs 2, peak RSS, and the ratio to a bare read (`cat` of every file);
-- peak RSS at PARTITIONS/10 and PARTITIONS (flat = the same within a few MiB);
+- each command's peak RSS at PARTITIONS/10 and PARTITIONS, and the bytes each partition more adds (flat: under
+  100 B a partition, 1 MiB at 10,000, where the data dir's checkpoints alone hold 24 B an entry);
 - doctor --quick beside Kafka's LoadDataDir (clean load, num.recovery.threads.per.data.dir = cores, timed
   inside the JVM, JVM start excluded);
 - the full doctor's CRC scan in GB/s per core on 4 partitions of LARGE_MIB each (--large-mib 0 skips it).
@@ -187,10 +188,7 @@ def main() -> int:
         print(f"input: {args.partitions} partitions x {args.segments} segments, {files} files; cpus {os.cpu_count()}; "
               f"bare read {bare:.2f} s; kstore start-up {startup * 1000:.0f} ms (subtracted)")
         results = _commands(big, args.partitions, startup, bare)
-        rss_small = _kstore(["doctor", str(small)], startup)["rss_mb"]
-        rss_big = _kstore(["doctor", str(big)], startup)["rss_mb"]
-        print(f"doctor peak RSS: {rss_small:.0f} MiB at {args.partitions // 10} partitions, {rss_big:.0f} MiB at "
-              f"{args.partitions}")
+        _rss_growth(small, big, args.partitions, startup)
         quick = _kstore(["doctor", "--quick", str(big)], startup) if _supports("doctor", "--quick") else None
         kafka = _kafka_load(oracle, big, work) if oracle is not None else None
         if kafka is not None:
@@ -205,6 +203,19 @@ def main() -> int:
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _rss_growth(small: Path, big: Path, partitions: int, startup: float) -> None:
+    """Each command's peak RSS at PARTITIONS/10 and PARTITIONS (the best of 2 runs each: RSS varies by a few
+    hundred KiB from run to run), and what each partition more adds. --jobs 1: one process's own growth; the
+    default --jobs as an operator runs it."""
+    added = partitions - max(partitions // 10, 1)
+    for command in ("doctor", "verify-index", "inspect"):
+        for jobs in (["--jobs", "1"], []):
+            rss = [min(_kstore([command, str(d), *jobs], startup)["rss_mb"] for _ in range(2)) for d in (small, big)]
+            print(f"{' '.join([command, *jobs]):<22} peak RSS {rss[0]:6.1f} MiB at {partitions // 10} partitions, "
+                  f"{rss[1]:6.1f} MiB at {partitions}: {rss[1] - rss[0]:+.1f} MiB, "
+                  f"{(rss[1] - rss[0]) * 2**20 / added:+.0f} B a partition")
 
 
 def _startup() -> float:

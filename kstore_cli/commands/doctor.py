@@ -121,7 +121,7 @@ def _layout_by_dir(found, kafka_version) -> Dict[str, List[Issue]]:
     by_dir: Dict[str, List[Issue]] = {}
     issues = layout_issues(found) + (upgrade_issues(found, kafka_version) if kafka_version else [])
     about = {issue.partition for issue in issues if issue.partition}  # the few partitions findings name
-    checked = {p.path for p, only in found.targets if only is None and p.path in about}
+    checked = {p.path for p, only in (found.targets if about else ()) if only is None and p.path in about}
     for issue in issues:
         key = issue.partition if issue.partition in checked else issue.data_dir or ""
         by_dir.setdefault(key, []).append(issue)

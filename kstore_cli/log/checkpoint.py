@@ -177,7 +177,7 @@ class OffsetCheckpointEntries(Mapping[Tuple[str, int], int]):
     per topic its partitions and offsets in two sorted arrays, 12 bytes an entry rather than about 170 as a
     dict's (a data dir of 10,000 partitions). A partition named twice has its last offset, as in a dict."""
 
-    __slots__ = ("_topics",)
+    __slots__ = ("_topics", "_len")
 
     def __init__(self, entries: Iterable[Tuple[str, int, int]]) -> None:
         staged: Dict[str, Tuple[array, array]] = {}
@@ -190,6 +190,7 @@ class OffsetCheckpointEntries(Mapping[Tuple[str, int], int]):
             last = {p: i for i, p in enumerate(partitions)}  # the last entry of each partition
             order = sorted(last)
             self._topics[topic] = (array("i", order), array("q", (offsets[last[p]] for p in order)))
+        self._len = sum(len(partitions) for partitions, _ in self._topics.values())  # asked once a partition
 
     @classmethod
     def read(cls, path: "str | os.PathLike[str]") -> "OffsetCheckpointEntries":
@@ -211,7 +212,7 @@ class OffsetCheckpointEntries(Mapping[Tuple[str, int], int]):
                 yield topic, partition
 
     def __len__(self) -> int:
-        return sum(len(partitions) for partitions, _ in self._topics.values())
+        return self._len
 
 
 def format_offset_checkpoint(entries: Dict[Tuple[str, int], int]) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
+import heapq
 import os
 import sys
 from array import array
@@ -193,6 +194,46 @@ class PartitionDir:
         return f"PartitionDir({self.path!r})"
 
 
+#: How many names are sorted at a time (runs then merged): no list of every name (10,000 partitions) is made.
+_RUN = 1024
+
+
+def _packed(ordered: List[str]) -> Tuple[str, array]:
+    return "".join(ordered), array("I", accumulate(map(len, ordered)))
+
+
+def _unpacked(run: Tuple[str, array]) -> Iterator[str]:
+    text, ends = run
+    return (text[ends[i - 1] if i else 0:ends[i]] for i in range(len(ends)))
+
+
+def _sorted_packed(names_: Iterable[str]) -> Tuple[str, array]:
+    """The names in sorted order, joined, and where each ends: sorted in runs of :data:`_RUN`, then merged."""
+    runs: List[Tuple[str, array]] = []
+    run: List[str] = []
+    for name in names_:
+        run.append(name)
+        if len(run) == _RUN:
+            run.sort()
+            runs.append(_packed(run))
+            run = []
+    run.sort()
+    if not runs:
+        return _packed(run)
+    runs.append(_packed(run))
+    run = []
+    pieces: List[str] = []
+    ends = array("I")
+    for name in heapq.merge(*map(_unpacked, runs)):
+        run.append(name)
+        ends.append((ends[-1] if ends else 0) + len(name))
+        if len(run) == _RUN:
+            pieces.append("".join(run))
+            run.clear()
+    pieces.append("".join(run))
+    return "".join(pieces), ends
+
+
 class PartitionDirs(Sequence[PartitionDir]):
     """A data dir's partition dirs by name, in name order, as a lazy walk keeps them: the names in one string
     (about 20 bytes a partition rather than 250 as objects: 10,000 partitions), each :class:`PartitionDir`
@@ -202,13 +243,10 @@ class PartitionDirs(Sequence[PartitionDir]):
     __slots__ = ("path", "real", "_names", "_ends", "_links")
 
     def __init__(self, path: str, real: str, names_: Iterable[str], links: Iterable[str] = ()) -> None:
-        """`names_`: the partition dirs' names, in any order (a list given is sorted in place, not copied)."""
+        """`names_`: the partition dirs' names, in any order, taken one at a time (`links` is read after them)."""
         self.path = path
         self.real = real
-        ordered = names_ if isinstance(names_, list) else list(names_)
-        ordered.sort()
-        self._names = "".join(ordered)
-        self._ends = array("I", accumulate(map(len, ordered)))
+        self._names, self._ends = _sorted_packed(names_)
         self._links = frozenset(links)
 
     def name_at(self, i: int) -> str:
@@ -322,8 +360,17 @@ class DataDir:
         self.path = os.path.abspath(path)
         #: (path, why) of child directories that are not loaded, in name order.
         self.skipped: List[Tuple[str, str]] = []
-        found: List[str] = []
         links: List[str] = []
+        found = self._walk(lazy, partitions, links)
+        self.partitions: Sequence["Partition | PartitionDir"]
+        if lazy:
+            self.partitions = PartitionDirs(self.path, os.path.realpath(self.path), found, links)
+        else:
+            self.partitions = [Partition(os.path.join(self.path, name)) for name in sorted(found)]
+        self.skipped.sort()
+
+    def _walk(self, lazy: bool, partitions: bool, links: List[str]) -> Iterator[str]:
+        """The partition dirs' names, one at a time; the others go to `skipped`, the symlinks' names to `links`."""
         with os.scandir(self.path) as entries:  # the entries' types without a stat each (10,000 partitions)
             for entry in entries:
                 if not entry.is_dir():
@@ -336,15 +383,9 @@ class DataDir:
                 elif names.parse_partition_dir(name) is None:
                     self.skipped.append((full, "not a partition directory"))
                 elif partitions:
-                    found.append(name)
                     if lazy and entry.is_symlink():  # a child that is a symlink has the data dir it points to
                         links.append(name)
-        self.skipped.sort()
-        self.partitions: Sequence["Partition | PartitionDir"]
-        if lazy:
-            self.partitions = PartitionDirs(self.path, os.path.realpath(self.path), found, links)
-        else:
-            self.partitions = [Partition(os.path.join(self.path, name)) for name in sorted(found)]
+                    yield name
 
 
 #: Why a data dir's walk skips a child that holds a data directory's own files.

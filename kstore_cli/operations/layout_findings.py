@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
-from kstore_cli.errors import KstoreError
 from kstore_cli.log import names
-from kstore_cli.log.checkpoint import META_PROPERTIES, PARTITION_METADATA, read_partition_metadata
+from kstore_cli.log.checkpoint import META_PROPERTIES, PARTITION_METADATA
 from kstore_cli.log.locks import is_locked
-from kstore_cli.log.logdir import holds_data_dir_files, lock_path
+from kstore_cli.log.logdir import Chain, holds_data_dir_files, lock_path
 from kstore_cli.operations.broker_version import BrokerJudgement
 from kstore_cli.operations.startup import (
     ERROR,
@@ -180,18 +179,19 @@ def _broker_issues(broker: Broker) -> List[Issue]:
                 repair="remove the directory.id line from one copy (the broker writes a new one)"))
         else:
             seen_ids[dir_id] = info.path
-    homes: Dict[str, str] = {}
     metadata_dirs = []
+    earlier: List[DataDirInfo] = []
     for info in broker.data_dirs:
         if not info.whole:
             continue
         if os.path.isdir(os.path.join(info.path, names.METADATA_PARTITION_DIR)):
             metadata_dirs.append(info.path)
-        for partition in info.partition_dirs:
+        for partition in info.partition_dirs if earlier else ():
             if partition.name == names.METADATA_PARTITION_DIR:
                 continue
-            other = homes.setdefault(partition.name, partition.path)
-            if other != partition.path:
+            # the first data dir before this one holding it (looked up by name: no map of 10,000 names)
+            other = next((o.path for o in map(lambda e: e.holding(partition.name), earlier) if o is not None), None)
+            if other is not None and other != partition.path:
                 issues.append(Issue(
                     ERROR, "duplicate-partition", f"{partition.name} is also in {os.path.dirname(other)} "
                     f"(both are data dirs of node {broker.node_id})", data_dir=info.path, partition=partition.path,
@@ -199,6 +199,7 @@ def _broker_issues(broker: Broker) -> List[Issue]:
                           "...' (LogManager.loadLog)",
                     repair="move one copy out of the broker's data dirs (keep the one with the higher log end offset "
                            "and leader epoch: compare with `kstore inspect`)"))
+        earlier.append(info)
     if len(metadata_dirs) > 1:
         issues.append(Issue(
             ERROR, "duplicate-metadata-log", f"{names.METADATA_PARTITION_DIR} is in {len(metadata_dirs)} data dirs of node "
@@ -210,35 +211,42 @@ def _broker_issues(broker: Broker) -> List[Issue]:
 
 
 def _directory_issues(info: DataDirInfo) -> List[Issue]:
-    """Children LogManager.loadLogs trips over (parseTopicPartitionName) or treats specially."""
-    issues = []
-    for name in sorted(os.listdir(info.path)):
-        child = os.path.join(info.path, name)
-        if child not in info.partition_paths:  # a partition the survey found is a dir without data-dir files
-            if not os.path.isdir(child) or name == REMOTE_INDEX_CACHE:
-                continue
-            if holds_data_dir_files(child):
-                issues.append(_stray_dir(info, child, "a data directory of its own (meta.properties, checkpoints "
-                                                      "or .lock) inside this data dir"))
-                continue
-        reason = unparseable_reason(name)
-        if reason is not None:
-            issues.append(_stray_dir(info, child, reason))
-        elif name.endswith("-delete"):
-            issues.append(Issue(NOTE, "replica-delete", "a replica marked for deletion", data_dir=info.path,
-                                partition=child, kafka="delete: loaded, then removed after file.delete.delay.ms",
-                                repair="none needed"))
-        elif name.endswith("-future"):
-            issues.append(Issue(NOTE, "replica-future", "a replica being moved into this dir (alter log dirs)",
-                                data_dir=info.path, partition=child,
-                                kafka="ignore: loaded as the future replica; the move resumes",
-                                repair="none needed"))
-        elif name.endswith("-stray"):
-            issues.append(Issue(NOTE, "replica-stray", "a replica the broker marked stray (not in the metadata, "
-                                "or without a topic ID)", data_dir=info.path, partition=child,
-                                kafka="ignore: loaded as a stray log, never served",
-                                repair="none needed; remove it once you are sure its data is not needed"))
-    return issues
+    """Children LogManager.loadLogs trips over (parseTopicPartitionName) or treats specially, in name order."""
+    found = []
+    with os.scandir(info.path) as children:  # one name at a time (10,000 partitions), the few found sorted
+        for entry in children:
+            issue = _child_issue(info, entry.name)
+            if issue is not None:
+                found.append((entry.name, issue))
+    return [issue for _name, issue in sorted(found, key=lambda f: f[0])]
+
+
+def _child_issue(info: DataDirInfo, name: str) -> Optional[Issue]:
+    """What a broker makes of the data dir's child `name` that needs saying, if anything."""
+    child = os.path.join(info.path, name)
+    if not info.holds(child):  # a partition the survey found is a dir without data-dir files
+        if not os.path.isdir(child) or name == REMOTE_INDEX_CACHE:
+            return None
+        if holds_data_dir_files(child):
+            return _stray_dir(info, child, "a data directory of its own (meta.properties, checkpoints "
+                                           "or .lock) inside this data dir")
+    reason = unparseable_reason(name)
+    if reason is not None:
+        return _stray_dir(info, child, reason)
+    if name.endswith("-delete"):
+        return Issue(NOTE, "replica-delete", "a replica marked for deletion", data_dir=info.path,
+                     partition=child, kafka="delete: loaded, then removed after file.delete.delay.ms",
+                     repair="none needed")
+    if name.endswith("-future"):
+        return Issue(NOTE, "replica-future", "a replica being moved into this dir (alter log dirs)",
+                     data_dir=info.path, partition=child, kafka="ignore: loaded as the future replica; the move resumes",
+                     repair="none needed")
+    if name.endswith("-stray"):
+        return Issue(NOTE, "replica-stray", "a replica the broker marked stray (not in the metadata, "
+                     "or without a topic ID)", data_dir=info.path, partition=child,
+                     kafka="ignore: loaded as a stray log, never served",
+                     repair="none needed; remove it once you are sure its data is not needed")
+    return None
 
 
 def _stray_dir(info: DataDirInfo, child: str, reason: str) -> Issue:
@@ -255,14 +263,12 @@ def _topic_id_issues(found: Survey) -> List[Issue]:
     """The same topic with different topic IDs among the copies checked (one cluster id at a time), and
     copies whose topic ID the cluster's metadata log (when one is among them) does not have for the topic;
     partitions the metadata assigns to a node whose data dirs do not hold them."""
-    copies: Dict[Tuple[Optional[str], str], Dict[str, List[str]]] = {}
+    copies: Dict[Tuple[Optional[str], str], Dict[str, List[Sequence[str]]]] = {}
     images: Dict[Optional[str], Tuple[str, "MetadataImage"]] = {}
     incomplete: List[str] = []
     newer_issues: List[Issue] = []
     for info in found.data_dirs.values():
-        for partition in info.partition_dirs:
-            if partition.name != names.METADATA_PARTITION_DIR:
-                continue
+        for partition in filter(None, [info.holding(names.METADATA_PARTITION_DIR)]):
             image, newer = metadata_image_and_newer(partition, found)
             newer_issues.extend(newer)
             if image is None:
@@ -272,13 +278,14 @@ def _topic_id_issues(found: Survey) -> List[Issue]:
                 images[info.cluster_id] = (partition.path, image)
         for topic, by_id in info.topic_ids.items():  # read by the survey's scan; unreadable ones reported per partition
             for topic_id, paths in by_id.items():
-                copies.setdefault((info.cluster_id, topic), {}).setdefault(topic_id, []).extend(paths)
+                copies.setdefault((info.cluster_id, topic), {}).setdefault(topic_id, []).append(paths)
     issues = [Issue(NOTE, "metadata-log-incomplete", "its records before the first segment are in no snapshot "
                     "(or it could not be read whole): topic IDs are compared between the copies checked instead, "
                     "and partitions assigned to this node are not checked",
                     data_dir=os.path.dirname(path), partition=path, kafka="ignore", repair="none needed")
               for path in incomplete] + newer_issues
-    for (cluster, topic), by_id in sorted(copies.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+    for (cluster, topic), pieces in sorted(copies.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        by_id = {tid: Chain(paths) for tid, paths in pieces.items()}  # each data dir's, not one list of them all
         if cluster in images:
             issues.extend(_stray_issues(topic, by_id, *images[cluster]))
         elif len(by_id) >= 2:
@@ -352,10 +359,11 @@ def _assigned_without_dir(found: Survey, cluster: Optional[str], source: str, im
         given = {i.directory_id for i in infos if i.directory_id}
         registered = set(image.cluster.brokers.get(node, {}).get("log_dirs") or [])
         all_dirs = bool(registered) and registered <= given or (not registered and len(infos) == 1)
-        present = {(p.topic, p.partition) for i in infos for p in i.partition_dirs}
+        moving = {(p.topic, p.partition) for i in infos for p in i.partition_dirs if p.name.endswith("-future")}
         for tid, topic in sorted(image.topics.by_id.items(), key=lambda kv: kv[1]["name"]):
             for pid, reg in sorted(topic["partitions"].items()):
-                if node not in reg["replicas"] or (topic["name"], pid) in present:
+                if node not in reg["replicas"] or (topic["name"], pid) in moving or any(
+                        i.holding(f"{topic['name']}-{pid}") is not None for i in infos):
                     continue
                 directory = reg["directories"][reg["replicas"].index(node)] if reg["directories"] else MIGRATING_DIR
                 if not all_dirs and directory not in given:

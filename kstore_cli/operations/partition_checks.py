@@ -7,13 +7,13 @@ Kafka's loader checks after a clean shutdown). Nothing here writes.
 from __future__ import annotations
 
 from itertools import islice
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from kstore_cli.errors import KstoreError
 from kstore_cli.log import names
 from kstore_cli.log.index import TransactionIndex
 from kstore_cli.log.log_segment import read_next_offset
-from kstore_cli.log.logdir import Partition
+from kstore_cli.log.logdir import Chain, Partition
 from kstore_cli.operations.partition_findings import partition_issues
 from kstore_cli.operations.runner import stream
 from kstore_cli.operations.segment_findings import segment_issue
@@ -123,10 +123,10 @@ def check_partitions(found: Survey, *, jobs: int = 1, quick: bool = False,
     checks run in `jobs` forked processes, started now (the caller may work out the data dirs' own findings
     meanwhile), and stream back in that order (each iterator must be consumed before the next data dir is
     asked for). `progress` is told the .log bytes covered."""
-    by_dir: Dict[str, List[Target]] = {path: [] for path in found.data_dirs}
-    for target in found.targets:  # the survey's own (partition, only) pairs: none made again
-        by_dir[found.data_dir_of(target[0]).path].append(target)
-    ordered = [t for ts in by_dir.values() for t in ts]
+    by_dir: Dict[str, List[Sequence[Target]]] = {path: [] for path in found.data_dirs}
+    for info, pairs in found.target_pieces:  # the survey's own (partition, only) pairs: none made again
+        by_dir[info.path].append(pairs)
+    ordered = Chain(pairs for pieces in by_dir.values() for pairs in pieces)
     for info in found.data_dirs.values():
         found.judge(info)  # judged once here, before the workers fork, not once in each
     inline = jobs <= 1 or len(ordered) <= 1
@@ -142,4 +142,4 @@ def check_partitions(found: Survey, *, jobs: int = 1, quick: bool = False,
                 progress(size)
             yield PartitionCheck(partition, only, segments, issues, size)
 
-    return ((info, checks(len(by_dir[info.path]))) for info in found.data_dirs.values())
+    return ((info, checks(sum(map(len, by_dir[info.path])))) for info in found.data_dirs.values())

@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from bisect import bisect_right
+from array import array
 from itertools import accumulate
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from kstore_cli.errors import FileUnreadableError, KstoreError, UsageError
 from kstore_cli.log import names
@@ -51,8 +53,10 @@ from kstore_cli.log.checkpoint import (
 )
 from kstore_cli.log.kafka_version import KafkaVersion
 from kstore_cli.log.logdir import (
+    Chain,
     Partition,
     PartitionDir,
+    PartitionDirs,
     find_data_dirs,
     is_partition_dir,
     loaded,
@@ -199,14 +203,18 @@ class DataDirInfo:
         self.whole = whole
         self.meta: Optional[Dict[str, str]] = None
         self.meta_error: Optional[KstoreError] = None
-        #: Its partitions in name order: listed (Partition) after an eager survey, by name only (PartitionDir)
-        #: after a lazy one, where the workers list them.
-        self.partition_dirs: List["Partition | PartitionDir"] = []
-        self.partition_paths: set = set()  # theirs, to tell a partition at once
+        #: Its walk's partition dirs, by name (in name order), and those PATHs named that its walk does not hold.
+        self.walked: Sequence["Partition | PartitionDir"] = ()
+        self.named: List["Partition | PartitionDir"] = []
+        self._named_paths: set = set()
+        self._named_by_name: Optional[Dict[str, "Partition | PartitionDir"]] = None
+        #: Its partitions: the walk's, then those named (listed, Partition, after an eager survey or on first use
+        #: of :attr:`partitions`; by name, PartitionDir, after a lazy one, where the workers list them).
+        self.partition_dirs: Sequence["Partition | PartitionDir"] = ()
         #: What its partitions' files say of the broker that wrote them (filled by the survey's scan).
         self.files = FileEvidence()
-        #: topic -> {topic ID: [partition dirs]}: partition.metadata's topic IDs (the scan's), in dir order.
-        self.topic_ids: Dict[str, Dict[str, List[str]]] = {}
+        #: topic -> {topic ID: its partition dirs' paths}: partition.metadata's topic IDs (the scan's), in dir order.
+        self.topic_ids: Dict[str, Dict[str, Sequence[str]]] = {}
         #: Checkpoint file name -> {(topic, partition): offset}; None when missing or malformed.
         self.checkpoints: Dict[str, Optional[Mapping[Tuple[str, int], int]]] = {}
         self.issues: List[Issue] = []
@@ -221,6 +229,44 @@ class DataDirInfo:
             self.partition_dirs = [loaded(p) for p in self.partition_dirs]
             self._listed = True
         return self.partition_dirs  # type: ignore[return-value] - every one listed now
+
+    def name(self, partition: "Partition | PartitionDir") -> None:
+        """`partition`, named by a PATH, is one of its partitions."""
+        if partition.path not in self._named_paths:
+            self._named_paths.add(partition.path)
+            self.named.append(partition)
+
+    def holds(self, path: str) -> bool:
+        """Whether the partition dir at `path` is one of its partitions (a lookup: no set of 10,000 paths)."""
+        return path in self._named_paths or path in self.walked
+
+    def holding(self, name: str) -> Optional["Partition | PartitionDir"]:
+        """Its partition dir of that name, if it has one."""
+        if isinstance(self.walked, PartitionDirs):
+            at = self.walked.position(os.path.join(self.walked.path, name))
+            if at is not None:
+                return self.partition_dirs[at]  # the walk's come first (listed, after an eager survey)
+        if self._named_by_name is None:
+            self._named_by_name = {p.name: p for p in reversed(self.named)}  # the first named of a name
+        return self._named_by_name.get(name)
+
+    def found_topic_id(self, topic: str, topic_id: str, position: int) -> None:
+        """The scan found `topic_id` in the partition.metadata of its partition dir at `position`."""
+        by_id = self.topic_ids.setdefault(sys.intern(topic), {})
+        paths = by_id.get(topic_id)
+        if paths is None:
+            paths = by_id[topic_id] = _PathsAt(self.partition_dirs)
+        paths.at.append(position)  # type: ignore[attr-defined]
+
+    def keep(self, dropped: Iterable[str] = ()) -> None:
+        """Its partitions made final: those the scan `dropped` left out, those named that its walk holds too."""
+        gone = set(dropped)
+        if gone and isinstance(self.walked, PartitionDirs):
+            self.walked = self.walked.without(gone)
+        self.named = [p for p in self.named if p.path not in gone and p.path not in self.walked]
+        self._named_paths = {p.path for p in self.named}
+        self._named_by_name = None
+        self.partition_dirs = Chain([self.walked, self.named])
 
     @property
     def node_id(self) -> Optional[int]:
@@ -263,16 +309,18 @@ class Survey:
     def __init__(self) -> None:
         self.data_dirs: Dict[str, DataDirInfo] = {}
         self.brokers: List[Broker] = []
-        #: (partition, only): ``only`` is the base offset of a single named segment.
-        self.targets: List[Tuple["Partition | PartitionDir", Optional[int]]] = []
+        #: (partition, only): ``only`` is the base offset of a single named segment. A data dir's walk is one
+        #: piece of them (by name: :class:`PartitionDirs`), in the order PATHs named them.
+        self.targets: Sequence[Tuple["Partition | PartitionDir", Optional[int]]] = ()
+        #: The targets by the data dir holding them: (data dir, its pairs), in the order named.
+        self.target_pieces: List[Tuple[DataDirInfo, Sequence[Tuple["Partition | PartitionDir", Optional[int]]]]] = []
         #: --topics: which topics' partitions are checked (data-dir checks still read the whole dir).
         self.wanted: Callable[[str], bool] = topic_matcher(None)
         #: --kafka-version: judge every data dir by this release's rules instead of its writer's.
         self.asked: Optional[KafkaVersion] = None
         self._metadata: Dict[str, Optional["LoadResult"]] = {}
-        #: With `sizes`: the targets' .log bytes (the progress bar's total), and each partition's on the way.
+        #: With `sizes`: the targets' .log bytes (the progress bar's total).
         self.log_bytes = 0
-        self.log_bytes_of: Dict[str, int] = {}
 
     def in_scope(self, issue: "Issue") -> bool:
         """Whether a finding concerns a selected topic, or no one topic (a broker, a data dir, a dir no broker
@@ -365,19 +413,22 @@ def survey(paths: Iterable[str], *, replicas: bool = False, topics: Optional[str
                 finder.walk(os.path.realpath(found))
         else:
             raise FileUnreadableError("no such file or directory", path=raw)
-    _list_found(out, lazy, jobs, sizes)
+    _list_found(out, finder, lazy, jobs, sizes)
     return out
 
 
 class _Finder:
     """The survey's data dirs and targets as the PATHs name them, each target once: what PATHs name themselves
-    is remembered (`seen`), a data dir's walk adds its partitions without (10,000 of them), once (`walked`)."""
+    is remembered (`seen`), a data dir's walk is kept by name (:class:`PartitionDirs`), once (`walked`). The
+    targets are kept as pieces in the order named: a list of (partition, only) pairs, or a data dir's walk."""
 
     def __init__(self, out: Survey, replicas: bool) -> None:
         self.out = out
         self.replicas = replicas
         self.seen: set = set()
         self.walked: set = set()
+        #: (data dir, the pairs named) or (data dir, the paths its walk leaves to those named before it).
+        self.pieces: List[Tuple[DataDirInfo, "List[Tuple[Partition | PartitionDir, Optional[int]]] | _Walk"]] = []
 
     def data_dir(self, path: str, whole: bool) -> DataDirInfo:
         info = self.out.data_dirs.get(path)
@@ -391,48 +442,83 @@ class _Finder:
         info = self.data_dir(path, True)
         if path not in self.walked:
             self.walked.add(path)
-            for partition in _partitions_of(info, self.replicas):
-                self.add(partition, None, walk=True)
+            info.walked = _partitions_of(info, self.replicas)
+            # those named whole before their data dir stay where they were named
+            self.pieces.append((info, _Walk([p for p in self.seen if isinstance(p, str) and p in info.walked])))
 
-    def add(self, partition: "Partition | PartitionDir", only: Optional[int], walk: bool = False) -> None:
+    def add(self, partition: "Partition | PartitionDir", only: Optional[int]) -> None:
         info = self.data_dir(data_dir_key(partition), False)
-        if walk:
-            if partition.path in self.seen:  # named whole before its data dir
-                return
+        key = partition.path if only is None else (partition.path, only)
+        if key in self.seen or (only is None and partition.path in info.walked):
+            return  # its data dir's walk took it
+        self.seen.add(key)
+        if self.pieces and self.pieces[-1][0] is info and isinstance(self.pieces[-1][1], list):
+            self.pieces[-1][1].append((partition, only))
         else:
-            key = partition.path if only is None else (partition.path, only)
-            if key in self.seen or (only is None and info.path in self.walked and partition.path in
-                                    info.partition_paths and _loadable_name(partition.name, self.replicas)):
-                return  # its data dir's walk took it
-            self.seen.add(key)
-        self.out.targets.append((partition, only))
-        if partition.path not in info.partition_paths:
-            info.partition_paths.add(partition.path)
-            info.partition_dirs.append(partition)
+            self.pieces.append((info, [(partition, only)]))
+        info.name(partition)
 
 
-def _list_found(out: Survey, lazy: bool, jobs: int, sizes: bool) -> None:
+class _Walk(NamedTuple):
+    """A data dir's walk among the targets, but for the partitions named before it."""
+
+    before: List[str]
+
+
+class _WholePartitions(Sequence):
+    """(partition dir, None) for each of a data dir's partition dirs: each partition whole, as a target."""
+
+    __slots__ = ("dirs",)
+
+    def __init__(self, dirs: Sequence["Partition | PartitionDir"]) -> None:
+        self.dirs = dirs
+
+    def __len__(self) -> int:
+        return len(self.dirs)
+
+    def __getitem__(self, i):  # type: ignore[override] - positions only, as runner.stream asks
+        return self.dirs[i], None
+
+
+def _list_found(out: Survey, finder: _Finder, lazy: bool, jobs: int, sizes: bool) -> None:
     """The found data dirs' own files read, their brokers grouped, every partition dir listed (:func:`_scan`),
     the targets kept to those the walk took as partitions and --topics wants."""
     for info in out.data_dirs.values():
         _read_data_dir_files(info)
+        info.keep()
     out.brokers = _group_brokers(list(out.data_dirs.values()))
-    listed = _scan(out, jobs=jobs if lazy else 1, keep=not lazy, sizes=sizes)
-    # the same pairs when nothing was kept listed (lazy): no 10,000 new ones beside the old
-    out.targets = [(listed[t[0].path], t[1]) if t[0].path in listed else t for t in out.targets
-                   if t[0].path in out.data_dir_of(t[0]).partition_paths and out.wanted(t[0].topic)]
-    if sizes:
-        out.log_bytes = sum(out.log_bytes_of.pop(p.path, 0) if only is None else
-                            os.path.getsize(p.segment(only).log) for p, only in out.targets)  # type: ignore[union-attr]
+    listed = _scan(out, jobs=jobs if lazy else 1, keep=not lazy, sizes=sizes,
+                   named_whole={p for p in finder.seen if isinstance(p, str)})
+    wanted = out.wanted
+    for info, piece in finder.pieces:
+        if isinstance(piece, _Walk):
+            dirs = info.walked.without(piece.before).where(  # type: ignore[union-attr] - walked: PartitionDirs
+                lambda name: wanted(names.parse_partition_dir(name)[0]))  # type: ignore[index] - loadable names
+            pairs: Sequence[Tuple["Partition | PartitionDir", Optional[int]]] = _WholePartitions(dirs)
+        else:
+            pairs = [t for t in piece if info.holds(t[0].path) and wanted(t[0].topic)]
+        if not lazy:
+            pairs = [(listed.get(p.path, p), only) for p, only in pairs]
+        out.target_pieces.append((info, pairs))
+    out.targets = Chain(pairs for _info, pairs in out.target_pieces)
+    if sizes:  # the whole partitions' were added up by the scan
+        out.log_bytes += sum(os.path.getsize(loaded(p).segment(only).log) for _info, piece in out.target_pieces
+                             if isinstance(piece, list) for p, only in piece if only is not None)
 
 
-def _partitions_of(info: DataDirInfo, replicas: bool) -> List[PartitionDir]:
+def _partitions_of(info: DataDirInfo, replicas: bool) -> PartitionDirs:
     """The dirs a broker loads as partitions from the data dir, by their names (the scan lists them)."""
-    with os.scandir(info.path) as children:  # one entry at a time, not a list of 10,000 first
-        found = [PartitionDir(os.path.join(info.path, e.name), None if e.is_symlink() else info.path)  # a real path
-                 for e in children if e.is_dir() and _loadable_name(e.name, replicas)]
-    found.sort(key=lambda p: p.path)  # name order: the paths share the data dir's
-    return found
+    links: List[str] = []
+
+    def loadable() -> Iterator[str]:
+        with os.scandir(info.path) as children:  # one entry at a time, not a list of 10,000 first
+            for entry in children:
+                if entry.is_dir() and _loadable_name(entry.name, replicas):
+                    if entry.is_symlink():  # its data dir is where it points
+                        links.append(entry.name)
+                    yield entry.name
+
+    return PartitionDirs(info.path, info.path, loadable(), links)  # the data dir's path is a real path
 
 
 class _Listed(NamedTuple):
@@ -443,6 +529,7 @@ class _Listed(NamedTuple):
     data_dir_files: bool = False
     files: Optional[FileEvidence] = None
     topic_id: Optional[str] = None
+    topic: str = ""  # with a topic ID: its topic
     log_bytes: int = 0
     partition: Optional[Partition] = None
 
@@ -458,20 +545,42 @@ class _Pairs(Sequence):
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
 
-    def __getitem__(self, i):  # type: ignore[override] - positions only, as runner.stream asks
+    def locate(self, i: int) -> Tuple[DataDirInfo, int]:
+        """The data dir of the `i`th partition dir, and its position there."""
         at = bisect_right(self._ends, i)
-        info = self._infos[at]
-        return info, info.partition_dirs[i - (self._ends[at - 1] if at else 0)]
+        return self._infos[at], i - (self._ends[at - 1] if at else 0)
+
+    def __getitem__(self, i):  # type: ignore[override] - positions only, as runner.stream asks
+        info, position = self.locate(i)
+        return info, info.partition_dirs[position]
 
 
-def _scan(out: Survey, *, jobs: int, keep: bool, sizes: bool) -> Dict[str, Partition]:
+class _PathsAt(Sequence):
+    """The paths of some of a data dir's partition dirs, by their positions: one topic ID's copies."""
+
+    __slots__ = ("dirs", "at")
+
+    def __init__(self, dirs: Sequence["Partition | PartitionDir"]) -> None:
+        self.dirs = dirs
+        self.at = array("I")
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self.dirs[self.at[i]].path
+
+
+def _scan(out: Survey, *, jobs: int, keep: bool, sizes: bool, named_whole: set) -> Dict[str, Partition]:
     """Every partition dir of the survey listed (in `jobs` forked processes, streamed back in order): the data
     dirs' evidence and topic IDs gathered, the dirs that are no partitions dropped (one a broker cannot list is
     an issue of its data dir: LogLoader lists the dir first, an IOException takes the data dir offline).
-    Returns the partitions listed, by path, with `keep`."""
+    With `sizes`, the .log bytes of those that are whole targets (walked, or in `named_whole`) and of a topic
+    --topics wants are added up. Returns the partitions listed, by path, with `keep`."""
     from kstore_cli.operations.runner import stream
 
-    items = _Pairs(list(out.data_dirs.values()))
+    infos = list(out.data_dirs.values())
+    items = _Pairs(infos)
     v2_found: set = set()  # the data dirs where this process found a v2 batch: no segment opened more
 
     def listed(item: Tuple[DataDirInfo, "Partition | PartitionDir"]) -> _Listed:
@@ -486,29 +595,37 @@ def _scan(out: Survey, *, jobs: int, keep: bool, sizes: bool) -> Dict[str, Parti
         files.add(partition, look_for_v2=info.path not in v2_found)
         if files.v2:
             v2_found.add(info.path)
-        return _Listed(None, False, files, _topic_id(partition),
+        topic_id = _topic_id(partition)
+        return _Listed(None, False, files, topic_id, partition.topic if topic_id is not None else "",
                        sum(os.path.getsize(s.log) for s in partition.segments) if sizes else 0,
                        partition if keep else None)
 
     kept: Dict[str, Partition] = {}
+    dropped: Dict[str, List[str]] = {}
     unlistable: Dict[str, int] = {}
-    for (info, ref), found in zip(items, stream(listed, items, jobs=jobs)):
+    for i, found in enumerate(stream(listed, items, jobs=jobs)):
+        info, position = items.locate(i)
         if found.files is None:
-            info.partition_paths.discard(ref.path)
+            ref = info.partition_dirs[position]
+            dropped.setdefault(info.path, []).append(ref.path)
             if found.error is not None:
                 # before the data dir's own findings (its checkpoints'), as the dir is walked first
-                at = unlistable[info.path] = unlistable.get(info.path, 0) + 1
-                info.issues.insert(at - 1, _unlistable(info, ref.path, found.error))
+                n = unlistable[info.path] = unlistable.get(info.path, 0) + 1
+                info.issues.insert(n - 1, _unlistable(info, ref.path, found.error))
             continue
         info.files.merge(found.files)
         if found.topic_id is not None:
-            info.topic_ids.setdefault(ref.topic, {}).setdefault(found.topic_id, []).append(ref.path)
-        if sizes:
-            out.log_bytes_of[ref.path] = found.log_bytes
-        if found.partition is not None:
-            kept[ref.path] = found.partition
-    for info in out.data_dirs.values():
-        info.partition_dirs = [kept.get(p.path, p) for p in info.partition_dirs if p.path in info.partition_paths]
+            info.found_topic_id(found.topic, found.topic_id, position)
+        if sizes or found.partition is not None:
+            ref = info.partition_dirs[position]
+            if sizes and (position < len(info.walked) or ref.path in named_whole) and out.wanted(ref.topic):
+                out.log_bytes += found.log_bytes
+            if found.partition is not None:
+                kept[ref.path] = found.partition
+    for info in infos:
+        info.keep(dropped.get(info.path, ()))
+        if keep:
+            info.partition_dirs = [kept.get(p.path, p) for p in info.partition_dirs]
         info._listed = keep
     return kept
 

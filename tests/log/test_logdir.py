@@ -34,6 +34,20 @@ def test_partition_dirs_are_the_sorted_names_as_partition_dirs(found, data):
     assert dirs.without([]) is dirs and dirs.where(lambda n: True) is dirs
 
 
+@settings(max_examples=60, deadline=None)
+@given(_names, st.integers(1, 5))
+def test_names_are_sorted_in_runs_and_merged(found, run):
+    """Sorted a few at a time (no list of every name is made), then merged: the same as sorting them all."""
+    from kstore_cli.log import logdir
+
+    saved, logdir._RUN = logdir._RUN, run
+    try:
+        dirs = PartitionDirs("/d", "/d", iter(found))
+    finally:
+        logdir._RUN = saved
+    assert list(dirs.names()) == sorted(found)
+
+
 @given(st.lists(st.lists(st.integers(), max_size=5), max_size=6))
 def test_a_chain_is_its_pieces_one_after_another(pieces):
     chain = Chain(pieces)

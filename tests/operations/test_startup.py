@@ -165,3 +165,23 @@ def test_each_target_once_however_often_the_paths_name_it(tmp_path: Path, lazy: 
     assert keys[0] == (str(first), None)
     assert sorted(k for k in keys if k[1] is None) == sorted((str(p), None) for p in parts)
     assert [k for k in keys if k[1] is not None] == [(str(first), int(log.name.split(".")[0]))]
+
+
+def test_the_survey_adds_up_its_targets_log_bytes(tmp_path):
+    """doctor's bar on a terminal counts the targets' .log bytes: each whole partition's, a named segment's, a
+    partition named twice once, none of a topic --topics leaves out."""
+    import shutil
+
+    data = tmp_path / "data"
+    for name in ("a-0", "a-1", "b-0"):
+        shutil.copytree(CORPUS / "logs" / "v2-lz4-0", data / name)
+    (data / "meta.properties").write_text("version=1\nnode.id=1\ncluster.id=c\n")
+    logs = {d.name: sorted(d.glob("*.log")) for d in data.iterdir() if d.is_dir()}
+    size = {name: sum(f.stat().st_size for f in files) for name, files in logs.items()}
+    segment = logs["b-0"][-1]
+    found = survey([str(data / "a-1"), str(data), str(segment)], lazy=True, sizes=True)
+    assert found.log_bytes == sum(size.values()) + segment.stat().st_size
+    found = survey([str(data), str(data / "a-1")], topics="a", lazy=True, jobs=2, sizes=True)
+    assert found.log_bytes == size["a-0"] + size["a-1"] and len(found.targets) == 2
+    found = survey([str(segment)], lazy=True, sizes=True)
+    assert found.log_bytes == segment.stat().st_size

@@ -909,7 +909,7 @@ def test_harness_catches_a_command_that_leaks_or_misreports(tmp_path: Path, monk
     def unreadable(*args, **kwargs):
         raise FileUnreadableError("cannot be read")
 
-    monkeypatch.setattr(inspect_mod, "resolve", unreadable)
+    monkeypatch.setattr(inspect_mod, "resolve_partitions", unreadable)
     report = fuzz("snapshot", rng_seed=5, n=CLI_EVERY + 1, workdir=tmp_path, check_memory=False)
     assert any("inspect" in f.problem and "exit 3" in f.problem for f in report.failures), report.failures
 
