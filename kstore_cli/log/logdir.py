@@ -294,6 +294,11 @@ class PartitionDirs(Sequence[PartitionDir]):
     def names(self) -> Iterator[str]:
         return (self.name_at(i) for i in range(len(self)))
 
+    @property
+    def links(self) -> frozenset:
+        """The names of those that are symlinks."""
+        return self._links
+
     def where(self, keep: Callable[[str], bool]) -> "PartitionDirs":
         """Those whose name `keep` keeps (itself when it keeps every one)."""
         kept = [n for n in self.names() if keep(n)]

@@ -442,16 +442,22 @@ class _Finder:
         info = self.data_dir(path, True)
         if path not in self.walked:
             self.walked.add(path)
-            info.walked = _partitions_of(info, self.replicas)
+            walked = _partitions_of(info, self.replicas)
+            links = sorted(os.path.join(path, name) for name in walked.links)
+            info.walked = walked.without(links)
             # those named whole before their data dir stay where they were named
             self.pieces.append((info, _Walk([p for p in self.seen if isinstance(p, str) and p in info.walked])))
+            for link in links:  # a symlink's partition is of the data dir it points into (Partition.data_dir)
+                self.add(PartitionDir(link, None), None, named=False)
 
-    def add(self, partition: "Partition | PartitionDir", only: Optional[int]) -> None:
+    def add(self, partition: "Partition | PartitionDir", only: Optional[int], named: bool = True) -> None:
+        """A target a PATH named (`named`), or that a data dir's walk found elsewhere (a symlink's)."""
         info = self.data_dir(data_dir_key(partition), False)
         key = partition.path if only is None else (partition.path, only)
         if key in self.seen or (only is None and partition.path in info.walked):
-            return  # its data dir's walk took it
-        self.seen.add(key)
+            return  # its data dir's walk took it, or a PATH named it
+        if named:
+            self.seen.add(key)
         if self.pieces and self.pieces[-1][0] is info and isinstance(self.pieces[-1][1], list):
             self.pieces[-1][1].append((partition, only))
         else:

@@ -476,6 +476,26 @@ def test_a_data_dir_reached_through_a_symlink(tmp_path):
     assert part["data_dir"] == str(data) and part["segments"] == 4
 
 
+def test_a_partition_dir_that_is_a_symlink_is_checked_with_the_data_dir_it_points_into(tmp_path):
+    """A data dir's child that is a symlink to a partition elsewhere is checked, once, as a partition of the dir
+    it points into (as Partition.data_dir names it), whatever --jobs; the walk holds its partitions by name."""
+    data = make_data_dir(tmp_path, partitions=("v2-none-0", "transactional-0"))
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(LOGS / "v2-lz4-0", elsewhere / "linked-0")
+    (data / "linked-0").symlink_to(elsewhere / "linked-0")
+    outputs = []
+    for jobs in ("1", "2"):
+        result = CliRunner().invoke(cli, ["doctor", "--json", "--jobs", jobs, str(data)], catch_exceptions=False)
+        assert "internal error" not in result.output and result.exit_code in (0, 1), result.output
+        records = [json.loads(line) for line in result.output.splitlines()]
+        parts = {os.path.basename(r["partition"]): r["data_dir"] for r in records if r["type"] == "partition"}
+        assert parts == {"transactional-0": str(data), "v2-none-0": str(data), "linked-0": str(elsewhere)}
+        outputs.append(result.output)
+    assert outputs[0] == outputs[1]
+    code, records = verify(data)
+    assert code == 0 and sum(r["type"] == "partition" for r in records) == 3, records
+
+
 def _cluster_log(data: Path, brokers, partitions, topics=(("orders", "T1"),)) -> None:
     """A __cluster_metadata-0 in `data`: broker registrations (id, [dir ids]), topics (name, uid n) and their
     partitions (topic name, partition, replicas, isr, [dir ids])."""
