@@ -25,8 +25,10 @@ from kstore_cli.commands._render import echo_skipped
 from kstore_cli.commands._render import human_bytes
 from kstore_cli.commands._render import new_table, print_rich, size
 from kstore_cli.commands._render import is_tty as _is_tty
-from kstore_cli.commands._emit import with_progress
+from kstore_cli.commands._emit import exit_with, with_progress
 from kstore_cli.codecs import CODEC_IDS
+from kstore_cli.errors import ExitStatus
+from kstore_cli.log import scope
 from kstore_cli.operations.convert import (
     LOSS_DESCRIPTIONS,
     ConvertOptions,
@@ -109,7 +111,7 @@ def command(ctx: click.Context, paths, topics: Optional[str], to_magic: str, com
         batch_bytes=batch_bytes, strict=strict, segment_bytes=segment_bytes,
         index_interval_bytes=index_interval_bytes, jobs=jobs,
     )
-    selection = select(paths, topics, "convert-format")
+    selection = select(paths, topics, "convert-format", in_place=in_place)
     targets = selection.targets
     guard = contextlib.nullcontext()
     if output_dir:
@@ -127,6 +129,8 @@ def command(ctx: click.Context, paths, topics: Optional[str], to_magic: str, com
         click.echo(json.dumps(run.to_dict(), sort_keys=True))
     else:
         _report(run, tty)
+    if scope.unhandled(selection.skipped):
+        exit_with(ExitStatus.PROBLEMS)
 
 
 def _report(run: ConvertRun, tty: bool) -> None:

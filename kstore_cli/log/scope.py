@@ -10,6 +10,11 @@ a PATH, the command refuses (exit 2). ``__consumer_offsets`` and ``__transaction
 logs of the log layer (Kafka's cleaner compacts them, its loader recovers them): they stay allowed.
 ``kstore restore`` is the one exception: it only puts back bytes kstore itself cut.
 
+A data dir's child that is a symlink to a partition dir is a log of that data dir to a broker (its lock, its
+checkpoints) but not to kstore (a partition's data dir is where its files are): changed in place through the
+link, it would bypass a running broker's lock and read another dir's high watermark. Every mutating command
+leaves it unchanged (exit 1) and refuses it named; one that only reads it (output elsewhere) takes it.
+
 Output dirs: an output dir (``--output-dir`` and the like) must not lie inside a Kafka data dir (a
 directory holding meta.properties or a data dir's checkpoint files, at or above the output's
 real path): a broker refuses to start with a directory it does not know there, and a live broker would
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from kstore_cli.errors import UsageError
 from kstore_cli.log import fileops, locks, names
@@ -48,6 +53,34 @@ def left_alone_reason(partition: Partition) -> Optional[str]:
     return None
 
 
+def symlinked_reason(partition: Partition) -> Optional[str]:
+    """Why a data dir's child that is a symlink to a partition dir is not changed in place, or None when
+    `partition` is none. A broker loads it as a log of the data dir holding the link (LogManager lists the dir,
+    ``isDirectory`` follows the link): under that dir's ``.lock``, with its checkpoints (high watermark, log
+    start offset); kstore takes a partition's data dir to be where its files are, so it would take another
+    dir's lock and checkpoints. An alias outside every data dir (``/srv/shortcuts/orders-0``) is no child of
+    one: its real path is the partition, in its real data dir."""
+    path = os.path.abspath(partition.path)
+    if not os.path.islink(path) or not any(
+            os.path.exists(os.path.join(os.path.dirname(path), m)) for m in _DATA_DIR_MARKERS):
+        return None
+    return (f"its directory is a symlink (to {os.readlink(path)}): a broker loads it under the .lock and with the "
+            "checkpoints of the data dir holding the link, and kstore follows no symlink to write: move the "
+            "directory into the data dir, or give kstore the partition where the link points")
+
+
+def write_refusal(partition: Partition) -> Optional[str]:
+    """Why no mutating command may change `partition` in place (:func:`left_alone_reason`, or
+    :func:`symlinked_reason`), or None when it may."""
+    return left_alone_reason(partition) or symlinked_reason(partition)
+
+
+def unhandled(skipped: Iterable[Tuple[str, str]]) -> bool:
+    """Whether a partition in `skipped` was left for a reason the operator must act on (a symlinked dir: the
+    run's exit status says so), not by the rule that leaves the KRaft metadata log alone."""
+    return any(reason != RAFT_LOG_REASON for _path, reason in skipped)
+
+
 def _named(paths: Iterable[str]) -> set:
     """The real paths of the partition dirs `paths` name themselves (a dir, or a ``.log`` in it)."""
     out = set()
@@ -57,30 +90,36 @@ def _named(paths: Iterable[str]) -> set:
     return out
 
 
-def refuse_named(paths: Iterable[str], targets: Iterable[Target], command: str) -> None:
-    """A usage error (exit 2) when a PATH names a log no mutating command may change."""
+def refuse_named(paths: Iterable[str], targets: Iterable[Target], command: str,
+                 why: Callable[[Partition], Optional[str]] = write_refusal) -> None:
+    """A usage error (exit 2) when a PATH names a log no mutating command may change (`why` says why not)."""
     named = _named(paths)
     for target in targets:
-        reason = left_alone_reason(target.partition)
+        reason = why(target.partition)
         if reason is not None and os.path.realpath(target.partition.path) in named:
             raise UsageError(f"{command} does not change {target.partition.name}: {reason}",
                              path=target.partition.path)
 
 
-def mutable_targets(paths: Sequence[str], targets: Sequence[Target],
-                    command: str) -> Tuple[List[Target], List[Tuple[str, str]]]:
+def mutable_targets(paths: Sequence[str], targets: Sequence[Target], command: str, *,
+                    in_place: bool = True) -> Tuple[List[Target], List[Tuple[str, str]]]:
     """(the targets `command` may change, the (partition path, reason) of those a data-dir walk skips);
-    a PATH naming a log no command may change is refused (:func:`refuse_named`)."""
-    refuse_named(paths, targets, command)
-    return split_left_alone(targets)
+    a PATH naming a log no command may change is refused (:func:`refuse_named`). Not `in_place` (the command
+    writes elsewhere), only :func:`left_alone_reason` leaves a log out."""
+    why = write_refusal if in_place else left_alone_reason
+    refuse_named(paths, targets, command, why)
+    return split_left_alone(targets, why)
 
 
-def split_left_alone(targets: Sequence[Target]) -> Tuple[List[Target], List[Tuple[str, str]]]:
-    """(the targets whose log a command may change, the (partition path, reason) of each other one, once)."""
+def split_left_alone(targets: Sequence[Target], why: Callable[[Partition], Optional[str]] = left_alone_reason
+                     ) -> Tuple[List[Target], List[Tuple[str, str]]]:
+    """(the targets whose log a command may change, the (partition path, reason) of each other one, once);
+    `why` says why one is left out (by default :func:`left_alone_reason`, as a command that compares copies
+    leaves them out; a mutating one gives :func:`write_refusal`)."""
     kept: List[Target] = []
     skipped: List[Tuple[str, str]] = []
     for target in targets:
-        reason = left_alone_reason(target.partition)
+        reason = why(target.partition)
         if reason is None:
             kept.append(target)
         elif all(path != target.partition.path for path, _ in skipped):

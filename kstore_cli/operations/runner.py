@@ -145,17 +145,19 @@ class Selection:
 
 
 def select(paths: Iterable[str], topics: Optional[str], command: str, *, whole_partitions: bool = False,
-           skip_left_alone: bool = True, quarantine_dir: Optional[str] = None) -> Selection:
+           skip_left_alone: bool = True, quarantine_dir: Optional[str] = None, in_place: bool = True) -> Selection:
     """PATHS resolved (a usage error when nothing is found). `whole_partitions`: a ``.log`` given is a usage
     error. A PATH naming a log no command may change is refused; in a data dir's walk such a log is skipped
-    (`skip_left_alone`; else the command skips it itself). A --quarantine-dir given holds to the output-dir rule."""
+    (`skip_left_alone`; else the command skips it itself). Not `in_place` (the logs are only read: output
+    elsewhere), a partition dir that is a symlink is taken too. A --quarantine-dir given holds to the
+    output-dir rule."""
     paths = list(paths)
     targets = resolve_some(paths, topics)
     if whole_partitions and any(t.only is not None for t in targets):
         raise UsageError(f"{command} works on whole partitions: give a partition or data directory, not a .log file")
     skipped: List[Tuple[str, str]] = []
     if skip_left_alone:
-        targets, skipped = scope.mutable_targets(paths, targets, command)
+        targets, skipped = scope.mutable_targets(paths, targets, command, in_place=in_place)
     else:
         scope.refuse_named(paths, targets, command)
     scope.check_quarantine_dir(quarantine_dir, paths, targets)
@@ -176,8 +178,11 @@ class PartitionRunner:
     @classmethod
     def for_targets(cls, groups: Mapping[str, Iterable[Target]], *, force: bool = False,
                     lock: bool = True) -> "PartitionRunner":
-        """A runner over `groups` (data dir -> targets, as :attr:`Selection.groups`)."""
-        return cls({d: [t.partition.path for t in ts] for d, ts in groups.items()}, force=force, lock=lock)
+        """A runner over `groups` (data dir -> targets, as :attr:`Selection.groups`). A data dir's child that is
+        a symlink is left unchanged (scope.symlinked_reason): no lock is taken, nor a ``.lock`` made, for it."""
+        changed = {d: [t.partition.path for t in ts if scope.symlinked_reason(t.partition) is None]
+                   for d, ts in groups.items()}
+        return cls({d: paths for d, paths in changed.items() if paths}, force=force, lock=lock)
 
     def locked(self) -> ContextManager[None]:
         """Every data dir's ``.lock``, in path order, held until the block ends (:func:`locks.lock_data_dirs`)."""
@@ -242,5 +247,5 @@ class Outcome:
         """The worst of the errors' statuses, else :meth:`problems_status`."""
         if self.errors:
             return max(int(e.exit_status) for e in self.errors)
-        return self.problems_status()
+        return self.problems_status() or (int(ExitStatus.PROBLEMS) if scope.unhandled(self.skipped) else 0)
 

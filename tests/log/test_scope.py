@@ -234,3 +234,49 @@ def test_convert_format_may_add_a_new_partition_dir_to_a_data_dir_under_its_lock
     assert sorted(p.name for p in (live_data / "orders-0").glob("*.log"))
     result = kstore("convert-format", "--to-magic", "2", "--output-dir", str(live_data), str(src))
     assert status(result) == 2 and "orders-0 exists there already" in text(result)
+
+
+@pytest.fixture
+def linked_data(tmp_path: Path) -> Path:
+    """A data dir whose one partition dir is a symlink to a partition elsewhere (outside the data dir, with no
+    .lock or checkpoints of its own), and whose other one is its own: old data a retention would delete."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "meta.properties").write_text("version=1\nnode.id=1\ncluster.id=MkU3OEVBNTcwNTJENDM2Qg\n")
+    shutil.copytree(CORPUS / "logs" / "v2-none-0", data / "own-0")
+    shutil.copytree(CORPUS / "logs" / "v2-none-0", tmp_path / "elsewhere" / "linked-0")
+    (data / "linked-0").symlink_to(tmp_path / "elsewhere" / "linked-0")
+    return data
+
+
+_ON_LINKED = [
+    ["retain", "--retention-ms", "1"],
+    ["compact", "--policy", "compact", "--min-cleanable-dirty-ratio", "0"],
+    ["recover", "--jobs", "1"],
+    ["rebuild-index", "--all"],
+    ["convert-format", "--to-magic", "1", "--in-place"],
+]
+
+
+@pytest.mark.parametrize("args", _ON_LINKED)
+def test_a_symlinked_partition_dir_is_not_changed_and_the_run_says_so(linked_data: Path, args) -> None:
+    """A broker loads a data dir's symlinked child under that data dir's .lock and checkpoints; kstore takes a
+    partition's data dir to be where its files are. So a walk leaves it unchanged, says why (exit 1), and the
+    broker's lock on the data dir holding the link cannot be bypassed through it; named, it is refused."""
+    target = linked_data.parent / "elsewhere" / "linked-0"
+    before = files(target)
+    with lock_held(linked_data):  # a running broker: the link is its only way in
+        result = kstore(*args, str(linked_data / "linked-0"))
+        assert status(result) == 2 and "its directory is a symlink" in text(result), text(result)
+    result = kstore(*args, str(linked_data))
+    assert status(result) == 1, text(result)
+    assert f"{linked_data / 'linked-0'}: " in text(result) and "its directory is a symlink (to " in text(result)
+    assert files(target) == before
+    assert sorted(p.name for p in target.parent.iterdir()) == ["linked-0"], "nothing (no .lock) beside the target"
+
+
+def test_a_symlinked_partition_dir_is_still_read(linked_data: Path, tmp_path: Path) -> None:
+    """Reading through the link is not writing through it: convert-format into an output dir converts it."""
+    result = kstore("convert-format", "--to-magic", "2", "--output-dir", str(tmp_path / "out"), str(linked_data))
+    assert status(result) == 0, text(result)
+    assert (tmp_path / "out" / "linked-0").is_dir() and (tmp_path / "out" / "own-0").is_dir()
