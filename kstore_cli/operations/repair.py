@@ -42,7 +42,7 @@ from kstore_cli.log.checkpoint import (
     read_partition_metadata,
 )
 from kstore_cli.log.logdir import Partition, holds_data_dir_files
-from kstore_cli.log.scope import left_alone_reason
+from kstore_cli.log.scope import symlinked_reason, write_refusal
 from kstore_cli.log.unified_log import log_start_offset
 from kstore_cli.operations.partition_findings import partition_issues
 from kstore_cli.operations.quarantine import (
@@ -194,6 +194,9 @@ def _topic_id_change(found: Survey, issue: Issue, images) -> Planned:
     """partition.metadata from the metadata image, else from every other copy of the topic (one ID)."""
     path = issue.file or os.path.join(str(issue.partition), PARTITION_METADATA)
     partition_dir = os.path.dirname(path)
+    symlinked = symlinked_reason(Partition(partition_dir)) if os.path.islink(partition_dir) else None
+    if symlinked is not None:
+        return Unrepaired(issue.check, path, symlinked)
     topic = (names.parse_partition_dir(partition_dir) or (None, None))[0]
     cluster = found.data_dirs[issue.data_dir].cluster_id if issue.data_dir in found.data_dirs else None
     if cluster in images:
@@ -248,7 +251,7 @@ def epochs_from_batches(partition: Partition) -> Tuple[List[Tuple[int, int]], Op
 def _epochs_change(found: Survey, issue: Issue) -> Planned:
     path = str(issue.file)
     partition = Partition(os.path.dirname(path))
-    reason = left_alone_reason(partition)
+    reason = write_refusal(partition)
     if reason is not None:
         return Unrepaired(issue.check, path, reason)
     entries, damage = epochs_from_batches(partition)
@@ -411,11 +414,14 @@ def apply_change(change: Change) -> None:
 def repair(paths: List[str], *, topics: Optional[str] = None, dry_run: bool = False, force: bool = False,
            now_ms: Optional[int] = None) -> RepairPlan:
     """``kstore repair``: doctor's checks on the PATHs, then (under every data dir's ``.lock``, checked again
-    there) the changes that answer them; a dry run plans only."""
+    there) the changes that answer them; a dry run plans only. A data dir's symlinked child is not changed."""
     found = survey(paths, replicas=True, topics=topics)
     if dry_run:
         return plan_repair(found, dry_run=True, now_ms=now_ms)
-    with PartitionRunner({d: [] for d in found.data_dirs}, force=force).locked():
+    # not the dir a data dir's symlinked child points into: nothing there is changed (scope.symlinked_reason)
+    held = [d for d, info in found.data_dirs.items()
+            if info.whole or any(symlinked_reason(p) is None for p in info.partition_dirs)]
+    with PartitionRunner({d: [] for d in held}, force=force).locked():
         plan = plan_repair(survey(paths, replicas=True, topics=topics), now_ms=now_ms)
         for change in plan.changes:
             apply_change(change)

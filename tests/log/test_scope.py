@@ -280,3 +280,16 @@ def test_a_symlinked_partition_dir_is_still_read(linked_data: Path, tmp_path: Pa
     result = kstore("convert-format", "--to-magic", "2", "--output-dir", str(tmp_path / "out"), str(linked_data))
     assert status(result) == 0, text(result)
     assert (tmp_path / "out" / "linked-0").is_dir() and (tmp_path / "out" / "own-0").is_dir()
+
+
+def test_repair_does_not_write_through_a_symlinked_partition_dir(linked_data: Path) -> None:
+    """repair answers a malformed leader-epoch-checkpoint, but not through a data dir's symlinked child: the
+    finding is named not repaired (exit 1), nothing beside the link's target is written, no .lock made."""
+    target = linked_data.parent / "elsewhere" / "linked-0"
+    (target / "leader-epoch-checkpoint").write_text("garbage\n")
+    before = files(target)
+    result = kstore("repair", str(linked_data))
+    assert status(result) == 1, text(result)
+    assert "not repaired (checkpoint-malformed): its directory is a symlink (to " in text(result)
+    assert files(target) == before
+    assert sorted(p.name for p in target.parent.iterdir()) == ["linked-0"]
