@@ -358,8 +358,9 @@ class Target:
 
 class DataDir:
     """A data directory's partitions, and the directories that were skipped (with `partitions` False, only
-    those: no partition dir is scanned; with `lazy`, the partitions are :class:`PartitionDir`, listed by whoever
-    works on each, who also skips one that holds a data directory's own files: see :func:`nested_data_dir`)."""
+    those: no partition dir is scanned; with `lazy`, the partitions are held by name, :class:`PartitionDirs`,
+    each listed by whoever works on it, who also skips one that holds a data directory's own files: see
+    :func:`nested_data_dir`)."""
 
     def __init__(self, path: str, partitions: bool = True, lazy: bool = False) -> None:
         self.path = os.path.abspath(path)
