@@ -172,7 +172,7 @@ class LogCleaner:
             out = PartitionCompaction(partition, "", req.dry_run)
             out.skipped = left_alone
             return out
-        symlinked = scope.symlinked_reason(partition)
+        symlinked = scope.symlinked_reason(partition.path)
         if symlinked is not None:
             return PartitionCompaction(partition, "", req.dry_run, problem=symlinked)
         config, problem = self.resolver.for_partition(partition, data_dir)

@@ -53,14 +53,14 @@ def left_alone_reason(partition: Partition) -> Optional[str]:
     return None
 
 
-def symlinked_reason(partition: Partition) -> Optional[str]:
-    """Why a data dir's child that is a symlink to a partition dir is not changed in place, or None when
-    `partition` is none. A broker loads it as a log of the data dir holding the link (LogManager lists the dir,
+def symlinked_reason(path: str) -> Optional[str]:
+    """Why a data dir's child that is a symlink to a partition dir is not changed in place, or None when the
+    partition dir at `path` is none. A broker loads it as a log of the data dir holding the link (LogManager lists the dir,
     ``isDirectory`` follows the link): under that dir's ``.lock``, with its checkpoints (high watermark, log
     start offset); kstore takes a partition's data dir to be where its files are, so it would take another
     dir's lock and checkpoints. An alias outside every data dir (``/srv/shortcuts/orders-0``) is no child of
     one: its real path is the partition, in its real data dir."""
-    path = os.path.abspath(partition.path)
+    path = os.path.abspath(path)
     if not os.path.islink(path) or not any(
             os.path.exists(os.path.join(os.path.dirname(path), m)) for m in _DATA_DIR_MARKERS):
         return None
@@ -72,7 +72,13 @@ def symlinked_reason(partition: Partition) -> Optional[str]:
 def write_refusal(partition: Partition) -> Optional[str]:
     """Why no mutating command may change `partition` in place (:func:`left_alone_reason`, or
     :func:`symlinked_reason`), or None when it may."""
-    return left_alone_reason(partition) or symlinked_reason(partition)
+    return left_alone_reason(partition) or symlinked_reason(partition.path)
+
+
+def refusal(in_place: bool) -> Callable[[Partition], Optional[str]]:
+    """The rule a command applies to the logs it may not take: :func:`write_refusal` when it changes them in
+    place, :func:`left_alone_reason` when it only reads them (its output goes elsewhere)."""
+    return write_refusal if in_place else left_alone_reason
 
 
 def unhandled(skipped: Iterable[Tuple[str, str]]) -> bool:
@@ -106,7 +112,7 @@ def mutable_targets(paths: Sequence[str], targets: Sequence[Target], command: st
     """(the targets `command` may change, the (partition path, reason) of those a data-dir walk skips);
     a PATH naming a log no command may change is refused (:func:`refuse_named`). Not `in_place` (the command
     writes elsewhere), only :func:`left_alone_reason` leaves a log out."""
-    why = write_refusal if in_place else left_alone_reason
+    why = refusal(in_place)
     refuse_named(paths, targets, command, why)
     return split_left_alone(targets, why)
 

@@ -194,7 +194,7 @@ def _topic_id_change(found: Survey, issue: Issue, images) -> Planned:
     """partition.metadata from the metadata image, else from every other copy of the topic (one ID)."""
     path = issue.file or os.path.join(str(issue.partition), PARTITION_METADATA)
     partition_dir = os.path.dirname(path)
-    symlinked = symlinked_reason(Partition(partition_dir)) if os.path.islink(partition_dir) else None
+    symlinked = symlinked_reason(partition_dir)
     if symlinked is not None:
         return Unrepaired(issue.check, path, symlinked)
     topic = (names.parse_partition_dir(partition_dir) or (None, None))[0]
@@ -420,7 +420,7 @@ def repair(paths: List[str], *, topics: Optional[str] = None, dry_run: bool = Fa
         return plan_repair(found, dry_run=True, now_ms=now_ms)
     # not the dir a data dir's symlinked child points into: nothing there is changed (scope.symlinked_reason)
     held = [d for d, info in found.data_dirs.items()
-            if info.whole or any(symlinked_reason(p) is None for p in info.partition_dirs)]
+            if info.whole or any(symlinked_reason(p.path) is None for p in info.partition_dirs)]
     with PartitionRunner({d: [] for d in held}, force=force).locked():
         plan = plan_repair(survey(paths, replicas=True, topics=topics), now_ms=now_ms)
         for change in plan.changes:

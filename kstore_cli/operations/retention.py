@@ -270,7 +270,7 @@ def _not_retainable(partition: Partition, config: TopicConfig) -> Tuple[Optional
     left_alone = scope.left_alone_reason(partition)
     if left_alone is not None:
         return left_alone, None
-    symlinked = scope.symlinked_reason(partition)
+    symlinked = scope.symlinked_reason(partition.path)
     if symlinked is not None:
         return None, symlinked
     if partition.name.endswith(("-delete", "-future", "-stray")):

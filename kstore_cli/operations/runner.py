@@ -180,7 +180,7 @@ class PartitionRunner:
                     lock: bool = True) -> "PartitionRunner":
         """A runner over `groups` (data dir -> targets, as :attr:`Selection.groups`). A data dir's child that is
         a symlink is left unchanged (scope.symlinked_reason): no lock is taken, nor a ``.lock`` made, for it."""
-        changed = {d: [t.partition.path for t in ts if scope.symlinked_reason(t.partition) is None]
+        changed = {d: [t.partition.path for t in ts if scope.symlinked_reason(t.partition.path) is None]
                    for d, ts in groups.items()}
         return cls({d: paths for d, paths in changed.items() if paths}, force=force, lock=lock)
 

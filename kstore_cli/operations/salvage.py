@@ -492,8 +492,7 @@ def salvage(partition_dir: str, *, output_dir: Optional[str] = None, in_place: b
         raise UsageError("give exactly one of --output-dir DIR, --in-place and --dry-run")
     partition = Partition(os.path.abspath(partition_dir))
     if not dry_run:
-        scope.refuse_named([partition_dir], [Target(partition)], "salvage",
-                           scope.write_refusal if in_place else scope.left_alone_reason)
+        scope.refuse_named([partition_dir], [Target(partition)], "salvage", scope.refusal(in_place))
     if in_place:
         scope.check_quarantine_dir(quarantine_dir, [partition_dir], [Target(partition)])
     run = SalvageRun(plan_salvage(partition), dry_run=dry_run, in_place=in_place)
