@@ -299,6 +299,10 @@ class PartitionDirs(Sequence[PartitionDir]):
         """The names of those that are symlinks."""
         return self._links
 
+    def of_topics(self, wanted: Callable[[str], bool]) -> "PartitionDirs":
+        """Those of the topics `wanted` wants (--topics)."""
+        return self.where(lambda name: wanted(_topic_of(name)))
+
     def where(self, keep: Callable[[str], bool]) -> "PartitionDirs":
         """Those whose name `keep` keeps (itself when it keeps every one)."""
         kept = [n for n in self.names() if keep(n)]
@@ -316,19 +320,24 @@ class Chain(Sequence):
     __slots__ = ("pieces", "_ends")
 
     def __init__(self, pieces: Iterable[Sequence]) -> None:
-        self.pieces = [p for p in pieces if len(p)]
+        self.pieces = list(pieces)
         self._ends = list(accumulate(map(len, self.pieces)))
 
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
 
-    def __getitem__(self, i):  # type: ignore[override] - positions only, as runner.stream asks
+    def locate(self, i: int) -> Tuple[int, int]:
+        """(which piece, where in it) the item at position `i` is (an empty piece holds none)."""
         if i < 0:
             i += len(self)
         at = bisect.bisect_right(self._ends, i)
         if at >= len(self.pieces):
             raise IndexError(i)
-        return self.pieces[at][i - (self._ends[at - 1] if at else 0)]
+        return at, i - (self._ends[at - 1] if at else 0)
+
+    def __getitem__(self, i):  # type: ignore[override] - positions only, as runner.stream asks
+        at, position = self.locate(i)
+        return self.pieces[at][position]
 
     def __iter__(self) -> Iterator:
         return (item for piece in self.pieces for item in piece)
@@ -526,7 +535,7 @@ def resolve_partitions(paths: Iterable[str], topics: Optional[str] = None,
             if found.path in walked:
                 continue  # a data dir named twice
             walked[found.path] = found
-            found = found.without(named).where(lambda name: wanted(_topic_of(name)))
+            found = found.without(named).of_topics(wanted)
             pieces.append(found)
         else:
             partition = found.partition

@@ -190,7 +190,7 @@ def _broker_issues(broker: Broker) -> List[Issue]:
             if partition.name == names.METADATA_PARTITION_DIR:
                 continue
             # the first data dir before this one holding it (looked up by name: no map of 10,000 names)
-            other = next((o.path for o in map(lambda e: e.holding(partition.name), earlier) if o is not None), None)
+            other = next((o.path for o in (e.holding(partition.name) for e in earlier) if o is not None), None)
             if other is not None and other != partition.path:
                 issues.append(Issue(
                     ERROR, "duplicate-partition", f"{partition.name} is also in {os.path.dirname(other)} "
@@ -268,7 +268,8 @@ def _topic_id_issues(found: Survey) -> List[Issue]:
     incomplete: List[str] = []
     newer_issues: List[Issue] = []
     for info in found.data_dirs.values():
-        for partition in filter(None, [info.holding(names.METADATA_PARTITION_DIR)]):
+        partition = info.holding(names.METADATA_PARTITION_DIR)
+        if partition is not None:
             image, newer = metadata_image_and_newer(partition, found)
             newer_issues.extend(newer)
             if image is None:

@@ -41,7 +41,7 @@ from kstore_cli.log.checkpoint import (
     format_partition_metadata,
     read_partition_metadata,
 )
-from kstore_cli.log.logdir import Partition, holds_data_dir_files
+from kstore_cli.log.logdir import Partition, holds_data_dir_files, loaded
 from kstore_cli.log.scope import symlinked_reason, write_refusal
 from kstore_cli.log.unified_log import log_start_offset
 from kstore_cli.operations.partition_findings import partition_issues
@@ -182,11 +182,11 @@ def _metadata_images(found: Survey) -> Dict[Optional[str], Tuple[str, object]]:
     """cluster id -> (source, image) of the KRaft metadata logs among the PATHs (as doctor reads them)."""
     images: Dict[Optional[str], Tuple[str, object]] = {}
     for info in found.data_dirs.values():
-        for partition in info.partitions:
-            if partition.name == names.METADATA_PARTITION_DIR and info.cluster_id not in images:
-                image = metadata_image_of(partition, found)
-                if image is not None:
-                    images[info.cluster_id] = (partition.path, image)
+        partition = info.holding(names.METADATA_PARTITION_DIR)
+        if partition is not None and info.cluster_id not in images:
+            image = metadata_image_of(loaded(partition), found)
+            if image is not None:
+                images[info.cluster_id] = (partition.path, image)
     return images
 
 

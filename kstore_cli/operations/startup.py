@@ -31,9 +31,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from bisect import bisect_right
 from array import array
-from itertools import accumulate
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from kstore_cli.errors import FileUnreadableError, KstoreError, UsageError
@@ -498,8 +496,7 @@ def _list_found(out: Survey, finder: _Finder, lazy: bool, jobs: int, sizes: bool
     wanted = out.wanted
     for info, piece in finder.pieces:
         if isinstance(piece, _Walk):
-            dirs = info.walked.without(piece.before).where(  # type: ignore[union-attr] - walked: PartitionDirs
-                lambda name: wanted(names.parse_partition_dir(name)[0]))  # type: ignore[index] - loadable names
+            dirs = info.walked.without(piece.before).of_topics(wanted)  # type: ignore[union-attr] - PartitionDirs
             pairs: Sequence[Tuple["Partition | PartitionDir", Optional[int]]] = _WholePartitions(dirs)
         else:
             pairs = [t for t in piece if info.holds(t[0].path) and wanted(t[0].topic)]
@@ -546,15 +543,15 @@ class _Pairs(Sequence):
 
     def __init__(self, infos: List[DataDirInfo]) -> None:
         self._infos = infos
-        self._ends = list(accumulate(len(info.partition_dirs) for info in infos))
+        self._dirs = Chain(info.partition_dirs for info in infos)
 
     def __len__(self) -> int:
-        return self._ends[-1] if self._ends else 0
+        return len(self._dirs)
 
     def locate(self, i: int) -> Tuple[DataDirInfo, int]:
         """The data dir of the `i`th partition dir, and its position there."""
-        at = bisect_right(self._ends, i)
-        return self._infos[at], i - (self._ends[at - 1] if at else 0)
+        at, position = self._dirs.locate(i)
+        return self._infos[at], position
 
     def __getitem__(self, i):  # type: ignore[override] - positions only, as runner.stream asks
         info, position = self.locate(i)

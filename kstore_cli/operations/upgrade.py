@@ -63,16 +63,17 @@ def upgrade_issues(found: Survey, target: KafkaVersion) -> List[Issue]:
         issues.extend(_mode_issues(found, broker, target))
     images: Dict[Optional[str], "MetadataImage"] = {}
     for info in found.data_dirs.values():
-        for partition in info.partition_dirs:
-            if partition.name == names.METADATA_PARTITION_DIR:
-                partition = loaded(partition)
-                image = metadata_image_of(partition, found)
-                if image is None:
-                    issues.append(_unread_metadata(partition))
-                    continue
-                images.setdefault(info.cluster_id, image)
-                issues.extend(_metadata_version_issues(partition, image, target))
-                issues.extend(_removed_config_issues(partition, image, target))
+        metadata = info.holding(names.METADATA_PARTITION_DIR)  # looked up by name, not among 10,000
+        if metadata is None:
+            continue
+        partition = loaded(metadata)
+        image = metadata_image_of(partition, found)
+        if image is None:
+            issues.append(_unread_metadata(partition))
+            continue
+        images.setdefault(info.cluster_id, image)
+        issues.extend(_metadata_version_issues(partition, image, target))
+        issues.extend(_removed_config_issues(partition, image, target))
     for partition, only in found.targets:
         if partition.name == names.METADATA_PARTITION_DIR:
             continue
